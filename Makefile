@@ -1,0 +1,50 @@
+# The course's commands. Each one installs what it needs first (uv, then .venv from uv.lock).
+#   make lab     JupyterLab on notebooks/ (LAB_ARGS=--no-browser to run headless)
+#   make test    lint, unit tests, doctests, notebook checks, every notebook in quick mode
+#   make bench   this machine's ceilings: JSON + plots under the results folder
+#   make test-gpu  every notebook in full mode on a CUDA GPU, results into results/ (fails without CUDA)
+#   make notebooks  regenerate notebooks/*.ipynb from their .py sources
+
+SHELL := /bin/bash
+PYTHON ?= python3
+LAB_ARGS ?=
+# Jupyter refuses to run as root (containers, CI) unless told; as anyone else this is empty.
+ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
+PYTEST_ARGS ?=
+# uv from PATH, else a private copy installed from PyPI into .uv/ (no curl | sh, no root).
+UV := $(or $(shell command -v uv 2>/dev/null),$(CURDIR)/.uv/bin/uv)
+RUN := $(UV) run --no-sync
+# The DALI extra only resolves to a wheel on Linux x86_64; elsewhere it installs nothing.
+SYNC := $(UV) sync --locked --extra dali
+
+.PHONY: env lab test test-gpu bench notebooks lint clean
+
+$(CURDIR)/.uv/bin/uv:
+	$(PYTHON) -m venv $(CURDIR)/.uv
+	$(CURDIR)/.uv/bin/python -m pip install --quiet uv
+
+env: | $(UV)
+	$(SYNC)
+
+lab: env
+	$(RUN) jupyter lab notebooks $(ALLOW_ROOT) $(LAB_ARGS)
+
+lint: env
+	$(RUN) ruff check src tests notebooks tools conftest.py
+
+test: lint
+	GPUFEED_QUICK=1 $(RUN) pytest --nbmake --nbmake-timeout=900 $(PYTEST_ARGS)
+
+test-gpu: env
+	$(RUN) python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'test-gpu: no CUDA GPU visible')"
+	GPUFEED_QUICK=0 GPUFEED_REQUIRE_CUDA=1 GPUFEED_RESULTS=$(CURDIR)/results \
+		$(RUN) pytest --nbmake --nbmake-timeout=3600 $(PYTEST_ARGS)
+
+bench: env
+	$(RUN) python -m gpufeed bench $(BENCH_ARGS)
+
+notebooks: env
+	$(RUN) python tools/notebooks.py build
+
+clean:
+	rm -rf .venv .uv

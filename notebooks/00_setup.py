@@ -1,0 +1,223 @@
+# %% [markdown]
+# # 00 · Setup and your machine
+#
+# **What you will learn:** what this machine offers the course, and its *ceilings*: how fast it
+# copies memory, sends bytes to a GPU, decodes JPEGs and reads files. No image pipeline on this
+# machine can beat these numbers, so every later lesson is read against them.
+#
+# **Time:** about 10 minutes (1 minute in quick mode). **Prerequisites:** none.
+
+# %% [markdown]
+# ## 1. What is here
+#
+# The environment check lists the libraries, the GPU (if any), the cores, whether Pillow decodes
+# JPEG with libjpeg-turbo, and whether pinned memory can be allocated. Rows marked `-` are
+# limitations: the course still runs, and cells that need the missing piece say so and show the
+# committed reference result from a real GPU instead. The same check runs in a terminal as
+# `python -m gpufeed doctor`.
+
+# %%
+from gpufeed import doctor
+
+print(doctor.report())
+
+# %% [markdown]
+# ## 2. The storage hierarchy
+#
+# Before a training step can use an image, its bytes climb a ladder: from the network or a disk
+# (HDD, SATA SSD, NVMe) into RAM (the page cache), through the CPU (decode), across the bus into
+# GPU memory. Each rung is faster than the one below, and a pipeline runs at the speed of its
+# slowest rung. Rather than quote vendor numbers, we measure the rungs this machine has:
+#
+# | rung | measured below as |
+# |---|---|
+# | RAM | memcpy GB/s (section 3) |
+# | RAM to GPU | host-to-device GB/s, pageable vs pinned (section 4) |
+# | CPU decode | JPEG images/s on one core (section 5) |
+# | disk vs page cache | file read GB/s, cold vs warm (section 6) |
+
+# %% [markdown]
+# ## 3. Memory copy: the ceiling of anything that touches every byte
+#
+# First by hand: copy a buffer into another with `dst.copy_(src)` and time it with the course's
+# harness, which warms up, synchronises CUDA, keeps every sample and reports the median and the
+# inter-quartile range (lesson 02 shows why each of these matters).
+
+# %%
+import torch
+
+from gpufeed import config
+from gpufeed.bench import benchmark
+
+nbytes = config.pick(quick=16 << 20, full=256 << 20)  # 16 MiB or 256 MiB
+src = torch.randint(0, 256, (nbytes,), dtype=torch.uint8)
+dst = torch.empty_like(src)
+m = benchmark(lambda: dst.copy_(src), name="memcpy", nbytes=nbytes, repeats=10)
+print(m)
+
+# %% [markdown]
+# The same measurement is `gpufeed.ceilings.memcpy`. Sweeping the size shows the caches: small
+# buffers fit in the CPU's caches and copy faster; large ones go to RAM, which is the number that
+# matters for datasets.
+
+# %%
+import matplotlib.pyplot as plt
+
+from gpufeed import ceilings, plotting
+
+sizes = [1 << p for p in range(16, (25 if S.quick else 29), 2)]  # 64 KiB .. 16 MiB (quick) or 256 MiB
+sweep = [ceilings.memcpy(n, repeats=5 if S.quick else 10) for n in sizes]
+fig, ax = plt.subplots()
+ax.plot([n / 2**20 for n in sizes], [m.gb_per_s for m in sweep], "o-", color=plotting.COLORS["copy"])
+ax.set_xscale("log")
+ax.set_xlabel("buffer size (MiB)")
+ax.set_ylabel("copy rate (GB/s)")
+ax.set_title("memcpy: caches, then RAM")
+plotting.caption(fig, S.machine)
+plt.show()
+
+# %%
+ram = sweep[-1]
+image_bytes = 3 * 224 * 224  # one 224x224 RGB image as uint8
+print(f"Copying {sizes[-1] / 2**20:.0f} MiB runs at {ram.gb_per_s:.1f} GB/s: a step that touches every "
+      f"byte once cannot go faster, which is {ram.gb_per_s * 1e9 / image_bytes:,.0f} 224x224 uint8 images/s.")
+
+# %% [markdown]
+# ## 4. Host to device: pageable vs pinned memory
+#
+# A GPU's copy engine can only read *page-locked* (pinned) host memory. From ordinary (pageable)
+# memory, the driver first copies into a pinned staging buffer of its own, then across the bus:
+# two copies, and the call cannot return before the first is done. From pinned memory there is
+# one copy, and with `non_blocking=True` it overlaps with compute (lesson 08). This cell needs
+# CUDA; without it, it shows the committed measurement from a real GPU.
+
+# %%
+from gpufeed import results
+
+h2d = []
+if S.cuda:
+    for n in [1 << p for p in range(20, (25 if S.quick else 29), 2)]:  # 1 MiB .. 256 MiB
+        h2d += [ceilings.host_to_device(n, pinned=False), ceilings.host_to_device(n, pinned=True)]
+    h2d_machine = S.machine
+else:
+    ref = results.reference("lesson00")
+    if ref is None:
+        print("No CUDA here, and no GPU reference is committed yet (results/<gpu>/lesson00.json).\n"
+              "Run this notebook on a GPU with GPUFEED_RESULTS=results to add one.")
+    else:
+        h2d = [m for m in ref[0] if m.name.startswith("H2D")]
+        h2d_machine = ref[1]["machine"]
+        print(f"No CUDA here: showing the reference measured on {h2d_machine['gpu']}.")
+
+# %%
+if h2d:
+    fig, ax = plt.subplots()
+    for pinned, color in ((False, plotting.COLORS["baseline"]), (True, plotting.COLORS["copy"])):
+        ms = [m for m in h2d if m.params["pinned"] == pinned]
+        ax.plot([m.params["nbytes"] / 2**20 for m in ms], [m.gb_per_s for m in ms], "o-", color=color,
+                label=plotting.ratio_label("pinned" if pinned else "pageable",
+                                           ms[-1].gb_per_s / [m for m in h2d if not m.params["pinned"]][-1].gb_per_s))
+    ax.set_xscale("log")
+    ax.set_xlabel("copy size (MiB)")
+    ax.set_ylabel("host to device (GB/s)")
+    ax.legend(title="largest size, vs pageable")
+    plotting.caption(fig, h2d_machine)
+    plt.show()
+    pageable, pinned = (max((m for m in h2d if m.params["pinned"] == p), key=lambda m: m.params["nbytes"]) for p in (False, True))
+    print(f"Pinned memory reaches {pinned.gb_per_s:.1f} GB/s, {pinned.gb_per_s / pageable.gb_per_s:.1f}x "
+          f"the {pageable.gb_per_s:.1f} GB/s from pageable memory, on {h2d_machine.get('gpu')}.")
+
+# %% [markdown]
+# ## 5. JPEG decode: images per second on one core
+#
+# A DataLoader worker decodes on one core, so a JPEG-folder loader's best case is about this rate
+# times the number of workers. The course generates its images from real photos (see
+# `assets/photos/LICENSES.md`); the bytes are read into memory first, so that we time the decoder
+# and not the disk.
+
+# %%
+from gpufeed import jpeg
+from gpufeed.synth import synth_folder
+
+n_images = config.pick(quick=16, full=256)
+decode_ms = []
+for w, h in ((224, 224), (640, 480)):
+    folder = synth_folder(config.cache_dir() / f"lesson00-{w}x{h}-q90", n=n_images, size=(w, h), quality=90).path
+    jpegs = [p.read_bytes() for p in sorted(folder.rglob("*.jpg"))]
+    for name, decode in jpeg.available_decoders().items():
+        decode_ms.append(ceilings.decode_rate(jpegs, decode, name=f"{name} {w}x{h}", repeats=3 if S.quick else 7))
+print(f"Pillow uses libjpeg-turbo: {jpeg.pillow_uses_turbo()}")
+for m in decode_ms:
+    print(m)
+
+# %%
+fig, ax = plotting.bars(decode_ms, machine=S.machine, title="JPEG decode on one core (ratios vs the first)")
+plt.show()
+for w, h in ((224, 224), (640, 480)):
+    best = max((m for m in decode_ms if m.name.endswith(f"{w}x{h}")), key=lambda m: m.items_per_s)
+    cores = S.machine["cores"]
+    print(f"{w}x{h}: the fastest decoder here ({best.name.split()[0]}) does {best.items_per_s:,.0f} images/s "
+          f"per core; all {cores} cores together at most about {best.items_per_s * cores:,.0f} images/s.")
+
+# %% [markdown]
+# ## 6. Reading files: cold vs warm page cache
+#
+# The first read of a file comes from the disk; the operating system keeps what it read in RAM
+# (the *page cache*), so the second read comes from memory. To measure a cold read without
+# rebooting, we ask the OS to drop this file's pages with `posix_fadvise(DONTNEED)` before each
+# read. Some file systems (network shares, container overlays, virtual machine disks) keep the
+# data anyway: then "cold" is no slower than "warm", and the cell says so.
+
+# %%
+read_bytes = config.pick(quick=32 << 20, full=1 << 30)  # 32 MiB or 1 GiB
+path = ceilings.make_file(config.cache_dir() / f"lesson00-read-{read_bytes >> 20}MiB.bin", read_bytes)
+cold = ceilings.file_read(path, cold=True, repeats=3 if S.quick else 5)
+warm = ceilings.file_read(path, cold=False, repeats=3 if S.quick else 5)
+fig, ax = plotting.bars([cold, warm], rate="bytes", machine=S.machine, title="reading one file")
+plt.show()
+speedup = warm.gb_per_s / cold.gb_per_s
+print(f"cold {cold.gb_per_s:.2f} GB/s, warm {warm.gb_per_s:.2f} GB/s: the page cache is {speedup:.1f}x faster.")
+if speedup < 1.5:
+    print("Cold is barely slower than warm: this file system kept the file cached despite the request "
+          "(or the disk is as fast as RAM), so this 'cold' number does not show the disk.")
+
+# %% [markdown]
+# ## 7. This machine's ceilings, saved
+#
+# The measurements go to this machine's results folder (`gpufeed.config.results_dir()`), with
+# the machine's description, so that later lessons and `python -m gpufeed bench` can compare.
+
+# %%
+from gpufeed.bench import compare
+
+everything = [ram, *h2d, *decode_ms, cold, warm] if S.cuda else [ram, *decode_ms, cold, warm]
+saved = results.save_lesson("lesson00", everything)
+print(compare([ram, cold, warm, *([] if not S.cuda else h2d[-2:])], rate="bytes"))
+print(f"\nsaved to {saved}")
+
+# %% [markdown]
+# ## Key takeaways
+#
+# * Every pipeline has ceilings: RAM copy rate, host-to-device rate, decode rate per core, disk
+#   rate. Measure them first; they tell you which optimisation can possibly pay off.
+# * On a GPU, pinned memory is what makes host-to-device copies fast and asynchronous.
+# * JPEG decode is usually the lowest ceiling of a folder of images: images/s per core times the
+#   number of cores. Lessons 04-06 show how to lift it (smaller JPEGs, or decode once and memmap).
+#
+# ## Exercises
+#
+# 1. Re-run the memcpy cell after `torch.set_num_threads(1)`. How much of the copy rate came from
+#    using several cores?
+# 2. Using the numbers above, which is lower on this machine: the decode ceiling of all cores for
+#    640x480 JPEGs, or the memcpy ceiling expressed in 640x480 uint8 images/s? By how much? Check
+#    your answer with the cell below.
+# 3. Point `ceilings.make_file` at a folder on another disk (a USB stick, a network share) and
+#    compare cold and warm reads there.
+
+# %%
+# Self-check for exercise 2: fill in your estimate (a ratio, memcpy images/s / decode images/s).
+my_estimate = None
+best640 = max((m for m in decode_ms if m.name.endswith("640x480")), key=lambda m: m.items_per_s)
+answer = (ram.gb_per_s * 1e9 / (3 * 640 * 480)) / (best640.items_per_s * S.machine["cores"])
+if my_estimate is not None:
+    print("close enough!" if abs(my_estimate / answer - 1) < 0.25 else f"not quite: recompute (hint: {answer:.0f} is in the right decade)")

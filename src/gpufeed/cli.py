@@ -1,0 +1,125 @@
+"""The command line: ``python -m gpufeed doctor | data synth | bench``.
+
+Bad arguments give one line on stderr that says what is wrong and what to do, and exit status 2.
+
+Example:
+    >>> import contextlib, io
+    >>> err = io.StringIO()
+    >>> with contextlib.redirect_stderr(err):
+    ...     main(["data", "synth", "--n", "-1", "--out", "/tmp/never"])
+    2
+    >>> print(err.getvalue().strip())
+    error: --n must be a whole number of images, at least 1 (got -1)
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from gpufeed import config
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line and exit 2, like every other bad input here
+        print(f"error: {message} (see `python -m gpufeed {self.prog.split()[-1]} --help`)", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="gpufeed", description="Helpers for the gpufeed course.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub.add_parser("doctor", help="check what this machine offers the course")
+
+    data = sub.add_parser("data", help="generate or convert datasets")
+    data_sub = data.add_subparsers(dest="data_command", required=True, parser_class=_Parser)
+    s = data_sub.add_parser("synth", help="write N distinct JPEGs (ImageFolder layout) cut from real photos")
+    s.add_argument("--n", type=int, required=True, help="number of images")
+    s.add_argument("--size", default="640x480", help="WIDTHxHEIGHT (default 640x480)")
+    s.add_argument("--quality", type=int, default=90, help="JPEG quality 1-100 (default 90)")
+    s.add_argument("--out", required=True, help="destination folder (created; must be new or empty)")
+    s.add_argument("--classes", type=int, default=None, help="number of class folders (default 10, or N if smaller)")
+    s.add_argument("--seed", type=int, default=0, help="the same seed gives the same bytes (default 0)")
+    s.add_argument("--workers", type=int, default=1, help="processes to render with (default 1)")
+    s.add_argument("--overwrite", action="store_true", help="replace a different generated dataset in --out")
+    s.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    b = sub.add_parser("bench", help="measure this machine's ceilings and write JSON + plots")
+    b.add_argument("--out", default=None, help="folder for the results (default: results folder / machine)")
+    b.add_argument("--quick", action="store_true", help="tiny sizes (same as GPUFEED_QUICK=1)")
+    b.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+                   help="cuda: fail without a GPU; cpu: skip GPU measurements (default auto)")
+    return p
+
+
+def _synth(args) -> int:
+    from gpufeed.synth import SynthError, parse_size, synth_folder
+
+    try:
+        size = parse_size(args.size)
+        r = synth_folder(args.out, n=args.n, size=size, quality=args.quality, classes=args.classes,
+                         seed=args.seed, workers=args.workers, progress=not args.no_progress,
+                         overwrite=args.overwrite)
+    except SynthError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted: nothing was kept", file=sys.stderr)
+        return 130
+    verb = "already there, nothing to do" if r.reused else f"written in {r.seconds:.1f} s"
+    print(f"{r.path}: {r.n} images, {r.total_bytes / 1e6:.1f} MB, {verb}")
+    return 0
+
+
+def _bench(args) -> int:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from gpufeed import ceilings, plotting, results
+    from gpufeed.bench import compare, save
+    from gpufeed.machine import machine_info
+
+    if args.device == "cuda":
+        try:
+            config.device("cuda")
+        except RuntimeError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+    quick = args.quick or config.quick_mode()
+    out = Path(args.out) if args.out else results.machine_dir()
+    ms = ceilings.all_ceilings(config.cache_dir() / "bench", quick=quick, device=args.device)
+    path = save(out / "ceilings.json", ms, quick=quick)
+    info = machine_info()
+    groups = {"memory": [m for m in ms if m.nbytes and not m.items and "read" not in m.name],
+              "file read": [m for m in ms if m.name.startswith("read")]}
+    for title, group in groups.items():
+        if group:
+            fig, _ = plotting.bars(group, rate="bytes", machine=info, title=title)
+            plotting.save(fig, out / f"ceilings-{title.replace(' ', '-')}.png")
+    decode = [m for m in ms if m.items]
+    if decode:
+        fig, _ = plotting.bars(decode, machine=info, title="JPEG decode, one core")
+        plotting.save(fig, out / "ceilings-decode.png")
+    print(compare([m for m in ms if not m.items], rate="bytes"))
+    print()
+    print(compare(decode))
+    print(f"\nwrote {path} and plots beside it")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "doctor":
+        from gpufeed.doctor import main as doctor_main
+
+        return doctor_main()
+    if args.command == "data" and args.data_command == "synth":
+        return _synth(args)
+    if args.command == "bench":
+        return _bench(args)
+    raise AssertionError(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""What machine a measurement ran on: CPU, cores, memory, GPU, library versions, commit.
+
+Every saved result carries this record, and every plot names the machine in its caption, because
+a number without its hardware teaches nothing. Taught in ``notebooks/00_setup.ipynb``.
+
+Example:
+    >>> info = machine_info()
+    >>> sorted(k for k in ("cpu", "cores", "gpu", "torch") if k in info)
+    ['cores', 'cpu', 'gpu', 'torch']
+    >>> slug({"gpu": "NVIDIA H200", "cpu": "AMD EPYC 9654"})
+    'h200'
+    >>> slug({"gpu": None, "cpu": "Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz"})
+    'cpu-xeon-platinum-8481c'
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import subprocess
+import sys
+from functools import lru_cache
+from importlib import metadata
+from pathlib import Path
+
+from gpufeed import config
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on (the affinity mask, which containers often narrow)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def _memory_gib() -> float | None:
+    try:
+        pages, page_size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+        return round(pages * page_size / 2**30, 1)
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def version_of(dist: str) -> str | None:
+    """The installed version of a distribution, or None; never imports it (imports can be slow)."""
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def git_commit() -> str | None:
+    """The commit of the course checkout, with ``+dirty`` when it has uncommitted changes."""
+    root = config.repo_root()
+    if root is None or not (root / ".git").exists():
+        return None
+    try:
+        run = lambda *a: subprocess.run(  # noqa: E731 - no shell, fixed arguments
+            ["git", *a], cwd=root, capture_output=True, text=True, timeout=5, check=True
+        ).stdout.strip()
+        commit = run("rev-parse", "--short=12", "HEAD")
+        return commit + ("+dirty" if run("status", "--porcelain", "--untracked-files=no") else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+@lru_cache(maxsize=1)
+def _static_info() -> dict:
+    import torch
+
+    info = {
+        "cpu": _cpu_name(),
+        "cores": usable_cores(),
+        "memory_gib": _memory_gib(),
+        "os": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torchvision": version_of("torchvision"),
+        "numpy": version_of("numpy"),
+        "pillow": version_of("pillow"),
+        "cuda": torch.version.cuda if torch.cuda.is_available() else None,
+        "gpu": None,
+        "gpu_memory_gib": None,
+        "gpu_count": 0,
+    }
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        info["gpu"] = props.name
+        info["gpu_memory_gib"] = round(props.total_memory / 2**30, 1)
+        info["gpu_count"] = torch.cuda.device_count()
+    return info
+
+
+def machine_info() -> dict:
+    """A JSON-ready record of this machine, the library versions, the commit and the mode."""
+    return {**_static_info(), "commit": git_commit(), "quick": config.quick_mode(), "argv0": sys.argv[0]}
+
+
+def describe(info: dict) -> str:
+    """One line for a plot caption: the GPU if any, the CPU and its cores, torch's version.
+
+    Example:
+        >>> describe({"gpu": None, "cpu": "AMD EPYC 7B13", "cores": 2, "torch": "2.11.0"})
+        'AMD EPYC 7B13 (2 cores), no GPU, torch 2.11.0'
+    """
+    gpu = info.get("gpu") or "no GPU"
+    return f"{info.get('cpu', '?')} ({info.get('cores', '?')} cores), {gpu}, torch {info.get('torch', '?')}"
+
+
+def slug(info: dict) -> str:
+    """A short folder name for a machine's results, e.g. ``results/h200/``.
+
+    The GPU names the folder when there is one (the GPU is what the course is about); otherwise
+    the CPU model does, prefixed with ``cpu-``.
+    """
+    if info.get("gpu"):
+        name = re.sub(r"^(nvidia|amd|intel)\s+", "", info["gpu"].strip(), flags=re.I)
+        name = re.sub(r"\b(geforce|tesla)\b", "", name, flags=re.I)
+        return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "gpu"
+    cpu = re.sub(r"\((r|tm)\)|\bcpu\b|@.*$|\b(intel|amd)\b|\bprocessor\b", "", info.get("cpu", ""), flags=re.I)
+    cpu = re.sub(r"\b\d+-core\b", "", cpu, flags=re.I)
+    return "cpu-" + (re.sub(r"[^a-z0-9]+", "-", cpu.lower()).strip("-") or "unknown")

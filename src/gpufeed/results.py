@@ -1,0 +1,61 @@
+"""Where measurements are kept: this machine's, and the committed reference results of real GPUs.
+
+A lesson saves what it measured with :func:`save_lesson` (under :func:`gpufeed.config.results_dir`,
+one folder per machine), and a CPU-only machine shows a GPU's numbers with :func:`reference`,
+read from the repository's ``results/<machine>/`` (e.g. ``results/h200/lesson00.json``).
+
+Example:
+    >>> import os, tempfile
+    >>> from gpufeed.bench import Measurement
+    >>> os.environ["GPUFEED_RESULTS"] = tempfile.mkdtemp()
+    >>> path = save_lesson("demo", [Measurement("a", [1.0, 1.1])])
+    >>> path.parent.parent == config.results_dir() and path.name
+    'demo.json'
+    >>> reference("no-such-lesson") is None
+    True
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpufeed import bench, config
+from gpufeed.machine import machine_info, slug
+
+
+def machine_dir(info: dict | None = None) -> Path:
+    """This machine's folder in the results directory, e.g. ``.../results/cpu-epyc-7b13``."""
+    return config.results_dir() / slug(info or machine_info())
+
+
+def save_lesson(name: str, measurements, **extra) -> Path:
+    """Saves a lesson's measurements as ``<results>/<machine>/<name>.json``; returns the path."""
+    return bench.save(machine_dir() / f"{name}.json", measurements, **extra)
+
+
+def reference_roots() -> list[Path]:
+    """Folders that may hold committed reference results (the checkout's ``results/``)."""
+    roots = []
+    root = config.repo_root()
+    if root is not None and (root / "results").is_dir():
+        roots.append(root / "results")
+    packaged = Path(__file__).with_name("_results")
+    if packaged.is_dir():
+        roots.append(packaged)
+    return roots
+
+
+def reference(name: str, need_gpu: bool = True):
+    """The committed reference for a lesson: ``(measurements, document)``, or None if none exists.
+
+    Args:
+        name: the file's stem, e.g. ``"lesson00"``.
+        need_gpu: only take results measured on a machine with a GPU (what CPU-only learners lack).
+    """
+    for root in reference_roots():
+        for path in sorted(root.glob(f"*/{name}.json")):
+            ms, doc = bench.load(path)
+            if need_gpu and not (doc.get("machine") or {}).get("gpu"):
+                continue
+            return ms, doc
+    return None

@@ -1,0 +1,25 @@
+import json
+
+from gpufeed.machine import describe, machine_info, slug
+
+
+def test_machine_info_is_json_ready_and_complete():
+    info = machine_info()
+    json.dumps(info)
+    for key in ("cpu", "cores", "memory_gib", "python", "torch", "torchvision", "gpu", "commit", "quick"):
+        assert key in info
+    assert info["cores"] >= 1
+
+
+def test_slugs_name_the_gpu_or_the_cpu():
+    assert slug({"gpu": "NVIDIA H200"}) == "h200"
+    assert slug({"gpu": "NVIDIA GeForce RTX 4090"}) == "rtx-4090"
+    assert slug({"gpu": "NVIDIA A100-SXM4-80GB"}) == "a100-sxm4-80gb"
+    assert slug({"gpu": None, "cpu": "AMD EPYC"}) == "cpu-epyc"
+    assert slug({"gpu": None, "cpu": "Apple M2"}) == "cpu-apple-m2"
+    assert slug({"gpu": None, "cpu": ""}) == "cpu-unknown"
+
+
+def test_describe_names_the_hardware():
+    text = describe({"gpu": "NVIDIA H200", "cpu": "Xeon", "cores": 16, "torch": "2.11.0"})
+    assert "NVIDIA H200" in text and "16 cores" in text and "2.11.0" in text

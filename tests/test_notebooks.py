@@ -1,0 +1,84 @@
+"""Checks on the notebooks themselves (nbmake runs them; these check their shape)."""
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+sys.path.insert(0, str(ROOT / "tools"))
+import notebooks as builder  # noqa: E402  (tools/notebooks.py)
+
+
+def cells(path):
+    return json.loads(path.read_text())["cells"]
+
+
+def source(cell):
+    return "".join(cell["source"])
+
+
+def test_there_are_notebooks_numbered_in_order():
+    numbers = [p.name[:2] for p in NOTEBOOKS]
+    assert numbers and numbers == sorted(numbers)
+    assert numbers == [f"{i:02d}" for i in range(len(numbers))], "lessons are numbered without gaps from 00"
+    for p in NOTEBOOKS:
+        assert re.fullmatch(r"\d\d_[a-z0-9_]+\.ipynb", p.name), p.name
+
+
+def test_notebooks_are_in_sync_with_their_sources():
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "notebooks.py"), "check"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_outputs_are_stripped(path):
+    for c in cells(path):
+        if c["cell_type"] == "code":
+            assert c["outputs"] == [] and c["execution_count"] is None
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_title_badge_and_setup_cell(path):
+    first, second = cells(path)[:2]
+    number = path.name[:2]
+    assert source(first).startswith(f"# {number} · ")
+    badge = f"https://colab.research.google.com/github/{builder.repo_url().removeprefix('https://github.com/')}/blob/main/notebooks/{path.name})"
+    assert badge in source(first), "the Colab badge must point at this notebook's own path"
+    for word in ("What you will learn", "Time:", "Prerequisites:"):
+        assert word in source(first)
+    assert second["cell_type"] == "code"
+    setup = source(second)
+    assert "google.colab" in setup and "gpufeed.setup()" in setup and '"--no-deps"' in setup
+    assert re.search(r'pip install[^\n]*\btorch\b', setup) is None  # never replace Colab's torch
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_links_resolve_and_the_next_lesson_is_linked(path):
+    text = "\n".join(source(c) for c in cells(path) if c["cell_type"] == "markdown")
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if target.startswith(("http://", "https://", "#")):
+            continue
+        assert (path.parent / target.split("#")[0]).exists(), f"{path.name} links to missing {target}"
+    later = [p for p in NOTEBOOKS if p.name > path.name]
+    if later:
+        assert f"]({later[0].name})" in source(cells(path)[-1]), "the last cell links the next lesson"
+    assert "Key takeaways" in text and "Exercises" in text
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_cells_are_short(path):
+    for c in cells(path):
+        if c["cell_type"] == "code" and c is not cells(path)[1]:
+            assert len(c["source"]) <= 40, f"{path.name}: a {len(c['source'])}-line cell; split it"
+
+
+def test_percent_parser_round_trip():
+    parsed = builder.parse_percent("# %% [markdown]\n# # 00 · T\n#\n# text\n\n# %%\nx = 1\n\n# %%\ny = 2\n")
+    assert parsed == [("markdown", "# 00 · T\n\ntext"), ("code", "x = 1"), ("code", "y = 2")]
+    with pytest.raises(ValueError):
+        builder.parse_percent("# %% [markdown]\nnot a comment\n")
