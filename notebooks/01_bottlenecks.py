@@ -113,7 +113,7 @@ print(f"Pinning alone gains only {pinned_gain:.1%}: in a serial loop the pin ({c
       f"the faster copy saves ({costs.copy_pageable_ms - costs.copy_pinned_ms:.1f} ms). It pays later, because "
       "only a copy from pinned memory can run asynchronously, which GPU prefetch needs.")
 print(f"Workers and prefetch give the big steps. With GPU prefetch the slowest stage is {stage} "
-      f"({ms:.1f} ms per batch) and the loop reaches {best.ms_per_batch and ms / best.ms_per_batch:.0%} of its "
+      f"({ms:.1f} ms per batch) and the loop reaches {ms / best.ms_per_batch:.0%} of its "
       f"rate: the GPU is the bottleneck, which is where you want it.")
 
 # %% [markdown]
@@ -246,4 +246,5 @@ else:
 my_answer = None
 answer = next(w for w in range(1, 257) if slowest_stage(preset("GPU prefetch", compute_ms=5.0, workers=w))[0] == "compute")
 if my_answer is not None:
-    print("right!" if my_answer == answer else f"not quite: loading costs {32 * 3.0 + 2.0:.0f} ms per batch; divide it among workers")
+    loading = naive.batch_size * (costs.read_ms + costs.decode_ms) + costs.collate_ms
+    print("right!" if my_answer == answer else f"not quite: loading costs {loading:.0f} ms per batch; divide it among workers")

@@ -117,7 +117,8 @@ print(table)
 #   Python calls inside them. The `%` columns divide by the whole profiled time.
 # * **CPU time avg** is total / **# of Calls**: 3 calls for a range that runs once per step over
 #   3 active steps.
-# * **Input Shapes**: `[[8, 3, 224, 224], ...]` is the batch entering the first convolution.
+# * **Input Shapes**: `[[B, 3, 224, 224], ...]` (B, the batch size) is the batch entering the first
+#   convolution.
 # * With CUDA, more columns appear: **Self CUDA** and **CUDA total**, time on the GPU. A CPU total
 #   far above the CUDA total of the same row means the GPU waits for the CPU.
 #
@@ -218,16 +219,6 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from gpufeed.bench import benchmark
 
-x = torch.stack(decoded).to(S.device)
-y = torch.zeros(B, dtype=torch.long, device=S.device)
-fresh = train_step(tiny_model(10).to(S.device))
-start = time.perf_counter()
-fresh(x, y)  # ends with loss.item(), so the GPU's work is included
-first_s = time.perf_counter() - start
-steady = benchmark(lambda: fresh(x, y), name="train step", warmup=2, repeats=config.pick(5, 20), items=B)
-print(f"first training step: {first_s * 1e3:.1f} ms; steady state: {steady.median * 1e3:.1f} ms "
-      f"({first_s / steady.median:.1f}x)")
-
 loader = DataLoader(TensorDataset(torch.arange(64 * B)), batch_size=B, num_workers=2)
 start = time.perf_counter()
 batches = iter(loader)
@@ -238,6 +229,20 @@ rest = sum(1 for _ in batches)
 per_batch_s = (time.perf_counter() - start) / rest
 print(f"DataLoader: first batch {first_batch_s * 1e3:.1f} ms, then {per_batch_s * 1e3:.2f} ms per batch "
       f"({first_batch_s / per_batch_s:,.0f}x)")
+
+x = torch.stack(decoded).to(S.device)
+y = torch.zeros(B, dtype=torch.long, device=S.device)
+fresh = train_step(tiny_model(10).to(S.device))
+start = time.perf_counter()
+fresh(x, y)  # ends with loss.item(), so the GPU's work is included
+first_s = time.perf_counter() - start
+steady = benchmark(lambda: fresh(x, y), name="train step", warmup=2, repeats=config.pick(5, 20), items=B)
+print(f"a new model's first training step: {first_s * 1e3:.1f} ms; steady state: {steady.median * 1e3:.1f} ms "
+      f"({first_s / steady.median:.1f}x)")
+if first_s < 1.2 * steady.median:
+    print("Here the new model's first step was not clearly slower: the profiled loop of section 3 already "
+          "paid, once for the whole process, what a first step costs (kernels chosen for these shapes, "
+          f"memory from the allocator), and the steady state's spread ({steady.iqr * 1e3:.1f} ms IQR) hides the rest.")
 
 # %% [markdown]
 # ### Mistake 3: no CUDA synchronisation
@@ -313,7 +318,8 @@ from gpufeed.bench import compare
 
 threads = torch.get_num_threads()
 torch.set_num_threads(1)  # as Timer(num_threads=1) did
-ours = [benchmark(lambda d=decode: [d(b) for b in sizes["224x224"]], name=name, items=B, repeats=config.pick(5, 20))
+ours = [benchmark(lambda d=decode: [d(b) for b in sizes["224x224"]], name=name, items=B, repeats=5,
+                  min_time=config.pick(0.2, 1.0))  # as long as Timer's min_run_time
         for name, decode in jpeg.available_decoders().items()]
 torch.set_num_threads(threads)
 print(compare(ours))
