@@ -1,0 +1,250 @@
+# %% [markdown]
+# # 01 · Bottlenecks
+#
+# **What you will learn:** why a training loop runs at the rate of its slowest stage only when
+# its stages overlap; the five classic timelines (naive, pinned memory, parallel workers, CPU
+# prefetch, GPU prefetch), drawn by a small pipeline simulator you can steer with sliders; and a
+# real, measured trace of a naive loop in the same chart, with the simulator's prediction of it.
+#
+# **Time:** about 20 minutes (2 in quick mode). **Prerequisites:** [00 · Setup](00_setup.ipynb).
+
+# %% [markdown]
+# ## 1. The idea
+#
+# Before a training step can use a batch, every image in it climbs the same stairs:
+#
+# ```
+#  file --read--> bytes --decode--> image --collate--> batch --pin--> pinned batch --copy--> GPU --compute
+#  |<------ a worker (CPU core), per sample ------->|  worker      pin thread        copy engine    GPU
+# ```
+#
+# Each stage runs on a **resource**: worker processes (CPU cores), the DataLoader's pin-memory
+# thread, the GPU's copy engine, the GPU's compute units. If the stages run one after the other,
+# a batch costs the *sum* of the stages. If they overlap, like the stations of an assembly line,
+# the loop runs at the rate of the *slowest resource* and everything else hides behind it. This
+# lesson is that one sentence: find the slowest resource, then overlap the rest behind it.
+
+# %% [markdown]
+# ## 2. A pipeline simulator, by hand first
+#
+# `gpufeed.simulator` is a small discrete-event model of that path. Its inputs are the cost of each
+# stage in milliseconds (`Costs`) and the loop's shape (`Pipeline`: batch size, workers, prefetch
+# depth, pinning, GPU prefetch); it returns every stage's start and end. The default costs are
+# illustrative, order-of-magnitude figures for 32 images of 224x224 (their docstring says where
+# each comes from); section 5 measures the real ones on this machine.
+
+# %%
+import matplotlib.pyplot as plt
+
+from gpufeed.simulator import Costs, Pipeline, simulate
+from gpufeed.timeline import gantt
+
+costs = Costs()
+naive = Pipeline(batch_size=32, workers=1, prefetch=0, pin=False, gpu_prefetch=False, costs=costs)
+result = simulate(naive, n_batches=12)
+print(costs)
+result.intervals[:3]
+
+# %% [markdown]
+# With one worker and nothing loaded ahead, nothing overlaps, so one batch costs the sum of its
+# stages. Add them up by hand and compare with the simulator:
+
+# %%
+by_hand = naive.batch_size * (costs.read_ms + costs.decode_ms) + costs.collate_ms + costs.copy_pageable_ms + costs.compute_ms
+print(f"by hand: {by_hand:.1f} ms per batch; simulated: {result.ms_per_batch:.1f} ms, "
+      f"that is {result.images_per_s:.0f} images/s")
+fig, ax = gantt(result.intervals, until=3 * result.ms_per_batch, title="naive: one core reads, then copies, then the GPU computes",
+                note="simulated with the default costs, not measured")
+plt.show()
+gpu = result.utilisation()["GPU"]
+print(f"The GPU computes {gpu:.0%} of the time and waits {1 - gpu:.0%}: decoding on one core is the long bar.")
+
+# %% [markdown]
+# ## 3. The five classic timelines
+#
+# Each preset adds one change to the one before it:
+#
+# | preset | what changes | what it buys |
+# |---|---|---|
+# | naive | one core loads, then a copy from pageable memory, then compute | nothing overlaps |
+# | pinned | the batch is pinned (page-locked) on the pin thread | a faster copy, from pinned memory |
+# | workers | 4 workers decode the batch's images in parallel | loading is 4x shorter |
+# | CPU prefetch | workers load 2 batches ahead of the loop | loading hides behind copy and compute |
+# | GPU prefetch | the next batch is copied on a side stream during this compute | the copy hides behind compute |
+
+# %%
+from gpufeed.simulator import PRESETS, preset, slowest_stage
+
+runs = {name: simulate(preset(name), n_batches=24) for name in PRESETS}
+heights = [len({i.resource for i in r.intervals}) + 1.2 for r in runs.values()]
+fig, axes = plt.subplots(len(runs), 1, figsize=(9, 0.4 * sum(heights)), sharex=True,
+                         gridspec_kw={"height_ratios": heights})
+for ax, (name, r) in zip(axes, runs.items()):
+    last = ax is axes[-1]
+    gantt(r.intervals, ax=ax, until=3 * runs["naive"].ms_per_batch, legend=ax is axes[0],
+          title=f"{name}: {r.images_per_s:,.0f} images/s", note="simulated with the default costs" if last else "")
+    if not last:
+        ax.set_xlabel("")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# The steady-state rates side by side, each with its ratio to the naive loop:
+
+# %%
+from gpufeed import plotting
+from gpufeed.bench import Measurement
+
+sim_ms = [Measurement(name, [r.ms_per_batch / 1000], items=r.pipeline.batch_size) for name, r in runs.items()]
+fig, ax = plotting.bars(sim_ms, baseline="naive", title="simulated steady state, default costs")
+ax.set_xlabel("images/s (simulated)")
+plt.show()
+names = list(runs)
+for before, after in zip(names, names[1:]):
+    a, b = runs[before], runs[after]
+    print(f"{after:>12}: {b.images_per_s:6,.0f} images/s, {b.images_per_s / a.images_per_s:.2f}x {before}; "
+          f"GPU busy {b.utilisation()['GPU']:.0%}")
+
+# %%
+pinned_gain = runs["pinned"].images_per_s / runs["naive"].images_per_s - 1
+stage, ms = slowest_stage(runs["GPU prefetch"].pipeline)
+best = runs["GPU prefetch"]
+print(f"Pinning alone gains only {pinned_gain:.1%}: in a serial loop the pin ({costs.pin_ms} ms) costs most of what "
+      f"the faster copy saves ({costs.copy_pageable_ms - costs.copy_pinned_ms:.1f} ms). It pays later, because "
+      "only a copy from pinned memory can run asynchronously, which GPU prefetch needs.")
+print(f"Workers and prefetch give the big steps. With GPU prefetch the slowest stage is {stage} "
+      f"({ms:.1f} ms per batch) and the loop reaches {ms / best.ms_per_batch:.0%} of its "
+      f"rate: the GPU is the bottleneck, which is where you want it.")
+
+# %% [markdown]
+# ## 4. Explore: change the costs and the knobs
+#
+# The chart below is the GPU prefetch preset; the sliders under it redraw the chart and the
+# predicted images/s (in JupyterLab or Colab; a notebook run without a browser shows only this
+# first chart). Things to try: set `compute` to 5 ms (a small model, or a fast GPU): what is the
+# bottleneck now, and how many workers does the GPU need? Set `copy pinned` to 40 ms (big
+# float32 images): when does GPU prefetch start to matter?
+
+# %%
+from gpufeed.explorer import explorer, show
+
+print(show(preset("GPU prefetch")))
+explorer(preset("GPU prefetch"))
+
+# %% [markdown]
+# ## 5. Measured, not only simulated
+#
+# Now a real naive loop over JPEGs generated from the course's photos: read the bytes, decode with
+# Pillow, stack into a batch, copy to the device, one training step of a small CNN (ending with
+# `loss.item()`). `gpufeed.instrument.naive_loop` wraps each stage in a timer and records the same
+# intervals as the simulator, so the real loop is drawn in the same chart. The main process
+# does the loading (the row is called `worker 1`, as in the simulator's naive preset). The first
+# batch pays for warm-up (lesson 02 shows why) and is left out of the means.
+
+# %%
+from gpufeed import config
+from gpufeed.instrument import list_images, naive_loop
+from gpufeed.synth import synth_folder
+
+B = config.pick(quick=8, full=32)
+n_batches = config.pick(quick=6, full=16)
+folder = synth_folder(config.cache_dir() / f"lesson01-224x224-q90-n{B * n_batches}", n=B * n_batches,
+                      size=(224, 224), quality=90).path
+files, labels = list_images(folder)
+rec = naive_loop(files, labels, batch_size=B, n_batches=n_batches, device=S.device)
+print(f"measured: {rec.images_per_s:,.0f} images/s, {rec.ms_per_batch:.1f} ms per batch of {B} on {S.device}")
+
+# %%
+means = rec.stage_means()
+total = sum(means.values())
+for stage, ms in means.items():
+    print(f"{stage:>8}: {ms:8.2f} ms per batch ({ms / total:5.1%})")
+fig, ax = gantt(rec.intervals, until=rec.step_end[min(3, n_batches - 1)], machine=S.machine,
+                title=f"a real naive loop, batches of {B} 224x224 JPEGs")
+plt.show()
+
+# %% [markdown]
+# Feed the measured mean costs into the simulator (read and decode become per-sample costs) and
+# compare its prediction with the measurement. For a serial loop the model just adds the stages,
+# so what it misses is the time *between* them: Python, the timer itself, anything unrecorded.
+
+# %%
+from gpufeed.simulator import Costs
+
+measured_costs = Costs.from_stage_means(means, batch_size=B)
+predicted = simulate(Pipeline(batch_size=B, costs=measured_costs), n_batches=20)
+ratio = predicted.images_per_s / rec.images_per_s
+print(f"predicted {predicted.images_per_s:,.0f} images/s, measured {rec.images_per_s:,.0f}: "
+      f"predicted / measured = {ratio:.2f}")
+print(f"The recorded stages cover {total / rec.ms_per_batch:.1%} of each batch's time; the rest is the gaps "
+      f"between them, which the model does not know about.")
+
+# %% [markdown]
+# With the measured costs, the simulator can answer *what if*: what would the other presets give
+# on this machine? (Pinned costs are not measured here, so the defaults stand in for them.)
+
+# %%
+what_if = {name: simulate(preset(name, costs=measured_costs, batch_size=B)).images_per_s for name in PRESETS}
+for name, rate in what_if.items():
+    print(f"{name:>12}: {rate:8,.0f} images/s predicted ({rate / what_if['naive']:.2f}x naive)")
+if not S.cuda:
+    print(f"Careful: without a GPU the model step runs on the same {S.machine['cores']} cores as the workers, "
+          "while the simulator gives it a resource of its own: these what-ifs are optimistic here.")
+
+# %% [markdown]
+# ## 6. Saved, and the reference from a GPU
+#
+# The measurement goes to this machine's results folder. On a machine with CUDA this cell also
+# writes the reference that learners without a GPU see below.
+
+# %%
+from gpufeed import results
+
+naive_measured = rec.measurement("naive loop, measured", size="224x224", device=str(S.device))
+naive_predicted = Measurement("naive loop, simulated", [predicted.ms_per_batch / 1000], items=B)
+saved = results.save_lesson("lesson01", [naive_measured, naive_predicted], stage_means_ms=means,
+                            predicted_over_measured=ratio, what_if_images_per_s=what_if)
+print(f"saved to {saved}")
+
+# %%
+ref = None if S.cuda else results.reference("lesson01")
+if S.cuda:
+    print(f"Measured above on {S.machine['gpu']}: this run is the GPU reference.")
+elif ref is None:
+    print("No CUDA here, and no GPU reference is committed yet (results/<gpu>/lesson01.json).\n"
+          "Run this notebook on a GPU with GPUFEED_RESULTS=results to add one.")
+else:
+    ref_ms, doc = ref
+    gpu_means = doc["stage_means_ms"]
+    print(f"On {doc['machine']['gpu']}, the naive loop ran at {ref_ms[0].items_per_s:,.0f} images/s "
+          f"(predicted / measured = {doc['predicted_over_measured']:.2f}); per batch of {ref_ms[0].items:.0f}:")
+    for stage, ms in gpu_means.items():
+        print(f"{stage:>8}: {ms:8.2f} ms ({ms / sum(gpu_means.values()):5.1%})")
+
+# %% [markdown]
+# ## Key takeaways
+#
+# * A loop whose stages run one after another costs the sum of its stages; a loop whose stages
+#   overlap runs at the rate of its slowest resource. Overlap is the whole game.
+# * Parallel workers shorten the loading, prefetching hides it behind compute, and GPU prefetch
+#   hides the copy, which needs pinned memory. Pinning alone barely helps a serial loop.
+# * Measure the stages, then reason with a model: the simulator, fed this machine's costs, says
+#   which change can pay off before you write it. Lesson 02 gives the instruments.
+#
+# ## Exercises
+#
+# 1. With a GPU that computes a batch in 5 ms (`compute_ms=5.0`), how many workers does the GPU
+#    prefetch preset need before compute is the slowest stage again? Work it out from the costs,
+#    then check with the cell below.
+# 2. In the explorer, turn GPU prefetch on but pinning off. Why does the copy no longer hide
+#    behind compute? (Hint: what does a copy from pageable memory do to the host thread?)
+# 3. Re-run section 5 with `decode=gpufeed.jpeg.decode_torchvision` passed to `naive_loop`. How
+#    much does the predicted rate of the "workers" preset change with the measured decode cost?
+
+# %%
+# Self-check for exercise 1: fill in your answer (a number of workers).
+my_answer = None
+answer = next(w for w in range(1, 257) if slowest_stage(preset("GPU prefetch", compute_ms=5.0, workers=w))[0] == "compute")
+if my_answer is not None:
+    loading = naive.batch_size * (costs.read_ms + costs.decode_ms) + costs.collate_ms
+    print("right!" if my_answer == answer else f"not quite: loading costs {loading:.0f} ms per batch; divide it among workers")

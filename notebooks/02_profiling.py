@@ -1,0 +1,378 @@
+# %% [markdown]
+# # 02 · Profiling and benchmarking
+#
+# **What you will learn:** how to see where a loop's time goes with `torch.profiler`
+# (`record_function`, `schedule`, `key_averages`, a chrome trace opened in Perfetto); how to turn
+# a trace into numbers (time per stage, GPU idle fraction); and how to time code honestly: the
+# classic mistakes first (timing a lazy iterator, no warm-up, no CUDA sync), then
+# `torch.utils.benchmark` and the course's own harness.
+#
+# **Time:** about 25 minutes (2 in quick mode). **Prerequisites:** [01 · Bottlenecks](01_bottlenecks.ipynb).
+
+# %% [markdown]
+# ## 1. Two instruments
+#
+# A **profiler** answers *where does the time go?*: it records every operator and every range you
+# name, on the CPU and (with CUDA) on the GPU, and shows them as a table or a timeline. It slows
+# the program a little and is not a stopwatch. A **benchmark** answers *how long does this take?*
+# with one honest number and its spread. You need both: the profiler finds the stage worth
+# changing, the benchmark proves the change helped.
+
+# %% [markdown]
+# ## 2. The loop to profile
+#
+# The naive loop of lesson 01, written out with each stage inside `record_function("name")`: a
+# named range that shows up in the profiler's table and timeline. The model is lesson 01's small
+# CNN (`gpufeed.instrument.tiny_model`), which takes `uint8` images and converts them itself.
+
+# %%
+import os
+
+os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # hides the profiler's C++ log lines (harmless errors on CPU)
+
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+from gpufeed import config
+from gpufeed.instrument import list_images, tiny_model, train_step
+from gpufeed.jpeg import decode_pil
+from gpufeed.synth import synth_folder
+
+B = config.pick(quick=8, full=32)
+n = B * config.pick(quick=4, full=16)
+folder = synth_folder(config.cache_dir() / f"lesson02-224x224-q90-n{n}", n=n, size=(224, 224), quality=90).path
+files, labels = list_images(folder)
+step = train_step(tiny_model(max(labels) + 1).to(S.device))
+
+
+def one_step(b):
+    idx = [(b * B + k) % n for k in range(B)]
+    with record_function("read"):
+        blobs = [files[k].read_bytes() for k in idx]
+    with record_function("decode"):
+        images = [decode_pil(blob) for blob in blobs]
+    with record_function("collate"):
+        x, y = torch.stack(images), torch.tensor([labels[k] for k in idx])
+    with record_function("copy"):
+        x, y = x.to(S.device), y.to(S.device)
+    with record_function("compute"):
+        step(x, y)
+
+
+# %% [markdown]
+# ## 3. Profiling with a schedule
+#
+# Profiling every step of a long run makes huge traces, and the first steps are not typical
+# (lesson 01's warm-up). `schedule` says which steps to record; `prof.step()` marks the end of each:
+#
+# * `skip_first=1`: ignore the first step altogether;
+# * then cycles of `wait=1` step (not recorded), `warmup=1` step (recorded, then thrown away: the
+#   profiler's own start-up cost lands there), `active=3` steps (kept);
+# * `repeat=2` cycles, then stop. After each cycle's active steps, `on_trace_ready(prof)` runs:
+#   here it writes a chrome trace. (Torch warns that each cycle clears the previous one's events:
+#   the table below is the last cycle's.)
+#
+# So 1 + 2 x (1 + 1 + 3) = 11 steps, 6 of them recorded, in 2 traces. With CUDA, the GPU's
+# kernels and copies are recorded too.
+
+# %%
+activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if S.cuda else [])
+trace_dir = config.cache_dir() / "lesson02-traces"
+trace_dir.mkdir(parents=True, exist_ok=True)
+traces = []
+
+
+def on_trace_ready(prof):
+    path = trace_dir / f"naive-loop-step{prof.step_num}.json"
+    prof.export_chrome_trace(str(path))
+    traces.append(path)
+
+
+plan = schedule(skip_first=1, wait=1, warmup=1, active=3, repeat=2)
+with profile(activities=activities, schedule=plan, on_trace_ready=on_trace_ready, record_shapes=True) as prof:
+    for b in range(1 + 2 * (1 + 1 + 3)):
+        one_step(b)
+        prof.step()
+print("\n".join(str(p) for p in traces))
+
+# %% [markdown]
+# ## 4. Reading `key_averages`
+#
+# `key_averages()` adds up the recorded events per name; `group_by_input_shape=True` splits them
+# further by the shapes of their inputs (that is what `record_shapes=True` was for), so the
+# same operator on two different sizes gets two lines.
+
+# %%
+table = prof.key_averages(group_by_input_shape=True).table(
+    sort_by="cpu_time_total", row_limit=12, max_name_column_width=28, max_shapes_column_width=45)
+print(table)
+
+# %% [markdown]
+# Line by line:
+#
+# * **Name**: an operator (`aten::conv2d`, the C++ op behind `nn.Conv2d`) or one of our ranges
+#   (`decode`). `ProfilerStep*` is the range `prof.step()` draws around each step.
+# * **Self CPU** is time spent in that event itself, **CPU total** includes everything it called:
+#   our ranges have a large total and a tiny self time, because the work is in the operators and
+#   Python calls inside them. The `%` columns divide by the whole profiled time.
+# * **CPU time avg** is total / **# of Calls**: 3 calls for a range that runs once per step over
+#   3 active steps.
+# * **Input Shapes**: `[[B, 3, 224, 224], ...]` (B, the batch size) is the batch entering the first
+#   convolution.
+# * With CUDA, more columns appear: **Self CUDA** and **CUDA total**, time on the GPU. A CPU total
+#   far above the CUDA total of the same row means the GPU waits for the CPU.
+#
+# The same numbers are there to compute with, per event name:
+
+# %%
+events = {e.key: e for e in prof.key_averages()}
+stages = ["read", "decode", "collate", "copy", "compute"]
+step_us = events["ProfilerStep*"].cpu_time_total
+for name in stages:
+    e = events[name]
+    print(f"{name:>8}: {e.cpu_time_total / e.count / 1000:8.2f} ms per step, {e.cpu_time_total / step_us:5.1%} of the step")
+slowest = max(stages, key=lambda s: events[s].cpu_time_total)
+print(f"The profiler points at {slowest}: {events[slowest].cpu_time_total / step_us:.0%} of each profiled step.")
+
+# %% [markdown]
+# ## 5. The chrome trace
+#
+# The exported JSON files (paths printed above) are timelines. To look at one, open
+# [ui.perfetto.dev](https://ui.perfetto.dev) and drag the file onto the page (it stays on your
+# machine), or open `chrome://tracing` in Chrome and press *Load*. `W`/`S` zoom, `A`/`D` pan; click
+# a range to see its duration and, with `record_shapes`, its inputs. On a GPU machine the kernels
+# appear on their own rows, one per CUDA stream, under the CPU threads that launched them.
+#
+# The same trace, drawn with lesson 01's Gantt chart (`gpufeed.trace.intervals` turns it into
+# intervals; the stage names pick the course colours):
+
+# %%
+import matplotlib.pyplot as plt
+
+from gpufeed import trace
+from gpufeed.timeline import gantt
+
+fig, ax = gantt(trace.intervals(traces[-1], names=stages), machine=S.machine,
+                title="the last profiled cycle: 3 steps of the naive loop")
+plt.show()
+
+# %% [markdown]
+# ## 6. From a trace to a number
+#
+# `gpufeed.trace` reads an exported trace and reports the time per named stage and, when CUDA
+# kernels are in it, the share of the profiled time in which no kernel ran: the GPU idle fraction.
+# That one number says whether the GPU is starved; lessons 07 and 08 drive it down.
+
+# %%
+print(trace.report(traces[-1], names=stages))
+summary = trace.summary(traces[-1], names=stages)
+idle = summary["gpu_idle_fraction"]
+if idle is not None:
+    print(f"On {S.machine['gpu']} the GPU sat idle {idle:.0%} of the time: the data path starves it.")
+
+# %%
+from gpufeed import results
+
+ref = None if S.cuda else results.reference("lesson02")
+if not S.cuda:
+    print("No CUDA here, so no kernels in the trace and no GPU idle fraction.")
+    if ref is None:
+        print("No GPU reference is committed yet (results/<gpu>/lesson02.json): run this notebook on a GPU "
+              "with GPUFEED_RESULTS=results to add one.")
+    else:
+        ref_summary = ref[1]["trace_summary"]
+        print(f"On {ref[1]['machine']['gpu']}, the same loop left the GPU idle "
+              f"{ref_summary['gpu_idle_fraction']:.0%} of the time; per step:")
+        for name, t in ref_summary["stages"].items():
+            print(f"{name:>8}: {t['mean_ms']:8.2f} ms ({t['share']:5.1%} of the window)")
+
+# %% [markdown]
+# ## 7. Honest timing: the classic mistakes first
+#
+# ### Mistake 1: timing a lazy iterator
+#
+# `map`, generators and `iter(dataloader)` do no work when created: the work happens when you
+# take items out. Timing the creation measures nothing.
+
+# %%
+import time
+
+blobs = [f.read_bytes() for f in files[:B]]
+start = time.perf_counter()
+lazy = map(decode_pil, blobs)  # nothing decoded yet
+lazy_s = time.perf_counter() - start
+start = time.perf_counter()
+decoded = list(map(decode_pil, blobs))  # list() takes every item out: now they are decoded
+eager_s = time.perf_counter() - start
+print(f"'decoding' {B} images lazily: {lazy_s * 1e6:.1f} us. Really decoding them: {eager_s * 1e3:.1f} ms, "
+      f"{eager_s / lazy_s:,.0f}x longer.")
+
+# %% [markdown]
+# ### Mistake 2: no warm-up
+#
+# The first call of anything pays once for what later calls reuse: memory allocation, a new
+# model's first backward pass, kernels chosen for a new shape, and for a DataLoader, starting its
+# worker processes. Timing the first call measures the start-up, not the steady state.
+
+# %%
+from torch.utils.data import DataLoader, TensorDataset
+
+from gpufeed.bench import benchmark
+
+loader = DataLoader(TensorDataset(torch.arange(64 * B)), batch_size=B, num_workers=2)
+start = time.perf_counter()
+batches = iter(loader)
+next(batches)  # the first batch waits for two worker processes to start
+first_batch_s = time.perf_counter() - start
+start = time.perf_counter()
+rest = sum(1 for _ in batches)
+per_batch_s = (time.perf_counter() - start) / rest
+print(f"DataLoader: first batch {first_batch_s * 1e3:.1f} ms, then {per_batch_s * 1e3:.2f} ms per batch "
+      f"({first_batch_s / per_batch_s:,.0f}x)")
+
+x = torch.stack(decoded).to(S.device)
+y = torch.zeros(B, dtype=torch.long, device=S.device)
+fresh = train_step(tiny_model(10).to(S.device))
+start = time.perf_counter()
+fresh(x, y)  # ends with loss.item(), so the GPU's work is included
+first_s = time.perf_counter() - start
+steady = benchmark(lambda: fresh(x, y), name="train step", warmup=2, repeats=config.pick(5, 20), items=B)
+print(f"a new model's first training step: {first_s * 1e3:.1f} ms; steady state: {steady.median * 1e3:.1f} ms "
+      f"({first_s / steady.median:.1f}x)")
+if first_s < 1.2 * steady.median:
+    print("Here the new model's first step was not clearly slower: the profiled loop of section 3 already "
+          "paid, once for the whole process, what a first step costs (kernels chosen for these shapes, "
+          f"memory from the allocator), and the steady state's spread ({steady.iqr * 1e3:.1f} ms IQR) hides the rest.")
+
+# %% [markdown]
+# ### Mistake 3: no CUDA synchronisation
+#
+# CUDA calls return as soon as the work is *queued*; the GPU does it later. A timer stopped right
+# after the call measures the queueing. `torch.cuda.synchronize()` waits for the GPU, so it goes
+# inside the timed region. This needs a GPU; without one, the cell shows the reference.
+
+# %%
+from gpufeed.bench import Measurement
+
+sync_ms = []
+if S.cuda:
+    a = torch.randn(4096, 4096, device="cuda")
+    for _ in range(3):
+        a @ a  # warm-up
+    torch.cuda.synchronize()
+    for synced in (False, True):
+        start = time.perf_counter()
+        for _ in range(10):
+            a @ a
+        if synced:
+            torch.cuda.synchronize()
+        sync_ms.append(Measurement("matmul, synced" if synced else "matmul, no sync",
+                                   [(time.perf_counter() - start) / 10], params={"n": 4096}))
+        torch.cuda.synchronize()
+    sync_machine = S.machine
+elif ref is not None:
+    sync_ms = [m for m in ref[0] if m.name.startswith("matmul")]
+    sync_machine = ref[1]["machine"]
+    print(f"No CUDA here: showing the reference measured on {sync_machine['gpu']}.")
+else:
+    print("No CUDA here, and no GPU reference is committed yet: run this notebook on a GPU to see it.")
+if sync_ms:
+    no_sync, synced = sync_ms
+    print(f"4096x4096 matmul: {no_sync.median * 1e6:,.0f} us per call without a sync, "
+          f"{synced.median * 1e6:,.0f} us with one: the unsynced timer was {synced.median / no_sync.median:.0f}x too "
+          f"optimistic (on {sync_machine['gpu']}).")
+
+# %% [markdown]
+# ## 8. Doing it right: `torch.utils.benchmark`
+#
+# `torch.utils.benchmark.Timer` warms up, synchronises CUDA when it is present, chooses how many
+# runs to time (`blocked_autorange`), keeps every sample, and pins the number of threads so that
+# two results are comparable. `Compare` prints many results as one table: rows are `sub_label`s,
+# columns `description`s, grouped by `label`. Here: each decoder this machine has, on a batch of
+# JPEGs at two sizes.
+
+# %%
+from torch.utils import benchmark as tb
+
+from gpufeed import jpeg
+
+sizes = {"224x224": blobs}
+big = synth_folder(config.cache_dir() / "lesson02-640x480-q90-n8", n=8, size=(640, 480), quality=90).path
+sizes["640x480"] = [p.read_bytes() for p in sorted(big.rglob("*.jpg"))]
+timers = []
+for dec_name, decode in jpeg.available_decoders().items():
+    for size, data in sizes.items():
+        timer = tb.Timer("[decode(b) for b in data]", globals={"decode": decode, "data": data},
+                         num_threads=1, label="JPEG decode, one thread", sub_label=dec_name,
+                         description=f"{len(data)} x {size}")
+        timers.append(timer.blocked_autorange(min_run_time=config.pick(0.2, 1.0)))
+tb.Compare(timers).print()
+
+# %% [markdown]
+# The course's harness (`gpufeed.bench.benchmark`, built in lesson 00) does the same job and adds
+# what the later lessons need: images/s and GB/s, a ratio to a baseline, the machine it ran on,
+# and JSON. Its median should agree with `Timer`'s on the same work:
+
+# %%
+from gpufeed.bench import compare
+
+threads = torch.get_num_threads()
+torch.set_num_threads(1)  # as Timer(num_threads=1) did
+ours = [benchmark(lambda d=decode: [d(b) for b in sizes["224x224"]], name=name, items=B, repeats=5,
+                  min_time=config.pick(0.2, 1.0))  # as long as Timer's min_run_time
+        for name, decode in jpeg.available_decoders().items()]
+torch.set_num_threads(threads)
+print(compare(ours))
+theirs = {m.task_spec.sub_label: m for m in timers if m.task_spec.description.endswith("224x224")}
+ratios = {m.name: m.median / theirs[m.name].median for m in ours}
+for m in ours:
+    print(f"{m.name}: harness {m.median * 1e3:.2f} ms, Timer {theirs[m.name].median * 1e3:.2f} ms "
+          f"(ratio {ratios[m.name]:.2f})")
+if all(0.8 < r < 1.25 for r in ratios.values()):
+    print("The two tools agree within 25%: the same work gives the same answer.")
+else:
+    print("They differ by more than 25%: they ran at different moments on a busy machine (see the IQR "
+          "and the noisy marks). Re-run the Timer cell and this one, and compare again.")
+
+# %% [markdown]
+# ## 9. Saved
+#
+# What this lesson measured goes to this machine's results folder (and, on a GPU run with
+# `GPUFEED_RESULTS=results`, becomes the reference that learners without a GPU see above).
+
+# %%
+lesson = [steady, *ours, *(sync_ms if S.cuda else [])]
+saved = results.save_lesson("lesson02", lesson, trace_summary=summary,
+                            first_step_s=first_s, first_batch_s=first_batch_s, lazy_s=lazy_s, eager_s=eager_s)
+print(f"saved to {saved}")
+
+# %% [markdown]
+# ## Key takeaways
+#
+# * Name your stages with `record_function` and profile a few steps chosen by `schedule`, after a
+#   warm-up; read `key_averages` (self vs total) and open the trace in Perfetto.
+# * One number from a trace, the GPU idle fraction, says whether the GPU is starved.
+# * Time honestly: consume lazy iterators inside the timed region, warm up first, synchronise
+#   CUDA inside the timer, keep every sample and look at the spread. `torch.utils.benchmark` and
+#   `gpufeed.bench.benchmark` do all of it.
+#
+# ## Exercises
+#
+# 1. With `schedule(skip_first=2, wait=1, warmup=1, active=2, repeat=3)` and 20 calls of
+#    `prof.step()`, how many times does `on_trace_ready` run, and after which steps? Work it out,
+#    then check with the cell below.
+# 2. Move `prof.step()` out of the loop (call it once after the loop). What happens to the trace
+#    and why?
+# 3. Time `iter(loader)` alone, then `next(iter(loader))`, for `num_workers=0` and `2`. Which of
+#    the three mistakes does each number show?
+
+# %%
+# Self-check for exercise 1: fill in your answer, a list of the step numbers after which it runs.
+my_answer = None
+ready_at = []
+with profile(activities=[ProfilerActivity.CPU], on_trace_ready=lambda p: ready_at.append(p.step_num),
+             schedule=schedule(skip_first=2, wait=1, warmup=1, active=2, repeat=3)) as p:
+    for _ in range(20):
+        p.step()
+if my_answer is not None:
+    print("right!" if list(my_answer) == ready_at else "not quite: count skip_first, then cycles of wait + warmup + active")
