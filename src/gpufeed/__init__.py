@@ -18,6 +18,7 @@ __version__ = "0.1.0"
 
 _MODULES = {"bench", "ceilings", "cli", "config", "doctor", "jpeg", "machine", "photos", "plotting",
             "results", "session", "synth"}
+_MODULES |= {"folder", "loader", "memmap", "staging"}  # lessons 05-06
 
 __all__ = sorted(_MODULES | {"setup", "Session"})
 
