@@ -115,7 +115,7 @@ class _Fields:
         if self.kind == "tensor":
             return fields[""]
         if self.kind == "sequence":
-            return tuple(fields[str(i)] for i in range(len(fields)))
+            return tuple(fields.values())  # built in the order of self.tensors
         if self.kind == "dict":
             return fields
         if self.kind == "tensordict":
@@ -232,7 +232,11 @@ class FastLoader:
 
     def _index_batches(self, epoch: int) -> Iterator[torch.Tensor]:
         bs, left = self.batch_size, len(self)
-        pending: list[torch.Tensor] = []
+        if self.group_size is None:  # one chunk: split it into views, one torch call per epoch
+            (order,) = self._chunks(epoch)
+            yield from order.split(bs)[:left]
+            return
+        pending: list[torch.Tensor] = []  # grouped: blocks of any size, re-cut into batches
         have = 0
         for chunk in self._chunks(epoch):
             while chunk.numel() and left:
@@ -275,10 +279,11 @@ class FastLoader:
         return {k: v[:b] for k, v in self._ring[slot].items()}, done
 
     def _fetch(self, idx: torch.Tensor):
-        b = len(idx)
+        b, tensors = idx.shape[0], self.fields.tensors
+        if self.device is None and not self.reuse_buffers:  # the plain CPU path: as little Python as can be
+            return self.fields.build({k: torch.index_select(t, 0, idx) for k, t in tensors.items()}, b)
         out, done = self._buffers(b)
-        got = {k: torch.index_select(t, 0, idx, out=None if out is None else out[k])
-               for k, t in self.fields.tensors.items()}
+        got = {k: torch.index_select(t, 0, idx, out=None if out is None else out[k]) for k, t in tensors.items()}
         if self.device is not None and self.device.type != "cpu":
             # Whole batch, one copy per field; from pinned memory it is asynchronous (lesson 03, 08).
             got = {k: v.to(self.device, non_blocking=True) for k, v in got.items()}
