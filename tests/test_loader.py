@@ -135,6 +135,13 @@ def test_bad_arguments(kwargs, message):
         FastLoader(torch.arange(4), **kwargs)
 
 
+def test_cuda_without_a_gpu_is_refused_at_once():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(ValueError, match="torch sees no GPU"):
+        FastLoader(torch.arange(4), 2, device="cuda")
+
+
 def test_bad_data():
     with pytest.raises(ValueError, match="same length"):
         FastLoader((torch.arange(4), torch.arange(5)), 2)

@@ -161,7 +161,8 @@ class FastLoader:
     """Shuffled index permutation + slicing + one gather per batch; seeded, reshuffled each epoch.
 
     Args:
-        data: what :func:`gather` accepts; all fields share their first dimension.
+        data: what :func:`gather` accepts; all fields share their first dimension (a tensorclass:
+            its tensor fields).
         batch_size: samples per batch.
         shuffle: a new random order each epoch; False keeps ``0..n-1``.
         seed: the order of epoch ``e`` depends only on ``(seed, e)``: the same on every rank.
@@ -195,6 +196,8 @@ class FastLoader:
         self.rank, self.world_size, self.group_size = rank, world_size, group_size
         self.sort_indices, self.reuse_buffers = sort_indices, reuse_buffers
         self.device = torch.device(device) if device is not None else None
+        if self.device is not None and self.device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError("FastLoader: device='cuda' but torch sees no GPU; pass device=None to stay on the CPU")
         self.epoch = 0
         self._ring: list[dict[str, torch.Tensor]] = []
         self._events: list = []
