@@ -39,6 +39,9 @@ def test_every_index_once_new_order_each_epoch_same_for_the_same_seed(group_size
     assert epoch_order(FastLoader(data, batch_size=10, seed=4, group_size=group_size)) != epochs[0]
     twin.set_epoch(1)
     assert epoch_order(twin) == epochs[1]
+    twin.set_epoch(0)
+    first, second = iter(twin), iter(twin)  # each iter() takes the next epoch at once
+    assert torch.cat(list(second)).tolist() == epochs[1] and torch.cat(list(first)).tolist() == epochs[0]
     assert [len(b) for b in loader] == [10] * 10 + [3] and len(loader) == 11
 
 

@@ -253,7 +253,10 @@ class FastLoader:
             yield torch.cat(pending)
 
     def __iter__(self) -> Iterator:
-        epoch, self.epoch = self.epoch, self.epoch + 1
+        epoch, self.epoch = self.epoch, self.epoch + 1  # now, not at the first next()
+        return self._epoch(epoch)
+
+    def _epoch(self, epoch: int) -> Iterator:
         for idx in self._index_batches(epoch):
             yield self._fetch(idx.sort().values if self.sort_indices else idx)
 
