@@ -37,11 +37,14 @@ import numpy as np
 import torch
 
 
+def _seed(*key: int) -> int:
+    """A 63-bit seed from a tuple of ints (seed, epoch) via NumPy's SeedSequence, which spreads
+    nearby keys far apart: (0, 1) and (1, 0) give unrelated streams."""
+    return int(np.random.SeedSequence([k & 0xFFFFFFFF for k in key]).generate_state(1, np.uint64)[0] >> 1)
+
+
 def _generator(*key: int) -> torch.Generator:
-    """A torch generator seeded from a tuple of ints (seed, epoch, ...) via NumPy's SeedSequence,
-    which spreads nearby keys far apart: (0, 1) and (1, 0) give unrelated streams."""
-    seed = int(np.random.SeedSequence([k & 0xFFFFFFFF for k in key]).generate_state(2, np.uint64)[0] >> 1)
-    return torch.Generator().manual_seed(seed)
+    return torch.Generator().manual_seed(_seed(*key))
 
 
 def permutation(n: int, seed: int = 0, epoch: int = 0) -> torch.Tensor:
@@ -72,12 +75,15 @@ def grouped_permutation(n: int, group: int, seed: int = 0, epoch: int = 0) -> to
 def _grouped_chunks(n: int, group: int, seed: int, epoch: int, lo: int, hi: int) -> Iterator[torch.Tensor]:
     """Positions ``lo..hi-1`` of the grouped order, one block at a time. Each block is shuffled by
     its own generator (seed, epoch, block), so every rank computes only the blocks it needs."""
-    blocks = torch.randperm(math.ceil(n / group), generator=_generator(seed, epoch)).tolist()
+    base = _seed(seed, epoch)
+    blocks = torch.randperm(math.ceil(n / group), generator=torch.Generator().manual_seed(base)).tolist()
+    gen = torch.Generator()
     pos = 0  # position in the global order where the current block starts
     for b in blocks:
         start, length = b * group, min(group, n - b * group)
         if pos + length > lo and pos < hi:
-            order = start + torch.randperm(length, generator=_generator(seed, epoch, b + 1))
+            gen.manual_seed((base + b + 1) % 2**63)  # block b's own stream: any rank can make it alone
+            order = start + torch.randperm(length, generator=gen)
             yield order[max(0, lo - pos):hi - pos]
         pos += length
         if pos >= hi:
