@@ -1,4 +1,4 @@
-"""The command line: ``python -m gpufeed doctor | data synth | bench``.
+"""The command line: ``python -m gpufeed doctor | data synth | data memmap | bench``.
 
 Bad arguments give one line on stderr that says what is wrong and what to do, and exit status 2.
 
@@ -45,6 +45,16 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--overwrite", action="store_true", help="replace a different generated dataset in --out")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
 
+    m = data_sub.add_parser("memmap", help="decode an image folder once into a memory-mapped uint8 dataset")
+    m.add_argument("src", metavar="SRC", help="image folder in ImageFolder layout: SRC/<class>/<image>")
+    m.add_argument("dst", metavar="DST", help="destination folder (created; must be new or empty)")
+    m.add_argument("--size", default="224x224",
+                   help="WIDTHxHEIGHT every image is brought to: resize the short side, crop the centre (default 224x224)")
+    m.add_argument("--workers", type=int, default=1, help="processes that decode (default 1: this one)")
+    m.add_argument("--skip-bad", action="store_true", help="skip unreadable images (and list them) instead of stopping")
+    m.add_argument("--overwrite", action="store_true", help="replace a memmap dataset already in DST")
+    m.add_argument("--no-progress", action="store_true", help="no progress bar")
+
     b = sub.add_parser("bench", help="measure this machine's ceilings and write JSON + plots")
     b.add_argument("--out", default=None, help="folder for the results (default: results folder / machine)")
     b.add_argument("--quick", action="store_true", help="tiny sizes (same as GPUFEED_QUICK=1)")
@@ -53,22 +63,59 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _guarded(work, errors):
+    """``(result, 0)`` from ``work()``; an expected error is one line on stderr and exit status 2,
+    Ctrl-C is exit status 130 (the writers are atomic, so nothing half-written is kept)."""
+    try:
+        return work(), 0
+    except errors as e:
+        print(f"error: {e}", file=sys.stderr)
+        return None, 2
+    except KeyboardInterrupt:
+        print("interrupted: nothing was kept", file=sys.stderr)
+        return None, 130
+
+
 def _synth(args) -> int:
     from gpufeed.synth import SynthError, parse_size, synth_folder
 
-    try:
-        size = parse_size(args.size)
-        r = synth_folder(args.out, n=args.n, size=size, quality=args.quality, classes=args.classes,
-                         seed=args.seed, workers=args.workers, progress=not args.no_progress,
-                         overwrite=args.overwrite)
-    except SynthError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted: nothing was kept", file=sys.stderr)
-        return 130
+    r, status = _guarded(lambda: synth_folder(
+        args.out, n=args.n, size=parse_size(args.size), quality=args.quality, classes=args.classes,
+        seed=args.seed, workers=args.workers, progress=not args.no_progress, overwrite=args.overwrite), SynthError)
+    if status:
+        return status
     verb = "already there, nothing to do" if r.reused else f"written in {r.seconds:.1f} s"
     print(f"{r.path}: {r.n} images, {r.total_bytes / 1e6:.1f} MB, {verb}")
+    return 0
+
+
+def _memmap_size(args) -> tuple[int, int]:
+    from gpufeed.synth import SynthError, parse_size
+
+    if args.workers < 1:
+        raise SynthError(f"--workers must be 1 or more (got {args.workers})")
+    return parse_size(args.size)
+
+
+def _memmap(args) -> int:
+    from gpufeed.synth import SynthError
+
+    # Arguments first: a typo is answered at once, before torch and tensordict load.
+    size, status = _guarded(lambda: _memmap_size(args), SynthError)
+    if status:
+        return status
+    from gpufeed.memmap import MemmapError, build_memmap
+
+    r, status = _guarded(lambda: build_memmap(args.src, args.dst, size, workers=args.workers, skip_bad=args.skip_bad,
+                                              overwrite=args.overwrite, progress=not args.no_progress), MemmapError)
+    if status:
+        return status
+    w, h = r.size
+    print(f"{r.path}: {r.n} images {w}x{h}, {r.nbytes / 1e6:.1f} MB, written in {r.seconds:.1f} s")
+    if r.skipped:
+        print(f"skipped {len(r.skipped)} unreadable image(s):")
+        for bad in r.skipped:
+            print(f"  {bad['path']}: {bad['error']}")
     return 0
 
 
@@ -116,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
         return doctor_main()
     if args.command == "data" and args.data_command == "synth":
         return _synth(args)
+    if args.command == "data" and args.data_command == "memmap":
+        return _memmap(args)
     if args.command == "bench":
         return _bench(args)
     raise AssertionError(args)

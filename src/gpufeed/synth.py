@@ -23,12 +23,10 @@ Example:
 
 from __future__ import annotations
 
-import errno
 import io
 import json
 import os
 import re
-import shutil
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
@@ -36,7 +34,10 @@ from pathlib import Path
 
 import numpy as np
 
+from gpufeed import staging
 from gpufeed.photos import load_photo, photo_paths
+from gpufeed.staging import free_bytes  # noqa: F401  (tests point synth.free_bytes at a tiny limit)
+from gpufeed.staging import remove_stale_staging as _remove_stale_staging  # noqa: F401
 
 MANIFEST = "gpufeed-synth.json"
 FORMAT_VERSION = 1
@@ -164,11 +165,6 @@ def estimate_bytes(spec: SynthSpec) -> int:
     return int(spec.n * (spec.width * spec.height * bytes_per_pixel + 4096))
 
 
-def free_bytes(path: Path) -> int:
-    """Free bytes on the file system holding ``path`` (tests point this at a tiny limit)."""
-    return shutil.disk_usage(path).free
-
-
 def read_manifest(folder: Path) -> dict | None:
     """The generator's manifest in ``folder``, or None if there is none or it is unreadable."""
     try:
@@ -176,20 +172,6 @@ def read_manifest(folder: Path) -> dict | None:
     except (OSError, ValueError):
         return None
     return doc if doc.get("format") == "gpufeed-synth" else None
-
-
-def _remove_stale_staging(out: Path) -> None:
-    """Removes staging folders left by runs that were killed (their process no longer exists)."""
-    for stale in out.parent.glob(f".{out.name}.partial-*"):
-        pid = stale.name.rsplit("-", 1)[-1]
-        try:
-            os.kill(int(pid), 0)
-            continue  # that run is still going
-        except (ValueError, ProcessLookupError):
-            pass
-        except PermissionError:
-            continue
-        shutil.rmtree(stale, ignore_errors=True)
 
 
 def _check_destination(out: Path, spec: SynthSpec, overwrite: bool) -> bool:
@@ -246,25 +228,13 @@ def synth_folder(
     if _check_destination(out, spec, overwrite):
         manifest = read_manifest(out) or {}
         return SynthResult(out, spec.n, manifest.get("total_bytes", 0), True, time.perf_counter() - t0)
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise SynthError(f"cannot create {out.parent}: {e.strerror}; choose another --out") from e
-    if not os.access(out.parent, os.W_OK | os.X_OK):
-        raise SynthError(f"cannot write to {out.parent}: permission denied; choose another --out or fix its permissions")
-    need, free = estimate_bytes(spec), free_bytes(out.parent)
-    if need > free:
-        raise SynthError(
-            f"not enough disk space in {out.parent}: the dataset needs about {need / 1e6:.0f} MB, "
-            f"{free / 1e6:.0f} MB are free; free some space, or choose a smaller --n or --size"
-        )
-    _remove_stale_staging(out)
-    staging = out.parent / f".{out.name}.partial-{os.getpid()}"
-    try:
-        staging.mkdir()
+    staging.prepare_parent(out, SynthError, "--out")
+    staging.check_space(estimate_bytes(spec), free_bytes(out.parent), out.parent, SynthError,
+                        "choose a smaller --n or --size")
+    with staging.staged(out, SynthError, "--out") as tmp:
         for c in range(spec.classes):
-            (staging / class_name(c)).mkdir()
-        total = _generate(spec, staging, workers, progress)
+            (tmp / class_name(c)).mkdir()
+        total = _generate(spec, tmp, workers, progress)
         manifest = {
             "format": "gpufeed-synth",
             "version": FORMAT_VERSION,
@@ -273,24 +243,7 @@ def synth_folder(
             "photos": [p.name for p in photo_paths()],
             "total_bytes": total,
         }
-        (staging / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")  # written last
-        if out.exists():  # an empty folder, or a different dataset with --overwrite
-            trash = out.parent / f".{out.name}.old-{os.getpid()}"
-            out.rename(trash)
-            staging.rename(out)
-            shutil.rmtree(trash, ignore_errors=True)
-        else:
-            staging.rename(out)
-    except OSError as e:
-        shutil.rmtree(staging, ignore_errors=True)
-        if e.errno == errno.ENOSPC:
-            raise SynthError(f"the disk holding {out.parent} filled up; nothing was kept. Free some space and run again") from e
-        if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-            raise SynthError(f"cannot write to {out.parent}: {e.strerror}; choose another --out") from e
-        raise
-    except BaseException:  # Ctrl-C included: leave nothing half-written behind
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")  # written last
     return SynthResult(out, spec.n, total, False, time.perf_counter() - t0)
 
 

@@ -1,0 +1,333 @@
+# %% [markdown]
+# # 05 · Memory-mapped datasets
+#
+# **What you will learn:** how the operating system serves a file from RAM (pages, virtual memory,
+# the page cache, page faults); how to decode an image folder *once* into one `uint8` file and map
+# it with `numpy.memmap`, tensordict's `MemoryMappedTensor` and a `@tensorclass` dataset; and how
+# much faster such a dataset feeds batches than a folder of JPEGs, with a cold and a warm cache.
+#
+# **Time:** about 20 minutes (1 minute in quick mode). **Prerequisites:** [00 · Setup](00_setup.ipynb)
+# (the memcpy ceiling and the page cache), lesson 04 (why JPEG decoding is slow).
+
+# %% [markdown]
+# ## 1. Pages, virtual memory and the page cache
+#
+# A process never sees physical RAM. It sees *virtual* addresses, cut into **pages** (4 KiB on
+# most machines), and a page table maps each virtual page to a physical one, or to nothing yet.
+# Files read from disk are kept in RAM by the kernel in the **page cache**, shared by every
+# process. `mmap` (what `numpy.memmap` calls) maps a file's pages into the address space without
+# reading anything. The first touch of a page that is not mapped yet is a **page fault**: the kernel
+# stops the process, finds the page (a *minor* fault if it is in the page cache, a *major* fault if
+# it has to wait for the disk), maps it, and resumes. After that the page is plain memory.
+
+# %%
+import matplotlib.pyplot as plt
+from matplotlib.patches import FancyArrowPatch, Rectangle
+
+from gpufeed import plotting
+
+fig, ax = plt.subplots(figsize=(8, 2.8))
+rows = {"virtual pages (your process)": 2.4, "page cache (RAM)": 1.2, "file on disk": 0.0}
+cached = {0: 1, 1: 3, 2: 4, 5: 6}  # virtual page -> page-cache slot, for the pages touched so far
+for (label, y), color in zip(rows.items(), (plotting.COLORS["compute"], plotting.COLORS["copy"], plotting.COLORS["read"])):
+    for i in range(8):
+        filled = y == 0.0 or (y == 1.2 and i in cached.values()) or (y == 2.4 and i in cached)
+        ax.add_patch(Rectangle((i, y), 0.85, 0.6, color=color, alpha=0.8 if filled else 0.15))
+    ax.text(-0.2, y + 0.3, label, ha="right", va="center")
+for v, c in cached.items():  # mapped: a plain memory access
+    ax.add_patch(FancyArrowPatch((v + 0.42, 2.4), (c + 0.42, 1.8), arrowstyle="->", mutation_scale=10))
+ax.add_patch(FancyArrowPatch((3.42, 2.4), (3.42, 0.6), arrowstyle="->", linestyle="--", color="red", mutation_scale=10))
+ax.text(3.6, 1.0, "page fault: read from disk\n(major), then map", color="red", fontsize=8)
+ax.set_xlim(-4.2, 8.2)
+ax.set_ylim(-0.2, 3.2)
+ax.axis("off")
+ax.set_title("mmap: pages come in on first touch; the page cache keeps them for everyone")
+plt.show()
+
+# %% [markdown]
+# We can count faults: `resource.getrusage` reports the major and minor faults of this process.
+# We map a file, touch one byte per page, and count, in three situations: **cold** (we first ask
+# the kernel to drop the file from the page cache with `posix_fadvise(DONTNEED)`, where the OS has
+# it), **warm** (a new mapping of a file that is in the page cache) and **again** (the same mapping,
+# touched a second time).
+
+# %%
+import mmap
+import resource
+import time
+
+import numpy as np
+
+from gpufeed import ceilings, config
+from gpufeed.folder import drop_cached
+
+pages_file = ceilings.make_file(config.cache_dir() / "lesson05" / "pages.bin", config.pick(quick=32 << 20, full=512 << 20))
+
+
+def faults(fn):
+    """Runs fn(); returns the page faults it caused and its time."""
+    before, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+    fn()
+    seconds, after = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF)
+    return {"major": after.ru_majflt - before.ru_majflt, "minor": after.ru_minflt - before.ru_minflt, "ms": seconds * 1e3}
+
+
+dropped = drop_cached(pages_file)
+m = np.memmap(pages_file, dtype=np.uint8, mode="r")
+touch = lambda: int(m[:: mmap.PAGESIZE].sum())  # noqa: E731  one byte per page
+rows = {"cold": faults(touch), "again": faults(touch)}
+del m
+m = np.memmap(pages_file, dtype=np.uint8, mode="r")
+rows["warm"] = faults(touch)
+del m
+n_pages = pages_file.stat().st_size // mmap.PAGESIZE
+print(f"{n_pages:,} pages of {mmap.PAGESIZE} bytes; cache dropped first: {dropped}")
+for name, r in rows.items():
+    print(f"{name:>5}: {r['major']:6,} major, {r['minor']:6,} minor faults, {r['ms']:7.1f} ms")
+
+# %%
+cold, warm, again = rows["cold"], rows["warm"], rows["again"]
+print(f"Cold, touching {n_pages:,} pages took {cold['ms'] / warm['ms']:.0f}x as long as warm "
+      f"({cold['ms']:.1f} vs {warm['ms']:.1f} ms). There are far fewer faults than pages: the kernel "
+      f"reads ahead and maps up to {n_pages / max(1, warm['minor']):.0f} neighbouring pages per fault. "
+      f"The same mapping touched again caused {again['major'] + again['minor']} faults: mapped pages are plain memory.")
+if not dropped or cold["ms"] < 1.5 * warm["ms"]:
+    print("Here cold is not much slower than warm: this OS or file system kept the file cached "
+          "(or the disk is as fast as RAM), so the 'cold' rows do not show the disk.")
+
+# %% [markdown]
+# ## 2. A memory-mapped array by hand, then with tensordict
+#
+# The idea of a memmap dataset: decode every image once, at one size, into one big `uint8` array
+# `[N, 3, H, W]` stored as a raw file. Reading batch `i:j` is then a slice of memory. First by
+# hand with `numpy.memmap`, on a small folder of JPEGs (cut from real photos, lesson 00):
+
+# %%
+from gpufeed.folder import ImageFolderDataset
+from gpufeed.synth import synth_folder
+
+demo_src = synth_folder(config.cache_dir() / "lesson05" / "demo-jpeg", n=config.pick(quick=16, full=64),
+                        size=(320, 240), classes=4, progress=False).path
+folder = ImageFolderDataset(demo_src, size=(64, 64))  # the course's resize policy: short side, centre crop
+shape = (len(folder), 3, 64, 64)
+raw = config.cache_dir() / "lesson05" / "demo-images.u8"
+arr = np.memmap(raw, dtype=np.uint8, mode="w+", shape=shape)  # creates the file, N*3*64*64 bytes
+for i in range(len(folder)):
+    arr[i] = folder[i][0].numpy()  # decode + resize once, write row i
+arr.flush()
+del arr
+back = np.memmap(raw, dtype=np.uint8, mode="r", shape=shape)  # a raw file: we must know shape and dtype
+print(raw.stat().st_size, "bytes on disk;", back[2:4].shape, back.dtype)
+
+# %% [markdown]
+# A raw file has no header: whoever reads it must know the dtype and the shape. tensordict's
+# `MemoryMappedTensor` maps the same file as a torch tensor, without a copy:
+
+# %%
+import torch
+from tensordict import MemoryMappedTensor
+
+t = MemoryMappedTensor.from_filename(raw, dtype=torch.uint8, shape=shape)
+print(type(t).__name__, tuple(t.shape), "same pixels as numpy:", np.array_equal(t[2:4].numpy(), back[2:4]))
+del back, t
+
+# %% [markdown]
+# The course's dataset, `gpufeed.memmap.ImageData`, is a tensordict `@tensorclass` with two
+# memory-mapped fields, `images: uint8 [N, 3, H, W]` and `targets: int64 [N]`. `build_memmap`
+# writes it from any image folder, **atomically**: it works in a hidden staging folder beside the
+# destination, checks the disk space first (`N x 3 x H x W` bytes plus 8 per label), preallocates
+# the files with `memmap_like`, fills them batch by batch (decoded by DataLoader workers if you
+# ask), writes a small manifest last and renames the folder into place. A killed build leaves no
+# destination, and `load_memmap` refuses a folder without its manifest. In a terminal:
+# `python -m gpufeed data memmap SRC DST --size 224x224 --workers 4`.
+
+# %%
+from gpufeed.memmap import build_memmap, load_memmap, read_manifest
+
+demo = build_memmap(demo_src, config.cache_dir() / "lesson05" / "demo-mm", size=(64, 64), reuse=True)
+t0 = time.perf_counter()
+data = load_memmap(demo.path)
+print(f"loaded in {(time.perf_counter() - t0) * 1e3:.1f} ms (nothing is read until a batch touches it)")
+print(data)
+manifest = read_manifest(demo.path)
+print({k: manifest[k] for k in ("count", "size", "classes", "policy")})
+for p in sorted(demo.path.rglob("*")):
+    print(f"  {p.relative_to(demo.path)}{'' if p.is_dir() else f'  ({p.stat().st_size:,} bytes)'}")
+
+# %%
+batch = data[:8]  # a slice of the tensorclass: both fields at once
+fig, axes = plt.subplots(1, 8, figsize=(8, 1.4))
+for ax, img, label in zip(axes, batch.images, batch.targets):
+    ax.imshow(img.permute(1, 2, 0).numpy())
+    ax.set_title(manifest["classes"][label], fontsize=7)
+    ax.axis("off")
+plt.show()
+print("identical to decoding the folder with the same policy:", all(torch.equal(data.images[i], folder[i][0]) for i in range(len(folder))))
+del data, batch
+
+# %% [markdown]
+# ## 3. Throughput: a JPEG folder vs the memmap, cold and warm
+#
+# The baseline is the usual pipeline: a `DataLoader` with one worker per core, each opening,
+# decoding and resizing one JPEG per `__getitem__`, then stacking them. The memmap side is
+# `gpufeed.loader.FastLoader` (lesson 06 builds it): a shuffled index permutation cut into slices,
+# one gather per batch. Both get the same cores, batch size and shuffling; where CUDA exists both
+# move each batch to the GPU whole, from pinned memory with `non_blocking=True`. The JPEGs are
+# stored at 224x224 already, the folder's *best* case: it decodes but never resizes.
+
+# %%
+from torch.utils.data import DataLoader
+
+from gpufeed.bench import benchmark
+from gpufeed.loader import FastLoader
+from gpufeed.machine import usable_cores
+
+cores, batch_size = usable_cores(), 64
+n_images = config.pick(quick=256, full=5000)
+jpeg_dir = synth_folder(config.cache_dir() / "lesson05" / f"jpeg-224-{n_images}", n=n_images, size=(224, 224),
+                        quality=90, workers=cores).path
+mm_dir = build_memmap(jpeg_dir, config.cache_dir() / "lesson05" / f"mm-224-{n_images}", size=(224, 224),
+                      workers=cores, reuse=True).path
+device = S.device if S.cuda else None
+loaders = {"folder": DataLoader(ImageFolderDataset(jpeg_dir, size=(224, 224)), batch_size=batch_size, shuffle=True,
+                                 num_workers=cores, persistent_workers=True, pin_memory=S.cuda)}
+
+
+def folder_epoch():
+    for images, targets in loaders["folder"]:
+        images.to(S.device, non_blocking=True), targets.to(S.device, non_blocking=True)
+
+
+epoch_bytes = n_images * 3 * 224 * 224
+print(f"{n_images} images, {epoch_bytes / 1e6:.0f} MB per epoch as uint8; {cores} cores; batch {batch_size}")
+
+# %% [markdown]
+# For a cold memmap we must also *unmap* it before dropping its pages: the kernel keeps pages
+# that a process has mapped. So the cold case reloads the dataset before each epoch. We also try
+# `sort_indices=True`, which sorts the indices *within* each batch (same samples, so the same
+# gradient) so that a cold read moves forward through the file. The memmap side runs on **one**
+# core (one torch thread), fewer than the folder's workers: on a busy machine, torch's parallel
+# copies can lose more to waiting threads than they gain.
+
+# %%
+import gc
+
+memmap_state = {}
+
+
+def memmap_reload(cold, sort=False):
+    memmap_state.clear()
+    gc.collect()  # unmap the previous epoch's dataset
+    if cold:
+        drop_cached(mm_dir)
+    # reuse_buffers=2: each batch is dropped before the next-but-one, so two output buffers can take
+    # turns instead of fresh memory that page-faults on first touch (lesson 06).
+    memmap_state["loader"] = FastLoader(load_memmap(mm_dir), batch_size, seed=0, device=device, sort_indices=sort,
+                                        reuse_buffers=2)
+
+
+def memmap_epoch():
+    for _batch in memmap_state["loader"]:
+        pass  # _batch.images: uint8 [64, 3, 224, 224], on the GPU when there is one
+
+
+repeats, threads = config.pick(quick=3, full=5), torch.get_num_threads()
+kw = {"items": n_images, "nbytes": epoch_bytes, "repeats": repeats, "warmup": 1}
+ms = [benchmark(folder_epoch, name="JPEG folder, cold", setup=lambda: drop_cached(jpeg_dir), **kw),
+      benchmark(folder_epoch, name="JPEG folder, warm", **kw)]
+loaders.clear()  # stops the folder loader's worker processes
+torch.set_num_threads(1)
+ms += [benchmark(memmap_epoch, name="memmap, cold", setup=lambda: memmap_reload(cold=True), **kw),
+       benchmark(memmap_epoch, name="memmap, cold, sorted", setup=lambda: memmap_reload(True, sort=True), **kw)]
+memmap_reload(cold=False)
+ms.append(benchmark(memmap_epoch, name="memmap, warm", **{**kw, "repeats": 3 * repeats}))
+ceiling = ceilings.memcpy(epoch_bytes, repeats=20, threads=1)  # for later: an epoch's bytes, one core
+torch.set_num_threads(threads)
+for m in ms:
+    print(m)
+
+# %%
+fig, ax = plotting.bars(ms, baseline="JPEG folder, warm", machine=S.machine,
+                        title=f"one epoch, {cores} cores, batch {batch_size}, 224x224" + (", to the GPU" if S.cuda else ""))
+plt.show()
+by = {m.name: m for m in ms}
+speedup = by["memmap, warm"].items_per_s / by["JPEG folder, warm"].items_per_s
+cold_speedup = by["memmap, cold"].items_per_s / by["JPEG folder, cold"].items_per_s
+jpeg_bytes = sum(p.stat().st_size for p in jpeg_dir.rglob("*.jpg"))
+print(f"Warm, the memmap feeds {by['memmap, warm'].items_per_s:,.0f} images/s on one core, {speedup:.0f}x the JPEG "
+      f"folder's {by['JPEG folder, warm'].items_per_s:,.0f} with {cores} workers: the folder decodes every epoch "
+      f"({by['JPEG folder, warm'].items_per_s / cores:,.0f} images/s per core), the memmap only copies bytes.")
+print(f"Cold, the memmap is {cold_speedup:.1f}x the folder: it must read {epoch_bytes / jpeg_bytes:.1f}x as many "
+      f"bytes from the disk ({epoch_bytes / 1e6:.0f} MB of pixels vs {jpeg_bytes / 1e6:.0f} MB of JPEG), so on a slow "
+      f"disk its advantage shrinks or vanishes. Sorted batches: {by['memmap, cold, sorted'].items_per_s:,.0f} vs "
+      f"{by['memmap, cold'].items_per_s:,.0f} images/s cold.")
+
+# %% [markdown]
+# How close is that to the machine's ceiling? Lesson 00 measured the memcpy rate; the cell above
+# measured it again, side by side, on the same single core, for a buffer as large as an epoch (so
+# that it measures RAM, not the CPU caches).
+
+# %%
+fraction = by["memmap, warm"].gb_per_s / ceiling.gb_per_s
+print(f"memmap, warm: {by['memmap, warm'].gb_per_s:.2f} GB/s; memcpy ceiling on one core: {ceiling.gb_per_s:.2f} GB/s; "
+      f"the loader reaches {fraction:.0%} of it.")
+if fraction > 1:
+    print("Above 100%: two measurements taken seconds apart on a busy machine; re-run to see the spread.")
+elif fraction < 0.5:
+    print("Less than half: a gather copies rows from places spread over the file (shuffled), and each epoch "
+          "also pays for the loader's Python, per batch; a larger batch_size amortises the latter.")
+from gpufeed import results
+
+saved = results.save_lesson("lesson05", [*ms, ceiling], n_images=n_images, batch_size=batch_size, cores=cores,
+                            memmap_vs_folder_warm=speedup, memmap_vs_folder_cold=cold_speedup, fraction_of_memcpy=fraction)
+print(f"saved to {saved}")
+
+# %% [markdown]
+# ### On a GPU
+#
+# With CUDA the cells above already send every batch to the GPU (pinned, `non_blocking`). Without
+# it, here is the committed reference from a machine that has one.
+
+# %%
+if S.cuda:
+    print(f"Measured above on {S.machine.get('gpu')}, batches moved to the GPU whole.")
+else:
+    ref = results.reference("lesson05")
+    if ref is None:
+        print("No CUDA here, and no GPU reference is committed yet (results/<gpu>/lesson05.json).\n"
+              "Run this notebook on a GPU with GPUFEED_RESULTS=results to add one.")
+    else:
+        ref_ms = [m for m in ref[0] if not m.name.startswith("memcpy")]
+        fig, ax = plotting.bars(ref_ms, baseline="JPEG folder, warm", machine=ref[1]["machine"], title="reference")
+        plt.show()
+        print(f"No CUDA here: the reference from {ref[1]['machine'].get('gpu')}: the memmap is "
+              f"{ref[1].get('memmap_vs_folder_warm', float('nan')):.0f}x the JPEG folder, warm.")
+
+# %% [markdown]
+# ## Key takeaways
+#
+# * `mmap` maps a file without reading it; pages come in on first touch (a page fault) and stay in
+#   the page cache, shared by every process that maps the file (DataLoader workers, or the ranks of
+#   lesson 12).
+# * Decode once: a folder of JPEGs pays for decoding on every epoch; a `uint8 [N, 3, H, W]` memmap
+#   pays once, then a batch is a memory copy, and its limit is memory bandwidth.
+# * A dataset on disk needs a manifest (shape, dtype, source, classes, version) and an atomic build,
+#   or an interrupted run leaves a file that loads as garbage.
+# * Cold vs warm matters: a memmap that does not fit in RAM reads from the disk every epoch; keep
+#   it on fast storage, or make it smaller (lower resolution, fewer images).
+#
+# ## Exercises
+#
+# 1. ImageNet's training set has 1,281,167 images. How many GB is its memmap at 224x224, and does it
+#    fit in this machine's RAM? Check with the cell below.
+# 2. Build a memmap of the 224x224 JPEGs above at 112x112 (`build_memmap(jpeg_dir, ..., size=(112, 112))`)
+#    and measure its warm throughput in images/s. Is it 4 times higher? Why, or why not?
+# 3. Re-run section 3 with `batch_size = 256`. Which side changes more, and why?
+
+# %%
+# Self-check for exercise 1: your answer in GB (10^9 bytes) of uint8 images.
+my_gb = None
+answer_gb = 1_281_167 * 3 * 224 * 224 / 1e9
+if my_gb is not None:
+    print("right!" if abs(my_gb / answer_gb - 1) < 0.05 else "not quite: N x 3 x H x W bytes, in 10^9")
+    print(f"This machine has {S.machine.get('memory_gib')} GiB of RAM.")

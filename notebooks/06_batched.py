@@ -1,0 +1,359 @@
+# %% [markdown]
+# # 06 · Batched fetching
+#
+# **What you will learn:** what one Python call per sample costs; how to fetch a whole batch in
+# one call (`__getitems__`, a `BatchSampler` as the sampler, a minimal fast loader); what
+# shuffling a large index array costs each epoch, and the trade-off of a grouped shuffle; and,
+# as a quiz, which of three loops finishes 1000 epochs first.
+#
+# **Time:** about 20 minutes (1 minute in quick mode). **Prerequisites:** [05 · Memory-mapped
+# datasets](05_memmap.ipynb).
+
+# %% [markdown]
+# ## 1. The cost of one `__getitem__` per sample
+#
+# A `DataLoader` with `batch_size=B` asks its sampler for B indices, calls `dataset[i]` B times,
+# then `collate_fn` stacks the B small results into a batch. Each call runs Python: a function
+# call, a tuple, two tiny tensors. When the data is already a tensor in memory (a memmap, lesson 05),
+# that overhead *is* the loader. First, the talk's measurement: 100 calls against one batched call.
+
+# %%
+import torch
+from torch.utils.data import TensorDataset
+
+from gpufeed import config
+from gpufeed.bench import benchmark
+from gpufeed.loader import BatchTensorDataset
+
+# One torch thread in this process throughout: the comparisons are per core, a loader's main process
+# shares the machine with the training step, and on a busy machine torch's thread pool can spend
+# more time waiting for its threads than working (remove this line and compare).
+torch.set_num_threads(1)
+N, B = 300_000, 300  # samples, batch size
+x, y = torch.randn(N, 16), torch.randint(0, 1000, (N,))  # 16 features and a label per sample
+per_sample, batched = TensorDataset(x, y), BatchTensorDataset(x, y)
+idx = torch.randint(0, N, (100,))
+idx_list = idx.tolist()
+calls = benchmark(lambda: [per_sample[i] for i in idx_list], name="100 __getitem__ calls", repeats=50, number=10)
+one = benchmark(lambda: batched[idx], name="1 batched call", repeats=50, number=10)
+assert all(torch.equal(batched[idx][0][k], per_sample[i][0]) for k, i in enumerate(idx_list))  # same data
+print(calls, one, sep="\n")
+print(f"100 samples: {calls.median * 1e6:.0f} us one by one, {one.median * 1e6:.1f} us in one call: "
+      f"{calls.median / one.median:.0f}x (the talk measured 122 us vs 3.4 us, 36x).")
+
+# %% [markdown]
+# Now whole epochs at batch 300 (over all 300,000 samples; quick mode takes the first 30,000, so
+# that every way still pays for a whole epoch's shuffle), four ways, all single-process and
+# shuffled:
+#
+# 1. **per sample**: `DataLoader(TensorDataset, batch_size=300, shuffle=True)`: 300 calls and a
+#    collate per batch;
+# 2. **`__getitems__`**: if the dataset has `__getitems__(indices)`, the DataLoader calls it once
+#    per batch. Ours returns the finished batch, so `collate_fn` must pass it through (`no_collate`);
+# 3. **`BatchSampler` as the sampler** with `batch_size=None`: each "index" the DataLoader draws is a
+#    list of 300, and it calls `dataset[list]` once; with `batch_size=None` there is no collating;
+# 4. **`FastLoader`** (`gpufeed.loader`): no DataLoader at all (section 2).
+
+# %%
+from torch.utils.data import BatchSampler, DataLoader, RandomSampler, SequentialSampler
+
+from gpufeed.loader import FastLoader, no_collate
+
+n_epoch = config.pick(quick=30_000, full=N)
+per_sample, batched = TensorDataset(x[:n_epoch], y[:n_epoch]), BatchTensorDataset(x[:n_epoch], y[:n_epoch])
+loaders = {
+    "per sample": DataLoader(per_sample, batch_size=B, shuffle=True),
+    "__getitems__": DataLoader(batched, batch_size=B, shuffle=True, collate_fn=no_collate),
+    "BatchSampler, batch_size=None": DataLoader(batched, sampler=BatchSampler(RandomSampler(batched), B, drop_last=False),
+                                                batch_size=None),
+    "FastLoader": FastLoader((x[:n_epoch], y[:n_epoch]), B, seed=0),
+}
+# Correctness first: in the same (unshuffled) order, every way gives the same batches.
+same_order = [DataLoader(per_sample, batch_size=B), DataLoader(batched, batch_size=B, collate_fn=no_collate),
+              DataLoader(batched, sampler=BatchSampler(SequentialSampler(batched), B, False), batch_size=None),
+              FastLoader((x[:n_epoch], y[:n_epoch]), B, shuffle=False)]
+for batches in zip(*same_order):
+    assert all(torch.equal(b[0], batches[0][0]) and torch.equal(b[1], batches[0][1]) for b in batches)
+print("all four give identical batches in the same order")
+
+# %%
+def epoch(loader):
+    for _batch in loader:
+        pass
+
+
+ms = [benchmark(lambda ld=ld: epoch(ld), name=name, items=n_epoch, repeats=config.pick(quick=3, full=5))
+      for name, ld in loaders.items()]
+for m in ms:
+    print(m)
+
+# %%
+import matplotlib.pyplot as plt
+
+from gpufeed import plotting
+
+fig, ax = plotting.bars(ms, baseline="per sample", unit="samples/s", machine=S.machine,
+                        title=f"one epoch of {n_epoch:,} in-memory samples, batch {B}")
+plt.show()
+by = {m.name: m for m in ms}
+print(f"Fetching each batch in one call is {by['FastLoader'].items_per_s / by['per sample'].items_per_s:.0f}x as fast "
+      f"as one __getitem__ per sample ({by['FastLoader'].items_per_s:,.0f} vs {by['per sample'].items_per_s:,.0f} "
+      f"samples/s); inside the DataLoader, __getitems__ gets {by['__getitems__'].items_per_s / by['per sample'].items_per_s:.0f}x "
+      f"and the BatchSampler {by['BatchSampler, batch_size=None'].items_per_s / by['per sample'].items_per_s:.0f}x.")
+
+# %% [markdown]
+# ## 2. A minimal fast loader
+#
+# Strip the DataLoader away and what is left is three lines: draw a permutation of the indices,
+# cut it into slices of `B`, fetch each slice with one `index_select` per field. Seeding the
+# permutation with `(seed, epoch)` gives a new order each epoch and the same orders on every run
+# (and on every process, which lesson 12 needs). By hand:
+
+# %%
+from gpufeed.loader import permutation
+
+
+def simple_loader(x, y, batch_size, seed, epoch):
+    order = permutation(len(x), seed, epoch)  # int64 [N], a new order per (seed, epoch)
+    for start in range(0, len(order), batch_size):
+        idx = order[start:start + batch_size]
+        yield torch.index_select(x, 0, idx), torch.index_select(y, 0, idx)
+
+
+fast = FastLoader((x, y), B, seed=0)
+for epoch_number in range(2):
+    for (xa, ya), (xb, yb) in zip(simple_loader(x, y, B, seed=0, epoch=epoch_number), fast):
+        assert torch.equal(xa, xb) and torch.equal(ya, yb)
+print("the hand-written loader and gpufeed.loader.FastLoader give the same batches, epoch after epoch")
+
+# %% [markdown]
+# `FastLoader` adds what a training loop needs: `drop_last`, `set_epoch(e)` (or it moves on by
+# itself each time you iterate), `rank`/`world_size` for disjoint shards per process (lesson 12),
+# `device="cuda"` (gather into pinned memory, copy the batch whole with `non_blocking=True`), and
+# it takes tensors, tuples or dicts of them, NumPy arrays (`np.memmap` too) and the memmap
+# dataset of lesson 05. Three ranks over 10 samples, two epochs:
+
+# %%
+for e in range(2):
+    shards = []
+    for rank in range(3):
+        loader = FastLoader(torch.arange(10), batch_size=2, seed=0, rank=rank, world_size=3)
+        loader.set_epoch(e)
+        shards.append(torch.cat(list(loader)).tolist())
+    print(f"epoch {e}: " + "  ".join(f"rank {r}: {s}" for r, s in enumerate(shards)))
+
+# %%
+from gpufeed.memmap import build_memmap, load_memmap
+from gpufeed.synth import synth_folder
+
+src = synth_folder(config.cache_dir() / "lesson06" / "jpeg", n=32, size=(96, 96), classes=4, progress=False).path
+images = load_memmap(build_memmap(src, config.cache_dir() / "lesson06" / "mm", size=(64, 64), reuse=True, progress=False).path)
+batch = next(iter(FastLoader(images, batch_size=8, seed=0)))
+print(type(batch).__name__, tuple(batch.images.shape), batch.images.dtype, batch.targets.tolist())
+
+# %% [markdown]
+# **Why `index_select`, and reusable buffers.** On rows as large as images, `t[idx]` (torch's
+# general advanced indexing) copies element by element, while `torch.index_select` copies whole
+# rows. And a fresh batch is fresh memory: the OS hands it over page by page, each first touch a
+# page fault (lesson 05). `FastLoader(..., reuse_buffers=2)` gathers into two preallocated buffers
+# in turn; the catch is that a batch is overwritten two batches later, so use it (or copy it) first.
+
+# %%
+def gather_speeds(n_images, batch=64):
+    pixels = torch.randint(0, 256, (n_images, 3, 224, 224), dtype=torch.uint8)  # in memory, like a warm memmap
+    rows = torch.randperm(n_images)[:batch]
+    buffer = torch.empty(batch, 3, 224, 224, dtype=torch.uint8)
+    assert torch.equal(pixels[rows], torch.index_select(pixels, 0, rows))
+    kw = {"nbytes": buffer.numel(), "repeats": 20}
+    return [benchmark(lambda: pixels[rows], name="t[idx]", **kw),
+            benchmark(lambda: torch.index_select(pixels, 0, rows), name="index_select", **kw),
+            benchmark(lambda: torch.index_select(pixels, 0, rows, out=buffer), name="index_select into a buffer", **kw)]
+
+
+gathers = gather_speeds(config.pick(quick=512, full=4096))
+fig, ax = plotting.bars(gathers, rate="bytes", machine=S.machine, title="gathering 64 images of 224x224 (uint8)")
+plt.show()
+g = {m.name: m for m in gathers}
+print(f"index_select is {g['t[idx]'].median / g['index_select'].median:.1f}x as fast as t[idx]; into a reused "
+      f"buffer, {g['t[idx]'].median / g['index_select into a buffer'].median:.1f}x ({g['index_select into a buffer'].gb_per_s:.1f} GB/s).")
+
+# %% [markdown]
+# **Sorting the indices within a batch** (`sort_indices=True`) keeps each batch's samples, so the
+# mean loss and its gradient do not change, and a cold read moves forward through the file
+# instead of jumping around. The catch: a batch is no longer in random order, so code that cuts
+# it into parts (gradient-accumulation micro-batches, `DataParallel`'s split across GPUs) gets
+# parts ordered by index, which in a folder-ordered dataset means ordered by class.
+
+# %% [markdown]
+# ## 3. Shuffling a large index array each epoch
+#
+# `torch.randperm(n)` writes `n` int64 values in random places: beyond a few million, every write
+# misses the CPU caches. A **grouped shuffle** shuffles the order of blocks of `g` neighbouring
+# indices, then each block within itself: every block's shuffle fits in the cache, and a loader can
+# make the blocks one at a time as it goes (`FastLoader(..., group_size=g)`).
+
+# %%
+import math
+
+from gpufeed.loader import grouped_permutation
+
+sizes = config.pick(quick=[10**5, 10**6, 3 * 10**6], full=[10**5, 10**6, 10**7, 10**8])
+group = 4096
+full = [benchmark(lambda n=n: permutation(n), name=f"randperm {n:.0e}", repeats=3, warmup=1, items=n) for n in sizes]
+grouped = [benchmark(lambda n=n: grouped_permutation(n, group), name=f"grouped {n:.0e}", repeats=3, warmup=1, items=n)
+           for n in sizes]
+fig, ax = plt.subplots()
+ax.loglog(sizes, [m.median * 1e3 for m in full], "o-", color=plotting.COLORS["baseline"], label="torch.randperm")
+ax.loglog(sizes, [m.median * 1e3 for m in grouped], "o-", color=plotting.COLORS["copy"],
+          label=plotting.ratio_label(f"grouped, g={group}", full[-1].median / grouped[-1].median))
+ax.set_xlabel("indices to shuffle")
+ax.set_ylabel("time per epoch (ms)")
+ax.legend(title="largest size, vs randperm")
+plotting.caption(fig, S.machine)
+plt.show()
+at_n = benchmark(lambda: permutation(N), name=f"randperm {N:,}", repeats=5)
+print(f"Shuffling {sizes[-1]:,} indices takes {full[-1].median * 1e3:.0f} ms with randperm and "
+      f"{grouped[-1].median * 1e3:.0f} ms grouped ({full[-1].median / grouped[-1].median:.1f}x); at {N:,} samples "
+      f"randperm costs {at_n.median * 1e3:.1f} ms, little next to an epoch.")
+
+# %% [markdown]
+# The price of the grouped shuffle is randomness. A batch of 300 now comes from one or two blocks
+# of 4096 neighbours. If neighbours are alike, say a dataset stored class by class as an image
+# folder is, a batch holds only a few classes, and training suffers. We count the distinct classes
+# per batch, for 1000 classes of 300 samples each stored in class order, and once more after
+# storing the samples in a random order (which is what to do at build time).
+
+# %%
+labels = torch.arange(1000).repeat_interleave(300)  # class order, like an image folder
+stored_shuffled = labels[permutation(len(labels), seed=123)]  # shuffled once, at build time
+
+
+def classes_per_batch(labels, order):
+    return sum(len(set(labels[order[s:s + B]].tolist())) for s in range(0, len(order), B)) / math.ceil(len(order) / B)
+
+
+for name, lab in (("class order", labels), ("stored shuffled", stored_shuffled)):
+    full_c = classes_per_batch(lab, permutation(len(lab)))
+    grouped_c = classes_per_batch(lab, grouped_permutation(len(lab), group))
+    print(f"{name:>15}: {full_c:5.1f} classes per batch with a full shuffle, {grouped_c:5.1f} with a grouped one")
+print(f"With data in class order, a grouped shuffle puts about {classes_per_batch(labels, grouped_permutation(len(labels), group)):.0f} "
+      f"classes in a batch of {B}: store the data shuffled once, then the grouped shuffle is as random as a full one.")
+
+# %% [markdown]
+# ## 4. Quiz: which loop finishes first?
+#
+# 1000 epochs over 300,000 samples (one number each), shuffled, in batches of 300. Three ways:
+#
+# * **pure Python**: the samples in a list, `random.shuffle` an index list, slice it, and build
+#   each batch with a list comprehension;
+# * **DataLoader with workers**: a `TensorDataset`, `shuffle=True`, one worker per core;
+# * **NumPy**: `rng.permutation(n)`, slice it, fancy-index the array.
+#
+# Which one finishes first? Make your guess below, then run the measurement.
+
+# %%
+import ipywidgets as widgets
+from IPython.display import display
+
+guess = widgets.Dropdown(options=[("choose...", "-"), ("pure Python", "pure Python"),
+                                  ("DataLoader with workers", "DataLoader with workers"), ("NumPy", "NumPy")],
+                         value="-", description="Fastest:")
+feedback = widgets.Output()
+
+
+def on_guess(change):
+    with feedback:
+        feedback.clear_output()
+        print(f"You said: {change['new']}. Now run the cells below and compare.")
+
+
+guess.observe(on_guess, names="value")
+display(widgets.VBox([guess, feedback]))
+
+# %%
+import itertools
+import random
+
+import numpy as np
+
+from gpufeed.machine import usable_cores
+
+values = np.random.default_rng(0).standard_normal(N).astype(np.float32)  # one number per sample
+as_list = values.tolist()
+rng = np.random.default_rng(0)
+
+
+def python_epoch():
+    order = list(range(N))
+    random.shuffle(order)
+    for s in range(0, N, B):
+        batch = [as_list[i] for i in order[s:s + B]]  # noqa: F841
+
+
+def numpy_epoch():
+    order = rng.permutation(N)
+    for s in range(0, N, B):
+        batch = values[order[s:s + B]]  # noqa: F841
+
+
+cores = usable_cores()
+workers_loader = DataLoader(TensorDataset(torch.from_numpy(values)), batch_size=B, shuffle=True,
+                            num_workers=cores, persistent_workers=True)
+quiz_state = {"stream": (b for _ in itertools.count() for b in workers_loader)}  # epoch after epoch
+dl_batches = config.pick(quick=30, full=N // B)
+
+# %%
+quiz = [benchmark(python_epoch, name="pure Python", items=N, repeats=config.pick(quick=1, full=10), warmup=0),
+        benchmark(lambda: list(itertools.islice(quiz_state["stream"], dl_batches)), name="DataLoader with workers",
+                  items=dl_batches * B, repeats=config.pick(quick=3, full=5), warmup=1),
+        benchmark(numpy_epoch, name="NumPy", items=N, repeats=config.pick(quick=5, full=100), warmup=1)]
+quiz_state.clear()
+del workers_loader  # stops the workers
+epochs_1000 = {m.name: 1000 * N / m.items_per_s for m in quiz}  # seconds for 1000 epochs, from the measured rate
+for m in quiz:
+    print(f"{m.name:>24}: {m.items_per_s:12,.0f} samples/s -> 1000 epochs in {epochs_1000[m.name] / 60:8.1f} min")
+order = sorted(epochs_1000, key=epochs_1000.get)
+print(f"\nFastest: {order[0]}, {epochs_1000[order[-1]] / epochs_1000[order[0]]:.0f}x faster than the slowest, {order[-1]}. "
+      f"Your answer: {guess.value if guess.value != '-' else '(none given)'}.")
+if S.quick:
+    print("(Quick mode timed a fraction of an epoch for each and scaled up; full mode times more.)")
+
+# %%
+fig, ax = plotting.bars(quiz, baseline=order[-1], unit="samples/s", machine=S.machine,
+                        title=f"the quiz: epochs of {N:,} samples at batch {B} ({cores} workers)")
+ax.set_xscale("log")
+plt.show()
+print(f"The DataLoader pays for {B} __getitem__ calls, a collate and an inter-process transfer per batch; "
+      f"its {cores} workers cannot make up for that. NumPy does one call per batch, in C.")
+from gpufeed import results
+
+saved = results.save_lesson("lesson06", [*ms, *gathers, *full, *grouped, *quiz], batch_size=B, n=N,
+                            batched_vs_per_sample=by["FastLoader"].items_per_s / by["per sample"].items_per_s)
+print(f"saved to {saved}")
+
+# %% [markdown]
+# ## Key takeaways
+#
+# * One `__getitem__` per sample costs microseconds of Python each; for data already in memory
+#   that is the whole cost of loading. Fetch a batch in one call: `__getitems__`, a `BatchSampler`
+#   as the sampler with `batch_size=None`, or no DataLoader at all.
+# * A fast loader is a seeded permutation per epoch, sliced, and one `index_select` per field;
+#   reuse its output buffers where the batch is consumed at once.
+# * Shuffling millions of indices is not free; a grouped shuffle is cheaper and reads nearby
+#   data together, but only as random as the order the data is stored in.
+# * Workers do not fix per-sample overhead; they multiply it by the number of cores at best.
+#
+# ## Exercises
+#
+# 1. Time `per sample` and `FastLoader` at batch sizes 32 and 1024. Which one's samples/s depends
+#    on the batch size, and why?
+# 2. In section 3, with the data in class order, which group size gives on average at least 100
+#    classes per batch of 300? Check with the cell below.
+# 3. Add a fourth loop to the quiz: `FastLoader` over `torch.from_numpy(values)`. Where does it land?
+
+# %%
+# Self-check for exercise 2: your group size (an int), checked on the class-ordered labels.
+my_group = None
+if my_group is not None:
+    found = classes_per_batch(labels, grouped_permutation(len(labels), my_group))
+    print(f"{found:.0f} classes per batch: " + ("yes, at least 100" if found >= 100 else "not yet: try larger blocks"))
