@@ -86,17 +86,14 @@ def setup_source(number: str) -> str:
 
 
 def footer(path: Path) -> str:
+    """Links the next lesson that exists (lessons still being written are skipped)."""
     number = path.name[:2]
-    keys = sorted(LESSONS)
-    later = keys[keys.index(number) + 1:] if number in keys else []
-    if not later:
-        return "---\nThis is the last lesson of the course. Back to the [course overview](../README.md)."
-    nxt = later[0]
-    files = sorted(NOTEBOOKS.glob(f"{nxt}_*.ipynb")) + sorted(NOTEBOOKS.glob(f"{nxt}_*.py"))
-    if files:
-        target = files[0].with_suffix(".ipynb").name
-        return f"---\n**Next:** [{nxt} · {LESSONS[nxt]}]({target})"
-    return f"---\n**Next:** {nxt} · {LESSONS[nxt]} (not written yet). Back to the [course overview](../README.md)."
+    for nxt in sorted(k for k in LESSONS if k > number):
+        files = sorted(NOTEBOOKS.glob(f"{nxt}_*.py"))
+        if files:
+            target = files[0].with_suffix(".ipynb").name
+            return f"---\n**Next:** [{nxt} · {LESSONS[nxt]}]({target})"
+    return "---\nThis is the last lesson of the course so far. Back to the [course overview](../README.md)."
 
 
 def parse_percent(text: str) -> list[tuple[str, str]]:
