@@ -16,8 +16,8 @@ import importlib
 
 __version__ = "0.1.0"
 
-_MODULES = {"bench", "ceilings", "cli", "config", "doctor", "jpeg", "machine", "photos", "plotting",
-            "results", "session", "synth"}
+_MODULES = {"bench", "ceilings", "cli", "config", "doctor", "folders", "jpeg", "machine", "photos", "plotting",
+            "quality", "results", "session", "synth", "training", "transfer"}
 
 __all__ = sorted(_MODULES | {"setup", "Session"})
 
