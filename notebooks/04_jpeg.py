@@ -62,13 +62,13 @@ print(f"JPEG q50:     PSNR {quality.psnr(x, q50):.2f} dB, SSIM {quality.ssim(x, 
 from gpufeed import transfer
 
 sizes = config.pick(quick=[(384, 384)], full=list(transfer.SIZES))
-n_images = config.pick(quick=2, full=8)
+n_images = config.pick(quick=2, full=6)
 qualities = config.pick(quick=[10, 30, 50, 75, 90, 100], full=[10, 20, 30, 40, 50, 60, 70, 75, 80, 85, 90, 95, 100])
 sweep = []
 for w, h in sizes:
     spec = SynthSpec(n=n_images, width=w, height=h)
     originals = [render(spec, i) for i in range(n_images)]
-    sweep += quality.quality_sweep(originals, qualities, decode=jpeg.decode_jpeg, repeats=config.pick(quick=3, full=7))
+    sweep += quality.quality_sweep(originals, qualities, decode=jpeg.decode_jpeg, repeats=config.pick(quick=3, full=5))
 print(f"{'size':9s} {'q':>3s} {'KB':>7s} {'bits/px':>7s} {'PSNR dB':>7s} {'SSIM':>6s} {'decode ms':>9s}")
 for r in sweep:
     print(f"{r.size:9s} {r.quality:3d} {r.bytes / 1e3:7.1f} {r.bits_per_pixel:7.2f} {r.psnr:7.2f} {r.ssim:6.4f} {r.decode_ms:9.2f}")

@@ -65,11 +65,8 @@ def export_folder(out: str | os.PathLike, n: int, size: tuple[int, int], fmt: st
     spec = synth.SynthSpec(n, size[0], size[1], 100, classes, seed).validate()
     out = Path(out).expanduser().absolute()
     want = {"format": "gpufeed-export", "fmt": fmt, "n": n, "size": list(size), "classes": classes, "seed": seed}
-    try:
-        if json.loads((out / MANIFEST).read_text()) == want:
-            return out
-    except (OSError, ValueError):
-        pass
+    if _manifest(out) == want:
+        return out
     if out.exists() and any(out.iterdir()):
         raise FileExistsError(f"{out} already holds other files; delete it or choose another folder")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -84,10 +81,22 @@ def export_folder(out: str | os.PathLike, n: int, size: tuple[int, int], fmt: st
         if out.exists():
             out.rmdir()  # empty (checked above)
         staging.rename(out)
-    except BaseException:
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)
+        if _manifest(out) == want:  # another process finished the same export first
+            return out
+        raise
+    except BaseException:  # Ctrl-C included: leave nothing half-written behind
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return out
+
+
+def _manifest(folder: Path) -> dict | None:
+    try:
+        return json.loads((folder / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def folder_bytes(folder: str | os.PathLike) -> int:

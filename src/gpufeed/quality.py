@@ -86,14 +86,22 @@ def gaussian_window(size: int = 11, sigma: float = 1.5) -> torch.Tensor:
 
 
 def _filter(x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-    """Separable Gaussian filter, "valid" positions only: ``[N, C, H, W] -> [N, C, H-k+1, W-k+1]``.
+    """Separable Gaussian filter, "valid" positions only: ``[..., H, W] -> [..., H-k+1, W-k+1]``.
 
-    Two 1-D passes (2k multiplies per pixel) instead of one k x k pass (k^2): 5.5x less work at k=11.
+    Two 1-D passes (2k multiply-adds per pixel instead of k^2 for one k x k pass), each a sum of
+    k shifted slices scaled by one weight: plain vectorised adds, several times faster on a CPU
+    than a grouped ``conv2d`` with a 1 x k kernel, and exact to float64 rounding.
     """
-    c = x.shape[1]
-    gx = g.to(x.device).view(1, 1, 1, -1).expand(c, 1, 1, -1)
-    gy = g.to(x.device).view(1, 1, -1, 1).expand(c, 1, -1, 1)
-    return torch.nn.functional.conv2d(torch.nn.functional.conv2d(x, gx, groups=c), gy, groups=c)
+    taps = g.tolist()
+    k = len(taps)
+    h, w = x.shape[-2] - k + 1, x.shape[-1] - k + 1
+    rows = x[..., :, 0:w] * taps[0]  # horizontal pass: [..., H, W-k+1]
+    for i in range(1, k):
+        rows.add_(x[..., :, i:i + w], alpha=taps[i])
+    out = rows[..., 0:h, :] * taps[0]  # vertical pass: [..., H-k+1, W-k+1]
+    for i in range(1, k):
+        out.add_(rows[..., i:i + h, :], alpha=taps[i])
+    return out
 
 
 def ssim(a: torch.Tensor, b: torch.Tensor, max_value: float = 255.0, luma: bool = False,

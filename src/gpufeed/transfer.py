@@ -84,9 +84,9 @@ def order_variants(dtype: torch.dtype = torch.float16) -> list[Variant]:
     """The transfer orders the lesson compares; the first (convert on the host) is the baseline.
 
     All of them give bit-identical results: every uint8 value is exact in float16 and float32.
-    Where ``x.to(dev, dtype)`` converts follows ATen's CUDA copy kernel (``Copy.cu``): a blocking
-    host-to-device copy converts on the CPU first, a non-blocking one copies the uint8 bytes and
-    converts on the GPU.
+    ``where`` for ``x.to(dev, dtype)`` follows ATen's CUDA copy kernel (``Copy.cu``) in recent
+    releases: a blocking host-to-device copy converts on the CPU first, a non-blocking one copies
+    the uint8 bytes and converts on the GPU. The timings are what tell.
     """
     short = {torch.float16: "half()", torch.float32: "float()", torch.bfloat16: "bfloat16()"}
     conv = short.get(dtype, f"to({dtype})")
