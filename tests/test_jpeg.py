@@ -34,3 +34,27 @@ def test_torchcodec_missing_gives_a_hint(data, monkeypatch):
     with pytest.raises(ImportError, match="pip install torchcodec"):
         jpeg.decode_torchcodec(data)
     assert jpeg.decode_jpeg(data).shape == (3, 64, 96)  # falls back to torchvision
+
+
+def test_decode_batch_equals_one_by_one(data):
+    other = encode_jpeg(render(SynthSpec(n=2, width=96, height=64), 1), quality=60)
+    out = jpeg.decode_batch([data, other])
+    assert len(out) == 2
+    assert torch.equal(out[0], jpeg.decode_torchvision(data)) and torch.equal(out[1], jpeg.decode_torchvision(other))
+    with pytest.raises(ValueError, match="at least one"):
+        jpeg.decode_batch([])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message where CUDA is absent")
+def test_decode_batch_on_cuda_without_a_gpu_says_so(data):
+    with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
+        jpeg.decode_batch([data], device="cuda")
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_decode_batch_on_cuda_is_close_to_the_cpu(data):
+    out = jpeg.decode_batch([data, data], device="cuda")
+    assert all(t.device.type == "cuda" and t.shape == (3, 64, 96) for t in out)
+    # nvJPEG's IDCT and upsampling round differently from libjpeg-turbo: a grey level or two
+    assert (out[0].cpu().float() - jpeg.decode_pil(data).float()).abs().mean() < 2.0

@@ -19,6 +19,7 @@ __version__ = "0.1.0"
 _MODULES = {"bench", "ceilings", "cli", "config", "doctor", "jpeg", "machine", "photos", "plotting",
             "results", "session", "synth"}
 _MODULES |= {"explorer", "instrument", "simulator", "timeline", "trace"}  # lessons 01-02
+_MODULES |= {"folders", "quality", "training", "transfer"}  # lessons 03-04
 _MODULES |= {"folder", "loader", "memmap", "staging"}  # lessons 05-06
 
 __all__ = sorted(_MODULES | {"setup", "Session"})

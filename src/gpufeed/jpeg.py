@@ -77,6 +77,34 @@ def decode_jpeg(data: bytes, device: str = "cpu") -> torch.Tensor:
     return decode_torchvision(data, device)
 
 
+def decode_batch(datas: list[bytes], device: str = "cpu") -> list[torch.Tensor]:
+    """Decodes many JPEGs in one call of ``torchvision.io.decode_jpeg(list, device=...)``.
+
+    On CUDA the list goes to nvJPEG's batched decoder, which decodes the whole batch with few
+    kernel launches: far faster than one call per image. On the CPU it equals a loop. Returns
+    ``uint8 [3, H, W]`` tensors on ``device``.
+
+    Raises:
+        RuntimeError: ``device`` is CUDA and this machine has none.
+
+    Example:
+        >>> from gpufeed.synth import SynthSpec, render, encode_jpeg
+        >>> datas = [encode_jpeg(render(SynthSpec(n=2, width=32, height=24), i), 90) for i in range(2)]
+        >>> [tuple(t.shape) for t in decode_batch(datas)]
+        [(3, 24, 32), (3, 24, 32)]
+    """
+    if not datas:
+        raise ValueError("decode_batch needs at least one JPEG")
+    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("decode_batch(device='cuda') needs a CUDA GPU; use device='cpu' here")
+    from torchvision.io import ImageReadMode
+
+    tensors = [torch.frombuffer(bytearray(d), dtype=torch.uint8) for d in datas]  # inputs stay on the CPU
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", (DeprecationWarning, UserWarning))  # 0.29+ points to TorchCodec
+        return _tv_decode()(tensors, mode=ImageReadMode.RGB, device=device)
+
+
 def available_decoders() -> dict[str, Callable[[bytes], torch.Tensor]]:
     """Name to CPU decode function, for every decoder that works on this machine."""
     found = {"pil": decode_pil}

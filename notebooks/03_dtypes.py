@@ -1,0 +1,273 @@
+# %% [markdown]
+# # 03 · Dtypes and transfer order
+#
+# **What you will learn:** how many bytes a batch puts on the wire as `uint8`, `float16` and
+# `float32`; why `x.to(dev).half()` beats `x.half().to(dev)`, and by how much over batch and image
+# sizes; whether that survives in a real mixed-precision training loop; and how to move
+# normalisation into the model so the whole pipeline can stay `uint8` until the GPU.
+#
+# **Time:** about 15 minutes (1-2 minutes in quick mode). **Prerequisites:** lesson 00 (pinned
+# memory, host-to-device rate) and lesson 02 (honest benchmarking).
+
+# %% [markdown]
+# ## 1. The idea
+#
+# A decoded image is `uint8`: one byte per channel value. A model wants floats. The conversion has
+# to happen somewhere, and *where* decides how many bytes cross the bus and which processor does
+# the arithmetic:
+#
+# ```
+# x.half().to(dev):  loader ─uint8─> CPU converts (1 core, 2 B/value) ──2x bytes──> GPU
+# x.to(dev).half():  loader ─uint8──────────────────────1x bytes──> GPU converts (thousands of cores)
+# ```
+#
+# The talk this course grew from put it as *"uint8 first, convert on the GPU; the bigger the
+# image, the bigger the gain"*. We check that claim with numbers.
+
+# %% [markdown]
+# ## 2. Bytes on the wire
+#
+# One batch is `batch x 3 x height x width` values; `float16` doubles the bytes of `uint8`,
+# `float32` quadruples them. For the three image sizes of the course:
+
+# %%
+import torch
+
+from gpufeed import config, transfer
+
+print(transfer.wire_table())
+
+# %%
+big, top = transfer.SIZES[-1], transfer.BATCHES[-1]
+u8, f32 = (transfer.batch_bytes(top, big, d) for d in (torch.uint8, torch.float32))
+print(f"A batch of {top} images of {transfer.size_name(big)} is {u8 / 1e6:.0f} MB as uint8 and "
+      f"{f32 / 1e6:.0f} MB as float32: converting before the copy sends {f32 / u8:.0f}x the bytes.")
+
+# %% [markdown]
+# ## 3. By hand: every order gives the same tensor
+#
+# Before timing anything, check that the variants agree (lesson 02: *assert, then time*). Every
+# `uint8` value 0..255 is exact in `float16`, so the order cannot change a single bit. The pinned
+# variants use `non_blocking=True`, which is only safe from pinned memory (lesson 07).
+#
+# Where does `x.to(dev, torch.float16)` convert? In recent PyTorch releases, the CUDA copy kernel
+# (`Copy.cu` in ATen) converts on the **CPU** when the host-to-device copy is blocking, and copies
+# the `uint8` bytes and converts on the **GPU** when it is `non_blocking` (older releases
+# converted on the CPU in both cases). Do not take our word for it: the benchmark below shows
+# what your version does.
+
+# %%
+x = transfer.random_batch(4, (640, 480))  # uint8 [4, 3, 480, 640]
+expected = x.half()
+for v in transfer.order_variants(torch.float16):
+    src = x.pin_memory() if (v.pinned and S.cuda) else x
+    out = v.fn(src, S.device)
+    assert torch.equal(out.cpu(), expected), v.name
+    print(f"{v.name:45s} converts on the {v.where:6s} -> {out.dtype}, {out.device}: identical")
+
+# %% [markdown]
+# ## 4. The micro-benchmark: time per batch over batch and image sizes
+#
+# With CUDA, each variant is timed over the course's image sizes and batch sizes 8-64 (the
+# harness synchronises the GPU, so the copy and the conversion are inside the timing). Without
+# CUDA, `.to("cpu")` does nothing, so both orders are the same code; what a CPU can show is the
+# cost the host pays in `x.half().to(dev)` before the copy even starts: the conversion itself,
+# next to a plain `uint8` copy of the same batch.
+
+# %%
+batches = config.pick(quick=(4, 8), full=transfer.BATCHES)
+repeats, warmup = config.pick(quick=(3, 1), full=(10, 2))
+if S.cuda:
+    variants, baseline = transfer.order_variants(torch.float16), "x.half().to(dev)"
+else:
+    variants, baseline = transfer.conversion_variants(), "x.clone() (uint8 copy)"
+order_ms = transfer.sweep(variants, S.device, transfer.SIZES, batches, repeats=repeats, warmup=warmup)
+fig, axes = transfer.plot_sweep(order_ms, baseline=baseline, machine=S.machine,
+                                title="uint8 to float16 and to the device" if S.cuda else "the host's share: converting a uint8 batch")
+
+# %%
+last = transfer.at_largest(order_ms)  # name -> measurement at 1280x960 and the largest batch
+where = f"a batch of {max(batches)} at {transfer.size_name(big)}"
+if S.cuda:
+    slow, fast = last["x.half().to(dev)"], last["x.to(dev).half()"]
+    print(f"For {where}, x.to(dev).half() takes {fast.median * 1e3:.2f} ms, x.half().to(dev) "
+          f"{slow.median * 1e3:.2f} ms: sending uint8 is {slow.median / fast.median:.1f}x faster.")
+else:
+    copy, half, flt = last["x.clone() (uint8 copy)"], last["x.half()"], last["x.float()"]
+    print(f"On this CPU, x.half() on {where} takes {half.median * 1e3:.1f} ms, {half.median / copy.median:.1f}x "
+          f"a plain uint8 copy ({copy.median * 1e3:.1f} ms): time the host spends before x.half().to(dev) can start "
+          "a copy that is then twice as large.")
+    print(f"x.float() takes {flt.median * 1e3:.1f} ms ({flt.median / half.median:.2f}x x.half()) and writes 4 bytes per "
+          "value instead of 2: the host's cost and the bytes to send both grow with the dtype.")
+
+# %% [markdown]
+# ### The GPU reference
+#
+# Where there is no GPU, here is the same sweep measured on one (committed in `results/`).
+
+# %%
+from gpufeed import results
+
+ref = None if S.cuda else results.reference("lesson03")
+if S.cuda:
+    print("Measured above on this machine's GPU.")
+elif ref is None:
+    print("No CUDA here, and no GPU reference is committed yet (results/<gpu>/lesson03.json).\n"
+          "Run this notebook on a GPU with GPUFEED_RESULTS=results to add one.")
+else:
+    ref_ms, ref_doc = ref
+    ref_order = [m for m in ref_ms if "variant" in m.params]
+    fig, axes = transfer.plot_sweep(ref_order, baseline="x.half().to(dev)", machine=ref_doc["machine"],
+                                    title="reference: uint8 to float16 and to the device")
+    top_ref = transfer.at_largest(ref_order)
+    slow, fast = top_ref["x.half().to(dev)"], top_ref["x.to(dev).half()"]
+    print(f"On {ref_doc['machine']['gpu']}, {fast.params['size']} batch {fast.params['batch']}: sending uint8 "
+          f"and converting on the GPU is {slow.median / fast.median:.1f}x faster than converting on the host.")
+
+# %% [markdown]
+# ## 5. In a training loop
+#
+# A micro-benchmark can exaggerate: in training, the copy overlaps with nothing else only if the
+# loop is naive, and the model's compute may dwarf it. So we time whole epochs of a torchvision
+# ResNet-18 (random weights: nothing is downloaded) in mixed precision: `torch.autocast` with
+# `float16` and a `GradScaler` on CUDA, `bfloat16` autocast on a CPU. Batches are prepared in
+# advance (pinned where CUDA exists) and sent either as `uint8` (converted on the device by the
+# model's first layer, section 6) or converted on the host first (`float16` or `float32`).
+#
+# First, is mixed precision even a good idea on this machine? GPUs have Tensor Cores for it; many
+# CPUs have no native `bfloat16` arithmetic, and then autocast is *slower*.
+
+# %%
+from gpufeed import training
+
+tiny, tb = config.pick(quick=((32, 32), 2), full=((128, 128), 8))
+probe = {amp: training.train_epoch(tb, tiny, "uint8", S.device, epoch_images=tb, amp=amp, name=f"probe, amp={amp}",
+                                   repeats=config.pick(quick=1, full=3 if S.cuda else 1)) for amp in (False, True)}
+speedup = probe[False].median / probe[True].median
+kind = "float16 + GradScaler" if S.cuda else "bfloat16"
+print(f"{kind} autocast: {probe[True].median * 1e3:.0f} ms per step vs {probe[False].median * 1e3:.0f} ms in float32: "
+      + (f"{speedup:.2f}x faster" if speedup > 1 else f"{1 / speedup:.1f}x slower") + " on this machine.")
+use_amp = S.cuda or speedup > 1
+if not use_amp:
+    print("Mixed precision is slower on this CPU, so the sweep below runs in float32. (CPUs without native bfloat16 "
+          "instructions, such as AVX512-BF16 or AMX, pay for converting back and forth.)")
+
+# %%
+if S.cuda:
+    sizes, tbatches = config.pick(quick=([(384, 384)], (8, 16)), full=(transfer.SIZES, transfer.BATCHES))
+else:
+    sizes, tbatches = config.pick(quick=([(32, 32)], (2, 4)), full=([(128, 128), (224, 224)], (8, 16)))
+wires = config.pick(quick=("uint8", "float16"), full=training.WIRES)
+epoch_images = config.pick(quick=4, full=256 if S.cuda else 16)
+train_ms = [training.train_epoch(b, size, wire, S.device, epoch_images, amp=use_amp,
+                                 repeats=config.pick(quick=1, full=3 if S.cuda else 2))
+            for size in sizes for b in tbatches for wire in wires]
+fig, axes = transfer.plot_sweep(train_ms, baseline="float16 on the wire", machine=S.machine, ylabel="time per epoch (s)",
+                                scale=1.0, title=f"ResNet-18, {epoch_images} images per epoch")
+
+# %%
+top_train = transfer.at_largest(train_ms, key="wire")
+gain = top_train["float16"].median / top_train["uint8"].median
+print(f"{transfer.size_name(sizes[-1])}, batch {max(tbatches)}: an epoch takes {top_train['uint8'].median:.2f} s with "
+      f"uint8 on the wire and {top_train['float16'].median:.2f} s converting to float16 on the host ({gain:.2f}x).")
+if not S.cuda:
+    print("Without a GPU both paths convert on the same CPU and nothing crosses a bus, so any difference here is "
+          "noise and the cost of one extra conversion; the reference below shows a GPU.")
+
+# %%
+if not S.cuda and ref is not None:
+    ref_train = [m for m in ref[0] if m.name.endswith("on the wire")]
+    fig, axes = transfer.plot_sweep(ref_train, baseline="float16 on the wire", machine=ref[1]["machine"],
+                                    ylabel="time per epoch (s)", scale=1.0, title="reference: ResNet-18 epochs")
+    pair = transfer.at_largest(ref_train, key="wire")
+    print(f"On {ref[1]['machine']['gpu']}, {pair['uint8'].params['size']} batch {pair['uint8'].params['batch']}: uint8 "
+          f"on the wire makes an epoch {pair['float16'].median / pair['uint8'].median:.2f}x faster than float16 from the host.")
+elif not S.cuda:
+    print("No GPU reference for the training loop is committed yet.")
+
+# %% [markdown]
+# ## 6. Normalisation inside the model
+#
+# If the model's first layer does `(x / 255 - mean) / std`, the loader never has to produce
+# floats: it hands over `uint8`, the bytes cross the bus, and the GPU normalises. An exported
+# model then carries its own preprocessing, so a serving system cannot forget it. `Normalize` in
+# `gpufeed.training` is ten lines; we prove it matches normalising on the host.
+
+# %%
+from torch import nn
+from torchvision.models import resnet18
+
+from gpufeed.training import IMAGENET_MEAN, IMAGENET_STD, Normalize, normalize_host
+
+torch.manual_seed(0)
+net = resnet18(weights=None, num_classes=10).eval()
+model = nn.Sequential(Normalize(IMAGENET_MEAN, IMAGENET_STD), net).eval()
+xb = torch.randint(0, 256, (2, 3, 64, 64), dtype=torch.uint8)
+with torch.no_grad():
+    inside = model(xb)  # uint8 in
+    outside = net(normalize_host(xb, IMAGENET_MEAN, IMAGENET_STD))  # float32 in
+torch.testing.assert_close(inside, outside)
+print(f"Normalize inside the model matches normalising on the host: max difference "
+      f"{(inside - outside).abs().max().item():.1e} over logits of size {(outside.abs().max().item()):.2f}.")
+
+# %% [markdown]
+# Exporting it with `torch.onnx` keeps the normalisation in the graph. This needs the `onnx` and
+# `onnxscript` packages (`pip install onnx onnxscript`); without them the cell says so.
+
+# %%
+import importlib.util
+import tempfile
+from pathlib import Path
+
+if importlib.util.find_spec("onnx") is None or importlib.util.find_spec("onnxscript") is None:
+    print("onnx/onnxscript are not installed, so the export is skipped: `pip install onnx onnxscript` to try it.")
+else:
+    import onnx
+
+    path = Path(tempfile.mkdtemp()) / "resnet18_uint8.onnx"
+    try:
+        torch.onnx.export(model, (xb,), str(path), dynamo=True)
+        graph = onnx.load(str(path)).graph
+        print(f"exported {path.stat().st_size / 1e6:.1f} MB; input {graph.input[0].name} is "
+              f"{onnx.TensorProto.DataType.Name(graph.input[0].type.tensor_type.elem_type)}; "
+              f"first ops: {[n.op_type for n in graph.node[:4]]}")
+    except Exception as e:  # exporter versions differ; the lesson does not depend on it
+        print(f"the ONNX export failed on this torch/onnx combination: {type(e).__name__}: {str(e)[:200]}")
+
+# %% [markdown]
+# ## 7. Saved
+#
+# The measurements go to this machine's results folder; on a GPU run with
+# `GPUFEED_RESULTS=results` they become the reference that CPU-only learners see above.
+
+# %%
+saved = results.save_lesson("lesson03", [*order_ms, *train_ms, *probe.values()], amp=use_amp,
+                            epoch_images=epoch_images)
+print(f"saved to {saved}")
+
+# %% [markdown]
+# ## Key takeaways
+#
+# * Send `uint8` and convert on the device: `float16` doubles and `float32` quadruples the bytes
+#   on the wire, and the host's conversion runs on a CPU core before the copy can start.
+# * `x.to(dev, dtype)` is not a shortcut for `x.to(dev).to(dtype)`: a blocking copy converts on
+#   the CPU first. Send `uint8` explicitly, then convert.
+# * Put `Normalize` in the model (`nn.Sequential(Normalize(...), model)`): the pipeline stays
+#   `uint8` up to the GPU, and exports carry their preprocessing.
+# * Mixed precision pays on GPUs; on a CPU without native `bfloat16` it can be slower. Measure.
+#
+# ## Exercises
+#
+# 1. How many MB does a batch of 32 images of 640x480 put on the wire as `float16`? Work it out,
+#    then check with the cell below.
+# 2. Add `torch.bfloat16` to the micro-benchmark (`transfer.order_variants(torch.bfloat16)`): does
+#    the order matter as much as for `float16`?
+# 3. In section 5, send `float32` instead of `float16` from the host (`wires=("uint8", "float32")`).
+#    By how much does the gap grow with the image size?
+
+# %%
+# Self-check for exercise 1: your answer in MB (10^6 bytes).
+my_mb = None
+answer = transfer.batch_bytes(32, (640, 480), torch.float16) / 1e6
+if my_mb is not None:
+    print("right!" if abs(my_mb - answer) < 0.5 else "not quite: batch x 3 channels x height x width x 2 bytes")

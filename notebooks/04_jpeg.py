@@ -1,0 +1,328 @@
+# %% [markdown]
+# # 04 · JPEG quality and decoding
+#
+# **What you will learn:** what JPEG's quality setting trades (file size against error, measured
+# as PSNR and SSIM, and against decode time); whether your Pillow decodes with libjpeg-turbo; how
+# Pillow, torchvision and TorchCodec compare per core, and what a GPU's batched decoder adds;
+# whether you can *see* the difference at a quality that saves most of the bytes; and what the
+# storage format does to a DataLoader's throughput.
+#
+# **Time:** about 15 minutes (1-2 minutes in quick mode). **Prerequisites:** lesson 00 (decode
+# rate per core), lesson 03 (`uint8` until the GPU).
+
+# %% [markdown]
+# ## 1. The idea
+#
+# A JPEG encoder converts RGB to YCbCr, halves the colour resolution (Pillow does this below
+# quality 95: "4:2:0"), cuts each channel into 8x8 blocks, takes their discrete cosine transform
+# and divides the 64 coefficients by a *quantisation table*, rounding to integers. The quality
+# setting scales that table: low quality divides by large numbers, so most coefficients round to
+# zero and cost almost no bits. The decoder undoes it: entropy decoding (work grows with the
+# number of non-zero coefficients), dequantisation, inverse DCT and colour conversion (work fixed
+# per pixel). So a lower quality means fewer bytes to store and read, somewhat faster decoding,
+# and a larger error. How much of each is what we measure.
+
+# %% [markdown]
+# ## 2. Measuring the error: PSNR and SSIM
+#
+# * **PSNR** = `10 log10(255² / MSE)` in dB: the mean squared error on a log scale. 40 dB and
+#   above is usually invisible; below 30 dB artefacts show.
+# * **SSIM** (Wang et al., 2004) compares local means, contrasts and correlations in an 11x11
+#   Gaussian window (sigma 1.5). 1 means identical. `gpufeed.quality.ssim` computes it **per RGB
+#   channel and averages**; `luma=True` compares the brightness channel only.
+#
+# Both are plain torch (see `src/gpufeed/quality.py`); the tests check them against closed forms
+# and a window-by-window numpy version. A check you can do by hand: Gaussian noise of standard
+# deviation 5 grey levels has an MSE of about 25, so PSNR = 10 log10(255² / 25) = 34.2 dB.
+
+# %%
+import math
+
+import torch
+
+from gpufeed import config, jpeg, quality
+from gpufeed.synth import SynthSpec, encode_jpeg, render
+
+img = render(SynthSpec(n=1, width=384, height=384), 0)  # the uncompressed original (PIL)
+x = quality.to_tensor(img)  # uint8 [3, 384, 384]
+noisy = (x.float() + 5 * torch.randn(x.shape, generator=torch.Generator().manual_seed(0))).round().clamp(0, 255).to(torch.uint8)
+print(f"identical:    PSNR {quality.psnr(x, x)} dB, SSIM {quality.ssim(x, x):.4f}")
+print(f"noise, sd 5:  PSNR {quality.psnr(x, noisy):.2f} dB (formula: {10 * math.log10(255**2 / 25):.2f}), SSIM {quality.ssim(x, noisy):.4f}")
+q50 = jpeg.decode_pil(encode_jpeg(img, 50))  # uint8 [3, 384, 384] after a round trip through JPEG
+print(f"JPEG q50:     PSNR {quality.psnr(x, q50):.2f} dB, SSIM {quality.ssim(x, q50):.4f}")
+
+# %% [markdown]
+# ## 3. The quality sweep
+#
+# Each generated image (the original, before any JPEG) is encoded at qualities from 10 to 100 with
+# Pillow; we record the mean file size, PSNR and SSIM against the original, and the time to decode
+# one image with `gpufeed.jpeg.decode_jpeg` (TorchCodec where installed, else torchvision).
+
+# %%
+from gpufeed import transfer
+
+sizes = config.pick(quick=[(384, 384)], full=list(transfer.SIZES))
+n_images = config.pick(quick=2, full=6)
+qualities = config.pick(quick=[10, 30, 50, 75, 90, 100], full=[10, 20, 30, 40, 50, 60, 70, 75, 80, 85, 90, 95, 100])
+sweep = []
+for w, h in sizes:
+    spec = SynthSpec(n=n_images, width=w, height=h)
+    originals = [render(spec, i) for i in range(n_images)]
+    sweep += quality.quality_sweep(originals, qualities, decode=jpeg.decode_jpeg, repeats=config.pick(quick=3, full=5))
+print(f"{'size':9s} {'q':>3s} {'KB':>7s} {'bits/px':>7s} {'PSNR dB':>7s} {'SSIM':>6s} {'decode ms':>9s}")
+for r in sweep:
+    print(f"{r.size:9s} {r.quality:3d} {r.bytes / 1e3:7.1f} {r.bits_per_pixel:7.2f} {r.psnr:7.2f} {r.ssim:6.4f} {r.decode_ms:9.2f}")
+
+# %%
+import matplotlib.pyplot as plt
+
+from gpufeed import plotting
+
+fig, axes = plt.subplots(2, 2, figsize=(9, 6), sharex=True)
+panels = [("bytes", 1e-3, "file size (KB)"), ("psnr", 1, "PSNR (dB)"), ("ssim", 1, "SSIM"), ("decode_ms", 1, "decode (ms per image)")]
+for ax, (field, scale, label) in zip(axes.flat, panels):
+    for (w, h), color in zip(sizes, ("decode", "copy", "compute")):
+        rows = [r for r in sweep if r.size == f"{w}x{h}"]
+        ax.plot([r.quality for r in rows], [getattr(r, field) * scale for r in rows], "o-", ms=3,
+                color=plotting.COLORS[color], label=f"{w}x{h}")
+    ax.set_ylabel(label)
+axes[0, 0].set_yscale("log")
+axes[0, 0].legend()
+for ax in axes[1]:
+    ax.set_xlabel("JPEG quality (Pillow)")
+fig.tight_layout()
+plotting.caption(fig, S.machine)
+plt.show()
+
+# %%
+def row(size, q):
+    return next(r for r in sweep if r.size == size and r.quality == q)
+
+
+largest = transfer.size_name(sizes[-1])
+hi, mid = row(largest, 90), row(largest, 50)
+print(f"{largest}: quality 90 -> 50 makes files {hi.bytes / mid.bytes:.1f}x smaller ({hi.bytes / 1e3:.0f} -> {mid.bytes / 1e3:.0f} KB), "
+      f"PSNR drops from {hi.psnr:.1f} to {mid.psnr:.1f} dB, SSIM from {hi.ssim:.3f} to {mid.ssim:.3f}, and decoding "
+      f"takes {mid.decode_ms / hi.decode_ms:.2f}x the time ({hi.decode_ms:.2f} -> {mid.decode_ms:.2f} ms).")
+top = row(largest, 100)
+print(f"Quality 100 is {top.bytes / hi.bytes:.1f}x the bytes of quality 90 for {top.psnr - hi.psnr:.1f} dB more: "
+      "the last few quality points are the most expensive ones.")
+
+# %% [markdown]
+# ## 4. Which decoder? Is Pillow using libjpeg-turbo?
+#
+# libjpeg-turbo is the SIMD-accelerated libjpeg; Pillow's wheels and torchvision ship it, but a
+# Pillow built from source against plain libjpeg decodes several times slower. torchvision 0.29+
+# deprecates `torchvision.io.decode_jpeg` in favour of TorchCodec (`pip install torchcodec`, which
+# needs FFmpeg's libraries); `gpufeed.jpeg` uses whichever is installed. We time each decoder on
+# one thread: images/s per core, the rate one DataLoader worker can reach.
+
+# %%
+from PIL import features
+
+from gpufeed import ceilings
+from gpufeed.synth import synth_folder
+
+turbo = jpeg.pillow_uses_turbo()
+version = features.version_feature("libjpeg_turbo") if turbo else None
+print(f"Pillow uses libjpeg-turbo: {turbo}" + (f" (version {version})" if version else ""))
+decoders = jpeg.available_decoders()
+if "torchcodec" not in decoders:
+    print("TorchCodec is not installed: `pip install torchcodec` (with FFmpeg's libraries) adds it to this comparison.")
+decode_ms = []
+for w, h in sizes:
+    folder = synth_folder(config.cache_dir() / f"lesson04-{w}x{h}-q90-n{config.pick(16, 64)}", n=config.pick(16, 64),
+                          size=(w, h), quality=90, progress=False).path
+    jpegs = [p.read_bytes() for p in sorted(folder.rglob("*.jpg"))]
+    for dec_name, decode in decoders.items():
+        m = ceilings.decode_rate(jpegs, decode, name=f"{dec_name} {w}x{h}", repeats=config.pick(3, 7))
+        m.params.update(size=f"{w}x{h}", decoder=dec_name, device="cpu")
+        decode_ms.append(m)
+fig, ax = plotting.bars(decode_ms, machine=S.machine, title="JPEG q90 decode on one core (ratios vs the first)")
+plt.show()
+
+# %%
+for w, h in sizes:
+    here = [m for m in decode_ms if m.params["size"] == f"{w}x{h}"]
+    best, worst = max(here, key=lambda m: m.items_per_s), min(here, key=lambda m: m.items_per_s)
+    print(f"{w}x{h}: {best.params['decoder']} decodes {best.items_per_s:,.0f} images/s per core, "
+          f"{best.items_per_s / worst.items_per_s:.2f}x {worst.params['decoder']}; {S.machine['cores']} cores: "
+          f"at most about {best.items_per_s * S.machine['cores']:,.0f} images/s.")
+
+# %% [markdown]
+# ### Batched decoding on the GPU
+#
+# nvJPEG decodes on the GPU; `torchvision.io.decode_jpeg(list_of_tensors, device="cuda")` hands it
+# the whole batch at once (`gpufeed.jpeg.decode_batch`), which amortises the launches. The decoded
+# images are then already on the GPU, as `uint8`. This needs CUDA; without it, the committed
+# reference is shown.
+
+# %%
+from gpufeed import results
+from gpufeed.bench import benchmark
+
+gpu_ms = []
+if S.cuda:
+    for w, h in sizes:
+        folder = config.cache_dir() / f"lesson04-{w}x{h}-q90-n{config.pick(16, 64)}"
+        jpegs = [p.read_bytes() for p in sorted(folder.rglob("*.jpg"))]
+        params = {"size": f"{w}x{h}", "device": "cuda"}
+        gpu_ms.append(benchmark(lambda j=jpegs: [jpeg.decode_torchvision(b, "cuda") for b in j], name=f"nvjpeg one by one {w}x{h}",
+                                items=len(jpegs), repeats=config.pick(3, 10), params={**params, "decoder": "nvjpeg one by one"}))
+        gpu_ms.append(benchmark(lambda j=jpegs: jpeg.decode_batch(j, "cuda"), name=f"nvjpeg batched {w}x{h}",
+                                items=len(jpegs), repeats=config.pick(3, 10), params={**params, "decoder": "nvjpeg batched"}))
+    gpu_machine = S.machine
+else:
+    ref = results.reference("lesson04")
+    gpu_ms = [m for m in ref[0] if m.params.get("device") == "cuda"] if ref else []
+    gpu_machine = ref[1]["machine"] if ref else None
+    print("No CUDA here" + (f": showing the reference measured on {gpu_machine['gpu']}." if gpu_ms else
+          ", and no GPU reference is committed yet (results/<gpu>/lesson04.json); run this notebook on a GPU "
+          "with GPUFEED_RESULTS=results to add one."))
+if gpu_ms:
+    fig, ax = plotting.bars(gpu_ms, machine=gpu_machine, title="JPEG q90 decode with nvJPEG (ratios vs the first)")
+    plt.show()
+    fast = max(gpu_ms, key=lambda m: m.items_per_s)
+    print(f"{fast.name}: {fast.items_per_s:,.0f} images/s on {gpu_machine['gpu']}, and the images are already on the GPU.")
+
+# %% [markdown]
+# ## 5. Can you spot the difference?
+#
+# A talk this course grew from showed a frame going from **3.5 MB to 207 KB** with
+# `ffmpeg -q:v 3`, and asked the audience to spot the difference. Here is the same test on a
+# 1280x960 image: the original, a JPEG at the quality below (change it and re-run), a zoomed
+# crop of both where they differ most, and a map of the difference.
+
+# %%
+import io
+
+q_show = 40
+original = render(SynthSpec(n=1, width=1280, height=960, seed=3), 0)
+data = encode_jpeg(original, q_show)
+a, b = quality.to_tensor(original), jpeg.decode_pil(data)  # uint8 [3, 960, 1280] each
+png = io.BytesIO()
+original.save(png, format="PNG")
+raw = a.numel()  # uint8 bytes: 3 x 960 x 1280
+print(f"raw uint8 {raw / 2**20:.2f} MiB, lossless PNG {png.tell() / 2**20:.2f} MiB, JPEG q{q_show} {len(data) / 2**10:.0f} KiB: "
+      f"{raw / len(data):.0f}x smaller than raw, {png.tell() / len(data):.0f}x smaller than PNG "
+      f"(PSNR {quality.psnr(a, b):.1f} dB, SSIM {quality.ssim(a, b):.3f}).")
+
+# %%
+diff = (a.int() - b.int()).abs().float().mean(0)  # [H, W], mean absolute error over R, G, B
+# Zoom where the JPEG differs most: the 128x128 window (on a 32-pixel grid) with the largest mean error.
+err = torch.nn.functional.avg_pool2d(diff[None, None], 128, stride=32)[0, 0]
+row0, col0 = divmod(int(err.argmax()), err.shape[1])
+ys, xs = slice(32 * row0, 32 * row0 + 128), slice(32 * col0, 32 * col0 + 128)
+fig, axes = plt.subplots(2, 3, figsize=(11, 6.5))
+views = [(a.permute(1, 2, 0), "original"), (b.permute(1, 2, 0), f"JPEG q{q_show}, {len(data) / 2**10:.0f} KiB"), (diff, "|difference|")]
+for col, (im, title) in enumerate(views):
+    for r, crop in enumerate([(slice(None), slice(None)), (ys, xs)]):
+        ax = axes[r, col]
+        shown = ax.imshow(im[crop], cmap="magma" if col == 2 else None, vmin=0, vmax=16 if col == 2 else None,
+                          interpolation="nearest")
+        ax.set_title(title + (" (zoom)" if r else ""), fontsize=9)
+        ax.set_xticks([])
+        ax.set_yticks([])
+axes[0, 0].add_patch(plt.Rectangle((xs.start, ys.start), 128, 128, fill=False, color="white", lw=1))
+fig.colorbar(shown, ax=axes[:, 2], label="absolute error (grey levels)", shrink=0.8)
+plotting.caption(fig, S.machine)
+plt.show()
+print(f"Mean error {diff.mean():.2f} grey levels; {(diff > 8).float().mean():.1%} of pixels are off by more than 8.")
+
+# %% [markdown]
+# ### `ffmpeg -q:v` in Pillow's terms
+#
+# FFmpeg's MJPEG encoder takes `-q:v` from 2 (best) to 31 (worst), a different scale from
+# Pillow's 1-100. With ffmpeg installed, we encode the same image at several `-q:v` values and
+# find the Pillow quality that gives the same file size. (The notebook never installs ffmpeg:
+# `apt install ffmpeg` or `conda install ffmpeg` does.)
+
+# %%
+import shutil
+
+ffmpeg_map = []
+if shutil.which("ffmpeg") is None:
+    print("ffmpeg is not installed here, so the -q:v mapping is skipped (install ffmpeg and re-run this cell).")
+else:
+    for qv in (2, 3, 5, 8, 12, 20, 31):
+        size = len(quality.ffmpeg_jpeg(original, qv))
+        q = quality.matching_quality(original, size)
+        ffmpeg_map.append({"qv": qv, "bytes": size, "pillow_quality": q})
+        print(f"-q:v {qv:2d}: {size / 2**10:6.0f} KiB, like Pillow quality {q}")
+    q3 = next(r for r in ffmpeg_map if r["qv"] == 3)
+    print(f"-q:v 3 takes the raw {raw / 2**20:.1f} MiB frame to {q3['bytes'] / 2**10:.0f} KiB ({raw / q3['bytes']:.0f}x smaller).")
+
+# %% [markdown]
+# ## 6. The format and the DataLoader
+#
+# Same images, same labels, same DataLoader and workers, four ways to store them: lossless PNG,
+# JPEG at quality 95 and at quality 75, and raw `uint8` arrays (`.npy`, no decoding at all, but
+# the most bytes). The folders are built once in the cache (`gpufeed.folders`) and reused.
+
+# %%
+from gpufeed import folders
+from gpufeed.machine import usable_cores
+
+ds_size, ds_n = config.pick(quick=((384, 384), 32), full=((640, 480), 256))
+workers = config.pick(quick=2, full=min(8, usable_cores()))
+tag = f"{ds_size[0]}x{ds_size[1]}-n{ds_n}"
+paths = {
+    "png": folders.export_folder(config.cache_dir() / f"lesson04-{tag}-png", ds_n, ds_size, "png"),
+    "jpeg q95": synth_folder(config.cache_dir() / f"lesson04-{tag}-q95", ds_n, ds_size, quality=95, progress=False).path,
+    "jpeg q75": synth_folder(config.cache_dir() / f"lesson04-{tag}-q75", ds_n, ds_size, quality=75, progress=False).path,
+    "npy (raw uint8)": folders.export_folder(config.cache_dir() / f"lesson04-{tag}-npy", ds_n, ds_size, "npy"),
+}
+for name, path in paths.items():
+    print(f"{name:16s} {folders.folder_bytes(path) / 1e6:7.1f} MB  ({folders.folder_bytes(path) / ds_n / 1e3:.0f} KB per image)")
+
+# %%
+loader_ms = []
+for name, path in paths.items():
+    m = folders.loader_rate(folders.ImageFiles(path), batch_size=16, workers=workers, repeats=config.pick(3, 5), name=name)
+    m.params.update(format=name, size=tag, disk_bytes=folders.folder_bytes(path))
+    loader_ms.append(m)
+fig, ax = plotting.bars(loader_ms, machine=S.machine, title=f"DataLoader, {workers} workers, {tag} (ratios vs PNG)")
+plt.show()
+best = max(loader_ms, key=lambda m: m.items_per_s)
+print(f"With {workers} workers, {best.name} loads {best.items_per_s:,.0f} images/s, "
+      f"{best.items_per_s / loader_ms[0].items_per_s:.1f}x PNG; " + ", ".join(
+          f"{m.name} {m.items_per_s:,.0f}" for m in loader_ms if m is not best) + " images/s.")
+print("Here every file was in the page cache (a warm-up pass ran first): from a disk or a network share, "
+      "the formats with more bytes per image lose ground (lesson 05).")
+
+# %% [markdown]
+# ## 7. Saved
+
+# %%
+saved = results.save_lesson("lesson04", [*decode_ms, *gpu_ms, *loader_ms] if S.cuda else [*decode_ms, *loader_ms],
+                            quality_sweep=[r.as_dict() for r in sweep], ffmpeg_map=ffmpeg_map)
+print(f"saved to {saved}")
+
+# %% [markdown]
+# ## Key takeaways
+#
+# * Quality is a dial between bytes and error: the top of the scale (95-100) costs many bytes for
+#   little PSNR; in the middle, files shrink several-fold while SSIM stays high.
+# * Decoding gets somewhat faster at lower quality (fewer coefficients to entropy-decode), but
+#   the per-pixel work stays: a smaller image is the bigger lever.
+# * Check that Pillow uses libjpeg-turbo; prefer TorchCodec's or torchvision's decoder to
+#   Pillow's + NumPy, and on a GPU decode whole batches with nvJPEG.
+# * Raw `uint8` skips decoding but multiplies the bytes; that pays only when the bytes are cheap
+#   to read (page cache, memory map: lesson 05).
+#
+# ## Exercises
+#
+# 1. Change `q_show` in section 5 until you can no longer spot the difference in the zoomed crop.
+#    What quality is it, and how many times smaller than raw is the file there?
+# 2. Re-run the quality sweep with `luma=True` in `quality.quality_sweep`: is SSIM on brightness
+#    alone higher or lower than per channel? Why might that be (hint: 4:2:0)?
+# 3. Predict from section 3's table: which quality halves the file size of quality 90 at the
+#    largest size? Check with the cell below.
+
+# %%
+# Self-check for exercise 3: your predicted quality (one of the sweep's qualities).
+my_quality = None
+target = row(largest, 90).bytes / 2
+closest = min((r for r in sweep if r.size == largest), key=lambda r: abs(r.bytes - target))
+if my_quality is not None:
+    print("right!" if my_quality == closest.quality else f"not quite: look for about {target / 1e3:.0f} KB in the table")

@@ -1,0 +1,67 @@
+import pytest
+import torch
+from torch import nn
+
+from gpufeed import training
+
+
+def test_normalize_in_the_model_matches_normalizing_on_the_host():
+    x = torch.randint(0, 256, (2, 3, 32, 32), dtype=torch.uint8)
+    mean, std = training.IMAGENET_MEAN, training.IMAGENET_STD
+    torch.testing.assert_close(training.Normalize(mean, std)(x), training.normalize_host(x, mean, std), rtol=0, atol=0)
+    model = training.resnet18_with_normalize(num_classes=4).eval()
+    with torch.no_grad():
+        inside = model(x)
+        outside = model[1](training.normalize_host(x, mean, std))
+    torch.testing.assert_close(inside, outside)
+    assert inside.shape == (2, 4)
+
+
+def test_normalize_takes_float_input_too_and_moves_with_the_model():
+    x = torch.randint(0, 256, (1, 3, 4, 4), dtype=torch.uint8)
+    norm = training.Normalize()
+    assert torch.equal(norm(x), norm(x.half())) and torch.equal(norm(x), norm(x.float()))
+    assert {n for n, _ in norm.named_buffers()} == {"mean", "std"}
+    assert "mean=(0.485" in repr(norm)
+
+
+def test_normalize_rejects_bad_statistics():
+    with pytest.raises(ValueError, match="one value per channel"):
+        training.Normalize((0.5, 0.5), (0.2,))
+    with pytest.raises(ValueError, match="positive"):
+        training.Normalize((0.5,), (0.0,))
+
+
+def test_send_gives_the_same_values_whatever_the_wire():
+    xb = torch.randint(0, 256, (2, 3, 5, 5), dtype=torch.uint8)
+    norm = training.Normalize()
+    outs = [norm(training.send(xb, w, "cpu")) for w in training.WIRES]
+    assert training.send(xb, "uint8", "cpu").dtype == torch.uint8
+    assert training.send(xb, "float16", "cpu").dtype == torch.float16
+    assert all(torch.equal(outs[0], o) for o in outs)
+    with pytest.raises(ValueError, match="wire must be one of"):
+        training.send(xb, "int8", "cpu")
+
+
+def test_autocast_dtype_per_device():
+    assert training.autocast_dtype("cpu") == torch.bfloat16
+    assert training.autocast_dtype("cuda") == torch.float16
+
+
+@pytest.mark.parametrize(("amp", "wire", "images"), [(False, "float16", 4), (True, "uint8", 2)])
+def test_train_epoch_runs_and_records_its_case(amp, wire, images):
+    m = training.train_epoch(batch=2, size=(32, 32), wire=wire, device="cpu", epoch_images=images, amp=amp,
+                             repeats=1, warmup=0)
+    steps = images // 2
+    assert m.params == {"size": "32x32", "batch": 2, "wire": wire, "amp": amp, "steps": steps, "device": "cpu"}
+    assert m.items == images and len(m.samples) == 1 and m.median > 0 and m.name == f"{wire} on the wire"
+
+
+def test_a_training_step_changes_the_weights():
+    model = training.resnet18_with_normalize(num_classes=3)
+    before = model[1].fc.weight.detach().clone()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = training.send(torch.randint(0, 256, (2, 3, 32, 32), dtype=torch.uint8), "uint8", "cpu")
+    nn.functional.cross_entropy(model(x), torch.tensor([0, 1])).backward()
+    opt.step()
+    assert not torch.equal(before, model[1].fc.weight)
