@@ -48,11 +48,37 @@ class BadImageError(ValueError):
     """An image file could not be read; the message names the file."""
 
     def __init__(self, path: str, reason: str):
-        super().__init__(f"cannot read image {path}: {reason}")
+        super().__init__(f"cannot read image {path}: {reason}; replace or remove the file "
+                         "(the memmap build can skip such files with --skip-bad)")
         self.path, self.reason = path, reason
 
     def __reduce__(self):  # raised in DataLoader workers: must survive pickling with its fields
         return type(self), (self.path, self.reason)
+
+
+def to_rgb(img):
+    """Any PIL image as the RGB picture a person sees, which is what a model should get.
+
+    * EXIF orientation applied (phone photos are stored sideways with a tag saying so);
+    * 16-bit images scaled to 8 bits (Pillow's own conversion clips them: almost all white);
+    * greyscale, palette and CMYK converted; RGBA and LA lose their alpha channel (the colours
+      stored under it are kept, as torchvision's decoders do).
+
+    Example:
+        >>> import numpy as np
+        >>> from PIL import Image
+        >>> deep = Image.fromarray(np.full((2, 2), 32896, dtype=np.uint16))  # mid-grey in 16 bits
+        >>> to_rgb(deep).getpixel((0, 0))
+        (128, 128, 128)
+    """
+    from PIL import Image, ImageOps
+
+    img = ImageOps.exif_transpose(img)  # a no-op without an orientation tag
+    if img.mode in ("I;16", "I;16B", "I;16L", "I;16N", "I"):
+        a = np.asarray(img, dtype=np.float64)
+        top = 65535.0 if img.mode.startswith("I;16") or a.max(initial=0) > 255 else 255.0
+        img = Image.fromarray(np.clip(a * (255.0 / top) + 0.5, 0, 255).astype(np.uint8), "L")
+    return img if img.mode == "RGB" else img.convert("RGB")
 
 
 def fit(img, size: tuple[int, int]):
@@ -70,7 +96,7 @@ def fit(img, size: tuple[int, int]):
     from PIL import Image
 
     w, h = size
-    img = img.convert("RGB")  # greyscale, palette, CMYK and RGBA (alpha dropped) become RGB
+    img = to_rgb(img)
     iw, ih = img.size
     if (iw, ih) == (w, h):
         return img

@@ -23,14 +23,26 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 
 def free_bytes(path: str | os.PathLike) -> int:
-    """Free bytes on the file system holding ``path`` (tests point the writers' copy at a tiny limit)."""
-    return shutil.disk_usage(path).free
+    """Free bytes on the file system holding ``path``, capped by ``GPUFEED_FREE_BYTES_LIMIT``.
+
+    The cap lets a test (or a careful learner) play a small disk: with
+    ``GPUFEED_FREE_BYTES_LIMIT=1000000`` every writer behaves as if only 1 MB were free.
+    """
+    free = shutil.disk_usage(path).free
+    limit = os.environ.get("GPUFEED_FREE_BYTES_LIMIT", "").strip()
+    if limit:
+        try:
+            free = min(free, int(limit))
+        except ValueError:
+            raise ValueError(f"GPUFEED_FREE_BYTES_LIMIT={limit!r} is not a number of bytes") from None
+    return free
 
 
 def staging_path(out: Path) -> Path:
@@ -53,10 +65,13 @@ def stale_staging(out: Path) -> list[Path]:
     return stale
 
 
-def remove_stale_staging(out: Path) -> None:
-    """Removes what :func:`stale_staging` finds; a live run's staging folder is left alone."""
-    for stale in stale_staging(out):
-        shutil.rmtree(stale, ignore_errors=True)
+def remove_stale_staging(out: Path) -> list[Path]:
+    """Removes what :func:`stale_staging` finds (a live run's staging folder is left alone) and
+    returns what it removed."""
+    stale = stale_staging(out)
+    for folder in stale:
+        shutil.rmtree(folder, ignore_errors=True)
+    return stale
 
 
 def prepare_parent(out: Path, error: type[Exception], flag: str) -> None:
@@ -97,7 +112,11 @@ def staged(out: Path, error: type[Exception], flag: str = "--out") -> Iterator[P
     On any exception (Ctrl-C included) the staging folder is deleted and nothing is kept. A full
     disk or a permission problem becomes ``error`` with a message that says what to do.
     """
-    remove_stale_staging(out)
+    removed = remove_stale_staging(out)
+    if removed:  # say so: the learner should know the earlier run did not finish
+        names = ", ".join(p.name for p in removed)
+        print(f"note: an earlier run for {out} was interrupted; removed its leftovers ({names}) "
+              "and starting clean", file=sys.stderr)
     staging = staging_path(out)
     try:
         staging.mkdir()
