@@ -25,6 +25,7 @@ import os
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -146,10 +147,12 @@ def sweep(datasets: dict[str, Dataset], configs: Iterable[dict], batch_size: int
     configs = list(configs)
     for name, ds in datasets.items():
         for config in configs:
-            dl = loader(ds, batch_size, **config)
-            out.append(benchmark(lambda dl=dl: _epoch(dl, device, step), name=f"{name}, {label(config)}",
-                                 items=len(ds), repeats=repeats, warmup=warmup,
-                                 params={"dataset": name, "batch_size": batch_size, **config}))
+            with warnings.catch_warnings():  # more workers than cores is what a sweep is for
+                warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
+                dl = loader(ds, batch_size, **config)
+                out.append(benchmark(lambda dl=dl: _epoch(dl, device, step), name=f"{name}, {label(config)}",
+                                     items=len(ds), repeats=repeats, warmup=warmup,
+                                     params={"dataset": name, "batch_size": batch_size, **config}))
             del dl  # stops its workers now (persistent ones would live on until collected)
     return out
 
