@@ -133,6 +133,10 @@ in_place, via_worker = batch_size / memmap[0] * 1e3, batch_size / memmap[1] * 1e
 print(f"The memmap with no workers is {memmap[0] / folder[0]:.0f}x the folder. Through one worker a batch arrives "
       f"every {via_worker:.1f} ms; gathering it in place takes {in_place:.2f} ms. The difference is the hand-over: "
       "a copy into shared memory, fresh pages on both sides, messages between processes.")
+for name in datasets if S.cuda else []:  # the pin-memory thread, where there is a GPU
+    pinned_row = by_dataset[f"{name}, pinned"]
+    print(f"{name}, pin_memory=True vs False: {pinned_row[cores] / by_dataset[name][cores]:.2f}x at {cores} workers, "
+          f"{max(pinned_row.values()) / max(by_dataset[name].values()):.2f}x at the best of each.")
 
 # %% [markdown]
 # **`pin_memory`** (GPU only; without an accelerator torch turns it off with a warning). The pin
@@ -142,43 +146,43 @@ print(f"The memmap with no workers is {memmap[0] / folder[0]:.0f}x the folder. T
 #
 # **`prefetch_factor` and `persistent_workers`.** Prefetching matters when the loop does work of
 # its own: while the GPU computes, workers fill the queue. We stand in for a GPU step with a sleep
-# as long as the folder's time per batch at `num_workers=cores` (a CPU waiting on a GPU leaves the
-# cores to the workers, as a sleep does), and try factors 1, 2 and 4. Then we time epochs with and
-# without persistent workers: without, every epoch starts `num_workers` processes again.
+# as long as each dataset's time per batch at `num_workers=cores` (a CPU waiting on a GPU leaves
+# the cores to the workers, as a sleep does), and try factors 1, 2 and 4. Then we time epochs with
+# and without persistent workers: without, every epoch starts `num_workers` processes again.
 
 # %%
 import time
 
-step_s = batch_size / folder[cores]  # the loading time per batch, measured above
-
-
-def gpu_step(batch):
-    time.sleep(step_s)
-
-
-folder_only = {"JPEG folder": datasets["JPEG folder"]}
-factors = sweep(folder_only, [{"num_workers": cores, "persistent_workers": True, "prefetch_factor": f} for f in (1, 2, 4)],
-                **kw, step=gpu_step)
-persistence = sweep(folder_only, [{"num_workers": cores, "persistent_workers": p} for p in (False, True)], **kw)
-for m in factors:  # short labels for the plots
-    m.name = f"prefetch_factor={m.params['prefetch_factor']}"
-for m in persistence:
-    m.name = f"persistent_workers={m.params['persistent_workers']}"
-fig, axes = plt.subplots(1, 2, figsize=(11, 2.4))
-plotting.bars(factors, ax=axes[0], title=f"{cores} workers, a {step_s * 1e3:.0f} ms step per batch", machine=S.machine)
-plotting.bars(persistence, ax=axes[1], title=f"{cores} workers, whole epochs", machine=S.machine)
+factors, persistence, step_s = {}, {}, {}
+for name, ds in datasets.items():
+    step_s[name] = batch_size / by_dataset[name][cores]  # its loading time per batch at `cores` workers
+    factors[name] = sweep({name: ds}, [{"num_workers": cores, "persistent_workers": True, "prefetch_factor": f}
+                                       for f in (1, 2, 4)], **kw, step=lambda batch, s=step_s[name]: time.sleep(s))
+    persistence[name] = sweep({name: ds}, [{"num_workers": cores, "persistent_workers": p} for p in (False, True)], **kw)
+    for m in factors[name]:  # short labels for the plots
+        m.name = f"prefetch_factor={m.params['prefetch_factor']}"
+    for m in persistence[name]:
+        m.name = f"persistent_workers={m.params['persistent_workers']}"
+fig, axes = plt.subplots(2, 2, figsize=(11, 4.4))
+for row, name in zip(axes, datasets):
+    plotting.bars(factors[name], ax=row[0], title=f"{name}, {cores} workers, {step_s[name] * 1e3:.1f} ms step",
+                  machine=S.machine)
+    plotting.bars(persistence[name], ax=row[1], title=f"{name}, {cores} workers, whole epochs", machine=S.machine)
 fig.tight_layout()
 plt.show()
 
 # %%
-pf = {m.params["prefetch_factor"]: m for m in factors}
-no_keep, keep = persistence
-print(f"prefetch_factor 4 vs 1 with a step per batch: {pf[1].median / pf[4].median:.2f}x; the best the loop can do is "
-      f"{n_images / (step_s * -(-n_images // batch_size)):,.0f} images/s (one step per batch), it reached "
-      f"{pf[4].items_per_s:,.0f}.")
-print(f"Without persistent workers an epoch takes {no_keep.median:.2f} s instead of {keep.median:.2f} s: "
-      f"{(no_keep.median - keep.median) * 1e3:.0f} ms per epoch to start {cores} workers "
-      f"({torch.multiprocessing.get_start_method()}), which matters when epochs are short.")
+for name in datasets:
+    pf = {m.params["prefetch_factor"]: m for m in factors[name]}
+    no_keep, keep = persistence[name]
+    bound = n_images / (step_s[name] * -(-n_images // batch_size))  # one step per batch, nothing else
+    print(f"{name}: prefetch_factor 4 gives {pf[1].median / pf[4].median:.2f}x factor 1 ({pf[4].items_per_s:,.0f} "
+          f"images/s; the step alone allows {bound:,.0f}). Without persistent workers an epoch takes "
+          f"{no_keep.median * 1e3:.0f} ms instead of {keep.median * 1e3:.0f} ms.")
+startup = persistence["memmap"][0].median - persistence["memmap"][1].median
+print(f"Starting {cores} workers ({torch.multiprocessing.get_start_method()}) costs about {startup * 1e3:.0f} ms per "
+      f"epoch: {startup / persistence['memmap'][1].median:.1f}x a whole epoch of the memmap, which is why short "
+      "epochs want persistent_workers=True.")
 
 # %% [markdown]
 # ## 3. What `non_blocking=True` really does
@@ -429,9 +433,9 @@ else:
     print("No CUDA here: a forked worker would fail with 'Cannot re-initialize CUDA in forked subprocess'.")
 
 # %%
+knob_ms = [m for name in datasets for m in factors[name] + persistence[name]]  # params say which dataset
 saved = results.save_lesson(
-    "lesson07", [*threads_ms, *ms, *factors, *persistence, *nb_ms, *movers_ms], cores=cores, batch_size=batch_size,
-    side=side, unsafe=unsafe, start_methods=[vars(r) for r in trials],
+    "lesson07", [*threads_ms, *ms, *knob_ms, *nb_ms, *movers_ms], cores=cores, batch_size=batch_size, side=side, unsafe=unsafe, start_methods=[vars(r) for r in trials],
     cuda_fork_error=cuda_fork.error if cuda_fork is not None else None)
 print(f"saved to {saved}")
 
