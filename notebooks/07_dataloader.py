@@ -180,9 +180,12 @@ for name in datasets:
           f"images/s; the step alone allows {bound:,.0f}). Without persistent workers an epoch takes "
           f"{no_keep.median * 1e3:.0f} ms instead of {keep.median * 1e3:.0f} ms.")
 startup = persistence["memmap"][0].median - persistence["memmap"][1].median
-print(f"Starting {cores} workers ({torch.multiprocessing.get_start_method()}) costs about {startup * 1e3:.0f} ms per "
-      f"epoch: {startup / persistence['memmap'][1].median:.1f}x a whole epoch of the memmap, which is why short "
-      "epochs want persistent_workers=True.")
+if startup > 0:
+    print(f"Starting {cores} workers ({torch.multiprocessing.get_start_method()}) costs about {startup * 1e3:.0f} ms per "
+          f"epoch: {startup / persistence['memmap'][1].median:.1f}x a whole epoch of the memmap, which is why short "
+          "epochs want persistent_workers=True.")
+else:
+    print("Here the start-up of the workers is lost in the noise of the epochs; rerun to see it.")
 
 # %% [markdown]
 # ## 3. What `non_blocking=True` really does
