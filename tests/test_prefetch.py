@@ -293,3 +293,50 @@ def test_cuda_prefetcher_raises_once_with_the_traceback():
     assert "gen" in [f.name for f in traceback.extract_tb(info.value.__traceback__)]
     with pytest.raises(StopIteration):
         next(it)
+
+
+def test_cuda_prefetcher_protocol_with_a_stand_in_for_torch_cuda(monkeypatch):
+    """Runs without a GPU: torch.cuda's streams and events are replaced by recorders, so that the
+    order of the protocol is checked: each batch's copy is issued on the side stream and its event
+    recorded there, before the current stream is made to wait for that event at hand-over."""
+    import contextlib
+
+    calls = []
+
+    class Stream:
+        def __init__(self, name="side"):
+            self.name = name
+
+        def wait_event(self, event):
+            calls.append(("wait", event.n))
+
+    class Event:
+        count = 0
+
+        def record(self, stream):
+            Event.count += 1
+            self.n = Event.count
+            calls.append(("record", self.n, stream.name))
+
+    @contextlib.contextmanager
+    def stream(s):
+        calls.append(("enter", s.name))
+        yield
+        calls.append(("exit", s.name))
+
+    for name, value in {"is_available": lambda: True, "current_device": lambda: 0, "Stream": lambda device: Stream(),
+                        "Event": Event, "stream": stream, "current_stream": lambda device: Stream("current")}.items():
+        monkeypatch.setattr(torch.cuda, name, value)
+    p = CudaPrefetcher(batches(4), "cuda", dtype=torch.float32, depth=2, pin_memory=False)
+    p.device = torch.device("cpu")  # the copies themselves stay on the CPU here
+    started = [("enter", "side"), ("record", 1, "side"), ("exit", "side"),
+               ("enter", "side"), ("record", 2, "side"), ("exit", "side")]
+    it = iter(p)
+    assert calls == started  # two batches in flight before the first is asked for
+    first = next(it)
+    assert calls == [*started, ("wait", 1), ("enter", "side"), ("record", 3, "side"), ("exit", "side")]
+    rest = list(it)  # batch k is waited for only when it is handed over, after its copy was issued
+    assert [c[1] for c in calls if c[0] == "wait"] == [1, 2, 3, 4]
+    assert all(calls.index(("record", n, "side")) < calls.index(("wait", n)) for n in range(1, 5))
+    for got, want in zip([first, *rest], batches(4)):
+        assert got[0].dtype == torch.float32 and torch.allclose(got[0], want[0] / 255) and torch.equal(got[1], want[1])
