@@ -325,7 +325,7 @@ class _ThreadIterator:
 
     def __del__(self):
         with contextlib.suppress(Exception):  # never raise from a finaliser (e.g. at interpreter exit)
-            self.close(timeout=1.0)
+            self.close(timeout=5.0)  # returns in milliseconds unless the loader itself is stuck
 
 
 class ThreadPrefetcher(_Closable):
