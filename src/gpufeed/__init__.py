@@ -21,6 +21,7 @@ _MODULES = {"bench", "ceilings", "cli", "config", "doctor", "jpeg", "machine", "
 _MODULES |= {"explorer", "instrument", "simulator", "timeline", "trace"}  # lessons 01-02
 _MODULES |= {"folders", "quality", "training", "transfer"}  # lessons 03-04
 _MODULES |= {"folder", "loader", "memmap", "staging"}  # lessons 05-06
+_MODULES |= {"knobs", "movers", "prefetch"}  # lessons 07-08
 
 __all__ = sorted(_MODULES | {"setup", "Session"})
 

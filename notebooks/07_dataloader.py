@@ -1,0 +1,476 @@
+# %% [markdown]
+# # 07 · DataLoader knobs and moving structures
+#
+# **What you will learn:** what `num_workers`, `prefetch_factor`, `persistent_workers` and
+# `pin_memory` do, measured as sweeps on a JPEG folder and on a memmap dataset, and where each
+# stops helping; what `non_blocking=True` really does, and why the GPU-to-CPU direction is unsafe
+# without a sync; how to move nested batches (dicts and lists of tensors) with a recursive
+# function, pytrees, optree and `TensorDict`; and why start methods (fork, spawn, forkserver)
+# decide where your dataset code must live.
+#
+# **Time:** about 30 minutes (2 in quick mode). **Prerequisites:** [05 · Memory-mapped
+# datasets](05_memmap.ipynb), [06 · Batched fetching](06_batched.ipynb).
+
+# %% [markdown]
+# ## 1. The knobs
+#
+# `DataLoader(dataset, batch_size, ...)` with `num_workers=W > 0` starts W worker processes. Each
+# builds whole batches (`__getitem__` per sample, then `collate_fn`) and sends them back to the main
+# process through shared memory. The knobs:
+#
+# | knob | what it does | what it costs |
+# |---|---|---|
+# | `num_workers` | W processes build batches in parallel | a process each; past the cores they only compete |
+# | `prefetch_factor` | each worker keeps this many batches in flight (W x factor in total) | memory |
+# | `persistent_workers` | keep the workers alive between epochs | memory held between epochs |
+# | `pin_memory` | one thread in the main process copies every batch into pinned (page-locked) memory | a copy of every batch, on one core; needs a GPU |
+# | `multiprocessing_context` | how workers start: fork, spawn, forkserver (section 4) | seconds per worker for spawn |
+#
+# **Threads first.** A worker runs torch with *one* intra-op thread: `_worker_loop` calls
+# `torch.set_num_threads(1)`, because W workers each running as many threads as there are cores
+# would fight over them. The main process keeps its default. How much does that matter for a
+# collate (a `torch.stack` of 64 images of 224x224)?
+
+# %%
+import warnings
+
+import torch
+
+from gpufeed import config
+from gpufeed.bench import NoisyMeasurementWarning, benchmark
+
+warnings.simplefilter("once", NoisyMeasurementWarning)  # say it once; the [noisy] marks show which
+default_threads = torch.get_num_threads()
+samples = list(torch.randint(0, 256, (64, 3, 224, 224), dtype=torch.uint8))  # what a collate receives
+threads_ms = []
+for threads in sorted({1, default_threads}):
+    torch.set_num_threads(threads)
+    threads_ms.append(benchmark(lambda: torch.stack(samples), name=f"collate, {threads} torch thread(s)",
+                                nbytes=64 * 3 * 224 * 224, repeats=config.pick(quick=20, full=50), number=3, warmup=3))
+torch.set_num_threads(1)  # for the rest of this lesson: see below
+one, many = threads_ms[0], threads_ms[-1]
+for m in threads_ms:
+    print(m)
+if default_threads > 1:
+    print(f"With {default_threads} threads the collate takes {many.median / one.median:.2f}x the time it takes "
+          f"with one ({many.median * 1e3:.2f} vs {one.median * 1e3:.2f} ms).")
+else:
+    print("torch already runs one thread per process here: nothing to compare.")
+
+# %% [markdown]
+# On a machine whose cores are all busy (other programs, or our own workers), extra threads wait
+# for a core and the work takes longer, not shorter; on an idle many-core machine they help. So this
+# lesson runs its main process with **one torch thread**, like each worker, whatever the cell above
+# found at this moment: once workers run, the main process's threads compete with them for the same
+# cores, and with one thread everywhere `num_workers=0` means one core and `num_workers=W` means W
+# cores plus the main process, a fair comparison. The knobs: `torch.set_num_threads` in the main
+# process, and a `worker_init_fn` (in a module, not the notebook) if a worker should use more.
+#
+# ## 2. Sweeps: `num_workers`, then the others
+#
+# Two datasets of the same images: a folder of JPEGs (`gpufeed.folder.ImageFolderDataset`: open,
+# decode, resize per sample) and the memmap of lesson 05 built from it, served to workers a batch
+# at a time by `gpufeed.knobs.MemmapDataset` (one `index_select` per batch, lesson 06).
+
+# %%
+from gpufeed.folder import ImageFolderDataset
+from gpufeed.knobs import MemmapDataset, worker_counts
+from gpufeed.machine import usable_cores
+from gpufeed.memmap import build_memmap
+from gpufeed.synth import synth_folder
+
+cores = usable_cores()
+side, n_images = 224, config.pick(quick=64, full=2000)
+batch_size = config.pick(quick=16, full=64)
+here = config.cache_dir() / "lesson07"
+jpeg_dir = synth_folder(here / f"jpeg-{side}-{n_images}", n=n_images, size=(side, side),
+                        workers=config.pick(quick=1, full=cores), progress=False).path  # quick: no process pool
+mm_dir = build_memmap(jpeg_dir, here / f"mm-{side}-{n_images}", size=(side, side), reuse=True, progress=False).path
+datasets = {"JPEG folder": ImageFolderDataset(jpeg_dir, size=(side, side)), "memmap": MemmapDataset(mm_dir)}
+counts = worker_counts(cores)
+print(f"{n_images} images of {side}x{side}, batch {batch_size}; {cores} cores; num_workers in {counts}")
+
+# %% [markdown]
+# `gpufeed.knobs.sweep` builds one DataLoader per configuration (`gpufeed.knobs.loader`: shuffled,
+# and the knobs that need workers dropped at `num_workers=0`), runs one untimed epoch (the workers
+# start there), then times whole epochs. With CUDA each batch is also sent to the GPU, and every
+# configuration runs with and without `pin_memory`. Each cell of the heatmap is images/s and its
+# ratio to `num_workers=0`; the dashed line marks the number of cores.
+
+# %%
+import matplotlib.pyplot as plt
+
+from gpufeed import plotting
+from gpufeed.knobs import heatmap, sweep
+
+kw = {"batch_size": batch_size, "repeats": config.pick(quick=3, full=5), "device": S.device if S.cuda else None}
+configs = [{"num_workers": w, "persistent_workers": True, "prefetch_factor": 2} for w in counts]
+ms = []
+for name, ds in datasets.items():
+    ms += sweep({name: ds}, configs, **kw)
+    if S.cuda:
+        ms += sweep({f"{name}, pinned": ds}, [{**c, "pin_memory": True} for c in configs], **kw)
+fig, ax = heatmap(ms, cores=cores, machine=S.machine, title=f"images/s per epoch, batch {batch_size}, {side}x{side}")
+plt.show()
+
+# %%
+by_dataset = {}
+for m in ms:
+    by_dataset.setdefault(m.params["dataset"], {})[m.params["num_workers"]] = m.items_per_s
+for name, row in by_dataset.items():
+    best, most = max(row, key=row.get), max(row)
+    print(f"{name}: best at num_workers={best} ({row[best]:,.0f} images/s, {row[best] / row[0]:.2f}x num_workers=0); "
+          f"{most} workers give {row[most] / row[cores]:.2f}x what {cores} give.")
+folder, memmap = by_dataset["JPEG folder"], by_dataset["memmap"]
+gain, most = folder[cores] / folder[0], max(folder)
+if gain > 1.2:
+    print(f"The JPEG folder gains {gain:.1f}x from {cores} workers: decoding is CPU work that splits by sample. "
+          f"{most} workers give {folder[most] / folder[cores]:.2f}x of that: past the cores there is no free core.")
+else:
+    print(f"The JPEG folder does not gain from workers here ({gain:.2f}x with {cores}): on {cores} busy cores a worker "
+          "competes for a core with the main process and everything else running, and still hands each batch over.")
+in_place, via_worker = batch_size / memmap[0] * 1e3, batch_size / memmap[1] * 1e3  # ms per batch
+print(f"The memmap with no workers is {memmap[0] / folder[0]:.0f}x the folder. Through one worker a batch arrives "
+      f"every {via_worker:.1f} ms; gathering it in place takes {in_place:.2f} ms. The difference is the hand-over: "
+      "a copy into shared memory, fresh pages on both sides, messages between processes.")
+for name in datasets if S.cuda else []:  # the pin-memory thread, where there is a GPU
+    pinned_row = by_dataset[f"{name}, pinned"]
+    print(f"{name}, pin_memory=True vs False: {pinned_row[cores] / by_dataset[name][cores]:.2f}x at {cores} workers, "
+          f"{max(pinned_row.values()) / max(by_dataset[name].values()):.2f}x at the best of each.")
+
+# %% [markdown]
+# **`pin_memory`** (GPU only; without an accelerator torch turns it off with a warning). The pin
+# thread copies every batch once more, into pinned memory, so that the copy to the GPU is faster and
+# asynchronous. It is *one* thread for all workers: once workers deliver batches faster than one
+# core copies them, it is the bottleneck. Compare the `, pinned` rows above when you have a GPU.
+#
+# **`prefetch_factor` and `persistent_workers`.** Prefetching matters when the loop does work of
+# its own: while the GPU computes, workers fill the queue. We stand in for a GPU step with a sleep
+# as long as each dataset's time per batch at `num_workers=cores` (a CPU waiting on a GPU leaves
+# the cores to the workers, as a sleep does), and try factors 1, 2 and 4. Then we time epochs with
+# and without persistent workers: without, every epoch starts `num_workers` processes again.
+
+# %%
+import time
+
+factors, persistence, step_s = {}, {}, {}
+for name, ds in datasets.items():
+    step_s[name] = batch_size / by_dataset[name][cores]  # its loading time per batch at `cores` workers
+    factors[name] = sweep({name: ds}, [{"num_workers": cores, "persistent_workers": True, "prefetch_factor": f}
+                                       for f in (1, 2, 4)], **kw, step=lambda batch, s=step_s[name]: time.sleep(s))
+    persistence[name] = sweep({name: ds}, [{"num_workers": cores, "persistent_workers": p} for p in (False, True)], **kw)
+    for m in factors[name]:  # short labels for the plots
+        m.name = f"prefetch_factor={m.params['prefetch_factor']}"
+    for m in persistence[name]:
+        m.name = f"persistent_workers={m.params['persistent_workers']}"
+fig, axes = plt.subplots(2, 2, figsize=(11, 4.4))
+for row, name in zip(axes, datasets):
+    plotting.bars(factors[name], ax=row[0], title=f"{name}, {cores} workers, {step_s[name] * 1e3:.1f} ms step",
+                  machine=S.machine)
+    plotting.bars(persistence[name], ax=row[1], title=f"{name}, {cores} workers, whole epochs", machine=S.machine)
+fig.tight_layout()
+plt.show()
+
+# %%
+for name in datasets:
+    pf = {m.params["prefetch_factor"]: m for m in factors[name]}
+    no_keep, keep = persistence[name]
+    bound = n_images / (step_s[name] * -(-n_images // batch_size))  # one step per batch, nothing else
+    print(f"{name}: prefetch_factor 4 gives {pf[1].median / pf[4].median:.2f}x factor 1 ({pf[4].items_per_s:,.0f} "
+          f"images/s; the step alone allows {bound:,.0f}). Without persistent workers an epoch takes "
+          f"{no_keep.median * 1e3:.0f} ms instead of {keep.median * 1e3:.0f} ms.")
+startup = persistence["memmap"][0].median - persistence["memmap"][1].median
+if startup > 0:
+    print(f"Starting {cores} workers ({torch.multiprocessing.get_start_method()}) costs about {startup * 1e3:.0f} ms per "
+          f"epoch: {startup / persistence['memmap'][1].median:.1f}x a whole epoch of the memmap, which is why short "
+          "epochs want persistent_workers=True.")
+else:
+    print("Here the start-up of the workers is lost in the noise of the epochs; rerun to see it.")
+
+# %% [markdown]
+# ## 3. What `non_blocking=True` really does
+#
+# `x.to("cuda", non_blocking=True)` *asks* for an asynchronous copy; what you get depends on the
+# memory:
+#
+# * **from pinned memory** the GPU's copy engine reads the bytes by DMA; the call returns at once and
+#   the copy overlaps whatever the CPU does next (and kernels on other streams, lesson 08);
+# * **from pageable memory** the driver first copies the bytes into a pinned staging buffer of its
+#   own, on the CPU, and the call returns only when that is done: little is gained;
+# * **device to host** (`y = x.to("cpu", non_blocking=True)`) returns a CPU tensor *before the bytes
+#   have arrived*. Reading it before `torch.cuda.synchronize()` (or an event) gives wrong values.
+#   This is the unsafe direction: no error, just garbage.
+#
+# And `pin_memory()` itself is a copy into page-locked memory, plus an allocation the OS must lock;
+# it pays off only if it replaces the driver's own staging copy and lets work overlap. The cells
+# below measure all of this with CUDA, and show the committed reference from a GPU otherwise.
+
+# %%
+from gpufeed import results
+from gpufeed.bench import Measurement
+
+nb_ms, unsafe = [], {}
+x = torch.randint(0, 256, (64, 3, 224, 224), dtype=torch.uint8)  # 9.6 MB: one batch of 224x224 uint8
+
+
+def h2d_times(src, non_blocking, repeats=20):
+    """Time until .to() returns, and until the copy is done."""
+    returns, done = [], []
+    for _ in range(repeats + 2):
+        t0 = time.perf_counter()
+        src.to("cuda", non_blocking=non_blocking)
+        t1 = time.perf_counter()
+        torch.cuda.synchronize()
+        returns.append(t1 - t0)
+        done.append(time.perf_counter() - t0)
+    return returns[2:], done[2:]  # the first two are warm-up
+
+# %%
+if S.cuda:
+    pinned = x.pin_memory()
+    for memory, src in (("pageable", x), ("pinned", pinned)):
+        for nb in (False, True):
+            returns, done = h2d_times(src, nb)
+            name = f"{memory}, non_blocking={nb}"
+            nb_ms += [Measurement(f"{name}: call returns", returns, nbytes=x.numel()),
+                      Measurement(f"{name}: copy done", done, nbytes=x.numel())]
+    nb_ms.append(benchmark(lambda: x.pin_memory(), name="x.pin_memory()", nbytes=x.numel(), repeats=20))
+    nb_ms.append(benchmark(lambda: x.clone(), name="x.clone() (pageable copy)", nbytes=x.numel(), repeats=20))
+    for m in nb_ms:
+        print(f"{m.name:>40}: {m.median * 1e3:7.3f} ms ({m.gb_per_s:6.1f} GB/s)")
+else:
+    print("No CUDA here: non_blocking copies need a GPU; the reference from one is shown below.")
+
+# %% [markdown]
+# The unsafe direction, shown on purpose: a long matrix product is queued first, then a fill of
+# `src`, then the copy back. The CPU reads `y` at once, and once more after a sync.
+
+# %%
+if S.cuda:
+    a = torch.randn(8192, 8192, device="cuda")
+    src = torch.empty(1 << 24, device="cuda")
+    for trial in range(5):
+        for _ in range(3):
+            a = a @ a / 8192  # keeps the GPU busy for a while (scaled to stay finite)
+        src.fill_(trial + 1.0)
+        y = src.to("cpu", non_blocking=True)  # returns before the bytes arrive
+        early = (y != trial + 1.0).float().mean().item()  # read on the CPU, no sync: a race
+        torch.cuda.synchronize()
+        late = (y != trial + 1.0).float().mean().item()
+        unsafe.setdefault("wrong_before_sync", []).append(early)
+        unsafe.setdefault("wrong_after_sync", []).append(late)
+    print(f"wrong values read before the sync: {unsafe['wrong_before_sync']}; after: {unsafe['wrong_after_sync']}")
+    del a, src, y
+
+# %%
+ref = None if S.cuda else results.reference("lesson07")
+if S.cuda:
+    nb_show, gpu = nb_ms, S.machine.get("gpu")
+elif ref is None:
+    nb_show, gpu = [], None
+    print("No GPU reference is committed yet (results/<gpu>/lesson07.json): run this notebook on a GPU with "
+          "GPUFEED_RESULTS=results to add one.")
+else:
+    nb_show = [m for m in ref[0] if "non_blocking" in m.name or "pin_memory()" in m.name or "clone()" in m.name]
+    unsafe, gpu = ref[1].get("unsafe", {}), ref[1]["machine"].get("gpu")
+    print(f"The reference, measured on {gpu}:")
+    for m in nb_show:
+        print(f"{m.name:>40}: {m.median * 1e3:7.3f} ms ({m.gb_per_s:6.1f} GB/s)")
+if nb_show:
+    t = {m.name: m.median for m in nb_show}
+    print(f"On {gpu}: from pinned memory, non_blocking returns after {t['pinned, non_blocking=True: call returns'] * 1e6:.0f} us "
+          f"of a {t['pinned, non_blocking=True: copy done'] * 1e3:.2f} ms copy; from pageable memory after "
+          f"{t['pageable, non_blocking=True: call returns'] * 1e3:.2f} ms of {t['pageable, non_blocking=True: copy done'] * 1e3:.2f}. "
+          f"pin_memory() itself costs {t['x.pin_memory()'] * 1e3:.2f} ms, {t['x.pin_memory()'] / t['x.clone() (pageable copy)']:.1f}x a plain copy.")
+if unsafe:
+    print(f"Read before a sync, {max(unsafe['wrong_before_sync']):.0%} of the values were wrong in the worst trial; "
+          f"after it, {max(unsafe['wrong_after_sync']):.0%}.")
+
+# %% [markdown]
+# ## 4. Moving nested structures
+#
+# A detection batch is a dict holding a stacked image tensor and a *list* of per-image dicts, each
+# with its own number of boxes: `batch.to(device)` does not exist for it. `gpufeed.movers` makes
+# such batches (`DetectionDataset`, `detection_collate`, both in `src/` so workers can import them).
+
+# %%
+from gpufeed.movers import DetectionDataset, detection_collate
+
+ds = DetectionDataset(batch_size, size=side)
+batch = detection_collate([ds[i] for i in range(batch_size)])
+print({k: type(v).__name__ for k, v in batch.items()}, tuple(batch["images"].shape))
+print("first target:", {k: tuple(v.shape) for k, v in batch["targets"][0].items()})
+
+# %% [markdown]
+# By hand: a function that calls itself on what it finds.
+
+# %%
+def move(obj, device, non_blocking=False):
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device, non_blocking=non_blocking)
+    if isinstance(obj, dict):
+        return {k: move(v, device, non_blocking) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(move(v, device, non_blocking) for v in obj)
+    return obj  # ints, strings, None: as they are
+
+# %% [markdown]
+# (A named tuple breaks that last `type(obj)(...)`: it wants separate arguments;
+# `gpufeed.movers.to_device` handles it, and TensorDicts.) Torch has a tree walker of its own,
+# `torch.utils._pytree` (private, but it is what `torch.compile` and FSDP use); optree is a C++
+# one; and tensordict's `TensorDict` holds the whole batch as one object whose `.to()` moves
+# every leaf. Per-image targets of different sizes become a *lazy stack*, one TensorDict per image.
+# `consolidate()` packs all the leaves into one buffer first, so that `.to()` is a single copy.
+
+# %%
+import importlib.util
+
+from torch.utils import _pytree
+
+from gpufeed.movers import as_tensordict, equal, leaves, pin
+
+
+def on(x):
+    return x.to(S.device, non_blocking=S.cuda) if isinstance(x, torch.Tensor) else x
+
+
+ways = {"hand-written recursive": lambda: move(batch, S.device, S.cuda),
+        "torch.utils._pytree.tree_map": lambda: _pytree.tree_map(on, batch)}
+if importlib.util.find_spec("optree") is not None:
+    import optree
+
+    ways["optree.tree_map"] = lambda: optree.tree_map(on, batch, none_is_leaf=True)
+else:
+    print("optree is not installed: skipping it (pip install optree to add it)")
+td = as_tensordict(batch)  # a dataset would yield this directly: not timed
+packed = td.consolidate()  # one buffer holding every leaf
+ways["TensorDict.to"] = lambda: td.to(S.device, non_blocking=S.cuda)
+ways["TensorDict, consolidated"] = lambda: packed.to(S.device, non_blocking=S.cuda)
+if S.cuda:  # pinned sources: the copies can be asynchronous
+    pinned_batch, pinned_packed = pin(batch), td.consolidate(pin_memory=True)
+    ways["hand-written, pinned"] = lambda: move(pinned_batch, S.device, True)
+    ways["TensorDict, consolidated, pinned"] = lambda: pinned_packed.to(S.device, non_blocking=True)
+for name, way in ways.items():
+    assert equal(way(), batch), name  # correctness first: same structure, same values
+print(f"all {len(ways)} ways give the same {len(leaves(batch))} tensors in the same structure, on {S.device}")
+
+# %%
+movers_ms = [benchmark(way, name=name, items=1, repeats=config.pick(quick=10, full=30), number=5, warmup=2)
+             for name, way in ways.items()]
+fig, ax = plotting.bars(movers_ms, baseline="hand-written recursive", unit="batches/s", machine=S.machine,
+                        title=f"moving a detection batch ({len(leaves(batch))} tensors) to {S.device}")
+plt.show()
+mv = {m.name: m.median for m in movers_ms}
+fastest, slowest = min(mv, key=mv.get), max(mv, key=mv.get)
+print(f"Fastest here: {fastest}, {mv[fastest] * 1e6:.0f} us per batch; slowest: {slowest}, "
+      f"{mv[slowest] / mv[fastest]:.1f}x as long. The hand-written mover takes {mv['hand-written recursive'] * 1e6:.0f} us.")
+if not S.cuda:
+    print("On the CPU nothing is copied (.to('cpu') returns the tensor itself): these times are the cost of "
+          "walking the structure, in Python or C++. With a GPU, the copies and their number count too.")
+
+# %% [markdown]
+# ## 5. Start methods, CUDA, and why datasets live in `src/`
+#
+# A worker is a new process, started one of three ways (`multiprocessing_context=` on the DataLoader):
+#
+# * **fork** (the Linux default up to Python 3.13): a copy of the parent, memory and all. Fast, and
+#   the dataset needs no pickling. But a forked child cannot use CUDA if the parent has already
+#   initialised it, and forking a process that runs threads can deadlock.
+# * **spawn** (the default on macOS and Windows): a fresh interpreter that imports torch and
+#   *unpickles* the dataset and collate function, which pickle stores as module and name.
+# * **forkserver** (the Linux default from **Python 3.14**): a server process forks clean children
+#   on request; the dataset is pickled as with spawn.
+#
+# So under spawn and forkserver a worker must be able to *import* your dataset class. A class
+# defined in a notebook lives in the kernel's `__main__`, which a fresh process does not have:
+
+# %%
+import pickle
+
+from torch.utils.data import Dataset
+
+from gpufeed.knobs import first_batch
+
+
+class NotebookDetection(Dataset):  # defined here, in __main__: a spawned worker cannot find it
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        return DetectionDataset(4, size=16)[i]
+
+
+print("pickled as:", pickle.dumps(NotebookDetection())[:60])
+trials = [first_batch(NotebookDetection(), "spawn", collate_fn=detection_collate),
+          first_batch(DetectionDataset(4, size=16), "spawn", collate_fn=detection_collate),
+          first_batch(NotebookDetection(), "fork", collate_fn=detection_collate)]
+for r, what in zip(trials, ("notebook class, spawn", "gpufeed class, spawn", "notebook class, fork")):
+    print(f"{what:>22}: {'a batch' if r.ok else 'failed'} after {r.seconds:.1f} s")
+    if not r.ok:
+        print(f"{'':>24}in this process: {r.error}\n{'':>24}in the worker:   {r.worker_error}")
+
+# %%
+bad, good, forked = trials
+print(f"Under spawn the worker imports torch, then fails to find NotebookDetection in its own __main__ "
+      f"({bad.worker_error.split(':')[0] or 'see above'}). The same class from gpufeed works; starting that one "
+      f"spawned worker took {good.seconds:.1f} s, against {forked.seconds:.2f} s to fork one.")
+print(f"Start method here: {torch.multiprocessing.get_start_method()}. On Python 3.14 it is forkserver on Linux, "
+      "so a notebook-defined dataset fails there even without multiprocessing_context.")
+
+# %% [markdown]
+# **CUDA and fork.** With a GPU, the cell below initialises CUDA in this process and asks a *forked*
+# worker to touch the GPU: the CUDA runtime cannot be used again in a forked child. Spawned workers
+# can, but the usual advice stands: keep workers on the CPU and move batches in the main process.
+
+# %%
+cuda_fork = None
+if S.cuda:
+    torch.zeros(1, device="cuda")  # CUDA is initialised in the parent
+    from gpufeed.knobs import CudaProbe
+
+    cuda_fork = first_batch(CudaProbe(), "fork")
+    print(f"a forked worker touching CUDA: {'worked' if cuda_fork.ok else cuda_fork.error}")
+elif ref is not None and ref[1].get("cuda_fork_error"):
+    print(f"No CUDA here. On {ref[1]['machine'].get('gpu')} a forked worker touching CUDA said: {ref[1]['cuda_fork_error']}")
+else:
+    print("No CUDA here: a forked worker would fail with 'Cannot re-initialize CUDA in forked subprocess'.")
+
+# %%
+knob_ms = [m for name in datasets for m in factors[name] + persistence[name]]  # params say which dataset
+saved = results.save_lesson(
+    "lesson07", [*threads_ms, *ms, *knob_ms, *nb_ms, *movers_ms], cores=cores, batch_size=batch_size, side=side, unsafe=unsafe, start_methods=[vars(r) for r in trials],
+    cuda_fork_error=cuda_fork.error if cuda_fork is not None else None)
+print(f"saved to {saved}")
+
+# %% [markdown]
+# ## Key takeaways
+#
+# * `num_workers` helps datasets whose samples cost CPU (decoding), up to the number of cores; for a
+#   memmap, a batch is a copy and workers add a hand-over that costs as much. Measure, don't guess.
+# * Workers run one torch thread each; on a busy machine the main process should too.
+# * `persistent_workers=True` saves the worker start-up of every epoch; `prefetch_factor` helps when
+#   loading is uneven; `pin_memory` adds a copy on one thread and pays off only with a GPU.
+# * `non_blocking=True` is asynchronous only from pinned memory; device-to-host without a sync
+#   returns a tensor whose values have not arrived yet.
+# * Move nested batches with one walker (pytree, optree, or your own); a consolidated TensorDict
+#   moves them in one copy.
+# * Datasets and collate functions live in an importable module: under spawn and forkserver
+#   (Python 3.14's default) a notebook class cannot be found by the worker.
+#
+# ## Exercises
+#
+# 1. Give the main process back its default threads (`torch.set_num_threads(default_threads)`) and
+#    rerun the `num_workers` sweep. Which row changes, and why that one?
+# 2. Add a `worker_init_fn` (in a module of your own, not in the notebook) that calls
+#    `torch.set_num_threads(2)` in each worker. Does the folder get faster at `num_workers=1`?
+# 3. Predict: at what `num_workers` does the JPEG folder reach the memmap's `num_workers=0` rate on
+#    this machine, if the rate per worker stays as measured? Check with the cell below.
+
+# %%
+# Self-check for exercise 3: your answer, a number of workers (an int).
+my_workers = None
+per_worker = folder[1]  # images/s with one worker
+needed = memmap[0] / per_worker
+if my_workers is not None:
+    print(f"{needed:.0f} workers ({'right!' if abs(my_workers - needed) <= max(1, 0.1 * needed) else 'not quite'}); "
+          f"this machine has {cores} cores.")

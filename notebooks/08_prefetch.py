@@ -1,0 +1,411 @@
+# %% [markdown]
+# # 08 · GPU prefetching
+#
+# **What you will learn:** what CUDA streams are and how a copy on a side stream overlaps compute;
+# how a GPU prefetcher works (`wait_stream`, `record_stream`, pinned memory, `non_blocking`), and
+# how it also converts and normalises images on the GPU; a thread prefetcher for machines without
+# CUDA, with clean shutdown and honest errors; and how to *prove* overlap with a profiler trace and
+# the GPU idle fraction.
+#
+# **Time:** about 25 minutes (1 minute in quick mode). **Prerequisites:** [07 · DataLoader knobs
+# and moving structures](07_dataloader.ipynb), [02 · Profiling and benchmarking](02_profiling.ipynb).
+
+# %% [markdown]
+# ## 1. CUDA streams in a few sentences
+#
+# A **stream** is a queue of GPU work that runs in order. Work on *different* streams may run at
+# the same time: a GPU has copy engines apart from its compute units, so a host-to-device copy on
+# one stream can proceed while kernels run on another. Everything you launch goes to the
+# *current* stream (the default one unless you say otherwise). Three tools keep two streams honest:
+#
+# * `torch.cuda.stream(s)`: a context in which launches go to stream `s`;
+# * `current.wait_stream(s)` (or `wait_event(e)`): later work on `current` waits, *on the GPU*, for
+#   what was queued on `s`: the CPU does not block;
+# * `tensor.record_stream(current)`: memory allocated on `s` and used on `current` must not be
+#   handed out again by PyTorch's caching allocator until `current` is done with it.
+#
+# A copy overlaps compute only from **pinned** memory (lesson 07). The idea, drawn by lesson 01's
+# simulator with a copy about as long as the step: without a GPU prefetch the copy of batch `i + 1`
+# waits for step `i`; with it, the copy runs during the step.
+
+# %%
+import matplotlib.pyplot as plt
+
+from gpufeed.simulator import Costs, preset, simulate
+from gpufeed.timeline import gantt
+
+costs = Costs(compute_ms=8.0, copy_pinned_ms=6.0, decode_ms=0.5)  # a copy about as long as the step
+runs = {name: simulate(preset(name, costs=costs), n_batches=16) for name in ("CPU prefetch", "GPU prefetch")}
+fig, axes = plt.subplots(2, 1, figsize=(9, 3.2), sharex=True)
+for ax, (name, r) in zip(axes, runs.items()):
+    shown = [i for i in r.intervals if i.resource in ("copy engine", "GPU")]
+    gantt(shown, rows=["copy engine", "GPU"], ax=ax, until=80, legend=ax is axes[0],
+          title=f"{name}: {r.images_per_s:,.0f} images/s", note="simulated" if ax is axes[1] else "")
+axes[0].set_xlabel("")
+fig.tight_layout()
+plt.show()
+gain = runs["GPU prefetch"].images_per_s / runs["CPU prefetch"].images_per_s
+print(f"Simulated: overlapping the copy with the step gives {gain:.2f}x; the GPU is busy "
+      f"{runs['GPU prefetch'].utilisation()['GPU']:.0%} of the time instead of {runs['CPU prefetch'].utilisation()['GPU']:.0%}.")
+
+# %% [markdown]
+# ## 2. A GPU prefetcher, by hand
+#
+# The classic one (from NVIDIA's apex ImageNet example) keeps one batch ahead: it issues the copy of
+# the next batch on a side stream, then hands over the current one. Before the consumer uses a
+# batch, the current stream waits for its copy; `record_stream` protects its memory.
+
+# %%
+import torch
+
+
+def simple_prefetch(loader, device):
+    """Yields (x, y) on `device`; the copy of the next batch runs on a side stream meanwhile."""
+    stream, current = torch.cuda.Stream(device), torch.cuda.current_stream(device)
+
+    def start(batch):  # issue the copies on the side stream; returns at once (pinned memory)
+        if batch is None:
+            return None
+        with torch.cuda.stream(stream):
+            return [t.to(device, non_blocking=True) for t in batch]
+
+    batches = iter(loader)
+    ahead = start(next(batches, None))
+    while ahead is not None:
+        current.wait_stream(stream)  # the GPU waits for the copy before the work that follows
+        for t in ahead:
+            t.record_stream(current)  # its memory is in use on `current` now
+        batch, ahead = ahead, start(next(batches, None))  # the next copy overlaps the work on `batch`
+        yield batch
+
+# %% [markdown]
+# `gpufeed.prefetch.CudaPrefetcher(loader, device, dtype=None, mean=None, std=None, depth=1)` is
+# the same idea, made general: it takes batches of any structure (tensors, tuples, dicts, lists,
+# TensorDicts, tensorclasses; `gpufeed.movers`), pins what is not pinned yet, keeps `depth` batches
+# in flight (an event per batch rather than `wait_stream`, so that the consumer waits for its own
+# batch only), raises a loader's exception once after the batches before it, and can convert the
+# images on the side stream: `uint8` travels (4x fewer bytes than float32, lesson 03), float is
+# made on the GPU. That conversion is a pure function, `gpufeed.prefetch.normalize`, checked here
+# against the textbook formula on the CPU:
+
+# %%
+from gpufeed.prefetch import normalize, prepare
+
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)  # ImageNet's, on the [0, 1] scale
+images = torch.randint(0, 256, (8, 3, 64, 64), dtype=torch.uint8)
+textbook = (images.double() / 255 - torch.tensor(MEAN).double().view(-1, 1, 1)) / torch.tensor(STD).double().view(-1, 1, 1)
+for dtype in (torch.float32, torch.float16):
+    err = (normalize(images, dtype, MEAN, STD).double() - textbook).abs().max().item()
+    print(f"{str(dtype):>14}: largest difference from the formula {err:.1e}")
+batch = prepare((images, torch.arange(8)), torch.float16, MEAN, STD)  # only 4-d uint8 tensors change
+print([(tuple(t.shape), t.dtype) for t in batch])
+
+# %% [markdown]
+# With a GPU, both prefetchers must give exactly what a plain loop gives:
+
+# %%
+from gpufeed.prefetch import CudaPrefetcher
+
+if S.cuda:
+    data = [(torch.randint(0, 256, (16, 3, 64, 64), dtype=torch.uint8).pin_memory(), torch.arange(16) + i)
+            for i in range(6)]
+    plain = [(prepare(x.to(S.device), torch.float32, MEAN, STD), y.to(S.device)) for x, y in data]
+    by_hand = [(prepare(x, torch.float32, MEAN, STD), y) for x, y in simple_prefetch(data, S.device)]
+    ours = list(CudaPrefetcher(data, S.device, dtype=torch.float32, mean=MEAN, std=STD, depth=2))
+    for got in (by_hand, ours):
+        assert all(torch.allclose(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(got, plain))
+    print("the hand-written and gpufeed prefetchers give the plain loop's batches, in order")
+else:
+    print("No CUDA here: the CUDA prefetcher needs a GPU (its tests are skipped too); section 3 runs everywhere.")
+
+# %% [markdown]
+# ## 3. Without CUDA: a thread prefetcher
+#
+# A background thread can make the next batch while the loop uses this one, *if* both release
+# Python's GIL while they work: Pillow does while decoding JPEGs, torch does inside its operators.
+# `gpufeed.prefetch.ThreadPrefetcher(loader, depth=2)` pulls batches on a thread (named
+# `gpufeed-prefetch-N`) into a queue of `depth`. We feed a small CNN's training step from a
+# DataLoader that decodes in the main process (`num_workers=0`), with and without it. Torch runs
+# one thread here so that the step takes one core and the decoding thread can have another.
+
+# %%
+import time
+
+from torch.utils.data import DataLoader
+
+from gpufeed import config
+from gpufeed.folder import ImageFolderDataset
+from gpufeed.instrument import tiny_model, train_step
+from gpufeed.synth import synth_folder
+
+torch.set_num_threads(1)
+B, n_images = config.pick(quick=16, full=32), config.pick(quick=64, full=512)
+folder = synth_folder(config.cache_dir() / "lesson08" / f"jpeg-224-{n_images}", n=n_images, size=(224, 224),
+                      progress=False).path
+dataset = ImageFolderDataset(folder, size=(224, 224))
+loader = DataLoader(dataset, batch_size=B, shuffle=True, drop_last=True)
+step = train_step(tiny_model(len(dataset.classes)).to(S.device))  # takes uint8 images, converts them itself
+batches = list(loader)  # one epoch in memory, to time the two stages apart
+t0 = time.perf_counter()
+list(loader)
+decode_ms = (time.perf_counter() - t0) / len(batches) * 1e3
+t0 = time.perf_counter()
+for x, y in batches:
+    step(x.to(S.device), y.to(S.device))
+compute_ms = (time.perf_counter() - t0) / len(batches) * 1e3
+best = (decode_ms + compute_ms) / max(decode_ms, compute_ms)
+print(f"per batch of {B}: decoding {decode_ms:.1f} ms, training step {compute_ms:.1f} ms; if they overlap "
+      f"perfectly, a batch takes the longer of the two: at best {best:.2f}x faster")
+
+# %% [markdown]
+# Now the two loops, each recording when every batch was loaded (and on which thread) and when
+# each step ran, so that we can draw them as timelines.
+
+# %%
+import threading
+
+from gpufeed.prefetch import ThreadPrefetcher
+from gpufeed.timeline import Interval
+
+
+def recorded(loader, log, origin):
+    """The loader's batches, logging each load as an Interval on the thread that ran it."""
+    batches = iter(loader)
+    while True:
+        start = time.perf_counter()
+        batch = next(batches, None)
+        if batch is None:
+            return
+        where = "main" if threading.current_thread() is threading.main_thread() else "prefetch thread"
+        log.append(Interval(where, "decode", (start - origin) * 1e3, (time.perf_counter() - origin) * 1e3))
+        yield batch
+
+
+def run(prefetched, epochs, step_fn):
+    log, origin = [], time.perf_counter()
+    for _ in range(epochs):
+        source = recorded(loader, log, origin)
+        for x, y in (ThreadPrefetcher(source, depth=2) if prefetched else source):
+            start = time.perf_counter()
+            step_fn(x.to(S.device), y.to(S.device))
+            log.append(Interval("main", "compute", (start - origin) * 1e3, (time.perf_counter() - origin) * 1e3))
+    return log, time.perf_counter() - origin
+
+
+def waiting_step(x, y):  # stands for a step on a GPU: the CPU waits, and leaves its cores free
+    time.sleep(compute_ms / 1e3)
+
+# %% [markdown]
+# We run four loops: the real training step on the CPU, with and without the prefetcher; then a
+# step that only *waits* as long (what a CPU does while a GPU computes), with and without.
+
+# %%
+from gpufeed import plotting
+from gpufeed.bench import Measurement
+
+epochs = config.pick(quick=2, full=3)
+cases = {"plain loop": (False, step), "ThreadPrefetcher": (True, step),
+         "plain loop, waiting step": (False, waiting_step), "ThreadPrefetcher, waiting step": (True, waiting_step)}
+logs, thread_ms = {}, []
+for name, (prefetched, step_fn) in cases.items():
+    run(prefetched, 1, step_fn)  # warm-up
+    samples = []
+    for _ in range(config.pick(quick=2, full=3)):
+        logs[name], seconds = run(prefetched, epochs, step_fn)
+        samples.append(seconds)
+    thread_ms.append(Measurement(name, samples, items=epochs * len(batches) * B, machine=S.machine))
+shown = ["plain loop", "ThreadPrefetcher", "ThreadPrefetcher, waiting step"]
+fig, axes = plt.subplots(3, 1, figsize=(9, 3.8), sharex=True)
+for ax, name in zip(axes, shown):
+    gantt(logs[name], ax=ax, until=5 * (decode_ms + compute_ms), legend=ax is axes[0], title=name,
+          machine=S.machine if ax is axes[-1] else None)
+    ax.set_xlabel("time (ms)" if ax is axes[-1] else "")
+fig.tight_layout()
+plt.show()
+
+# %%
+rate = {m.name: m.items_per_s for m in thread_ms}
+speedup = rate["ThreadPrefetcher"] / rate["plain loop"]
+waiting_speedup = rate["ThreadPrefetcher, waiting step"] / rate["plain loop, waiting step"]
+print(f"Training step on the CPU: {speedup:.2f}x with the thread prefetcher ({rate['ThreadPrefetcher']:,.0f} vs "
+      f"{rate['plain loop']:,.0f} images/s); waiting step: {waiting_speedup:.2f}x. The overlap allows at most {best:.2f}x.")
+mean_ms = {name: {stage: sum(i.duration for i in logs[name] if i.stage == stage) /
+                  sum(i.stage == stage for i in logs[name]) for stage in ("decode", "compute")} for name in cases}
+slower = {stage: mean_ms["ThreadPrefetcher"][stage] / mean_ms["plain loop"][stage] for stage in ("decode", "compute")}
+print(f"With the CPU step running beside it, decoding took {slower['decode']:.2f}x and the step {slower['compute']:.2f}x "
+      "their time in the plain loop.")
+if speedup < 1.1 < waiting_speedup:
+    print(f"So the mechanism works (the waiting step shows it), but here the real step and the decoding fought for "
+          f"{S.machine.get('cores')} cores that other programs use too, and for the GIL between their native calls.")
+
+# %% [markdown]
+# The `prefetch thread` row is the background thread: its decoding runs under the main thread's
+# steps. If the gain is well below the bound, the two did not get a core each (a busy machine), or
+# one of them held the GIL (Python code between the native calls: the model's layers, the
+# DataLoader's bookkeeping). A waiting step needs neither, which is the situation on a GPU machine.
+#
+# **Errors and shutdown.** An exception in the wrapped loader is raised in *your* loop, once, with
+# the loader's own traceback, after the batches made before it. A `break` (or `close()`, or leaving
+# a `with` block, or the iterator being garbage-collected) stops the thread, even one blocked on a
+# full queue: it puts with a timeout and watches a stop event.
+
+# %%
+import traceback
+
+
+def flaky_loader():
+    yield "batch 1"
+    yield "batch 2"
+    raise OSError("the disk went away at batch 3")
+
+
+try:
+    for b in ThreadPrefetcher(flaky_loader()):
+        print("got", b)
+except OSError as e:
+    frames = [f.name for f in traceback.extract_tb(e.__traceback__)]
+    print(f"raised here, once: {e!r}; its traceback runs through {frames[-1]}()")
+
+
+def endless():
+    while True:
+        yield torch.zeros(1000)
+
+
+for i, _ in enumerate(ThreadPrefetcher(endless(), depth=2)):
+    if i == 3:
+        break
+alive = [t.name for t in threading.enumerate() if t.name.startswith("gpufeed-prefetch")]
+print(f"after a break: prefetch threads alive: {alive}")
+
+# %% [markdown]
+# ## 4. Proof of overlap: a profiler trace
+#
+# A timeline is a claim; a trace is evidence. On a GPU we profile a training loop twice: copying
+# each batch on the default stream, then through `CudaPrefetcher`, and read lesson 02's **GPU idle
+# fraction** from both traces. The batches come from a few pinned `uint8` batches in memory, used
+# in turn, as if a perfect DataLoader with `pin_memory=True` delivered them: this isolates the
+# copy, which is what a GPU prefetcher hides (lesson 07 measured the loaders). So that the copy
+# matters, the model's width is chosen so that a step takes about as long as a copy.
+
+# %%
+import itertools
+import os
+
+os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # hides the profiler's C++ log lines
+from torch import nn  # noqa: E402
+from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+from gpufeed import results, trace
+from gpufeed.bench import benchmark
+
+wait, warmup, active = 1, 2, config.pick(quick=4, full=8)
+trace_dir = config.cache_dir() / "lesson08" / "traces"
+
+
+def convnet(width):  # takes normalised float images
+    return nn.Sequential(nn.Conv2d(3, width, 3, stride=2, padding=1), nn.ReLU(), nn.Conv2d(width, width, 3, padding=1),
+                         nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(width, 10))
+
+
+def profiled(source, name, step):
+    path = trace_dir / f"{name}.json"
+    plan = schedule(wait=wait, warmup=warmup, active=active)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], schedule=plan,
+                 on_trace_ready=lambda p: p.export_chrome_trace(str(path))) as prof:
+        for x, y in itertools.islice(source, wait + warmup + active):
+            with record_function("step"):
+                step(x, y)
+            prof.step()
+    return path
+
+# %%
+gpu_ms, traces = [], {}
+if S.cuda:
+    trace_dir.mkdir(parents=True, exist_ok=True)
+    h, w = config.pick(quick=(384, 384), full=(960, 1280))
+    pinned = [(torch.randint(0, 256, (B, 3, h, w), dtype=torch.uint8).pin_memory(),
+               torch.randint(0, 10, (B,)).pin_memory()) for _ in range(4)]
+    x, y = pinned[0]
+    copy = benchmark(lambda: x.to(S.device, non_blocking=True), name="copy of a batch", nbytes=x.numel())
+    xg, yg = prepare(x.to(S.device), torch.float32, MEAN, STD), y.to(S.device)
+    for width in (8, 16, 32, 64, 128, 256):  # the narrowest model whose step takes as long as a copy
+        gpu_step = train_step(convnet(width).to(S.device))
+        compute = benchmark(lambda s=gpu_step: s(xg, yg), name=f"step, width {width}", items=B, repeats=5)
+        if compute.median >= copy.median:
+            break
+    plain_source = ((prepare(x.to(S.device, non_blocking=True), torch.float32, MEAN, STD),
+                     y.to(S.device, non_blocking=True)) for x, y in itertools.cycle(pinned))
+    traces["copy on the default stream"] = profiled(plain_source, "plain", gpu_step)
+    prefetched = CudaPrefetcher(itertools.cycle(pinned), S.device, dtype=torch.float32, mean=MEAN, std=STD)
+    traces["CudaPrefetcher"] = profiled(iter(prefetched), "prefetched", gpu_step)
+    gpu_ms = [copy, compute]
+    print(f"batch of {B} at {w}x{h}: copy {copy.median * 1e3:.2f} ms, step {compute.median * 1e3:.2f} ms (width {width})")
+else:
+    print("No CUDA here: the trace needs a GPU; the committed reference is shown below.")
+
+# %%
+summaries, pictures = {}, {}
+for name, path in traces.items():
+    summaries[name] = trace.summary(path, names=["step"])
+    shown_ms = summaries[name]["window_ms"] / active * 3  # the first three profiled steps
+    pictures[name] = [vars(i) for i in trace.intervals(path, names=["step"])
+                      if i.resource.startswith("GPU") and i.start < shown_ms]  # what the chart draws
+    print(f"--- {name}\n{trace.report(path, names=['step'])}")
+ref = None if S.cuda else results.reference("lesson08")
+machine = S.machine
+if not S.cuda and ref is None:
+    print("No GPU reference is committed yet (results/<gpu>/lesson08.json): run this notebook on a GPU with "
+          "GPUFEED_RESULTS=results to add one.")
+elif not S.cuda:
+    summaries, pictures, machine = ref[1]["trace_summaries"], ref[1]["trace_intervals"], ref[1]["machine"]
+    print(f"No CUDA here: the reference measured on {machine.get('gpu')}.")
+
+# %%
+if summaries:
+    fig, axes = plt.subplots(len(pictures), 1, figsize=(9, 4), sharex=True)
+    for ax, (name, rows) in zip(axes, pictures.items()):
+        intervals = [Interval(**r) for r in rows]
+        gpu_rows = sorted({i.resource for i in intervals if i.resource.startswith("GPU")})
+        gantt(intervals, rows=gpu_rows, ax=ax, until=summaries[name]["window_ms"] / active * 3, legend=ax is axes[0],
+              title=f"{name}: GPU idle {summaries[name]['gpu_idle_fraction']:.0%}",
+              machine=machine if ax is axes[-1] else None)
+    fig.tight_layout()
+    plt.show()
+    (a, sa), (b, sb) = summaries.items()
+    print(f"On {machine.get('gpu')}: the GPU sat idle {sa['gpu_idle_fraction']:.0%} of the profiled time with the copy on "
+          f"the default stream and {sb['gpu_idle_fraction']:.0%} with the prefetcher; a step every "
+          f"{sa['window_ms'] / active:.2f} ms vs {sb['window_ms'] / active:.2f} ms ({sa['window_ms'] / sb['window_ms']:.2f}x).")
+
+# %%
+saved = results.save_lesson("lesson08", [*thread_ms, *gpu_ms], batch_size=B, decode_ms=decode_ms, compute_ms=compute_ms,
+                            thread_speedup=speedup, waiting_speedup=waiting_speedup, trace_summaries=summaries if S.cuda else {},
+                            trace_intervals=pictures if S.cuda else {})
+print(f"saved to {saved}")
+
+# %% [markdown]
+# ## Key takeaways
+#
+# * Streams are queues; work on two streams may overlap. Copy on a side stream from pinned memory,
+#   make the compute stream wait for it (`wait_stream`/`wait_event`), and `record_stream` the
+#   tensors you hand over so the caching allocator does not reuse their memory too early.
+# * Send `uint8` and convert and normalise on the GPU, on the same side stream: fewer bytes, and
+#   the conversion costs almost nothing there.
+# * Without CUDA, a thread prefetcher overlaps loading with the step when both release the GIL;
+#   make it stop on `break`, raise the loader's errors in the loop, and never block for good.
+# * Prove overlap with a trace: the GPU idle fraction should fall when the prefetcher is on.
+#
+# ## Exercises
+#
+# 1. Run section 3 with `depth=1` and `depth=8`. Does the depth change the rate? When would it?
+# 2. In `simple_prefetch`, remove the `record_stream` line. Why might the values still look right
+#    in a short test, and what could go wrong in a long run?
+# 3. In section 3, what speed-up do you expect if the step took twice as long as decoding? Work it
+#    out from the formula, then check with the cell below.
+
+# %%
+# Self-check for exercise 3: your answer, the speed-up as a number (e.g. 1.25).
+my_speedup = None
+expected = (1 + 2) / 2  # (decode + step) / max(decode, step) with step = 2 x decode
+if my_speedup is not None:
+    print("right!" if abs(my_speedup - expected) < 0.05 else f"not quite: (d + 2d) / max(d, 2d) = {expected}")
