@@ -20,6 +20,7 @@ _MODULES = {"bench", "ceilings", "cli", "config", "doctor", "jpeg", "machine", "
             "results", "session", "synth"}
 _MODULES |= {"explorer", "instrument", "simulator", "timeline", "trace"}  # lessons 01-02
 _MODULES |= {"folder", "loader", "memmap", "staging"}  # lessons 05-06
+_MODULES |= {"augment", "dali"}  # lessons 09-10 (gpufeed.dali never imports DALI until asked)
 
 __all__ = sorted(_MODULES | {"setup", "Session"})
 

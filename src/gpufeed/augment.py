@@ -294,7 +294,7 @@ def augment_one(image: torch.Tensor, p: dict, mean=IMAGENET_MEAN, std=IMAGENET_S
 def cpu_transform(size: tuple[int, int], *, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), flip_p: float = 0.5,
                   brightness: float = 0.0, contrast: float = 0.0, saturation: float = 0.0, to_float: bool = True,
                   mean=IMAGENET_MEAN, std=IMAGENET_STD):
-    """The usual per-sample pipeline, torchvision v2, for ``uint8 [3, H, W]`` tensors in CPU workers.
+    """The usual per-sample pipeline, torchvision v2, for ``uint8 [3, H, W]`` tensors or PIL images.
 
     RandomResizedCrop, RandomHorizontalFlip, ColorJitter (if any strength is set), then ToDtype with
     scaling (``ToTensor``'s job) and Normalize. A ``v2.Compose`` of modules: workers can pickle it.
@@ -307,6 +307,7 @@ def cpu_transform(size: tuple[int, int], *, scale=(0.08, 1.0), ratio=(3 / 4, 4 /
              v2.RandomHorizontalFlip(flip_p)]
     if brightness or contrast or saturation:
         steps.append(v2.ColorJitter(brightness=brightness, contrast=contrast, saturation=saturation))
+    steps.append(v2.ToImage())  # a PIL image (torchvision's ImageFolder) becomes a uint8 tensor; a tensor stays
     if to_float:
         steps += [v2.ToDtype(torch.float32, scale=True), v2.Normalize(list(mean), list(std))]
     return v2.Compose(steps)
