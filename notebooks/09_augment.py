@@ -134,8 +134,8 @@ print(f"Batched on the {'GPU' if S.cuda else 'CPU'}: {batched_rate:,.0f} images/
       f"a Python loop over the batch on the same device ({loop:,.0f} images/s).")
 if loop > workers / cores:
     print(f"The workers do less per core than the in-process loop ({workers / cores:,.0f} vs {loop:,.0f} images/s): "
-          "each float32 batch is collated, then crosses from a worker process to this one (4 bytes a value), "
-          "and small epochs leave workers idle between batches.")
+          "each float32 batch is collated, then copied from a worker process to this one (4 bytes a value), "
+          "and the workers share the cores with this process.")
 if batched_rate < loop:
     print("Here the batched version loses to the loop: its dense resampling matrices make every output pixel "
           "weigh a whole input row, work that torch's per-image resize skips. That pays off where one large "
@@ -265,6 +265,9 @@ loaders.clear()
 print(both)
 print(f"Converting at the last step: {both.items_per_s:,.0f} images/s, {both.items_per_s / workers:.2f}x the usual "
       f"pipeline's {workers:,.0f} (section 1).")
+if not S.cuda and both.items_per_s < workers:
+    print("Slower here: without a GPU the 'device' is this process, on the same cores as the workers, so the "
+          "conversion moved out of the workers competes with them. With a GPU, the last step runs there.")
 
 # %% [markdown]
 # That last step is a chain of cheap **pointwise** steps: to float, divide by 255, brightness,
@@ -283,7 +286,7 @@ crops = crop_resize(data.images[:batch_size].to(S.device), pb.boxes, pb.size, fl
 factors = (pb.brightness, pb.contrast, pb.saturation)
 compiled, compile_note = None, ""
 if S.quick and not S.cuda:
-    compile_note = "skipped: quick mode on a CPU (compiling takes 30-60 s here); run in full mode to measure it"
+    compile_note = "skipped: quick mode on a CPU (the first compile took about a minute here); full mode measures it"
 else:
     try:
         t0 = time.perf_counter()
