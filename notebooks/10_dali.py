@@ -305,7 +305,10 @@ else:
 #   executor allows `.cpu()`, but each such step is a device-to-host copy and a wait inside the
 #   pipeline. A step DALI has no operator for runs in Python (`fn.python_function`), under the GIL.
 # * **The rest.** A large wheel per CUDA major version, Linux only, and a graph that is harder to
-#   debug than Python (DALI 2 adds an experimental imperative mode, `nvidia.dali.experimental.dynamic`).
+#   debug than Python. DALI 2 adds two experimental ways in: an imperative mode without a graph
+#   (`nvidia.dali.experimental.dynamic`), and a proxy that lets a DataLoader's workers hand samples
+#   to a pipeline in the main process (`nvidia.dali.plugin.pytorch.experimental.proxy`). This
+#   lesson teaches the stable API: `pipeline_def` and `DALIGenericIterator`.
 
 # %%
 if HAVE_DALI:
