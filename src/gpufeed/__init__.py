@@ -22,6 +22,7 @@ _MODULES |= {"explorer", "instrument", "simulator", "timeline", "trace"}  # less
 _MODULES |= {"folders", "quality", "training", "transfer"}  # lessons 03-04
 _MODULES |= {"folder", "loader", "memmap", "staging"}  # lessons 05-06
 _MODULES |= {"knobs", "movers", "prefetch"}  # lessons 07-08
+_MODULES |= {"augment", "dali"}  # lessons 09-10 (gpufeed.dali never imports DALI until asked)
 
 __all__ = sorted(_MODULES | {"setup", "Session"})
 

@@ -1,0 +1,381 @@
+# %% [markdown]
+# # 09 · Augmentations: CPU, GPU or both
+#
+# **What you will learn:** the usual augmentation pipeline (random crop, flip, to float, normalise,
+# one image at a time in CPU workers) against augmenting whole `uint8` batches on the device; the
+# trap that a random transform applied to a batch draws *one* set of parameters for all of it, and
+# how to get per-sample randomness in a few batched calls, checked against torchvision image by
+# image; and why to keep `uint8` until the last step and fuse that step with `torch.compile`.
+#
+# **Time:** about 20 minutes (1-2 in quick mode). **Prerequisites:** [05 · Memory-mapped datasets](05_memmap.ipynb)
+# and [06 · Batched fetching](06_batched.ipynb); lesson 03 (why `uint8` goes over the bus).
+
+# %% [markdown]
+# ## 1. Per sample on the CPU, or per batch on the device
+#
+# Training augmentations are random: each image gets its own crop, flip and colour change. The
+# usual pipeline does it in the DataLoader's workers, one image per `__getitem__`:
+#
+# ```
+#  worker (CPU core), per image:  uint8 image -> RandomResizedCrop -> flip -> to float -> Normalize
+#  main process:                  collate -> float32 batch (4 bytes a value) -> GPU
+# ```
+#
+# The alternative fetches a `uint8` batch in one call (lesson 06), moves it whole (1 byte a value)
+# and augments the batch where the model runs:
+#
+# ```
+#  main process:  gather uint8 batch -> device -> per-sample crop + resize, flip, normalise (a few batched calls)
+# ```
+#
+# Both start from the memmap dataset of lesson 05, so neither decodes JPEGs here: we time the
+# augmentation alone. The images are stored at the size they will be cropped from.
+
+# %%
+import torch
+
+from gpufeed import config
+from gpufeed.machine import usable_cores
+from gpufeed.memmap import build_memmap, load_memmap
+from gpufeed.synth import synth_folder
+
+cores, batch_size = usable_cores(), 64
+n_images = config.pick(quick=128, full=2048)
+stored, out_size = config.pick(quick=(96, 96), full=(256, 256)), config.pick(quick=(64, 64), full=(224, 224))
+jpeg_dir = synth_folder(config.cache_dir() / "lesson09" / f"jpeg-{stored[0]}-{n_images}", n=n_images, size=stored,
+                        workers=cores, progress=False).path
+mm_dir = build_memmap(jpeg_dir, config.cache_dir() / "lesson09" / f"mm-{stored[0]}-{n_images}", size=stored,
+                      workers=cores, reuse=True, progress=False).path
+data = load_memmap(mm_dir)
+print(f"{n_images} images, uint8 {tuple(data.images.shape[1:])} each; augmented to {out_size[0]}x{out_size[1]}; "
+      f"{cores} cores; batch {batch_size}; device {S.device}")
+
+# %% [markdown]
+# **The usual pipeline**, with torchvision's v2 transforms on `uint8` tensors (`ToDtype` with
+# `scale=True` does what `ToTensor` did for PIL images). It lives in `gpufeed.augment`, since
+# DataLoader workers must pickle it, and `MemmapSamples` serves the memmap one image at a time:
+
+# %%
+from torch.utils.data import DataLoader
+
+from gpufeed.augment import MemmapSamples, cpu_transform
+
+per_sample = cpu_transform(out_size)
+print(per_sample)
+loaders = {"usual": DataLoader(MemmapSamples(mm_dir, per_sample), batch_size=batch_size, shuffle=True,
+                               num_workers=cores, persistent_workers=True, pin_memory=S.cuda)}
+
+
+def workers_epoch():
+    for images, targets in loaders["usual"]:  # float32 [64, 3, h, w], already normalised
+        images.to(S.device, non_blocking=True), targets.to(S.device, non_blocking=True)
+
+
+# %% [markdown]
+# **Per batch on the device**: `gpufeed.augment.draw_params` draws every sample's parameters at once
+# (a seeded `torch.Generator`, so a run can be repeated and checked), and `augment` applies them
+# to the `uint8` batch: crop + resize + flip in two batched matrix products, then normalise
+# (section 2 opens it up). The loader is lesson 06's `FastLoader`, which moves each batch whole.
+
+# %%
+from gpufeed.augment import augment, augment_one, draw_params
+from gpufeed.loader import FastLoader
+
+device_loader = FastLoader(data, batch_size, seed=0, device=S.device if S.cuda else None)
+gen = torch.Generator().manual_seed(0)
+stored_hw = tuple(data.images.shape[2:])
+
+
+def batched_epoch():
+    for batch in device_loader:  # uint8 [64, 3, H, W], on the device
+        p = draw_params(len(batch.images), stored_hw, out_size, generator=gen).to(S.device)
+        augment(batch.images, p)  # float32 [64, 3, h, w], normalised
+
+
+def loop_epoch():  # per-sample randomness the naive way: a Python loop over the batch, on the device
+    for batch in device_loader:
+        p = draw_params(len(batch.images), stored_hw, out_size, generator=gen)
+        torch.stack([augment_one(img, p.sample(i)) for i, img in enumerate(batch.images)])
+
+
+# %% [markdown]
+# The workers get all the cores. The in-process versions run on **one** torch thread, like lessons
+# 05 and 06: on a busy machine, torch's parallel kernels can lose more to waiting threads than they
+# gain (on the 2-core machine this course was written on, two threads made the batched version
+# twelve times *slower*).
+
+# %%
+from gpufeed.bench import benchmark
+
+kw = {"items": n_images, "repeats": config.pick(quick=3, full=5), "warmup": 1}
+where = "GPU" if S.cuda else "CPU, 1 thread"
+ms = [benchmark(workers_epoch, name=f"per sample, {cores} CPU workers", **kw)]
+loaders.clear()  # stops the worker processes
+threads = torch.get_num_threads()
+torch.set_num_threads(1)
+ms += [benchmark(loop_epoch, name=f"per-sample loop, {where}", **kw),
+       benchmark(batched_epoch, name=f"batched, {where}", **kw)]
+torch.set_num_threads(threads)
+for m in ms:
+    print(m)
+
+# %%
+import matplotlib.pyplot as plt
+
+from gpufeed import plotting
+
+fig, ax = plotting.bars(ms, baseline=ms[0].name, machine=S.machine,
+                        title=f"augmenting one epoch: crop {out_size[0]}x{out_size[1]} + flip + normalise, batch {batch_size}")
+plt.show()
+by = {m.name: m for m in ms}
+workers, batched_rate, loop = (by[n].items_per_s for n in (ms[0].name, f"batched, {where}", f"per-sample loop, {where}"))
+print(f"Batched on the {'GPU' if S.cuda else 'CPU'}: {batched_rate:,.0f} images/s, {batched_rate / workers:.2f}x the "
+      f"{cores} CPU workers ({workers:,.0f} images/s, {workers / cores:,.0f} per core), and {batched_rate / loop:.2f}x "
+      f"a Python loop over the batch on the same device ({loop:,.0f} images/s).")
+if loop > workers / cores:
+    print(f"The workers do less per core than the in-process loop ({workers / cores:,.0f} vs {loop:,.0f} images/s): "
+          "each float32 batch is collated, then copied from a worker process to this one (4 bytes a value), "
+          "and the workers share the cores with this process.")
+if batched_rate < loop:
+    print("Here the batched version loses to the loop: its dense resampling matrices make every output pixel "
+          "weigh a whole input row, work that torch's per-image resize skips. That pays off where one large "
+          "matrix product is what the hardware does best, a GPU (section 4), not on a CPU core.")
+
+# %% [markdown]
+# ## 2. The trap: one random draw for the whole batch
+#
+# A torchvision transform draws its random parameters once **per call**. Called on one image, that
+# is per image. Called on a batch `[N, 3, H, W]`, it is one draw for all `N`: every image flipped,
+# or none; every image cropped at the same place. Five calls of `RandomHorizontalFlip` on 8 images:
+
+# %%
+from torchvision.transforms import v2
+
+x = data.images[torch.linspace(0, n_images - 1, 8).long()]  # uint8 [8, 3, H, W], spread over the classes
+torch.manual_seed(0)
+for call in range(5):
+    out = v2.RandomHorizontalFlip(p=0.5)(x)
+    flipped = sum(torch.equal(o, i.flip(-1)) for o, i in zip(out, x))
+    print(f"call {call}: {flipped} of 8 images flipped")
+
+# %% [markdown]
+# Per-sample randomness on the device takes two steps: **draw** each sample's parameters (crop box,
+# flip, colour factors), then **apply** them to the whole batch at once:
+#
+# * **crop + resize in one call**: resizing is linear, so each sample's crop-and-resize along one
+#   axis is a matrix: output pixel `j` takes a weighted sum of the input pixels in its crop (the
+#   weights of torch's antialiased bilinear resize, zero outside the crop). Two batched matrix
+#   products (rows, then columns) resize every sample's own box;
+# * **flip by mask**: `torch.where(mask, x.flip(-1), x)`; or for free, by reversing the rows of the
+#   column matrix of the samples to flip;
+# * **colour jitter by per-sample factors**: torchvision's formulas, with a factor tensor
+#   `[N, 1, 1, 1]` that broadcasts instead of one number.
+
+# %%
+from gpufeed.augment import resample_weights
+
+p = draw_params(8, stored_hw, out_size, brightness=0.4, contrast=0.4, saturation=0.4,
+                generator=torch.Generator().manual_seed(1))
+print("crop boxes (top, left, height, width):", p.boxes[:4].tolist(), "...")
+print("flips:", p.flip.tolist())
+print("brightness:", [round(v, 2) for v in p.brightness.tolist()])
+wx = resample_weights(p.boxes[:2, 1], p.boxes[:2, 3], stored_hw[1], out_size[1])  # [2, w, W]
+fig, axes = plt.subplots(1, 2, figsize=(8, 2.6))
+for ax, w, box in zip(axes, wx, p.boxes[:2].tolist()):
+    ax.imshow(w, aspect="auto", cmap="viridis")
+    ax.grid(False)
+    ax.set_title(f"columns {box[1]}..{box[1] + box[3] - 1} -> {out_size[1]}", fontsize=9)
+    ax.set_xlabel("input column")
+    ax.set_ylabel("output column")
+plt.show()
+
+# %% [markdown]
+# The same 8 images three ways: as stored, through the v2 pipeline called once on the batch, and
+# through `gpufeed.augment` with per-sample parameters:
+
+# %%
+from gpufeed.augment import IMAGENET_MEAN, IMAGENET_STD
+
+
+def to_display(images):  # normalised float [N, 3, h, w] -> [N, h, w, 3] in [0, 1]
+    mean, std = torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1), torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)
+    return (images.cpu() * std + mean).clamp(0, 1).permute(0, 2, 3, 1)
+
+
+rows = {"stored": x.permute(0, 2, 3, 1),
+        "v2, batch": to_display(cpu_transform(out_size, brightness=0.4, contrast=0.4, saturation=0.4)(x)),
+        "per sample": to_display(augment(x.to(S.device), p.to(S.device)))}
+fig, axes = plt.subplots(3, 8, figsize=(9, 3.8))
+for r, (label, images) in enumerate(rows.items()):
+    for c in range(8):
+        axes[r, c].imshow(images[c])
+        axes[r, c].set_xticks([]), axes[r, c].set_yticks([]), axes[r, c].grid(False)
+    axes[r, 0].set_ylabel(label, fontsize=8)
+plt.show()
+
+# %% [markdown]
+# **Correct before fast**: each output of the batched version must equal torchvision's
+# `v2.functional` ops applied to that one image with the same parameters (`augment_one`: float
+# `resized_crop` with antialiasing, `horizontal_flip`, `adjust_brightness`, `adjust_contrast`,
+# `adjust_saturation`, `normalize`). The sums are the same, taken in another order in float32, so we
+# allow `TOLERANCE` (normalised units; 1e-4 is under a hundredth of a grey level).
+
+# %%
+from gpufeed.augment import TOLERANCE
+
+on_device = augment(x.to(S.device), p.to(S.device)).cpu()
+reference = torch.stack([augment_one(x[i], p.sample(i)) for i in range(len(x))])  # one image at a time, on the CPU
+worst = (on_device - reference).abs().max().item()
+assert worst <= TOLERANCE, worst
+print(f"batched on {S.device} vs per-sample torchvision: largest difference {worst:.1e} "
+      f"(tolerance {TOLERANCE:.0e}), over {on_device.numel():,} values")
+
+# %% [markdown]
+# ## 3. Keep `uint8` until the last step, and fuse that step
+#
+# A `uint8` batch is a quarter of the `float32` one: a quarter of the bytes to collate, pass
+# between processes, pin, send to the GPU and keep queued. The usual pipeline converts in the
+# workers (`ToDtype`, `Normalize`), so everything after it moves `float32`. Doing **both** keeps
+# the random per-sample steps in the CPU workers on `uint8` (`cpu_transform(..., to_float=False)`)
+# and converts and normalises the whole batch at the last step, on the device
+# (`gpufeed.augment.finish`). Same random draws, same result:
+
+# %%
+from gpufeed.augment import crop_resize, finish
+
+image = data.images[0].clone()
+torch.manual_seed(5)
+usual = cpu_transform(out_size)(image)
+torch.manual_seed(5)
+late = cpu_transform(out_size, to_float=False)(image)  # uint8 [3, h, w]
+assert torch.allclose(finish(late[None])[0], usual, atol=1e-6)
+values = batch_size * 3 * out_size[0] * out_size[1]
+print(f"one batch leaves the workers as {values * 4 / 1e6:.1f} MB of float32, or {values / 1e6:.1f} MB of uint8; same values")
+loaders["both"] = DataLoader(MemmapSamples(mm_dir, cpu_transform(out_size, to_float=False)), batch_size=batch_size,
+                             shuffle=True, num_workers=cores, persistent_workers=True, pin_memory=S.cuda)
+
+
+def both_epoch():
+    for images, targets in loaders["both"]:  # uint8 [64, 3, h, w]
+        finish(images.to(S.device, non_blocking=True)), targets.to(S.device, non_blocking=True)
+
+
+both = benchmark(both_epoch, name=f"uint8 from {cores} CPU workers, finish on {S.device.type}", **kw)
+loaders.clear()
+print(both)
+print(f"Converting at the last step: {both.items_per_s:,.0f} images/s, {both.items_per_s / workers:.2f}x the usual "
+      f"pipeline's {workers:,.0f} (section 1).")
+if not S.cuda and both.items_per_s < workers:
+    print("Slower here: without a GPU the 'device' is this process, on the same cores as the workers, so the "
+          "conversion moved out of the workers competes with them. With a GPU, the last step runs there.")
+
+# %% [markdown]
+# That last step is a chain of cheap **pointwise** steps: to float, divide by 255, brightness,
+# contrast, saturation, normalise. In eager mode each one reads and writes the whole batch in
+# `float32`. `torch.compile` generates code for this machine (Triton kernels on a GPU, C++ on a
+# CPU, which needs a C++ compiler) that fuses them: one reduction (the contrast's mean grey) and one
+# pass that reads `uint8` and writes `float32`. Compiling takes tens of seconds the first time, so
+# quick mode skips it on a CPU; a failure is reported, not raised.
+
+# %%
+import time
+
+jitter = {"brightness": 0.4, "contrast": 0.4, "saturation": 0.4}
+pb = draw_params(batch_size, stored_hw, out_size, **jitter, generator=torch.Generator().manual_seed(2)).to(S.device)
+crops = crop_resize(data.images[:batch_size].to(S.device), pb.boxes, pb.size, flip=pb.flip, out_dtype=torch.uint8)
+factors = (pb.brightness, pb.contrast, pb.saturation)
+compiled, compile_note = None, ""
+if S.quick and not S.cuda:
+    compile_note = "skipped: quick mode on a CPU (the first compile took about a minute here); full mode measures it"
+else:
+    try:
+        t0 = time.perf_counter()
+        compiled = torch.compile(finish, dynamic=False)
+        got = compiled(crops, *factors)  # compiles here, on the first call
+        assert torch.allclose(got, finish(crops, *factors), atol=TOLERANCE)
+        compile_note = f"compiled in {time.perf_counter() - t0:.0f} s; same output as eager"
+    except Exception as e:  # no compiler, an unsupported backend, ...: report and go on
+        compiled, compile_note = None, f"torch.compile failed here ({type(e).__name__}: {str(e)[:160]})"
+print(compile_note)
+
+# %%
+torch.set_num_threads(1)  # as in section 1
+kw_tail = {"items": batch_size, "repeats": config.pick(quick=10, full=30)}
+tail = [benchmark(lambda: finish(crops, *factors), name="tail, eager", **kw_tail)]
+if compiled is not None:
+    tail.append(benchmark(lambda: compiled(crops, *factors), name="tail, torch.compile", **kw_tail))
+torch.set_num_threads(threads)
+fig, ax = plotting.bars(tail, machine=S.machine,
+                        title=f"uint8 crops to normalised float32 with jitter, batch {batch_size}, {S.device}")
+plt.show()
+if compiled is not None:
+    gain = tail[0].median / tail[1].median
+    print(f"Fusing the tail with torch.compile: {gain:.2f}x ({tail[0].items_per_s:,.0f} -> "
+          f"{tail[1].items_per_s:,.0f} images/s). " + (
+              "Not faster here: on a CPU a batch this size stays in the caches, so the eager passes are cheap."
+              if gain < 1.1 else "The eager tail's passes over memory were the cost."))
+else:
+    print(f"Eager tail: {tail[0].items_per_s:,.0f} images/s; torch.compile not measured ({compile_note}).")
+
+# %% [markdown]
+# ## 4. On a GPU
+#
+# With CUDA, the cells above already ran the batched versions on the GPU. Without it, here is the
+# committed reference from a machine that has one.
+
+# %%
+from gpufeed import results
+
+saved = results.save_lesson("lesson09", [*ms, both, *tail], n_images=n_images, batch_size=batch_size, cores=cores,
+                            stored=list(stored_hw), out_size=list(out_size), batched_vs_workers=batched_rate / workers,
+                            both_vs_workers=both.items_per_s / workers, compile_note=compile_note)
+print(f"saved to {saved}")
+if S.cuda:
+    print(f"Measured above on {S.machine.get('gpu')}.")
+else:
+    ref = results.reference("lesson09")
+    if ref is None:
+        print("No CUDA here, and no GPU reference is committed yet (results/<gpu>/lesson09.json).\n"
+              "Run this notebook on a GPU with GPUFEED_RESULTS=results to add one.")
+    else:
+        ref_ms, doc = ref
+        fig, ax = plotting.bars(ref_ms[:3], machine=doc["machine"], title="reference: one epoch")
+        plt.show()
+        print(f"No CUDA here: on {doc['machine'].get('gpu')}, the batched version is "
+              f"{doc.get('batched_vs_workers', float('nan')):.1f}x the CPU workers.")
+
+# %% [markdown]
+# ## Key takeaways
+#
+# * A random transform called on a batch draws once for the whole batch. Per-sample randomness on a
+#   device means: draw the parameters per sample first, then apply them with batched operations.
+# * Crop + resize is linear: per-sample resampling matrices do every sample's own box in two batched
+#   matrix products, and fold a flip in for free. Check the batched version against the per-image
+#   torchvision ops with the same parameters before timing it.
+# * On a GPU, batched augmentation frees the CPU workers; on a CPU, per-sample transforms in workers
+#   are the better fit (the dense matrices cost more than torch's per-image resize). Both at once:
+#   random steps in the workers on `uint8`, conversion and normalisation on the device.
+# * Keep `uint8` until the last step: a quarter of the bytes through every queue and copy. The
+#   pointwise tail is what `torch.compile` can fuse, where it works and where the passes over
+#   memory, not the arithmetic, are the cost.
+#
+# ## Exercises
+#
+# 1. Add a vertical flip with probability 0.5, folded into the row matrix the way `crop_resize` folds
+#    the horizontal flip into the column matrix. Check it against `v2.functional.vertical_flip` with
+#    the cell below.
+# 2. Time section 1 at batch size 256. Which version gains, and why?
+# 3. On a GPU, set `torch.set_float32_matmul_precision("high")` (TF32 matrix products) and re-run the
+#    check of section 2. How large is the difference now, and does it matter for training?
+
+# %%
+# Self-check for exercise 1: write my_vflip_resize(x, boxes, size, vflip) -> float [N, 3, h, w].
+my_vflip_resize = None
+if my_vflip_resize is not None:
+    from torchvision.transforms.v2 import functional as F
+
+    vflip = torch.rand(8, generator=torch.Generator().manual_seed(3)) < 0.5
+    mine = my_vflip_resize(x, p.boxes, p.size, vflip)
+    ok = all(torch.allclose(mine[i], F.vertical_flip(r) if vflip[i] else r, atol=1e-3)
+             for i, r in enumerate(crop_resize(x, p.boxes, p.size)))
+    print("right!" if ok else "not yet: reverse the rows of the row matrix (wy) of the flipped samples")

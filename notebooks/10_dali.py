@@ -1,0 +1,384 @@
+# %% [markdown]
+# # 10 · NVIDIA DALI
+#
+# **What you will learn:** how NVIDIA DALI runs a whole input pipeline (read, decode, augment,
+# normalise) in C++ threads and on the GPU, outside Python; how to write one with `pipeline_def`
+# and feed a PyTorch training step with `DALIGenericIterator`; how to let DALI only augment batches
+# of the memmap dataset through `fn.external_source`; how to run it CPU-only where there is no GPU;
+# and what it gives and costs against the torchvision DataLoader on the same cores.
+#
+# **Time:** about 20 minutes (2 in quick mode). **Prerequisites:** [09 · Augmentations](09_augment.ipynb)
+# and [05 · Memory-mapped datasets](05_memmap.ipynb); lesson 04 (JPEG decoding).
+
+# %% [markdown]
+# ## 1. The idea
+#
+# A DataLoader runs Python per sample, in worker processes, and ships each batch between processes.
+# DALI replaces all of it with a **graph of operators** that you describe once in Python and that
+# C++ runs: CPU operators in a thread pool (`num_threads`), GPU operators on CUDA streams, and a
+# "mixed" JPEG decoder that parses on the CPU and decodes on the GPU (nvJPEG). Finished batches wait
+# in a prefetch queue. No worker processes, no pickling, no Python per sample.
+#
+# ```
+#  files --readers.file--> JPEG bytes --decoders.image("mixed")--> images --random_resized_crop--> --crop_mirror_normalize--> batch
+#        CPU threads                      CPU parse, GPU decode       GPU (or CPU)                  GPU (or CPU): flip, float, normalise
+# ```
+#
+# Without a GPU, DALI still runs its CPU operators (`device_id=None`, the CPU-only mode); that is
+# how this lesson runs in CI.
+
+# %% [markdown]
+# ## 2. Is DALI here?
+#
+# DALI ships as one wheel per CUDA major version (`nvidia-dali-cuda120`, `nvidia-dali-cuda130`),
+# for Linux only. `gpufeed.dali` tells whether it is installed without importing it (importing
+# DALI takes seconds), and how to install it for this machine:
+
+# %%
+from gpufeed import dali as gdali
+
+HAVE_DALI = gdali.available()
+DEVICE_ID = gdali.device_id()  # 0 on a GPU machine, None: CPU-only mode
+if HAVE_DALI:
+    print(f"DALI: {gdali.version()}; device_id={DEVICE_ID} ({'GPU' if DEVICE_ID is not None else 'CPU-only mode'})")
+else:
+    print(f"DALI is not installed here. To install it for this machine:\n  {gdali.install_hint()}\n"
+          "then restart the kernel. The cells that need DALI say so, and section 7 shows reference results.")
+
+# %% [markdown]
+# ## 3. The data, and the baseline: torchvision's DataLoader
+#
+# A folder of JPEGs (cut from real photos, lesson 00) and a memmap dataset built from it (lesson 05).
+# The baseline is the usual torchvision pipeline, doing the work the DALI pipelines below do:
+# decode (for the folder), a random resized crop, a random flip, to float, normalise, one image
+# per `__getitem__` in worker processes, one worker per core.
+
+# %%
+import torch
+import torchvision
+from torch.utils.data import DataLoader
+
+from gpufeed import config
+from gpufeed.augment import MemmapSamples, cpu_transform
+from gpufeed.machine import usable_cores
+from gpufeed.memmap import build_memmap
+from gpufeed.synth import synth_folder
+
+cores = usable_cores()
+n_images, batch_size = config.pick(quick=64, full=1024), config.pick(quick=16, full=64)
+jpeg_size, stored, out_size = config.pick(quick=((160, 120), (160, 120), (64, 64)), full=((640, 480), (320, 240), (224, 224)))
+jpeg_dir = synth_folder(config.cache_dir() / "lesson10" / f"jpeg-{jpeg_size[0]}-{n_images}", n=n_images, size=jpeg_size,
+                        workers=cores, progress=False).path
+mm_dir = build_memmap(jpeg_dir, config.cache_dir() / "lesson10" / f"mm-{stored[0]}-{n_images}", size=stored,
+                      workers=cores, reuse=True, progress=False).path
+transform = cpu_transform(out_size)  # RandomResizedCrop, flip, ToImage, ToDtype(scale), Normalize
+datasets = {"JPEG folder": torchvision.datasets.ImageFolder(str(jpeg_dir), transform=transform),
+            "memmap": MemmapSamples(mm_dir, transform)}
+print(f"{n_images} JPEGs of {jpeg_size[0]}x{jpeg_size[1]}, a memmap at {stored[0]}x{stored[1]}; crops of "
+      f"{out_size[0]}x{out_size[1]}, batch {batch_size}, {cores} cores, device {S.device}")
+
+# %%
+from gpufeed.bench import benchmark
+
+
+def epoch(loader):
+    for images, labels in loader:
+        images.to(S.device, non_blocking=True), labels.to(S.device, non_blocking=True)
+
+
+kw = {"items": n_images, "repeats": 5, "warmup": 1}
+ms = []
+for name, ds in datasets.items():
+    loader = DataLoader(ds, batch_size=batch_size, shuffle=True, num_workers=cores, persistent_workers=True,
+                        pin_memory=S.cuda)
+    ms.append(benchmark(lambda ld=loader: epoch(ld), name=f"torchvision, {name}, {cores} workers", **kw))
+    del loader  # stops its workers before the next loader (and before DALI starts its threads)
+for m in ms:
+    print(m)
+
+# %% [markdown]
+# We measure the DataLoaders first on purpose: a DataLoader forks its workers from this process,
+# and forking a process in which C++ threads (DALI's) may hold locks can hang the child.
+#
+# ## 4. A DALI pipeline
+#
+# `@pipeline_def` turns a function that wires operators into a pipeline factory; the call takes the
+# pipeline's settings (`batch_size`, `num_threads`, `device_id`, `seed`). Random operators draw
+# per sample: every image gets its own crop and its own coin flip. `fn.readers.file` labels images
+# by sub-folder, like `ImageFolder`.
+
+# %%
+import time
+
+if HAVE_DALI:
+    t0 = time.perf_counter()
+    from nvidia.dali import fn, pipeline_def, types
+    from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
+
+    print(f"imported DALI in {time.perf_counter() - t0:.1f} s")
+
+    @pipeline_def
+    def folder_pipeline(root, size, on_gpu):
+        jpegs, labels = fn.readers.file(file_root=root, random_shuffle=True, name="reader")
+        images = fn.decoders.image(jpegs, device="mixed" if on_gpu else "cpu", output_type=types.RGB)  # uint8 HWC
+        images = fn.random_resized_crop(images, size=size)  # per-sample box; (height, width)
+        flip = fn.random.coin_flip(probability=0.5)  # per-sample 0 or 1
+        images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout="CHW", mirror=flip,
+                                          mean=gdali.MEAN255, std=gdali.STD255)  # float32 CHW, normalised
+        return images, labels.gpu() if on_gpu else labels
+else:
+    print("skipped: DALI is not installed (section 2 says how to install it)")
+
+# %% [markdown]
+# The iterator from DALI's PyTorch plugin turns each batch into torch tensors (on the GPU when the
+# pipeline ends there). `reader_name` gives it the epoch's length; `LastBatchPolicy.PARTIAL` returns
+# the last, short batch as it is; `auto_reset=True` starts the next epoch by itself. Into a
+# training step: a small convolutional network, one epoch, the batches straight from DALI.
+
+# %%
+from torch import nn
+
+if HAVE_DALI:
+    pipe = folder_pipeline(str(jpeg_dir), list(out_size), S.cuda, batch_size=batch_size, num_threads=cores,
+                           device_id=DEVICE_ID, seed=0)
+    pipe.build()
+    dali_loader = DALIGenericIterator(pipe, ["images", "labels"], reader_name="reader",
+                                      last_batch_policy=LastBatchPolicy.PARTIAL, auto_reset=True)
+    model = nn.Sequential(nn.Conv2d(3, 16, 3, stride=2), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                          nn.Linear(16, len(datasets["JPEG folder"].classes))).to(S.device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    for step, batch in enumerate(dali_loader):  # one epoch
+        images, labels = gdali.unpack(batch)  # float32 [B, 3, h, w] and int64 [B], on the device
+        if step == 0:
+            print(f"images: {images.dtype} {tuple(images.shape)} on {images.device}; labels: {labels.tolist()}")
+        loss = nn.functional.cross_entropy(model(images), labels.to(S.device))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    print(f"{len(losses)} training steps ({len(dali_loader)} batches an epoch), loss {losses[0]:.3f} -> {losses[-1]:.3f}")
+else:
+    print("skipped: DALI is not installed")
+
+# %% [markdown]
+# ## 5. Correct before fast: the deterministic part
+#
+# Random crops cannot be compared with torchvision's, but the rest can: read in order, decode,
+# resize to a fixed size, normalise (`gpufeed.dali.eval_pipeline`) against `torchvision.io`'s
+# decoder, `v2.functional.resize` with antialiasing, and `normalize` (`gpufeed.dali.torchvision_eval`).
+# On the CPU both decode with libjpeg-turbo. Inside a one-pixel frame they agree within half a grey
+# level (DALI rounds the resized image to `uint8`); on the frame, the two antialiasing filters
+# treat the border differently, so there we bound only the mean.
+
+# %%
+from gpufeed.folder import scan
+
+if HAVE_DALI:
+    check_size = (out_size[0], out_size[0] * 3 // 4)  # (width, height), a 4:3 shrink of the 4:3 JPEGs
+    check = DALIGenericIterator(gdali.eval_pipeline(jpeg_dir, check_size, batch_size=batch_size, num_threads=cores,
+                                                    device_id=DEVICE_ID), ["images", "labels"], reader_name="reader")
+    got, got_labels = gdali.unpack(next(iter(check)))
+    files = scan(jpeg_dir)[0][:len(got)]  # DALI's reader lists the files in the same order
+    errors = [gdali.grey_level_error(g.cpu(), gdali.torchvision_eval(path, check_size)) for g, (path, _) in zip(got, files)]
+    assert got_labels.tolist() == [label for _, label in files]
+    worst_in, worst_mean = max(e["interior_max"] for e in errors), max(e["mean"] for e in errors)
+    print(f"{len(errors)} images: inside the frame at most {worst_in:.2f} grey levels apart, {worst_mean:.3f} on "
+          f"average over each image (tolerances {gdali.INTERIOR_TOLERANCE:.1f} and {gdali.MEAN_TOLERANCE}); "
+          f"on the frame at most {max(e['max'] for e in errors):.1f}")
+    if DEVICE_ID is None:
+        assert worst_in <= gdali.INTERIOR_TOLERANCE and worst_mean <= gdali.MEAN_TOLERANCE
+    else:
+        print("(decoded by nvJPEG on the GPU, whose rounding differs from libjpeg-turbo's by a few grey levels)")
+else:
+    print("skipped: DALI is not installed")
+
+# %% [markdown]
+# ## 6. `fn.external_source`: DALI only augments
+#
+# When the images are already decoded (the memmap of lesson 05), DALI need not read or decode.
+# `fn.external_source` takes batches from Python: `gpufeed.dali.MemmapSource` serves the memmap
+# through lesson 06's `FastLoader` (shuffled, seeded, one gather per batch), each `iter()` a new
+# epoch; `cycle="raise"` ends DALI's epoch where the source's ends. The stored images are
+# `uint8 [3, H, W]`, so the layout is `"CHW"`; DALI's crop and resize take it as it is.
+
+# %%
+if HAVE_DALI:
+    @pipeline_def
+    def memmap_pipeline(source, size, on_gpu):
+        images, labels = fn.external_source(source=source, num_outputs=2, batch=True, cycle="raise",
+                                            layout=["CHW", ""], dtype=[types.UINT8, types.INT64])
+        if on_gpu:
+            images, labels = images.gpu(), labels.gpu()  # one copy of the uint8 batch; the rest on the GPU
+        images = fn.random_resized_crop(images, size=size)
+        images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout="CHW", mean=gdali.MEAN255,
+                                          std=gdali.STD255, mirror=fn.random.coin_flip(probability=0.5))
+        return images, labels
+
+    source = gdali.MemmapSource(mm_dir, batch_size, seed=0)
+    mm_pipe = memmap_pipeline(source, list(out_size), S.cuda, batch_size=batch_size, num_threads=cores,
+                              device_id=DEVICE_ID, seed=0)
+    mm_pipe.build()
+    mm_loader = DALIGenericIterator(mm_pipe, ["images", "labels"], auto_reset=True)  # until the source stops
+    batches = [gdali.unpack(b) for b in mm_loader]  # one epoch
+    expected = torch.cat([source.targets[idx] for idx in source.loader.indices(0)])
+    assert torch.equal(torch.cat([labels.cpu() for _, labels in batches]), expected), "labels in the source's order"
+    print(f"one epoch: {len(expected)} samples in {len(batches)} batches of {batches[0][0].dtype} "
+          f"{tuple(batches[0][0].shape[1:])}, labels in FastLoader's order")
+else:
+    print("skipped: DALI is not installed")
+
+# %% [markdown]
+# ## 7. Throughput on the same cores
+#
+# DALI gets `num_threads = cores` for its CPU operators, as many as the DataLoaders of section 3 had
+# workers. Same images, same batch size, same work, each batch moved to the device. This process
+# keeps one torch thread, as in lessons 05 and 06: it only gathers the memmap batches for
+# `external_source`, and torch's parallel kernels would fight DALI's threads for the same cores
+# (here that made the memmap pipeline up to twenty times slower).
+
+# %%
+import matplotlib.pyplot as plt
+
+from gpufeed import plotting
+
+
+def dali_epoch(loader):
+    for batch in loader:
+        images, labels = gdali.unpack(batch)
+        images.to(S.device, non_blocking=True), labels.to(S.device, non_blocking=True)  # no-op where already there
+
+
+if HAVE_DALI:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # this process only gathers memmap batches; DALI's threads do the rest
+    ms += [benchmark(lambda: dali_epoch(dali_loader), name=f"DALI, JPEG folder, {cores} threads", **kw),
+           benchmark(lambda: dali_epoch(mm_loader), name=f"DALI external_source, memmap, {cores} threads", **kw)]
+    torch.set_num_threads(threads)
+    for m in ms[2:]:
+        print(m)
+by = {m.name.split(",")[0] + "," + m.name.split(",")[1]: m.items_per_s for m in ms}  # e.g. "DALI, JPEG folder"
+fig, ax = plotting.bars(ms, machine=S.machine, title=f"one epoch: decode (folder) + random crop {out_size[0]}x{out_size[1]} "
+                        f"+ flip + normalise, batch {batch_size}")
+plt.show()
+no_decode = by["torchvision, memmap"] / by["torchvision, JPEG folder"]
+print(f"torchvision: {by['torchvision, JPEG folder']:,.0f} images/s from the JPEG folder, {by['torchvision, memmap']:,.0f} "
+      f"from the memmap ({no_decode:.1f}x); " + ("the memmap skips decoding." if no_decode > 1.2 else
+      "decoding these small JPEGs costs little next to the rest (Python and transforms per sample, the copies)."))
+if HAVE_DALI:
+    folder_gain = by["DALI, JPEG folder"] / by["torchvision, JPEG folder"]
+    mm_gain = by["DALI external_source, memmap"] / by["torchvision, memmap"]
+    print(f"DALI: {folder_gain:.1f}x torchvision on the JPEG folder and {mm_gain:.1f}x on the memmap, with "
+          f"{cores} threads against {cores} worker processes{' and its decoding and augmenting on the GPU' if S.cuda else ''}.")
+    if not S.cuda:
+        print("On a CPU both sides run the same kinds of kernels (libjpeg-turbo, resampling); what DALI saves is "
+              "Python per sample, worker processes and the copies of each batch between processes.")
+
+# %% [markdown]
+# Where DALI is missing, here are the numbers of a machine that has it:
+
+# %%
+if not HAVE_DALI:
+    ref = gdali.reference_with_dali("lesson10")
+    if ref is None:
+        print("No reference with DALI is committed yet (results/<machine>/lesson10.json). Install DALI (section 2), "
+              "run this notebook with GPUFEED_RESULTS=results to add one.")
+    else:
+        fig, ax = plotting.bars(ref[0], machine=ref[1]["machine"], title=f"reference, {ref[1]['dali']}")
+        plt.show()
+else:
+    print(f"DALI is installed here: measured above ({gdali.version()}).")
+
+# %% [markdown]
+# ## 8. The trade-offs
+#
+# * **CPU threads.** `num_threads` is only DALI's pool for CPU operators; its executor, the prefetch
+#   queue and (on a GPU) nvJPEG add threads of their own, and the training loop needs a core too.
+#   Give DALI the cores the DataLoader's workers would have had, not more.
+# * **Memory pools.** DALI takes GPU memory and pinned host memory from pools of its own and keeps
+#   them at their peak. Torch's `memory_allocated()` does not see them, and torch's caching
+#   allocator competes with them for the same GPU: `nvidia.dali.backend.ReleaseUnusedMemory()` gives
+#   back what is unused, `PreallocateDeviceMemory` sets a budget up front, and the prefetch queue
+#   (`prefetch_queue_depth`, 2 by default) holds that many finished batches.
+# * **What cannot go back to the CPU.** Data in a pipeline flows CPU to GPU. Under the classic
+#   executor (`exec_dynamic=False`) no CPU operator may take data that is on the GPU. DALI 2's default
+#   executor allows `.cpu()`, but each such step is a device-to-host copy and a wait inside the
+#   pipeline. A step DALI has no operator for runs in Python (`fn.python_function`), under the GIL.
+# * **The rest.** A large wheel per CUDA major version, Linux only, and a graph that is harder to
+#   debug than Python. DALI 2 adds two experimental ways in: an imperative mode without a graph
+#   (`nvidia.dali.experimental.dynamic`), and a proxy that lets a DataLoader's workers hand samples
+#   to a pipeline in the main process (`nvidia.dali.plugin.pytorch.experimental.proxy`). This
+#   lesson teaches the stable API: `pipeline_def` and `DALIGenericIterator`.
+
+# %%
+if HAVE_DALI:
+    before = gdali.os_threads()
+    extra = folder_pipeline(str(jpeg_dir), list(out_size), S.cuda, batch_size=batch_size, num_threads=cores,
+                            device_id=DEVICE_ID, seed=1)
+    extra.build()
+    print(f"building one more pipeline with num_threads={cores} started {gdali.os_threads() - before} OS threads")
+    del extra
+    if S.cuda:
+        free, total = torch.cuda.mem_get_info()
+        outside = (total - free) - torch.cuda.memory_reserved()
+        print(f"GPU memory in use outside torch's allocator (DALI's pools and the CUDA contexts): {outside / 1e6:,.0f} MB")
+else:
+    print("skipped: DALI is not installed")
+
+# %% [markdown]
+# ## 9. On a GPU
+#
+# With CUDA (and DALI), the cells above decoded with nvJPEG and augmented on the GPU. Without a GPU,
+# here is the committed reference from a machine that has one (its pipelines ran what was
+# installed there).
+
+# %%
+from gpufeed import results
+
+extra_json = {"dali": gdali.version(), "n_images": n_images, "batch_size": batch_size, "cores": cores,
+              "jpeg_size": list(jpeg_size), "out_size": list(out_size)}
+saved = results.save_lesson("lesson10", ms, **extra_json)
+print(f"saved to {saved}")
+if S.cuda:
+    print(f"Measured above on {S.machine.get('gpu')}" + ("." if HAVE_DALI else ", without DALI."))
+else:
+    ref = results.reference("lesson10")
+    if ref is None:
+        print("No CUDA here, and no GPU reference is committed yet (results/<gpu>/lesson10.json).\n"
+              "Run this notebook on a GPU with GPUFEED_RESULTS=results to add one.")
+    else:
+        fig, ax = plotting.bars(ref[0], machine=ref[1]["machine"], title="reference")
+        plt.show()
+
+# %% [markdown]
+# ## Key takeaways
+#
+# * DALI runs the input pipeline as a graph in C++: CPU operators in a thread pool, GPU operators
+#   and nvJPEG on the GPU, with a prefetch queue; no Python, no worker processes per sample.
+# * `@pipeline_def` + `fn.readers.file` + `fn.decoders.image` + `fn.random_resized_crop` +
+#   `fn.crop_mirror_normalize`, fed to PyTorch by `DALIGenericIterator`; random operators draw per
+#   sample. `fn.external_source` lets DALI only augment data you already have decoded (a memmap).
+# * `device_id=None` runs the CPU operators only, on machines without a GPU.
+# * Check the deterministic part against torchvision before comparing speeds; measure with the same
+#   cores; count its threads and its memory, which live outside torch's view.
+#
+# ## Exercises
+#
+# 1. Add per-sample colour jitter to `folder_pipeline` with `fn.brightness_contrast` and random
+#    arguments (`brightness=fn.random.uniform(range=[0.6, 1.4])`, the same for `contrast`), before
+#    `crop_mirror_normalize`. Check your pipeline with the cell below.
+# 2. Measure DALI and the DataLoader with 1 thread and 1 worker, then with all cores. Which one
+#    scales better, and why?
+# 3. On a GPU: decode on the CPU (`device="cpu"`) and move the images with `.gpu()` before the crop.
+#    How does the throughput change, and which resource is now the bottleneck (lesson 01)?
+
+# %%
+# Self-check for exercise 1: define my_pipeline(root, size, on_gpu) with @pipeline_def, then run this cell.
+my_pipeline = None
+if my_pipeline is not None and HAVE_DALI:
+    mine = my_pipeline(str(jpeg_dir), list(out_size), S.cuda, batch_size=8, num_threads=cores, device_id=DEVICE_ID, seed=3)
+    mine.build()
+    jittered, _ = gdali.unpack(next(iter(DALIGenericIterator(mine, ["images", "labels"], reader_name="reader"))))
+    means = jittered.float().mean(dim=(1, 2, 3))
+    ok = jittered.shape == (8, 3, out_size[1], out_size[0]) and len(set(means.round(decimals=3).tolist())) == 8
+    print("right!" if ok else "not yet: the output must stay float [8, 3, h, w], with a different jitter per image")
