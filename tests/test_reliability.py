@@ -299,3 +299,29 @@ def test_manifest_records_what_was_skipped(bad_folder, tmp_path):
     manifest = json.loads((tmp_path / "mm" / memmap.MANIFEST).read_text())
     assert all({"path", "error"} <= set(s) for s in manifest["skipped"])
     assert folder.POLICY in manifest["policy"]
+
+
+# --- bad images: the DALI reader -----------------------------------------------------------------
+
+@pytest.mark.skipif(not __import__("gpufeed.dali").dali.available(), reason="NVIDIA DALI is not installed")
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_the_dali_reader_converts_or_names_the_file(tmp_path, case):
+    from gpufeed import dali
+    from badimages import write_case
+
+    if case.name == "locked.jpg" and IS_ROOT:
+        pytest.skip("root reads a mode-000 file; DALI's reader cannot be made to fail here")
+    (tmp_path / "c").mkdir()
+    for i in range(2):
+        photo(96, 64, i).save(tmp_path / "c" / f"{i:03d}.jpg", quality=90)
+    write_case(tmp_path / "c", case)
+    expected = 2 + (case.expect != "ignore")
+    pipe = dali.eval_pipeline(tmp_path, (32, 32), batch_size=expected)
+    if case.expect == "error":
+        with pytest.raises(RuntimeError) as e:
+            pipe.run()
+        if case.name != "notes.jpg":  # DALI names the file, except for a non-image (README says so)
+            assert case.name in str(e.value)
+        return
+    images, labels = pipe.run()
+    assert len(labels) == expected and images.as_array().shape == (expected, 3, 32, 32)

@@ -94,11 +94,17 @@ def eval_pipeline(root: str | os.PathLike, size: tuple[int, int], *, batch_size:
     """
     from nvidia.dali import fn, pipeline_def, types
 
+    from gpufeed.folder import scan
+
     width, height = size
+    samples, _ = scan(root)
+    files, targets = [p for p, _ in samples], [t for _, t in samples]
 
     @pipeline_def(batch_size=batch_size, num_threads=num_threads, device_id=device_id)
     def pipe():
-        jpegs, labels = fn.readers.file(file_root=str(root), random_shuffle=False, name="reader")
+        # The file list comes from gpufeed.folder.scan, not file_root: DALI's own listing also
+        # takes hidden files (macOS "._x.jpg") for images and fails on them.
+        jpegs, labels = fn.readers.file(files=files, labels=targets, random_shuffle=False, name="reader")
         images = fn.decoders.image(jpegs, device="cpu" if device_id is None else "mixed", output_type=types.RGB)
         images = fn.resize(images, resize_x=width, resize_y=height, antialias=True)  # uint8 HWC, rounded
         images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout="CHW", mean=MEAN255, std=STD255)
