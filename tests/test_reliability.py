@@ -306,8 +306,9 @@ def test_manifest_records_what_was_skipped(bad_folder, tmp_path):
 @pytest.mark.skipif(not __import__("gpufeed.dali").dali.available(), reason="NVIDIA DALI is not installed")
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_the_dali_reader_converts_or_names_the_file(tmp_path, case):
-    from gpufeed import dali
     from badimages import write_case
+
+    from gpufeed import dali
 
     if case.name == "locked.jpg" and IS_ROOT:
         pytest.skip("root reads a mode-000 file; DALI's reader cannot be made to fail here")
