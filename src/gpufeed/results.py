@@ -13,6 +13,10 @@ Example:
     'demo.json'
     >>> reference("no-such-lesson") is None
     True
+    >>> gpu_reference("no-such-lesson") is None
+    No CUDA here, and no GPU reference is committed yet (results/<gpu>/no-such-lesson.json).
+    Run this notebook on a GPU with GPUFEED_RESULTS=results to add one.
+    True
 """
 
 from __future__ import annotations
@@ -59,3 +63,18 @@ def reference(name: str, need_gpu: bool = True):
                 continue
             return ms, doc
     return None
+
+
+def gpu_reference(name: str):
+    """What a CUDA-only cell shows on a machine without CUDA: the committed GPU reference.
+
+    Prints where the numbers come from (the GPU's name), or that no reference is committed yet
+    and how to make one, and returns :func:`reference`'s ``(measurements, document)`` or None.
+    """
+    ref = reference(name)
+    if ref is None:
+        print(f"No CUDA here, and no GPU reference is committed yet (results/<gpu>/{name}.json).\n"
+              "Run this notebook on a GPU with GPUFEED_RESULTS=results to add one.")
+    else:
+        print(f"No CUDA here: showing the reference measured on {ref[1]['machine'].get('gpu')}.")
+    return ref
