@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from gpufeed import synth
+from gpufeed import staging, synth
 from gpufeed.synth import SynthError, synth_folder
 
 CLI = [sys.executable, "-m", "gpufeed", "data", "synth"]
@@ -170,7 +170,7 @@ def test_a_running_generators_staging_folder_is_left_alone(tmp_path):
     live.mkdir()
     dead = tmp_path / ".d.partial-999999999"
     dead.mkdir()
-    synth._remove_stale_staging(tmp_path / "d")
+    staging.remove_stale_staging(tmp_path / "d")
     assert live.exists() and not dead.exists()
 
 

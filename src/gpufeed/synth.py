@@ -37,7 +37,6 @@ import numpy as np
 from gpufeed import staging
 from gpufeed.photos import load_photo, photo_paths
 from gpufeed.staging import free_bytes  # noqa: F401  (tests point synth.free_bytes at a tiny limit)
-from gpufeed.staging import remove_stale_staging as _remove_stale_staging  # noqa: F401
 
 MANIFEST = "gpufeed-synth.json"
 FORMAT_VERSION = 1
