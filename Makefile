@@ -17,7 +17,7 @@ RUN := $(UV) run --no-sync
 # The DALI extra only resolves to a wheel on Linux x86_64; elsewhere it installs nothing.
 SYNC := $(UV) sync --locked --extra dali
 
-.PHONY: env lab test test-gpu bench notebooks lint clean
+.PHONY: env lab test test-gpu test-browser browser-deps bench notebooks lint slides slides-deps clean
 
 $(CURDIR)/.uv/bin/uv:
 	$(PYTHON) -m venv $(CURDIR)/.uv
@@ -41,7 +41,23 @@ IN_NETNS := GPUFEED_OFFLINE=1 unshare -rn sh -c 'ip link set lo up && exec "$$@"
 endif
 
 test: lint
-	GPUFEED_QUICK=1 $(IN_NETNS) $(RUN) pytest --nbmake --nbmake-timeout=900 $(PYTEST_ARGS)
+	GPUFEED_QUICK=1 $(IN_NETNS) $(RUN) pytest --nbmake --nbmake-timeout=900 -m "not browser" $(PYTEST_ARGS)
+
+# Tests in a real browser (Debian's chromium, driven headless): the slide deck and JupyterLab.
+# Installs what they need first, so it needs the network (and root for apt) on a fresh machine.
+CHROMIUM ?= /usr/bin/chromium
+browser-deps:
+	@echo "browser-deps: TODO (issue 10)"
+
+test-browser: env browser-deps slides-deps
+	GPUFEED_QUICK=1 GPUFEED_CHROMIUM=$(CHROMIUM) $(IN_NETNS) $(RUN) pytest -m browser $(PYTEST_ARGS)
+
+# The workshop deck: slides/dist (static HTML) from slides/slides.md with the pinned Slidev.
+slides-deps:
+	@echo "slides-deps: TODO (issue 10)"
+
+slides: slides-deps
+	@echo "slides: TODO (issue 10)"
 
 test-gpu: env
 	$(RUN) python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'test-gpu: no CUDA GPU visible')"
