@@ -7,9 +7,10 @@ import pytest
 from gpufeed.cli import main
 
 
-def test_bench_writes_results_and_plots(tmp_path, monkeypatch):
+def test_bench_ceilings_writes_results_and_plots(tmp_path, monkeypatch):
     monkeypatch.setenv("GPUFEED_CACHE", str(tmp_path / "cache"))
-    r = subprocess.run([sys.executable, "-m", "gpufeed", "bench", "--quick", "--device", "cpu", "--out", str(tmp_path / "out")],
+    r = subprocess.run([sys.executable, "-m", "gpufeed", "bench", "--ceilings", "--quick", "--device", "cpu",
+                        "--out", str(tmp_path / "out")],
                        capture_output=True, text=True, timeout=600, env={**__import__("os").environ})
     assert r.returncode == 0, r.stderr
     doc = json.loads((tmp_path / "out" / "ceilings.json").read_text())

@@ -238,6 +238,49 @@ def benchmark(
     return m
 
 
+def interleave(
+    cases: dict[str, Callable[[], object]],
+    *,
+    repeats: int = 5,
+    warmup: int = 1,
+    items: float | dict[str, float] | None = None,
+    params: dict[str, dict] | None = None,
+) -> list[Measurement]:
+    """Times several cases in turns (a, b, c, a, b, c, ...): one :class:`Measurement` per case.
+
+    On a noisy machine a burst of other work then slows every case a little rather than one case
+    a lot, so the ratios between them are what this protects (lesson 11, ``gpufeed bench``). Each
+    case gets ``warmup`` untimed calls first; CUDA is synchronised before every clock read.
+
+    Example:
+        >>> ms = interleave({"a": lambda: sum(range(1000)), "b": lambda: sum(range(10))}, repeats=3, items=1)
+        >>> [m.name for m in ms], [len(m.samples) for m in ms]
+        (['a', 'b'], [3, 3])
+    """
+    if repeats < 1 or warmup < 0:
+        raise ValueError("repeats must be at least 1, warmup at least 0")
+    from gpufeed.machine import machine_info
+
+    for fn in cases.values():
+        for _ in range(warmup):
+            fn()
+    samples: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(repeats):
+        for name, fn in cases.items():
+            cuda_sync()
+            start = time.perf_counter()
+            fn()
+            cuda_sync()
+            samples[name].append(time.perf_counter() - start)
+    machine = machine_info()
+    ms = [Measurement(name, samples[name], items.get(name) if isinstance(items, dict) else items, None,
+                      dict((params or {}).get(name, {})), machine) for name in cases]
+    if any(m.noisy for m in ms):
+        warnings.warn(f"noisy measurement: IQR > {NOISY:.0%} of the median (see the [noisy] mark); close "
+                      "other programs or raise repeats", NoisyMeasurementWarning, stacklevel=2)
+    return ms
+
+
 class NoisyMeasurementWarning(UserWarning):
     """The spread of a measurement is large: the numbers may not be trustworthy."""
 

@@ -55,11 +55,19 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--overwrite", action="store_true", help="replace a memmap dataset already in DST")
     m.add_argument("--no-progress", action="store_true", help="no progress bar")
 
-    b = sub.add_parser("bench", help="measure this machine's ceilings and write JSON + plots")
+    b = sub.add_parser("bench", help="measure every input pipeline side by side (loader alone and with a "
+                                     "ResNet-18 training step) and write results.json + plots")
     b.add_argument("--out", default=None, help="folder for the results (default: results folder / machine)")
     b.add_argument("--quick", action="store_true", help="tiny sizes (same as GPUFEED_QUICK=1)")
     b.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                    help="cuda: fail without a GPU; cpu: skip GPU measurements (default auto)")
+    b.add_argument("--size", choices=["tiny", "quick", "full"], default=None,
+                   help="dataset and image sizes (default: quick with --quick or GPUFEED_QUICK=1, else full; "
+                        "tiny: seconds, for tests)")
+    b.add_argument("--repeats", type=int, default=None, help="timed passes per case (default 3 quick, 5 full)")
+    b.add_argument("--no-dali", action="store_true", help="leave DALI out even where it is installed")
+    b.add_argument("--ceilings", action="store_true",
+                   help="measure this machine's ceilings instead (memcpy, copies, JPEG decode, disk): ceilings.json")
     return p
 
 
@@ -123,10 +131,11 @@ def _bench(args) -> int:
     import matplotlib
 
     matplotlib.use("Agg")
-    from gpufeed import ceilings, plotting, results
-    from gpufeed.bench import compare, save
-    from gpufeed.machine import machine_info
+    from gpufeed import results
 
+    if args.repeats is not None and args.repeats < 1:
+        print(f"error: --repeats must be 1 or more (got {args.repeats})", file=sys.stderr)
+        return 2
     if args.device == "cuda":
         try:
             config.device("cuda")
@@ -135,6 +144,30 @@ def _bench(args) -> int:
             return 2
     quick = args.quick or config.quick_mode()
     out = Path(args.out) if args.out else results.machine_dir()
+    if args.ceilings:
+        return _bench_ceilings(args, quick, out)
+    from gpufeed import pipeline_bench, pipelines
+    from gpufeed.pipelines import PipelineError
+
+    device = config.device(None if args.device == "auto" else args.device)
+    size = args.size or ("quick" if quick else "full")
+    workload = pipelines.TINY if size == "tiny" else pipelines.workload(size == "quick", device)
+    path, status = _guarded(lambda: pipeline_bench.run(out, quick=size != "full", device=device, workload=workload,
+                                                       repeats=args.repeats, dali=False if args.no_dali else None),
+                            PipelineError)
+    if status:
+        return status
+    print()
+    print(pipeline_bench.summary(pipeline_bench.load(path)))
+    print(f"\nwrote {path} and its plots beside it")
+    return 0
+
+
+def _bench_ceilings(args, quick: bool, out: Path) -> int:
+    from gpufeed import ceilings, plotting
+    from gpufeed.bench import compare, save
+    from gpufeed.machine import machine_info
+
     ms = ceilings.all_ceilings(config.cache_dir() / "bench", quick=quick, device=args.device)
     path = save(out / "ceilings.json", ms, quick=quick)
     info = machine_info()

@@ -6,6 +6,7 @@ it takes seconds, so importing this module never imports ``nvidia.dali``. What i
 * :func:`available`, :func:`version`, :func:`install_hint`, :func:`device_id`: is DALI here, which
   one, how to install it for this machine's CUDA, and the ``device_id`` a pipeline takes (``None``:
   CPU-only mode, CPU operators only, which is how CI runs it);
+* :func:`train_pipeline`: the benchmark's training pipeline (random crop and flip);
 * :func:`eval_pipeline`: the deterministic part of a pipeline (read in order, decode, resize,
   normalise), and :func:`torchvision_eval`, the torchvision reference it is tested against;
 * :class:`MemmapSource`: batches of a memmap dataset for ``fn.external_source``, so DALI only augments;
@@ -108,6 +109,37 @@ def eval_pipeline(root: str | os.PathLike, size: tuple[int, int], *, batch_size:
         images = fn.decoders.image(jpegs, device="cpu" if device_id is None else "mixed", output_type=types.RGB)
         images = fn.resize(images, resize_x=width, resize_y=height, antialias=True)  # uint8 HWC, rounded
         images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout="CHW", mean=MEAN255, std=STD255)
+        return images, labels
+
+    p = pipe()
+    p.build()
+    return p
+
+
+def train_pipeline(root: str | os.PathLike, resize: int, crop: int, *, batch_size: int, num_threads: int = 1,
+                   device_id: int | None = None, seed: int = 0):
+    """A built DALI pipeline doing :mod:`gpufeed.pipelines`' augmentation: read shuffled, decode,
+    resize the short side to ``resize``, a random ``crop`` square, a random flip, normalise.
+
+    Outputs ``(images float32 [3, crop, crop], labels int32 [1])`` per sample; the JPEGs are
+    decoded on the GPU (``"mixed"``) when ``device_id`` is a GPU. Used by ``python -m gpufeed bench``.
+    """
+    from nvidia.dali import fn, pipeline_def, types
+
+    from gpufeed.folder import scan
+
+    samples, _ = scan(root)
+    files, targets = [p for p, _ in samples], [t for _, t in samples]
+
+    @pipeline_def(batch_size=batch_size, num_threads=num_threads, device_id=device_id, seed=seed)
+    def pipe():
+        jpegs, labels = fn.readers.file(files=files, labels=targets, random_shuffle=True, name="reader")
+        images = fn.decoders.image(jpegs, device="cpu" if device_id is None else "mixed", output_type=types.RGB)
+        images = fn.resize(images, resize_shorter=resize, antialias=True)
+        images = fn.crop_mirror_normalize(
+            images, dtype=types.FLOAT, output_layout="CHW", crop=(crop, crop), mean=MEAN255, std=STD255,
+            crop_pos_x=fn.random.uniform(range=(0.0, 1.0)), crop_pos_y=fn.random.uniform(range=(0.0, 1.0)),
+            mirror=fn.random.coin_flip(probability=0.5))
         return images, labels
 
     p = pipe()

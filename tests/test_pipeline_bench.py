@@ -1,0 +1,57 @@
+"""``python -m gpufeed bench`` end to end at tiny sizes: valid records, plots, one-line errors."""
+
+import json
+
+import pytest
+
+from gpufeed import dali as gdali
+from gpufeed import pipeline_bench as pb
+from gpufeed.cli import main
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    assert main(["bench", "--size", "tiny", "--device", "cpu", "--repeats", "1", "--out", str(out)]) == 0
+    return out
+
+
+def test_writes_one_record_per_pipeline_and_mode(tiny_run):
+    doc = json.loads((tiny_run / pb.FILE).read_text())
+    assert doc["kind"] == pb.FORMAT and doc["device"] == "cpu" and doc["threads"] == 1
+    assert doc["machine"]["cpu"] and doc["workload"]["crop"] == 32
+    expected = ["naive", "tuned", "course"] + (["dali"] if gdali.available() else [])
+    cases = [(r["pipeline"], r["mode"]) for r in doc["records"]]
+    assert cases == [(p, "loader") for p in expected] + [(p, "train") for p in expected + ["resident"]]
+    for r in doc["records"]:
+        assert r["images_per_s"] > 0 and r["median_s"] > 0 and r["iqr_s"] >= 0
+        low, high = r["images_per_s_iqr"]
+        assert low <= r["images_per_s"] <= high
+        assert r["fraction_of_ceiling"] > 0
+        assert r["ratio_to_naive"] == pytest.approx(
+            r["images_per_s"] / next(b["images_per_s"] for b in doc["records"]
+                                     if b["pipeline"] == "naive" and b["mode"] == r["mode"]), rel=0.01)
+    resident = next(r for r in doc["records"] if r["pipeline"] == "resident")
+    assert resident["fraction_of_ceiling"] == 1.0
+    assert doc["ceilings"]["loader_images_per_s"] > 0 and doc["ceilings"]["wire"].startswith("memcpy")
+
+
+def test_plots_and_summary(tiny_run, capsys):
+    assert (tiny_run / "bench-loader.png").stat().st_size > 10_000
+    assert (tiny_run / "bench-train.png").stat().st_size > 10_000
+    table = pb.summary(pb.load(tiny_run))
+    assert table.splitlines()[0].split()[:2] == ["pipeline", "mode"] and "course" in table
+
+
+def test_load_refuses_other_files(tmp_path):
+    from gpufeed.bench import save
+
+    save(tmp_path / "results.json", [])
+    with pytest.raises(ValueError, match="not a `gpufeed bench` results file"):
+        pb.load(tmp_path)
+
+
+def test_bad_arguments_are_one_line(capsys, tmp_path):
+    assert main(["bench", "--size", "tiny", "--out", str(tmp_path), "--repeats", "0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "error: --repeats must be 1 or more (got 0)"

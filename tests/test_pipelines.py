@@ -1,0 +1,141 @@
+"""The benchmark's pipelines: each one yields the same images as the naive one, the fast paths agree."""
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from gpufeed import dali as gdali
+from gpufeed import pipelines as P
+from gpufeed.augment import IMAGENET_MEAN, IMAGENET_STD
+from gpufeed.folder import scan
+from gpufeed.memmap import load_memmap
+
+STD255 = torch.tensor(IMAGENET_STD).view(3, 1, 1) * 255
+# Square JPEGs of exactly the crop size: no resize, no crop freedom, only the random flip, so
+# every pipeline must reproduce the decoded files themselves.
+SQUARE = P.Workload(n=8, jpeg_size=(32, 32), resize=32, crop=32, batch=4, classes=2)
+
+
+@pytest.fixture(scope="module")
+def square(tmp_path_factory):
+    return P.prepare(SQUARE, tmp_path_factory.mktemp("square"))
+
+
+def reference(data):
+    """Every file decoded by Pillow and normalised, with its target: what the naive loop starts from."""
+    samples, _ = scan(data.jpeg)
+    images = []
+    for path, _ in samples:
+        with Image.open(path) as im:
+            hwc = torch.from_numpy(np.array(im.convert("RGB")))  # [H, W, 3]
+        x = hwc.permute(2, 0, 1).float() / 255
+        images.append((x - torch.tensor(IMAGENET_MEAN).view(3, 1, 1)) / torch.tensor(IMAGENET_STD).view(3, 1, 1))
+    return torch.stack(images), torch.tensor([t for _, t in samples])
+
+
+def grey_levels(a, b):
+    return ((a - b).abs() * STD255).amax().item()
+
+
+def match_epoch(batches, ref_images, ref_targets, tolerance):
+    """Each yielded image is one reference image (or its mirror image) with the same target, and
+    the epoch uses every reference image exactly once."""
+    used = []
+    for images, targets in batches:
+        assert images.dtype == torch.float32 and images.shape[1:] == (3, SQUARE.crop, SQUARE.crop)
+        for image, target in zip(images, targets.tolist()):
+            errors = [(min(grey_levels(image, r), grey_levels(image, r.flip(-1))), i)
+                      for i, r in enumerate(ref_images) if ref_targets[i] == target]
+            error, i = min(errors)
+            assert error <= tolerance, f"no reference image within {tolerance} grey levels (best {error:.2f})"
+            used.append(i)
+    assert sorted(used) == list(range(len(ref_images)))
+
+
+def test_naive_yields_each_decoded_image_once(square):
+    match_epoch(P.naive(square, SQUARE, "cpu"), *reference(square), tolerance=1e-3)
+
+
+def test_tuned_yields_the_same_images_as_naive(square):
+    loader = P.tuned_loader(square, SQUARE, "cpu", workers=0)
+    # torchvision/TorchCodec and Pillow both decode with libjpeg-turbo; versions may round a level apart
+    match_epoch(P.tuned(loader, "cpu"), *reference(square), tolerance=2.0)
+
+
+def test_course_yields_the_memmap_images_in_the_loaders_order(square):
+    course = P.Course(square, SQUARE, "cpu", seed=5)
+    data = load_memmap(square.memmap)
+    order = torch.cat(course.loader.indices(0))
+    batches = list(course)
+    got_images = torch.cat([x for x, _ in batches])
+    assert torch.equal(torch.cat([y for _, y in batches]), data.targets[order])
+    for image, i in zip(got_images, order.tolist()):
+        raw = data.images[i].float() / 255
+        ref = (raw - torch.tensor(IMAGENET_MEAN).view(3, 1, 1)) / torch.tensor(IMAGENET_STD).view(3, 1, 1)
+        assert min(grey_levels(image, ref), grey_levels(image, ref.flip(-1))) < 1e-3
+    match_epoch(batches, *reference(square), tolerance=1e-3)  # and those are the decoded files
+
+
+@pytest.mark.skipif(not gdali.available(), reason="DALI is not installed")
+def test_dali_yields_the_same_images_as_naive(square):
+    from gpufeed.pipeline_bench import _dali_source
+
+    source = _dali_source(square, SQUARE, "cpu", threads=1)
+    match_epoch(source(), *reference(square), tolerance=2.0)
+    match_epoch(source(), *reference(square), tolerance=2.0)  # the next epoch too (auto_reset)
+
+
+@pytest.mark.parametrize("out_dtype", [torch.uint8, torch.float32])
+def test_gather_and_copy_crops_agree_with_slicing(out_dtype):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 256, (6, 3, 20, 24), dtype=torch.uint8, generator=g)
+    corners, flips = P.draw_crops(6, (20, 24), 8, g)
+    assert flips.any() and not flips.all()
+    ref = torch.stack([x[i, :, t:t + 8, s:s + 8].flip(-1) if f else x[i, :, t:t + 8, s:s + 8]
+                       for i, ((t, s), f) in enumerate(zip(corners.tolist(), flips.tolist()))])
+    out = torch.empty(6, 3, 8, 8, dtype=out_dtype)
+    assert torch.equal(P.copy_crops(x, corners, flips, 8, out=out), ref.to(out_dtype))
+    assert torch.equal(P.gather_crops(x, corners, flips, 8), ref)
+    assert (corners[:, 0] <= 12).all() and (corners[:, 1] <= 16).all()
+
+
+def test_device_augment_matches_per_sample_reference_and_reuses_buffers():
+    x = torch.randint(0, 256, (5, 3, 12, 12), dtype=torch.uint8)
+    aug = P.DeviceAugment(crop=8, seed=3, buffers=2)
+    corners, flips = P.draw_crops(5, (12, 12), 8, torch.Generator().manual_seed(3))
+    first = aug(x).clone()
+    for i, ((t, s), f) in enumerate(zip(corners.tolist(), flips.tolist())):
+        window = x[i, :, t:t + 8, s:s + 8]
+        raw = (window.flip(-1) if f else window).float() / 255
+        ref = (raw - torch.tensor(IMAGENET_MEAN).view(3, 1, 1)) / torch.tensor(IMAGENET_STD).view(3, 1, 1)
+        assert torch.allclose(first[i], ref, atol=1e-5)
+    a, b, c = aug(x), aug(x), aug(x)
+    assert a.data_ptr() != b.data_ptr() and c.data_ptr() == a.data_ptr()  # a ring of 2 buffers
+
+
+def test_workload_checks_its_sizes():
+    with pytest.raises(ValueError, match="crop <= resize"):
+        P.Workload(n=8, jpeg_size=(32, 32), resize=16, crop=24, batch=4)
+    with pytest.raises(ValueError, match="batch <= n"):
+        P.Workload(n=2, jpeg_size=(32, 32), resize=16, crop=8, batch=4)
+    assert P.workload(True, "cpu") is P.QUICK and P.workload(False, "cpu") is P.FULL_CPU
+
+
+def test_prepare_reuses_what_it_made_and_names_the_folder_on_failure(tmp_path):
+    first = P.prepare(P.TINY, tmp_path)
+    again = P.prepare(P.TINY, tmp_path)
+    assert (again.jpeg, again.memmap) == (first.jpeg, first.memmap) and again.memmap_s == 0.0
+    blocked = tmp_path / "file"
+    blocked.write_text("not a folder")
+    with pytest.raises(P.PipelineError, match=str(blocked)):
+        P.prepare(P.TINY, blocked)
+
+
+def test_resident_batches_are_ready_for_the_model():
+    batches = P.resident(P.TINY, "cpu", batches=2)
+    assert len(batches) == 2
+    for images, targets in itertools.islice(batches, 2):
+        assert images.shape == (4, 3, 32, 32) and images.dtype == torch.float32 and targets.max() < 2
