@@ -261,10 +261,13 @@ def plot(path: str | Path) -> list[Path]:
         fig, ax = plt.subplots(figsize=(7, 3.2))
         labels = [plotting.ratio_label(r["pipeline"], r["ratio_to_naive"] or 1.0) for r in shown]
         colors = [plotting.COLORS["baseline"] if r["pipeline"] == "naive" else plotting.COLORS["compute"] for r in shown]
-        ax.barh(labels, [r["images_per_s"] for r in shown], color=colors)
+        rates = [r["images_per_s"] for r in shown]
+        spread = [[max(0.0, v - r["images_per_s_iqr"][0]) for v, r in zip(rates, shown)],
+                  [max(0.0, r["images_per_s_iqr"][1] - v) for v, r in zip(rates, shown)]]
+        ax.barh(labels, rates, color=colors, xerr=spread, capsize=3)  # whiskers: the IQR of the passes
         ceiling = doc["ceilings"]["loader_images_per_s"] if mode == "loader" else next(
             (r["images_per_s"] for r in rows if r["pipeline"] == "resident"), None)
-        if ceiling and (mode == "train" or ceiling < 20 * max(r["images_per_s"] for r in shown)):
+        if ceiling and (mode == "train" or ceiling < 20 * max(rates)):
             ax.axvline(ceiling, color="k", ls="--", lw=1, label=ceiling_label)
             ax.legend(loc="lower right", fontsize=8)
         ax.invert_yaxis()
