@@ -47,10 +47,13 @@ test: lint
 # Installs what they need first, so it needs the network (and root for apt) on a fresh machine.
 CHROMIUM ?= /usr/bin/chromium
 browser-deps:
-	@echo "browser-deps: TODO (issue 10)"
+	@if [ ! -x "$(CHROMIUM)" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "browser-deps: installing Debian's chromium with apt-get"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; fi
+	@test -x "$(CHROMIUM)" || { echo "browser-deps: no Chromium at $(CHROMIUM): run 'sudo apt-get install chromium' (Debian) or pass CHROMIUM=/path/to/chromium" >&2; exit 1; }
 
 test-browser: env browser-deps slides-deps
-	GPUFEED_QUICK=1 GPUFEED_CHROMIUM=$(CHROMIUM) $(IN_NETNS) $(RUN) pytest -m browser $(PYTEST_ARGS)
+	GPUFEED_QUICK=1 GPUFEED_REQUIRE_BROWSER=1 GPUFEED_CHROMIUM=$(CHROMIUM) $(IN_NETNS) $(RUN) pytest -m browser $(PYTEST_ARGS)
 
 # The workshop deck: slides/dist (static HTML) from slides/slides.md with the pinned Slidev.
 slides-deps:

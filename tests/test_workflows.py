@@ -1,0 +1,73 @@
+"""The GitHub Actions workflows: the CPU one runs what `.ci/run` runs, the GPU one `make test-gpu`."""
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKFLOWS = ROOT / ".github" / "workflows"
+
+
+def load(name: str) -> dict:
+    doc = yaml.safe_load((WORKFLOWS / name).read_text())
+    doc["on"] = doc.pop(True, doc.get("on"))  # YAML 1.1 reads the key `on` as True
+    return doc
+
+
+def steps(doc: dict) -> list[dict]:
+    (job,) = doc["jobs"].values()
+    return job["steps"]
+
+
+def runs(doc: dict) -> list[str]:
+    return [s["run"].strip() for s in steps(doc) if "run" in s]
+
+
+def uploads(doc: dict) -> list[dict]:
+    return [s for s in steps(doc) if s.get("uses", "").startswith("actions/upload-artifact@")]
+
+
+@pytest.mark.parametrize("name", ["ci.yml", "gpu.yml"])
+def test_workflows_need_no_secrets_and_pin_their_actions(name):
+    text = (WORKFLOWS / name).read_text()
+    doc = load(name)
+    assert "secrets." not in text and "secrets[" not in text, f"{name} must run without secrets"
+    assert doc["permissions"] == {"contents": "read"}
+    for step in steps(doc):
+        if "uses" in step:
+            assert re.fullmatch(r"[\w.-]+/[\w./-]+@(v\d+(\.\d+)*|[0-9a-f]{40})", step["uses"]), (
+                f"{name}: pin {step['uses']} to a major version (@v4) or a commit")
+    for step in uploads(doc):
+        assert step.get("if") == "always()", f"{name}: upload the artifacts when the tests fail, too"
+
+
+def test_cpu_workflow_runs_ci_run_on_python_311_and_keeps_the_screenshots():
+    doc = load("ci.yml")
+    assert {"push", "pull_request"} <= set(doc["on"]) and doc["on"]["push"]["branches"] == ["main"]
+    (job,) = doc["jobs"].values()
+    assert job["runs-on"] == "ubuntu-latest"
+    assert job["container"]["image"].startswith("python:3.11-"), "Python 3.11 in a Debian container"
+    assert str(job["env"]["UV_PYTHON"]) == "3.11", "uv builds .venv with that same Python"
+    assert "bash .ci/run" in runs(doc), "CI runs what .ci/run runs"
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    assert ci[-2:] == ["make test", "make test-browser"], "the README's test command, then the browser tests"
+    assert "make test " in (ROOT / "README.md").read_text()
+    assert [u["with"]["path"] for u in uploads(doc)] == ["out/test-artifacts"]
+
+
+def test_gpu_workflow_runs_make_test_gpu_on_the_self_hosted_gpu_runner():
+    doc = load("gpu.yml")
+    assert set(doc["on"]) == {"workflow_dispatch", "schedule", "push"}
+    assert doc["on"]["push"]["branches"] == ["main"] and doc["on"]["schedule"][0]["cron"]
+    (job,) = doc["jobs"].values()
+    assert job["runs-on"] == ["self-hosted", "gpu"]
+    assert str(job["env"]["UV_PYTHON"]) == "3.11"
+    assert runs(doc) == ["make test-gpu"]
+    assert [u["with"]["path"].rstrip("/") for u in uploads(doc)] == ["results"]
+    makefile = (ROOT / "Makefile").read_text()
+    target = makefile[makefile.index("\ntest-gpu:"):].split("\n\n")[0]
+    assert "torch.cuda.is_available()" in target and "GPUFEED_REQUIRE_CUDA=1" in target, (
+        "make test-gpu fails without CUDA instead of running on the CPU")
+    assert "GPUFEED_RESULTS=$(CURDIR)/results" in target, "make test-gpu writes the results it uploads"
