@@ -57,10 +57,15 @@ test-browser: env browser-deps slides-deps
 
 # The workshop deck: slides/dist (static HTML) from slides/slides.md with the pinned Slidev.
 slides-deps:
-	@echo "slides-deps: TODO (issue 10)"
+	@command -v npm >/dev/null || { echo "slides-deps: needs Node.js (20.12 or newer) and npm, e.g. apt-get install nodejs npm"; exit 1; }
+	@if [ ! -d slides/node_modules ] || [ slides/package-lock.json -nt slides/node_modules ]; then \
+		cd slides && npm ci --no-audit --no-fund && touch node_modules; \
+	fi
 
+# --base ./ : relative asset URLs, so dist/ can be served from any path (and the hash router needs
+# no server-side fallback). The plots are committed; tools/deck_plots.py refreshes them.
 slides: slides-deps
-	@echo "slides: TODO (issue 10)"
+	cd slides && ./node_modules/.bin/slidev build --out dist --base ./
 
 test-gpu: env
 	$(RUN) python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'test-gpu: no CUDA GPU visible')"
