@@ -2,6 +2,7 @@
 the tensordict-free memmap reader (gpufeed.arrays) and the page-cache probes (gpufeed.pagecache)."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -154,11 +155,10 @@ def test_torchrun_command_is_local_and_checks_nproc():
     assert cmd[-4:] == ["-m", "gpufeed.distributed", "--data", "D"]
     with pytest.raises(ValueError, match="nproc"):
         launch.torchrun_command(0, [])
-    with pytest.raises(ValueError, match="one process"):
-        launch.launch(2, [], "x.json", torchrun=False)
 
 
 def test_choose_backend():
+    assert launch.loopback_ifname() in ("lo", "lo0", None)
     assert distributed.choose_backend("gloo", 4) == ("gloo", "cpu")
     if not torch.cuda.is_available():
         assert distributed.choose_backend("auto", 2) == ("gloo", "cpu")
@@ -173,24 +173,30 @@ def test_script_says_in_one_line_that_the_data_is_missing(tmp_path, capsys):
 
 
 def test_script_alone_trains_with_the_sampler_and_writes_json(mm, tmp_path, capsys):
-    """One process without torchrun (rank 0 of 1, gloo on loopback): DistributedSampler + training."""
+    """One process without torchrun (rank 0 of 1, gloo on loopback): DistributedSampler + training,
+    in this process, which it leaves as it found it."""
     out = tmp_path / "alone.json"
-    args = ["--data", str(mm), "--out", str(out), "--loader", "sampler", "--batch-size", "4", "--epochs", "2",
-            "--train", "--threads", "1"]
-    assert distributed.main(args) == 0
-    doc = json.loads(out.read_text())
+    env, threads = dict(os.environ), torch.get_num_threads()
+    args = ["--data", str(mm), "--loader", "sampler", "--batch-size", "4", "--epochs", "2", "--load-epochs", "3",
+            "--train"]
+    ms, doc = launch.run_here(args, out, threads=1)
+    assert dict(os.environ) == env and torch.get_num_threads() == threads
+    assert not torch.distributed.is_initialized()
+    assert doc == json.loads(out.read_text()) and doc["distributed"]["threads"] == 1
     assert doc["distributed"]["world_size"] == 1 and doc["distributed"]["backend"] == "gloo"
     assert {m["name"] for m in doc["measurements"]} >= {"load, rank 0", "train, rank 0", "train, 1 process"}
     assert all(m["items_per_s"] > 0 for m in doc["measurements"])
-    assert all(e["complete"] and e["disjoint"] for e in doc["shards"]["load"])
+    assert all(e["complete"] and e["disjoint"] for e in doc["shards"]["load"]) and len(doc["shards"]["load"]) == 4
     assert [e["read"] for e in doc["shards"]["train"]] == [20] * 3  # drop_last: 5 full batches of 4
     assert "shards: disjoint in every epoch" in capsys.readouterr().out
-    assert distributed.main([*args[:-3], "--batch-size", "64", "--train"]) == 2  # no full batch: one line
-    assert "lower --batch-size" in capsys.readouterr().err
+    assert distributed.main([*args, "--batch-size", "64"]) == 2  # no full batch: one line
+    assert "lower --batch-size" in capsys.readouterr().err and not torch.distributed.is_initialized()
+    with pytest.raises(RuntimeError, match="exit 2"):
+        launch.run_here(["--data", str(tmp_path / "nope")], out)
 
 
 def test_two_gloo_processes_under_torchrun_read_disjoint_covering_shards(mm, tmp_path):
-    ms, doc = launch.launch(2, ["--data", mm, "--batch-size", "4", "--epochs", "2", "--seed", "3"],
+    ms, doc = launch.launch(2, ["--data", mm, "--batch-size", "4", "--load-epochs", "2", "--seed", "3"],
                             tmp_path / "two.json", timeout=180, verbose=False)
     d, n = doc["distributed"], doc["n"]
     assert d["world_size"] == 2 and d["backend"] == "gloo" and d["loader"] == "fast" and n == 21

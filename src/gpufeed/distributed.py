@@ -28,12 +28,14 @@ import os
 import socket
 import sys
 import warnings
+from contextlib import contextmanager
 from datetime import timedelta
 
 import torch
 
 from gpufeed import pagecache
 from gpufeed.bench import Measurement, benchmark, save
+from gpufeed.launch import free_port, loopback_ifname
 
 #: Up to this many samples, the JSON lists each rank's indices per epoch (beyond: digests only).
 RECORD_LIMIT = 4096
@@ -52,27 +54,44 @@ def tiny_cnn(num_classes: int, seed: int = 0) -> torch.nn.Sequential:
                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, num_classes))
 
 
-def loopback_ifname() -> str | None:
-    """The loopback interface's name (``lo`` on Linux, ``lo0`` on macOS), or None."""
-    try:
-        names = [name for _, name in socket.if_nameindex()]
-    except OSError:
-        return None
-    return next((n for n in ("lo", "lo0") if n in names), None)
-
-
 def torchrun_env() -> dict:
-    """``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE`` as torchrun sets them; run
-    without torchrun, this process alone: rank 0 of 1, rendezvous on 127.0.0.1 and a free port."""
+    """``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE`` as torchrun sets them, and the
+    ``init_method`` that meets the others (``env://``: torchrun's ``MASTER_ADDR``/``MASTER_PORT``).
+    Without torchrun: this process alone, rank 0 of 1, at a free port on 127.0.0.1; ``os.environ``
+    is left alone, so that :func:`main` can run inside a notebook's kernel."""
     if "RANK" not in os.environ:
-        from gpufeed.launch import free_port
-
-        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", str(free_port()))
+        return {"RANK": 0, "WORLD_SIZE": 1, "LOCAL_RANK": 0, "LOCAL_WORLD_SIZE": 1,
+                "init_method": f"tcp://127.0.0.1:{free_port()}"}
     env = {k: int(os.environ[k]) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     env["LOCAL_WORLD_SIZE"] = int(os.environ.get("LOCAL_WORLD_SIZE", env["WORLD_SIZE"]))
-    return env
+    return {**env, "init_method": "env://"}
+
+
+@contextmanager
+def process_group(backend: str, env: dict, device: torch.device, threads: int, timeout: float):
+    """Joins the process group for the ``with`` block, then leaves it (also on errors) and puts
+    back what it changed in this process: torch's thread count and ``GLOO_SOCKET_IFNAME``."""
+    import torch.distributed as dist
+
+    saved_threads, saved_ifname = torch.get_num_threads(), os.environ.get("GLOO_SOCKET_IFNAME")
+    if backend == "gloo" and env["WORLD_SIZE"] == env["LOCAL_WORLD_SIZE"] and saved_ifname is None and loopback_ifname():
+        os.environ["GLOO_SOCKET_IFNAME"] = loopback_ifname()  # one machine: the ranks meet on loopback
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # before anything touches CUDA: this process owns this GPU only
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        dist.init_process_group(backend, init_method=env["init_method"], rank=env["RANK"],
+                                world_size=env["WORLD_SIZE"], timeout=timedelta(seconds=timeout),
+                                **({"device_id": device} if device.type == "cuda" else {}))
+        try:
+            yield
+        finally:
+            dist.destroy_process_group()  # sockets closed, no leak warning at exit
+    finally:
+        torch.set_num_threads(saved_threads)
+        if saved_ifname is None:
+            os.environ.pop("GLOO_SOCKET_IFNAME", None)
 
 
 def choose_backend(requested: str, local_world_size: int) -> tuple[str, str]:
@@ -179,7 +198,8 @@ def run(args: argparse.Namespace, env: dict, backend: str, device: torch.device)
     mine, coverage = {"rank": rank, "local_rank": env["LOCAL_RANK"], "host": socket.gethostname(), "pid": os.getpid(),
                       "device": str(device), "phases": {}}, {}
     for phase, loader, step in phases:
-        m, records = time_epochs(phase, loader, step, device, args.warmup, args.epochs, dist.barrier)
+        epochs = args.load_epochs if phase == "load" else args.epochs
+        m, records = time_epochs(phase, loader, step, device, args.warmup, epochs, dist.barrier)
         mine["phases"][phase] = {"samples": m.samples, "items": m.items, "epochs": [
             {"epoch": r["epoch"], "count": len(r["indices"]), "digest": digest(r["indices"]), "major": r["major"],
              "minor": r["minor"], "indices": r["indices"].tolist() if n <= RECORD_LIMIT else None} for r in records]}
@@ -220,7 +240,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--loader", choices=("fast", "sampler"), default="fast",
                    help="fast: gpufeed's FastLoader shards; sampler: DistributedSampler in a BatchSampler")
     p.add_argument("--batch-size", type=int, default=64, help="images per batch, per rank")
-    p.add_argument("--epochs", type=int, default=3, help="timed epochs per phase")
+    p.add_argument("--epochs", type=int, default=3, help="timed training epochs (with --train)")
+    p.add_argument("--load-epochs", type=int, default=10, help="timed epochs of loading alone (short: take more)")
     p.add_argument("--warmup", type=int, default=1, help="untimed epochs first")
     p.add_argument("--seed", type=int, default=0, help="the shuffle's seed, the same on every rank")
     p.add_argument("--drop-last", action="store_true", help="equal shards of full batches (training always does)")
@@ -231,8 +252,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=0, help="torch threads per process (0: OMP_NUM_THREADS or torch's choice)")
     p.add_argument("--timeout", type=float, default=300, help="seconds a collective may wait for the other ranks")
     args = p.parse_args(argv)
-    if args.batch_size < 1 or args.epochs < 1 or args.warmup < 0 or args.threads < 0:
-        p.error("--batch-size and --epochs must be at least 1, --warmup and --threads at least 0")
+    if min(args.batch_size, args.epochs, args.load_epochs) < 1 or min(args.warmup, args.threads) < 0:
+        p.error("--batch-size, --epochs and --load-epochs must be at least 1, --warmup and --threads at least 0")
     return args
 
 
@@ -266,31 +287,22 @@ def main(argv: list[str] | None = None) -> int:
         if env["LOCAL_RANK"] == 0:  # one line per machine, not one per process
             print(f"gpufeed.distributed: {e}", file=sys.stderr)
         return 2
-    import torch.distributed as dist
-
-    if backend == "gloo" and env["WORLD_SIZE"] == env["LOCAL_WORLD_SIZE"] and loopback_ifname():
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", loopback_ifname())  # one machine: ranks meet on loopback
     device = torch.device("cuda", env["LOCAL_RANK"]) if device_type == "cuda" else torch.device("cpu")
-    if device.type == "cuda":
-        torch.cuda.set_device(device)  # before anything touches CUDA: this process owns this GPU only
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    extra = {"device_id": device} if device.type == "cuda" else {}
-    dist.init_process_group(backend, timeout=timedelta(seconds=args.timeout), **extra)
-    try:
-        doc = run(args, env, backend, device)
-    except ValueError as e:
-        if env["RANK"] == 0:
-            print(f"gpufeed.distributed: {e}", file=sys.stderr)
-        return 2
-    finally:
-        dist.destroy_process_group()  # also on errors: no process-group leak warnings, sockets closed
+    with process_group(backend, env, device, args.threads, args.timeout):
+        try:
+            doc = run(args, env, backend, device)
+        except ValueError as e:
+            if env["RANK"] == 0:
+                print(f"gpufeed.distributed: {e}", file=sys.stderr)
+            return 2
+        threads = torch.get_num_threads()
     if env["RANK"] == 0:
-        doc["distributed"] = {"world_size": env["WORLD_SIZE"], "backend": backend, "device": device.type,
-                              "loader": args.loader, "batch_size": args.batch_size, "epochs": args.epochs,
-                              "warmup": args.warmup, "seed": args.seed, "drop_last": args.drop_last,
-                              "train": args.train, "model": args.model if args.train else None,
-                              "threads": torch.get_num_threads(), "data": str(args.data), "torch": torch.__version__}
+        doc["distributed"] = {
+            "world_size": env["WORLD_SIZE"], "backend": backend, "device": device.type, "loader": args.loader,
+            "batch_size": args.batch_size, "epochs": args.epochs, "load_epochs": args.load_epochs,
+            "warmup": args.warmup, "seed": args.seed, "drop_last": args.drop_last, "train": args.train,
+            "model": args.model if args.train else None, "ddp": args.train and env["WORLD_SIZE"] > 1,
+            "threads": threads, "data": str(args.data), "torch": torch.__version__}
         ms = measurements(doc)
         print(_summary(doc, ms))
         if args.out:

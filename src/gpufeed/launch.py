@@ -35,6 +35,15 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def loopback_ifname() -> str | None:
+    """The loopback interface's name (``lo`` on Linux, ``lo0`` on macOS), or None."""
+    try:
+        names = [name for _, name in socket.if_nameindex()]
+    except OSError:
+        return None
+    return next((n for n in ("lo", "lo0") if n in names), None)
+
+
 def torchrun_command(nproc: int, script_args, *, module: str = "gpufeed.distributed", port: int | None = None,
                      python: str = sys.executable) -> list[str]:
     """The command that starts ``nproc`` processes of ``module`` on this machine with torchrun.
@@ -50,7 +59,7 @@ def torchrun_command(nproc: int, script_args, *, module: str = "gpufeed.distribu
 
 
 def launch(nproc: int, script_args, out: str | os.PathLike, *, threads: int = 1, timeout: float = 600,
-           env: dict | None = None, verbose: bool = True, torchrun: bool = True) -> tuple[list, dict]:
+           env: dict | None = None, verbose: bool = True) -> tuple[list, dict]:
     """Runs :mod:`gpufeed.distributed` with ``nproc`` processes, ``--out out``; returns
     ``(measurements, document)`` of its JSON (:func:`gpufeed.bench.load`).
 
@@ -63,8 +72,6 @@ def launch(nproc: int, script_args, out: str | os.PathLike, *, threads: int = 1,
         timeout: seconds before the whole run is stopped.
         env: more environment variables for the processes.
         verbose: print the command and rank 0's summary.
-        torchrun: False runs one process without torchrun (``python -m gpufeed.distributed``,
-            rank 0 of 1), which saves torchrun's own start-up (it imports torch too).
 
     Raises:
         RuntimeError: the run failed; the message holds the last lines of its output.
@@ -74,20 +81,34 @@ def launch(nproc: int, script_args, out: str | os.PathLike, *, threads: int = 1,
     out = Path(out)
     child_env = {**os.environ, "OMP_NUM_THREADS": str(threads), **(env or {})}
     for attempt in range(2):
-        if torchrun:
-            cmd = torchrun_command(nproc, [*script_args, "--out", out])
-        elif nproc == 1:
-            cmd = [sys.executable, "-m", "gpufeed.distributed", *map(str, script_args), "--out", str(out)]
-        else:
-            raise ValueError(f"torchrun=False runs one process, not {nproc}")
+        cmd = torchrun_command(nproc, [*script_args, "--out", out])
         if verbose and attempt == 0:
             print("$", " ".join(["python", *cmd[1:]]))
         r = subprocess.run(cmd, capture_output=True, text=True, env=child_env, timeout=timeout)
         if r.returncode == 0 or "address already in use" not in (r.stdout + r.stderr).lower():
             break  # a taken port is the one failure worth a second try
     if r.returncode != 0:
-        tail = "\n".join((r.stdout + r.stderr).strip().splitlines()[-TAIL_LINES:])
+        lines = (r.stdout + r.stderr).strip().splitlines()
+        # The processes' own one-line errors first: torchrun's report after them hides them otherwise.
+        ours = list(dict.fromkeys(x for x in lines if x.startswith(("gpufeed.", "usage:")) or ": error:" in x))
+        tail = "\n".join([*ours, *lines[-TAIL_LINES:]])
         raise RuntimeError(f"torchrun with {nproc} process(es) failed (exit {r.returncode}):\n{tail}")
     if verbose:
         print(r.stdout.strip())
+    return load(out)
+
+
+def run_here(script_args, out: str | os.PathLike, *, threads: int = 1) -> tuple[list, dict]:
+    """Runs :mod:`gpufeed.distributed` in this process, alone (rank 0 of 1): no launcher, and no
+    start-up cost, since torch is already imported. Returns ``(measurements, document)``.
+
+    Raises:
+        RuntimeError: the script failed (its one-line error went to stderr).
+    """
+    from gpufeed.bench import load
+    from gpufeed.distributed import main
+
+    code = main([*map(str, script_args), "--out", str(out), "--threads", str(threads)])
+    if code != 0:
+        raise RuntimeError(f"gpufeed.distributed failed (exit {code}); its error is printed above")
     return load(out)
