@@ -259,7 +259,9 @@ plt.show()
 # %%
 cores, load_avg = os.cpu_count(), os.getloadavg()[0]
 scale = {p: by[f"{p}, 2 processes"].items_per_s / by[f"{p}, 1 process"].items_per_s for p in ("load", "train")}
-print(f"Two processes load {scale['load']:.2f}x and train {scale['train']:.2f}x the images/s of one (ideal: 2x). "
+verdict = ("slower than one process" if max(scale.values()) < 1 else
+           "about the ideal 2x" if min(scale.values()) >= 1.9 else "short of the ideal 2x")
+print(f"Two processes load {scale['load']:.2f}x and train {scale['train']:.2f}x the images/s of one: {verdict}. "
       f"Per rank, training runs at {by['train, rank 0'].items_per_s:,.0f} and {by['train, rank 1'].items_per_s:,.0f} "
       f"images/s against {by['train, 1 process'].items_per_s:,.0f} alone.")
 print(f"What limits it here: {cores} cores shared by both ranks, torchrun's agent, this kernel and everything "

@@ -180,7 +180,7 @@ def run(args: argparse.Namespace, env: dict, backend: str, device: torch.device)
     import torch.distributed as dist
 
     from gpufeed.arrays import open_arrays
-    from gpufeed.shards import _coverage, digest, make_loader
+    from gpufeed.shards import coverage, digest, make_loader
 
     rank, world = env["RANK"], env["WORLD_SIZE"]
     (images, targets, manifest), files = open_arrays(args.data), pagecache.memmap_files(args.data)
@@ -188,30 +188,30 @@ def run(args: argparse.Namespace, env: dict, backend: str, device: torch.device)
     n = len(targets)
     tensors = (images, targets, torch.arange(n))  # the index travels with each batch: proof of what was read
     kw = {"rank": rank, "world_size": world, "seed": args.seed, "device": device}
-    phases = [("load", make_loader(tensors, args.batch_size, args.loader, drop_last=args.drop_last, **kw), None)]
+    loaders = {"load": make_loader(tensors, args.batch_size, args.loader, drop_last=args.drop_last, **kw)}
     if args.train:  # DDP needs the same number of steps on every rank: full batches, equal shards
-        loader = make_loader(tensors, args.batch_size, args.loader, drop_last=True, **kw)
-        if len(loader) == 0:
-            raise ValueError(f"--train: {n} images over {world} ranks give no full batch of {args.batch_size} per rank; "
-                             "lower --batch-size")
-        phases.append(("train", loader, train_step(args.model, len(manifest["classes"]), device)))
-    mine, coverage = {"rank": rank, "local_rank": env["LOCAL_RANK"], "host": socket.gethostname(), "pid": os.getpid(),
-                      "device": str(device), "phases": {}}, {}
-    for phase, loader, step in phases:
+        loaders["train"] = make_loader(tensors, args.batch_size, args.loader, drop_last=True, **kw)
+    if any(len(loader) == 0 for loader in loaders.values()):
+        raise ValueError(f"{n} images over {world} ranks give no full batch of {args.batch_size} per rank "
+                         "(--train and --drop-last use full batches only); lower --batch-size")
+    steps = {"train": train_step(args.model, len(manifest["classes"]), device)} if args.train else {}
+    mine, report = {"rank": rank, "local_rank": env["LOCAL_RANK"], "host": socket.gethostname(), "pid": os.getpid(),
+                    "device": str(device), "phases": {}}, {}
+    for phase, loader in loaders.items():
         epochs = args.load_epochs if phase == "load" else args.epochs
-        m, records = time_epochs(phase, loader, step, device, args.warmup, epochs, dist.barrier)
+        m, records = time_epochs(phase, loader, steps.get(phase), device, args.warmup, epochs, dist.barrier)
         mine["phases"][phase] = {"samples": m.samples, "items": m.items, "epochs": [
             {"epoch": r["epoch"], "count": len(r["indices"]), "digest": digest(r["indices"]), "major": r["major"],
              "minor": r["minor"], "indices": r["indices"].tolist() if n <= RECORD_LIMIT else None} for r in records]}
-        coverage[phase] = []
+        report[phase] = []
         for r in records:  # how often each sample was read, summed over the ranks
             counts = torch.bincount(r["indices"], minlength=n).to(device)
             dist.all_reduce(counts)
-            coverage[phase].append({"epoch": r["epoch"], **_coverage(counts.cpu())})
+            report[phase].append({"epoch": r["epoch"], **coverage(counts.cpu())})
     mine["resident"] = [None if x is None else x[0] / max(x[1], 1) for x in (resident_start, pagecache.resident(files))]
     ranks: list = [None] * world
     dist.all_gather_object(ranks, mine)
-    return {"ranks": ranks, "shards": coverage, "n": n, "image_shape": list(images.shape[1:])}
+    return {"ranks": ranks, "shards": report, "n": n, "image_shape": list(images.shape[1:])}
 
 
 def measurements(doc: dict) -> list[Measurement]:

@@ -110,11 +110,12 @@ def check_shards(shards, n: int) -> dict:
     counts = torch.zeros(n, dtype=torch.int64)
     for s in shards:
         counts += torch.bincount(torch.as_tensor(s, dtype=torch.int64), minlength=n)
-    return _coverage(counts)
+    return coverage(counts)
 
 
-def _coverage(counts: torch.Tensor) -> dict:
-    """The summary of :func:`check_shards` from how many times each sample was read."""
+def coverage(counts: torch.Tensor) -> dict:
+    """The summary of :func:`check_shards` from how many times each sample was read (``[n]``):
+    what :mod:`gpufeed.distributed` computes after summing every rank's counts with an all-reduce."""
     read, covered = int(counts.sum()), int((counts > 0).sum())
     return {"n": len(counts), "read": read, "covered": covered, "duplicates": read - covered,
             "disjoint": read == covered, "complete": covered == len(counts)}
