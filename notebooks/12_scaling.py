@@ -1,0 +1,362 @@
+# %% [markdown]
+# # 12 · Scaling out
+#
+# **What you will learn:** how data-parallel training spreads one dataset over many GPUs and
+# machines with what PyTorch already ships (`torchrun`, `DistributedSampler`,
+# `DistributedDataParallel`); how each process gets its own shard of every epoch, disjoint from the
+# others and reshuffled with a shared seed; why ranks on one machine share one page cache; and what
+# going from 1 to 2 processes gives here, with the same script that runs on GPUs with nccl.
+#
+# **Time:** about 25 minutes (2 minutes in quick mode). **Prerequisites:** [05 · Memory-mapped
+# datasets](05_memmap.ipynb) (the memmap dataset and the page cache), [06 · Batched
+# fetching](06_batched.ipynb) (`FastLoader`, a `BatchSampler` as the sampler).
+
+# %% [markdown]
+# ## 1. The idea: one process per GPU, each its own shard
+#
+# **Data parallel**: every GPU holds a full copy of the model. Each step, each copy takes a
+# different batch, computes its gradients, and before the optimiser step the gradients are
+# averaged over all copies (an **all-reduce**), so every copy takes the same step and they stay
+# identical. For the input pipeline this means: each process reads its own part (*shard*) of every
+# epoch; the shards must not overlap (or a sample counts twice), must together cover the epoch,
+# and must change from epoch to epoch the same way on every process.
+#
+# | | `nn.DataParallel` | `DistributedDataParallel` (DDP) |
+# |---|---|---|
+# | processes | one, with a thread per GPU (they share one GIL) | one per GPU |
+# | loading | one loader for all GPUs; each batch is split up from GPU 0 | each process its own loader and shard |
+# | what travels each step | inputs scattered, outputs gathered, the model copied out again | gradients only: an all-reduce, bucket by bucket, overlapped with the backward pass |
+# | several machines | no | yes |
+#
+# PyTorch recommends DDP even on one machine. `torchrun` starts the processes and tells each who it
+# is through environment variables: `WORLD_SIZE` (processes in all), `RANK` (this one's number,
+# 0 to WORLD_SIZE-1), `LOCAL_RANK` (its number on this machine: which GPU it takes),
+# `LOCAL_WORLD_SIZE`, and `MASTER_ADDR`/`MASTER_PORT` (where the processes meet).
+# `torch.distributed.init_process_group("nccl")` reads them; `"gloo"` is the backend that also
+# runs on CPUs, which is what we use here.
+
+# %% [markdown]
+# ## 2. Shards: who reads what
+#
+# Two ways to cut an epoch. gpufeed's `FastLoader(..., rank=r, world_size=w)` draws the epoch's
+# order from `(seed, epoch)` (every rank draws the same one, no communication) and gives each rank
+# a contiguous part of it. `DistributedSampler` draws `randperm(n)` seeded by `seed + epoch` and
+# deals it out like cards: rank r gets positions r, r + w, r + 2w, ... To give every rank the same
+# number of samples, it **pads** the order with its own first few samples when `n` is not a
+# multiple of `w`. Below, 3 ranks over 10 samples, three epochs each way; a black dot marks a sample
+# read twice in that epoch.
+
+# %%
+import matplotlib.pyplot as plt
+import numpy as np
+
+from gpufeed import plotting
+from gpufeed.shards import check_shards, shard
+
+n_demo, world_demo, epochs_demo = 10, 3, 3
+rank_colors = [plotting.COLORS[c] for c in ("copy", "read", "collate")]
+fig, axes = plt.subplots(1, 2, figsize=(9, 2.6), sharey=True)
+for ax, kind, title in zip(axes, ("fast", "sampler"), ("FastLoader", "DistributedSampler")):
+    for epoch in range(epochs_demo):
+        shards = [shard(n_demo, r, world_demo, epoch, kind=kind) for r in range(world_demo)]
+        counts = np.bincount(np.concatenate([s.numpy() for s in shards]), minlength=n_demo)
+        for r, s in enumerate(shards):
+            for i in s.tolist():
+                ax.add_patch(plt.Rectangle((i, epoch), 0.9, 0.8, color=rank_colors[r]))
+        dup = np.flatnonzero(counts > 1)
+        ax.plot(dup + 0.45, [epoch + 0.4] * len(dup), "ko", ms=5)
+    ax.set_xlim(0, n_demo)
+    ax.set_ylim(epochs_demo, 0)
+    ax.set_xlabel("sample index")
+    ax.set_title(title)
+axes[0].set_ylabel("epoch")
+axes[0].set_yticks([e + 0.4 for e in range(epochs_demo)], range(epochs_demo))
+axes[1].legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in rank_colors],
+               labels=[f"rank {r}" for r in range(world_demo)], loc="upper left", bbox_to_anchor=(1, 1))
+plt.show()
+
+# %%
+for kind in ("fast", "sampler"):
+    shards = [shard(n_demo, r, world_demo, 0, kind=kind) for r in range(world_demo)]
+    c = check_shards(shards, n_demo)
+    print(f"{kind:>7}: shard sizes {[len(s) for s in shards]}, {c['covered']} of {n_demo} samples read, "
+          f"{c['duplicates']} read twice")
+
+# %% [markdown]
+# Both cover the epoch and reshuffle it every epoch. `FastLoader`'s shards never overlap, but
+# their sizes differ by one; `DistributedSampler`'s are equal, at the price of repeating
+# `(-n) % w` samples per epoch (harmless for 1.28 million images and 8 ranks: 7 repeats).
+# Equal sizes matter for training: DDP all-reduces in every step, so every rank must take the
+# same number of steps, or the others wait forever for the one that has finished. With
+# `drop_last=True` both ways give every rank `n // w` samples in full batches:
+
+# %%
+from gpufeed.shards import make_loader
+
+for kind in ("fast", "sampler"):
+    for drop_last in (False, True):
+        steps = [len(make_loader((np.arange(11),), 2, kind, rank=r, world_size=3, drop_last=drop_last))
+                 for r in range(3)]
+        print(f"{kind:>7}, drop_last={drop_last!s:>5}: steps per rank {steps}"
+              + ("   <- a DDP job would hang" if len(set(steps)) > 1 else ""))
+
+# %% [markdown]
+# **The `set_epoch` trap.** `DistributedSampler` only knows the epoch you tell it. Forget
+# `sampler.set_epoch(epoch)` and every epoch has the same order; the model then sees the batches in
+# the same order every epoch, and nothing warns you. (`FastLoader`, and gpufeed's `SamplerLoader`
+# that wraps the sampler, move on by themselves each time you iterate.)
+
+# %%
+from torch.utils.data import DistributedSampler
+
+sampler = DistributedSampler(range(10), num_replicas=2, rank=0, shuffle=True, seed=0)
+forgot = [list(sampler) for _ in range(3)]
+told = []
+for epoch in range(3):
+    sampler.set_epoch(epoch)
+    told.append(list(sampler))
+print("without set_epoch:", forgot)
+print("with set_epoch:   ", told)
+print(f"without set_epoch, {len({tuple(o) for o in forgot})} distinct order(s) in 3 epochs; with it, "
+      f"{len({tuple(o) for o in told})}.")
+
+# %% [markdown]
+# ## 3. The dataset and the script
+#
+# The ranks share one memmap dataset (lesson 05), built once. The script is
+# `gpufeed/distributed.py`, run as `torchrun --nproc-per-node N -m gpufeed.distributed --data DIR`.
+# Each rank: reads `RANK`/`LOCAL_RANK`/`WORLD_SIZE`, calls `init_process_group` (nccl with one GPU
+# per process where CUDA exists, else gloo), maps the dataset, loops over its shard per epoch (with
+# `--train`: a small CNN in DDP), and times its epochs with the course's harness (a warm-up epoch
+# untimed, all ranks starting each epoch together). Then every rank counts how often it read each
+# sample; an all-reduce sums the counts (any count above 1 is an overlap, any 0 a missed sample)
+# and rank 0 gathers every rank's numbers (`all_gather_object`) and writes one JSON.
+
+# %%
+from gpufeed import config
+from gpufeed.memmap import build_memmap
+from gpufeed.synth import synth_folder
+
+n_images = config.pick(quick=256, full=2048)
+side = config.pick(quick=64, full=160)
+work = config.cache_dir() / "lesson12"
+jpegs = synth_folder(work / f"jpeg-{n_images}", n=n_images, size=(side + 16, side + 16), classes=10, progress=False)
+mm = build_memmap(jpegs.path, work / f"mm-{n_images}-{side}", size=(side, side), reuse=True, progress=False)
+print(f"{mm.n} images of {side}x{side} in {mm.path} ({mm.nbytes / 2**20:.1f} MiB)")
+
+# %% [markdown]
+# In a terminal you would type `torchrun ...`. A notebook's kernel may not have `torchrun` on its
+# `PATH`, but `python -m torch.distributed.run` is the same program, run with the kernel's own
+# Python. `gpufeed.launch` builds that command with everything on one machine: the processes meet
+# at `127.0.0.1` on a free port, and no network is needed.
+
+# %%
+from gpufeed.launch import torchrun_command
+
+script_args = ["--data", mm.path, "--batch-size", "32", "--epochs", str(config.pick(quick=3, full=5)), "--train",
+               "--backend", "gloo"]  # the CPU, also on a machine with GPUs (section 6 uses them)
+print(" ".join(["python", *torchrun_command(2, script_args)[1:]]))
+
+# %% [markdown]
+# ## 4. One page cache for all the ranks on a machine
+#
+# The page cache belongs to the kernel, not to a process (lesson 05). When eight ranks on one
+# machine map the same dataset file, the file sits in RAM once, and a page one rank has read is
+# there for the seven others. Each rank's *RSS* still counts every page it has touched, so adding
+# up the ranks' memory use overstates it eightfold. To see it, we drop the file from the cache, then
+# let two separate processes read every page in turn (`python -m gpufeed.pagecache`, which also asks
+# the kernel with `mincore` how much of the file was cached before it started).
+
+# %%
+import json
+import subprocess
+import sys
+
+from gpufeed.folder import drop_cached
+from gpufeed.pagecache import memmap_files
+
+
+def read_in_new_process(folder):
+    r = subprocess.run([sys.executable, "-m", "gpufeed.pagecache", str(folder)], capture_output=True, text=True,
+                       check=True)
+    return json.loads(r.stdout)
+
+
+dropped = drop_cached(memmap_files(mm.path))
+first, second = read_in_new_process(mm.path), read_in_new_process(mm.path)
+for name, p in (("first process", first), ("second process", second)):
+    before = "unknown" if p["resident_before"] is None else f"{p['resident_before']:.0%}"
+    print(f"{name:>14}: {before} of the file cached before it started; {p['major']} major and "
+          f"{p['minor']} minor page faults; {p['seconds'] * 1e3:.1f} ms to touch {p['pages']} pages")
+
+# %%
+if dropped and first["resident_before"] is not None and first["resident_before"] < 0.5:
+    print(f"The second process found {second['resident_before']:.0%} of the file already in RAM, read by the first, "
+          f"and touched it {first['seconds'] / max(second['seconds'], 1e-9):.1f}x as fast with "
+          f"{second['major']} major faults (the first took {first['major']}).")
+else:
+    print("This machine kept the file cached despite the request to drop it (some file systems do), so both "
+          "processes found it warm; on a normal disk the first process pays for the reads, the second does not.")
+
+# %% [markdown]
+# Minor faults stay: each process must still map each page into its own address space (the
+# kernel maps up to 16 neighbouring cached pages per fault), but that costs microseconds, not a
+# disk read. On one machine, then: no rank reads a page from disk that another has already read,
+# and RAM holds one copy. Across machines there is no such sharing: each node needs the dataset on
+# its own disk (or a shared file system) and caches it in its own RAM.
+
+# %% [markdown]
+# ## 5. Per-rank throughput, 1 → 2 processes
+#
+# Now the script itself, once with one process and once with two, each process with one thread.
+# One process needs no launcher: without torchrun's variables the script is rank 0 of 1, and
+# `run_here` calls its `main()` right in this kernel (a new process would spend seconds importing
+# torch again); it trains the bare model, since DDP would have nobody to all-reduce with. Two
+# processes go through torchrun. We drop the dataset from the page cache before the two-process
+# run, to see who pays for the reads.
+
+# %%
+from gpufeed.launch import launch, run_here
+
+one_ms, one = run_here(script_args, work / "run-1.json", threads=1)
+drop_cached(memmap_files(mm.path))
+two_ms, two = launch(2, script_args, work / "run-2.json", threads=1)
+
+# %%
+for r in sorted(two["ranks"], key=lambda r: r["rank"]):
+    epochs = r["phases"]["load"]["epochs"]
+    print(f"rank {r['rank']} (pid {r['pid']}, {r['device']}): {epochs[0]['count']} samples per epoch, "
+          f"major faults by epoch {[e['major'] for e in epochs]}, minor {[e['minor'] for e in epochs]}")
+ok = all(e["disjoint"] and e["complete"] for e in two["shards"]["load"])
+print(f"Shards disjoint and covering the dataset in every epoch: {ok} (checked by the all-reduce of read counts).")
+majors = [sum(e["major"] for e in r["phases"]["load"]["epochs"][1:]) for r in two["ranks"]]
+if sum(majors) == 0:
+    print("After the first epoch, neither rank waited for the disk (0 major page faults): whatever it touched, "
+          "including samples the other rank had read before, was already in the page cache.")
+else:
+    print(f"After the first epoch the ranks still took {sum(majors)} major page faults: pages were read from disk "
+          "again (the dataset does not fit in the page cache, or something else pushed it out).")
+
+# %%
+import os
+
+by = {m.name: m for m in one_ms + two_ms}
+fig, axes = plt.subplots(2, 1, figsize=(7.5, 4.4))
+for ax, phase in zip(axes, ("load", "train")):
+    shown = {"1 process": by[f"{phase}, 1 process"], "2 processes: rank 0": by[f"{phase}, rank 0"],
+             "2 processes: rank 1": by[f"{phase}, rank 1"], "2 processes together": by[f"{phase}, 2 processes"]}
+    lows, mids, highs = zip(*(m.rate_quartiles() for m in shown.values()))
+    ax.barh(range(4), mids, xerr=[np.subtract(mids, lows), np.subtract(highs, mids)], capsize=3,
+            color=[plotting.COLORS[c] for c in ("baseline", "read", "read", "copy")])
+    ax.set_yticks(range(4), [plotting.ratio_label(k, v / mids[0]) for k, v in zip(shown, mids)])
+    ax.invert_yaxis()
+    ax.set_title("loading only" if phase == "load" else "loading + a training step (DDP with 2 processes)")
+    ax.set_xlabel("images/s (median epoch, bars: IQR)")
+fig.tight_layout()
+plotting.caption(fig, S.machine, note="gloo, one thread per process")
+plt.show()
+
+# %%
+cores, load_avg = os.cpu_count(), os.getloadavg()[0]
+scale = {p: by[f"{p}, 2 processes"].items_per_s / by[f"{p}, 1 process"].items_per_s for p in ("load", "train")}
+verdict = ("slower than one process" if max(scale.values()) < 1 else
+           "about the ideal 2x" if min(scale.values()) >= 1.9 else "short of the ideal 2x")
+print(f"Two processes load {scale['load']:.2f}x and train {scale['train']:.2f}x the images/s of one: {verdict}. "
+      f"Per rank, training runs at {by['train, rank 0'].items_per_s:,.0f} and {by['train, rank 1'].items_per_s:,.0f} "
+      f"images/s against {by['train, 1 process'].items_per_s:,.0f} alone.")
+print(f"What limits it here: {cores} cores shared by both ranks, torchrun's agent, this kernel and everything "
+      f"else running (load average {load_avg:.1f}), and the gloo all-reduce of the gradients over loopback in "
+      f"every step. With one GPU per rank, each rank has its own compute, and the all-reduce runs over NVLink.")
+noisy = [m.name for m in one_ms + two_ms if m.noisy]
+if noisy or max(scale.values()) > 2.1:
+    print(f"Caution: {len(noisy)} of {len(one_ms + two_ms)} measurements spread by more than 10%"
+          + (", and more than 2x from 2 processes is noise, not a real gain" if max(scale.values()) > 2.1 else "")
+          + ": on a busy machine these ratios move from run to run; rerun when it is quiet.")
+
+# %% [markdown]
+# ## 6. The same script on GPUs, with nccl
+#
+# Nothing changes but the count: `torchrun --nproc-per-node $(nvidia-smi -L | wc -l) -m
+# gpufeed.distributed ...`. Each rank takes GPU `LOCAL_RANK`, the backend is nccl, `FastLoader`
+# gathers each batch into pinned memory and copies it to the rank's GPU without blocking, and the
+# model (ResNet-18 here) trains in bfloat16. This cell needs CUDA; without it, it shows the committed
+# reference from a GPU machine.
+
+# %%
+from gpufeed import results
+
+gpu_ms = []
+if S.cuda:
+    import torch
+
+    gpus = torch.cuda.device_count()
+    gpu_args = ["--data", mm.path, "--batch-size", "128", "--epochs", str(config.pick(quick=3, full=5)),
+                "--train", "--model", "resnet18"]
+    gpu_ms, gpu_doc = launch(gpus, gpu_args, work / "run-gpu.json", threads=max(1, cores // gpus))
+    for m in gpu_ms:
+        m.name = f"nccl: {m.name}"  # beside the gloo runs in the saved file
+else:
+    ref = results.gpu_reference("lesson12")  # says where the numbers come from
+    if ref is not None:
+        for m in (m for m in ref[0] if m.params.get("backend") == "nccl" and m.params.get("rank") == "all"):
+            print(f"  {m.name}: {m.items_per_s:,.0f} images/s ({m.params['world_size']} GPU(s), {m.params['model']})")
+
+# %%
+for m in gpu_ms:
+    print(f"{m.name} on {gpus} GPU(s): {m.items_per_s:,.0f} images/s")
+
+saved = results.save_lesson("lesson12", [*one_ms, *two_ms, *gpu_ms], n_images=mm.n, side=side, cores=cores,
+                            scaling_load=scale["load"], scaling_train=scale["train"], load_average=load_avg)
+print(f"saved to {saved}")
+
+# %% [markdown]
+# ## 7. Several machines
+#
+# Not run here, but the same script: start torchrun on every node with the same rendezvous, and it
+# assigns global ranks across them. With the c10d rendezvous, any one node's address serves as the
+# meeting point, and `--rdzv-id` names the job:
+#
+# ```bash
+# # on each of the 2 nodes, 8 GPUs each: 16 ranks
+# torchrun --nnodes 2 --nproc-per-node 8 \
+#     --rdzv-backend c10d --rdzv-endpoint node0.cluster:29400 --rdzv-id job42 \
+#     -m gpufeed.distributed --data /local/nvme/mm --out run.json --train --model resnet18
+# ```
+#
+# * `RANK` now runs from 0 to 15, `LOCAL_RANK` from 0 to 7 on each node. Each rank still reads
+#   1/16 of every epoch, and over the epochs every part of the dataset, so each node should keep a
+#   copy on fast local storage (its page cache then holds it in RAM once per node).
+# * nccl picks the fastest link (NVLink inside a node, InfiniBand or RoCE between nodes);
+#   `NCCL_SOCKET_IFNAME` and `GLOO_SOCKET_IFNAME` choose the network interface when a node has
+#   several. On one machine the script tells gloo to use loopback.
+# * `--nnodes 1:4` makes the job elastic (it starts with 1 to 4 nodes) and `--max-restarts 3` restarts
+#   the workers after a failure: save checkpoints, and on restart `set_epoch` to where you were.
+
+# %% [markdown]
+# ## Key takeaways
+#
+# * One process per GPU (DDP), not one process driving all GPUs (DataParallel): each process has
+#   its own loader, and only gradients travel, overlapped with the backward pass.
+# * Each rank reads its own shard: disjoint, covering the epoch, reshuffled per epoch from a seed
+#   shared by all ranks. `DistributedSampler` pads with repeats for equal sizes and needs
+#   `set_epoch`; `FastLoader` never repeats; train with `drop_last` so every rank takes as many steps.
+# * On one machine all ranks share one page cache: one copy of a memmap in RAM, read from disk once.
+# * Scaling needs resources per rank. On a small CPU-only machine the ranks share the cores and the
+#   gain stays below 2x; on GPUs each rank brings its own compute, and the loader must keep up with N
+#   of them (per-rank images/s times N).
+#
+# ## Exercises
+#
+# 1. Run the two-process cell with `--loader sampler` added to `script_args` and a dataset of 255
+#    images. How many samples are read twice per epoch? Check with the cell below.
+# 2. Give each of the two processes two threads (`launch(2, ..., threads=2)`): four threads on this
+#    machine's cores. What happens to the per-rank images/s, and why?
+# 3. Remove `sampler.set_epoch(epoch)` from section 2's loop and measure with `check_shards` how many
+#    samples each rank sees in epochs 0 and 1 taken together. What fraction of the dataset is that?
+
+# %%
+# Self-check for exercise 1: your answer (an int) for 255 images over 2 ranks with DistributedSampler.
+my_repeats = None
+if my_repeats is not None:
+    truth = check_shards([shard(255, r, 2, kind="sampler") for r in range(2)], 255)["duplicates"]
+    print("right" if my_repeats == truth else f"not quite: count the padding DistributedSampler adds ({truth})")

@@ -1,0 +1,217 @@
+"""Shards (gpufeed.shards), the torchrun script (gpufeed.distributed), its launcher (gpufeed.launch),
+the tensordict-free memmap reader (gpufeed.arrays) and the page-cache probes (gpufeed.pagecache)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from gpufeed import distributed, launch, pagecache
+from gpufeed.arrays import open_arrays
+from gpufeed.folder import drop_cached
+from gpufeed.loader import permutation
+from gpufeed.memmap import MemmapError, build_memmap, load_memmap
+from gpufeed.shards import KINDS, check_shards, digest, make_loader, shard
+from gpufeed.synth import synth_folder
+
+
+@pytest.fixture(scope="module")
+def mm(tmp_path_factory):
+    """A tiny memmap dataset: 21 images (odd, so shards are uneven), 32x24, 3 classes."""
+    root = tmp_path_factory.mktemp("dist")
+    src = synth_folder(root / "jpeg", n=21, size=(40, 30), classes=3, progress=False).path
+    return build_memmap(src, root / "mm", size=(32, 24), progress=False).path
+
+
+# --- shards -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("world", [1, 2, 3])
+@pytest.mark.parametrize("n", [12, 13, 14])
+def test_shards_are_disjoint_and_cover_the_epoch(kind, world, n):
+    for epoch in range(3):
+        shards = [shard(n, r, world, epoch, kind=kind, seed=5, batch_size=4) for r in range(world)]
+        got = check_shards(shards, n)
+        sizes = [len(s) for s in shards]
+        if kind == "fast":  # contiguous parts of one order: never a repeat, sizes differ by one at most
+            assert got["disjoint"] and got["complete"] and max(sizes) - min(sizes) <= 1
+        else:  # DistributedSampler pads with repeats to equal sizes: covering, but not disjoint when uneven
+            assert got["complete"] and len(set(sizes)) == 1
+            assert got["duplicates"] == (-n) % world and got["disjoint"] == (n % world == 0)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("world", [1, 2, 3])
+@pytest.mark.parametrize("n", [13, 14])
+def test_drop_last_gives_equal_disjoint_shards_of_full_batches(kind, world, n):
+    bs = 2
+    loaders = [make_loader((torch.arange(n),), bs, kind, rank=r, world_size=world, seed=1, drop_last=True)
+               for r in range(world)]
+    batches = [[b[0] for b in loader] for loader in loaders]
+    assert len({len(b) for b in batches}) == 1 and len(loaders[0]) == len(batches[0])  # DDP: the same steps
+    assert all(len(b) == bs for rank in batches for b in rank)
+    got = check_shards([torch.cat(b) if b else [] for b in batches], n)
+    assert got["disjoint"]
+    assert got["read"] == world * ((n // world) // bs * bs)  # equal shards of n // world, cut to full batches
+
+
+def test_without_drop_last_the_fast_loader_can_give_ranks_different_step_counts():
+    # 5 samples, 2 ranks, batch 2: rank 0 reads 3 (two batches), rank 1 reads 2 (one batch)
+    lens = [len(make_loader((torch.arange(5),), 2, "fast", rank=r, world_size=2)) for r in range(2)]
+    assert lens == [2, 1]  # DDP would wait forever for rank 1's second step: train with drop_last
+    assert [len(make_loader((torch.arange(5),), 2, "sampler", rank=r, world_size=2)) for r in range(2)] == [2, 2]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_reshuffled_each_epoch_with_the_shared_seed_and_the_same_on_every_rank(kind):
+    n, world, seed = 50, 3, 7
+    views = {}
+    for epoch in range(3):
+        shards = [shard(n, r, world, epoch, kind=kind, seed=seed) for r in range(world)]
+        # a second, independent "process" computes the same shards: no communication needed
+        assert all(torch.equal(s, shard(n, r, world, epoch, kind=kind, seed=seed)) for r, s in enumerate(shards))
+        if kind == "fast":  # contiguous parts of the order every rank computes from (seed, epoch)
+            assert torch.equal(torch.cat(shards), permutation(n, seed, epoch))
+        else:  # DistributedSampler: randperm seeded with seed + epoch, padded, dealt out rank by rank
+            order = torch.randperm(n, generator=torch.Generator().manual_seed(seed + epoch)).tolist()
+            order += order[: (-n) % world]
+            assert [s.tolist() for s in shards] == [order[r::world] for r in range(world)]
+        views[epoch] = shards
+    assert not torch.equal(views[0][0], views[1][0]) and not torch.equal(views[1][0], views[2][0])
+    assert not torch.equal(shard(n, 0, world, 0, kind=kind, seed=seed + 1), views[0][0])
+
+
+def test_a_loader_moves_on_one_epoch_per_iteration_and_set_epoch_goes_back():
+    for kind in KINDS:
+        loader = make_loader((torch.arange(20),), 4, kind, rank=1, world_size=2, seed=3)
+        first, second = (torch.cat([b[0] for b in loader]) for _ in range(2))
+        assert torch.equal(first, shard(20, 1, 2, 0, kind=kind, seed=3))
+        assert torch.equal(second, shard(20, 1, 2, 1, kind=kind, seed=3)) and not torch.equal(first, second)
+        loader.set_epoch(0)
+        assert torch.equal(torch.cat([b[0] for b in loader]), first)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_batches_from_the_memmap_are_the_naive_rows(mm, kind):
+    data = load_memmap(mm)
+    images, targets, manifest = open_arrays(mm)
+    assert torch.equal(images, data.images.as_subclass(torch.Tensor)) and torch.equal(targets, data.targets)
+    assert manifest["count"] == 21
+    n = len(targets)
+    loader = make_loader((images, targets, torch.arange(n)), 4, kind, rank=1, world_size=2, seed=0)
+    for xb, yb, idx in loader:
+        assert torch.equal(xb, torch.stack([data.images[i] for i in idx.tolist()]))
+        assert yb.tolist() == [int(data.targets[i]) for i in idx.tolist()]
+
+
+def test_check_shards_and_digest():
+    assert check_shards([[0, 1], [2, 3]], 4) == {"n": 4, "read": 4, "covered": 4, "duplicates": 0,
+                                                  "disjoint": True, "complete": True}
+    got = check_shards([[0, 1], [1]], 4)
+    assert got["duplicates"] == 1 and not got["disjoint"] and got["covered"] == 2 and not got["complete"]
+    assert digest([1, 2]) == digest(torch.tensor([1, 2])) != digest([2, 1])
+    with pytest.raises(ValueError, match="--loader"):
+        make_loader((torch.arange(3),), 1, "random")
+
+
+def test_open_arrays_on_a_missing_folder_says_how_to_build_it(tmp_path):
+    with pytest.raises(MemmapError, match="python -m gpufeed data memmap"):
+        open_arrays(tmp_path / "nothing")
+
+
+# --- page cache ---------------------------------------------------------------------------------
+
+def test_touch_and_resident(mm):
+    files = pagecache.memmap_files(mm)
+    assert [f.name for f in files] == ["images.memmap", "targets.memmap"]
+    got = pagecache.touch(files)
+    assert got["pages"] == sum(-(-f.stat().st_size // pagecache.mmap.PAGESIZE) for f in files)
+    assert got["seconds"] >= 0 and got["major"] >= 0 and got["minor"] >= 0
+    cached = pagecache.resident(files)
+    if cached is not None:  # Linux: just read, so all in RAM
+        assert cached[0] == cached[1] == got["pages"]
+        if drop_cached(files):
+            assert pagecache.resident(files)[0] <= cached[1]  # some file systems keep them: no exact claim
+
+
+def test_pagecache_script_prints_json_and_rejects_a_missing_path(mm, tmp_path):
+    r = subprocess.run([sys.executable, "-m", "gpufeed.pagecache", str(mm)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["pages"] >= 1 and (doc["resident_before"] is None or 0 <= doc["resident_before"] <= 1)
+    assert pagecache.main([]) == 2
+    assert pagecache.main([str(tmp_path / "missing")]) == 2
+
+
+# --- the script and its launcher ------------------------------------------------------------------
+
+def test_torchrun_command_is_local_and_checks_nproc():
+    cmd = launch.torchrun_command(3, ["--data", "D"], port=1234)
+    assert cmd[:3] == [sys.executable, "-m", "torch.distributed.run"]
+    assert cmd[cmd.index("--master-addr") + 1] == "127.0.0.1" and cmd[cmd.index("--nproc-per-node") + 1] == "3"
+    assert cmd[-4:] == ["-m", "gpufeed.distributed", "--data", "D"]
+    with pytest.raises(ValueError, match="nproc"):
+        launch.torchrun_command(0, [])
+
+
+def test_choose_backend():
+    assert launch.loopback_ifname() in ("lo", "lo0", None)
+    assert distributed.choose_backend("gloo", 4) == ("gloo", "cpu")
+    if not torch.cuda.is_available():
+        assert distributed.choose_backend("auto", 2) == ("gloo", "cpu")
+        with pytest.raises(ValueError, match="--backend gloo"):
+            distributed.choose_backend("nccl", 1)
+
+
+def test_script_says_in_one_line_that_the_data_is_missing(tmp_path, capsys):
+    assert distributed.main(["--data", str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(tmp_path / "nope") in err and "python -m gpufeed data memmap" in err
+
+
+def test_script_alone_trains_with_the_sampler_and_writes_json(mm, tmp_path, capsys):
+    """One process without torchrun (rank 0 of 1, gloo on loopback): DistributedSampler + training,
+    in this process, which it leaves as it found it."""
+    out = tmp_path / "alone.json"
+    env, threads = dict(os.environ), torch.get_num_threads()
+    args = ["--data", str(mm), "--loader", "sampler", "--batch-size", "4", "--epochs", "2", "--load-epochs", "3",
+            "--train"]
+    ms, doc = launch.run_here(args, out, threads=1)
+    assert dict(os.environ) == env and torch.get_num_threads() == threads
+    assert not torch.distributed.is_initialized()
+    assert doc == json.loads(out.read_text()) and doc["distributed"]["threads"] == 1
+    assert doc["distributed"]["world_size"] == 1 and doc["distributed"]["backend"] == "gloo"
+    assert {m["name"] for m in doc["measurements"]} >= {"load, rank 0", "train, rank 0", "train, 1 process"}
+    assert all(m["items_per_s"] > 0 for m in doc["measurements"])
+    assert all(e["complete"] and e["disjoint"] for e in doc["shards"]["load"]) and len(doc["shards"]["load"]) == 4
+    assert [e["read"] for e in doc["shards"]["train"]] == [20] * 3  # drop_last: 5 full batches of 4
+    assert "shards: disjoint in every epoch" in capsys.readouterr().out
+    assert distributed.main([*args, "--batch-size", "64"]) == 2  # no full batch: one line
+    assert "lower --batch-size" in capsys.readouterr().err and not torch.distributed.is_initialized()
+    with pytest.raises(RuntimeError, match="exit 2"):
+        launch.run_here(["--data", str(tmp_path / "nope")], out)
+
+
+def test_two_gloo_processes_under_torchrun_read_disjoint_covering_shards(mm, tmp_path):
+    ms, doc = launch.launch(2, ["--data", mm, "--batch-size", "4", "--load-epochs", "2", "--seed", "3"],
+                            tmp_path / "two.json", timeout=180, verbose=False)
+    d, n = doc["distributed"], doc["n"]
+    assert d["world_size"] == 2 and d["backend"] == "gloo" and d["loader"] == "fast" and n == 21
+    ranks = sorted(doc["ranks"], key=lambda r: r["rank"])
+    assert [r["rank"] for r in ranks] == [0, 1] and ranks[0]["pid"] != ranks[1]["pid"]
+    epochs = ranks[0]["phases"]["load"]["epochs"]
+    assert len(epochs) == 3  # one warm-up + two timed
+    for e in range(3):
+        got = [torch.tensor(r["phases"]["load"]["epochs"][e]["indices"]) for r in ranks]
+        assert check_shards(got, n)["disjoint"] and check_shards(got, n)["complete"]  # checked here, not trusted
+        for r, idx in enumerate(got):  # each rank read exactly what the shared seed says it should
+            assert torch.equal(idx, shard(n, r, 2, e, kind="fast", seed=3, batch_size=4))
+            assert ranks[r]["phases"]["load"]["epochs"][e]["digest"] == digest(idx)
+        assert doc["shards"]["load"][e]["disjoint"] and doc["shards"]["load"][e]["complete"]
+    assert epochs[0]["indices"] != epochs[1]["indices"]  # reshuffled
+    by = {m.name: m for m in ms}
+    assert by["load, rank 0"].items == 11 and by["load, rank 1"].items == 10
+    assert by["load, 2 processes"].items == 21 and all(m.items_per_s > 0 for m in ms)
