@@ -38,6 +38,22 @@ def efficiency(rates: dict[str, float], ceiling: str = "resident") -> list[dict]
             for name, rate in rates.items() if name != ceiling]
 
 
+def bounds(loader_rate: float, model_rate: float) -> tuple[float, float]:
+    """The loader efficiency to expect from two rates alone (images/s): the loader timed alone and
+    the model on resident batches. Returns ``(serial, overlapped)``:
+
+    * serial, ``1 / (1 + model_rate / loader_rate)``: the loader's work adds to the model's (they
+      share one processor and nothing overlaps: the CPU-only worst case);
+    * overlapped, ``min(1, loader_rate / model_rate)``: the two run at the same time (the CPU
+      loads while the GPU computes: the best case), and only a loader slower than the model costs.
+
+    Example:
+        >>> bounds(loader_rate=1000.0, model_rate=100.0), bounds(loader_rate=50.0, model_rate=100.0)
+        ((0.909, 1.0), (0.333, 0.5))
+    """
+    return round(1 / (1 + model_rate / loader_rate), 3), round(min(1.0, loader_rate / model_rate), 3)
+
+
 def from_bench(doc: dict) -> dict[str, float]:
     """Training throughputs ``pipeline -> images/s`` from a ``gpufeed bench`` document (for :func:`efficiency`)."""
     return {r["pipeline"]: r["images_per_s"] for r in doc["records"] if r["mode"] == "train"}

@@ -18,7 +18,8 @@ naive                     01       ImageFolder, Pillow, per-sample float transfo
 
 DALI (lesson 10) is a side rung where it is installed. The pieces that DataLoader workers pickle
 (:class:`CropFlip`, :func:`memmap_samples`) live here; the rest comes from :mod:`gpufeed.pipelines`.
-Reading, plotting and the one-off cost are in :mod:`gpufeed.efficiency`.
+:func:`rows`, :func:`read` and :func:`plot` turn measured rates into the ladder's records, the
+sentences that read them and the chart; loader efficiency is in :mod:`gpufeed.efficiency`.
 
 Example:
     >>> [r.label for r in LADDER][:3]
@@ -54,21 +55,21 @@ class Rung:
 
 LADDER = (
     Rung("naive", "naive", "01", "it is the baseline"),
-    Rung("workers", "+ workers", "07", "{cores} worker processes decode on the same {cores} cores that the main "
-         "process needs to collate and copy, and each batch crosses between processes"),
+    Rung("workers", "+ workers", "07", "{cores} worker processes share the {cores} cores with the main process, "
+         "which collates and copies, and each batch crosses between processes"),
     Rung("uint8", "+ uint8 on the wire", "03, 04", "torchvision's decode and tensor resize cost about what Pillow's "
-         "do on small JPEGs, and without a GPU there is no bus to save bytes on"),
+         "do on small JPEGs, and the bytes saved matter only where a bus is the bottleneck"),
     Rung("memmap", "+ decode once", "05", "the per-sample Python of the DataLoader, not the decoding, "
          "was the bottleneck"),
     Rung("batched", "+ batched fetching", "06", "the FastLoader runs in one thread, while the DataLoader "
          "before it had {cores} worker processes"),
     Rung("prefetch", "+ prefetching", "08", "a loader timed alone has nothing to overlap with: the thread only "
          "adds a hand-off (prefetching pays when the model computes, as in the training measurement)"),
-    Rung("course", "+ batched augmentation", "09", "on the CPU the 'device' is the same cores: no bus to "
-         "spare, no GPU to do the batched work"),
+    Rung("course", "+ batched augmentation", "09", "the per-sample crops were already cheap next to the "
+         "gather; batching them pays most where a GPU does the work"),
 )
-DALI = Rung("dali", "DALI (side rung)", "10", "DALI's CPU-only mode runs the same kinds of kernels on the "
-            "same {cores} cores, without the memmap's head start (it decodes every epoch)")
+DALI = Rung("dali", "DALI (side rung)", "10", "DALI decodes every JPEG in every epoch, where the course "
+            "pipeline decoded them once into the memmap")
 RUNGS = {r.key: r for r in (*LADDER, DALI)}
 
 
@@ -224,7 +225,8 @@ def read(ladder: list[dict], cores: int, flat: float = 0.05) -> str:
     dali = next((r for r in ladder if r["key"] == DALI.key), None)
     if dali is not None:
         text.append(f"DALI, as a side rung: {dali['images_per_s']:,.0f} images/s, {dali['total']:.2f}x naive "
-                    f"and {dali['step']:.2f}x the course pipeline.")
+                    f"and {dali['step']:.2f}x the course pipeline" + (f": {DALI.slower_because}." if dali["step"] < 1
+                                                                      else "."))
     return " ".join(text)
 
 
