@@ -23,7 +23,7 @@ _MODULES |= {"folders", "quality", "training", "transfer"}  # lessons 03-04
 _MODULES |= {"folder", "loader", "memmap", "staging"}  # lessons 05-06
 _MODULES |= {"knobs", "movers", "prefetch"}  # lessons 07-08
 _MODULES |= {"augment", "dali"}  # lessons 09-10 (gpufeed.dali never imports DALI until asked)
-_MODULES |= {"pipeline_bench", "pipelines"}  # lesson 11 and `python -m gpufeed bench`
+_MODULES |= {"efficiency", "ladder", "pipeline_bench", "pipelines"}  # lesson 11 and `python -m gpufeed bench`
 _MODULES |= {"arrays", "distributed", "launch", "pagecache", "shards"}  # lesson 12
 
 __all__ = sorted(_MODULES | {"setup", "Session"})

@@ -241,25 +241,36 @@ def _jpeg_loader(path: str) -> str:
     return path  # ImageFolder hands the path to the transform, which reads and decodes it
 
 
-def naive(data: Data, w: Workload, device) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Lesson 01's naive loop: default DataLoader, per-sample float transforms, float32 on the wire."""
+def naive_loader(data: Data, w: Workload, workers: int = 0):
+    """The DataLoader of :func:`naive`: torchvision's defaults. With ``workers`` (the second rung
+    of lesson 11's ladder) the workers persist across epochs, as in :func:`tuned_loader`."""
     from torch.utils.data import DataLoader
     from torchvision.datasets import ImageFolder
 
-    loader = DataLoader(ImageFolder(str(data.jpeg), transform=naive_transform(w)), batch_size=w.batch,
-                        shuffle=True, drop_last=True)
-    for images, targets in loader:
+    return DataLoader(ImageFolder(str(data.jpeg), transform=naive_transform(w)), batch_size=w.batch,
+                      shuffle=True, drop_last=True, num_workers=workers, persistent_workers=workers > 0)
+
+
+def naive(data: Data, w: Workload, device, loader=None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Lesson 01's naive loop: default DataLoader, per-sample float transforms, float32 on the wire.
+    ``loader``: a :func:`naive_loader` to reuse (default: a new one, without workers)."""
+    for images, targets in naive_loader(data, w) if loader is None else loader:
         yield images.to(device), targets.to(device)
 
 
-def tuned_loader(data: Data, w: Workload, device, workers: int):
-    """The DataLoader of :func:`tuned` (kept for reuse across epochs: its workers persist)."""
+def tuned_loader(data: Data, w: Workload, device, workers: int, dataset=None):
+    """The DataLoader of :func:`tuned` (kept for reuse across epochs: its workers persist).
+
+    ``dataset``: another map-style dataset of ``uint8`` samples to load with the same settings
+    (lesson 11's ladder passes the memmap read per sample); default: the JPEG folder.
+    """
     from torch.utils.data import DataLoader
     from torchvision.datasets import ImageFolder
 
     cuda = torch.device(device).type == "cuda"
-    return DataLoader(ImageFolder(str(data.jpeg), transform=JpegUint8(w), loader=_jpeg_loader),
-                      batch_size=w.batch, shuffle=True, drop_last=True, num_workers=workers, pin_memory=cuda,
+    if dataset is None:
+        dataset = ImageFolder(str(data.jpeg), transform=JpegUint8(w), loader=_jpeg_loader)
+    return DataLoader(dataset, batch_size=w.batch, shuffle=True, drop_last=True, num_workers=workers, pin_memory=cuda,
                       persistent_workers=workers > 0, prefetch_factor=4 if workers else None)
 
 

@@ -1,0 +1,399 @@
+# %% [markdown]
+# # 11 · Putting it together
+#
+# **What you will learn:** what the course's techniques give together: the naive training loop and
+# the course's loop, written out and timed side by side on the same ResNet-18; a *ladder* that adds
+# one technique per rung and measures what each one gives (or costs) on this machine; *loader
+# efficiency*, the one number that says whether the model waits for data; and after how many
+# epochs the one-off decode into a memmap has paid for itself.
+#
+# **Time:** about 30 minutes (1-2 in quick mode). **Prerequisites:** lessons 03 to 10; this one
+# reuses their pieces, the last of them from [10 · NVIDIA DALI](10_dali.ipynb).
+
+# %% [markdown]
+# ## 1. What we have so far
+#
+# | lesson | technique | what it saves |
+# |---|---|---|
+# | 03 | `uint8` on the wire; convert and normalise on the device | 4x fewer bytes to collate, pin and copy; the conversion runs where it is nearly free |
+# | 04 | a fast JPEG decoder (libjpeg-turbo through torchvision or TorchCodec) | decode time per image |
+# | 05 | decode once into a memmap | decoding and resizing every image again in every epoch |
+# | 06 | batched fetching (`FastLoader`) | Python per sample: one gather per batch |
+# | 07 | DataLoader workers, pinned memory, persistent workers | per-sample work in parallel; asynchronous copies |
+# | 08 | prefetching (a thread; a CUDA side stream) | waiting: the next batch is made while this one trains |
+# | 09 | batched augmentation on the device | per-sample crops and flips in Python; `float32` on the bus |
+# | 10 | DALI | the whole pipeline in C++ threads (and on the GPU): no Python per sample |
+#
+# Section 4 climbs a ladder in this order, one technique per rung. First the two ends of it.
+
+# %% [markdown]
+# ## 2. One dataset, one model, one augmentation
+#
+# Every pipeline here reads the same generated folder of JPEGs (or the memmap decoded from it),
+# applies the same augmentation (resize the short side, a random square crop, a random flip,
+# normalise) and yields the same `float32` batches on the device. The model is a torchvision
+# ResNet-18 with random weights and an SGD step (`gpufeed.pipeline_bench.make_model`; on CUDA in
+# channels-last with bfloat16 autocast). Quick mode uses tiny images: read nothing into its numbers.
+
+# %%
+import torch
+
+from gpufeed import config, pipelines
+from gpufeed.machine import usable_cores
+from gpufeed.pipeline_bench import make_model
+
+cores = usable_cores()
+QUICK = pipelines.Workload(n=64, jpeg_size=(96, 72), resize=40, crop=32, batch=16)
+FULL = (pipelines.Workload(n=2048, jpeg_size=(640, 480), resize=256, crop=224, batch=128) if S.cuda
+        else pipelines.Workload(n=128, jpeg_size=(640, 480), resize=192, crop=160, batch=16))  # minutes on a CPU
+w = config.pick(quick=QUICK, full=FULL)
+data = pipelines.prepare(w, config.cache_dir() / "lesson11", workers=1 if S.quick else cores)
+model, step = make_model(w, S.device)
+print(f"{w.n} JPEGs of {w.jpeg_size[0]}x{w.jpeg_size[1]}; a memmap of {w.resize}x{w.resize} squares; "
+      f"crops of {w.crop}x{w.crop} in batches of {w.batch}; {cores} cores; device {S.device}")
+
+# %% [markdown]
+# The memmap is a one-off cost, paid before the first epoch. We time a fresh build now (section 8
+# weighs it against what it saves), before anything in this process starts threads of its own: the
+# build forks DataLoader workers, and a fork while another thread holds a lock can hang the child.
+
+# %%
+import shutil
+
+from gpufeed.memmap import build_memmap
+
+scratch = config.cache_dir() / "lesson11" / "build-timing"
+build_s = build_memmap(data.jpeg, scratch, size=(w.resize, w.resize), workers=cores, overwrite=True,
+                       progress=False).seconds  # decode + resize + write, every image once
+shutil.rmtree(scratch)
+print(f"building the memmap of {w.n} images with {cores} workers took {build_s:.2f} s")
+
+# %% [markdown]
+# **One torch thread while we measure, on the CPU.** Every pipeline brings its own parallelism:
+# DataLoader workers (one per core), DALI's threads, the prefetch thread. Torch's intra-op threads
+# on top of those outnumber the cores, and then every parallel op waits for a thread that the OS has
+# descheduled (`gpufeed bench` measured the naive loop 6x slower with 2 threads on a busy 2-core
+# machine). So the model computes on one thread and the other cores are the loader's; section 5
+# measures what that costs the model.
+
+# %%
+threads = torch.get_num_threads()
+if not S.cuda:
+    torch.set_num_threads(1)
+print(f"torch threads while measuring: {torch.get_num_threads()} (restored to {threads} at the end)")
+
+# %% [markdown]
+# ## 3. The two loops
+#
+# **The naive loop**, as most training scripts begin: torchvision's `ImageFolder`, Pillow decoding,
+# per-sample transforms that end in `float32`, a `DataLoader` with its defaults, `.to(device)`.
+
+# %%
+from torch.utils.data import DataLoader
+from torchvision import datasets
+from torchvision import transforms as T
+
+from gpufeed.augment import IMAGENET_MEAN, IMAGENET_STD
+
+naive_transform = T.Compose([T.Resize(w.resize), T.RandomCrop(w.crop), T.RandomHorizontalFlip(), T.ToTensor(),
+                             T.Normalize(IMAGENET_MEAN, IMAGENET_STD)])  # per image, on the CPU, float32 out
+naive_loader = DataLoader(datasets.ImageFolder(str(data.jpeg), transform=naive_transform), batch_size=w.batch,
+                          shuffle=True, drop_last=True)
+
+
+def naive_epoch():
+    for images, targets in naive_loader:  # float32 [B, 3, crop, crop]: 4 bytes a value on the wire
+        yield images.to(S.device), targets.to(S.device)
+
+
+def train_epoch(batches):
+    """The training loop, the same for every pipeline: one step per batch."""
+    seen = 0
+    for images, targets in batches:
+        step(images, targets)  # forward, loss, backward, SGD step
+        seen += len(images)
+    return seen
+
+
+# %% [markdown]
+# **The course's loop.** Decoded and resized once into a memmap (lesson 05); a batch is one gather
+# (lesson 06), made on a thread while the model computes (lesson 08); on CUDA it is gathered into
+# pinned memory and copied whole and asynchronously, in `uint8` (lessons 03, 07); then it is
+# cropped, flipped and normalised where the model runs, each image its own crop and flip, in one
+# batched step (lesson 09). The training loop is the same `train_epoch`.
+
+# %%
+from gpufeed.loader import FastLoader
+from gpufeed.memmap import load_memmap
+from gpufeed.pipelines import DeviceAugment
+from gpufeed.prefetch import ThreadPrefetcher
+
+memmap = load_memmap(data.memmap)  # uint8 [N, 3, resize, resize] + int64 [N]: mapped, not read
+fast = FastLoader(memmap, w.batch, seed=0, drop_last=True,
+                  device=S.device if S.cuda else None,  # CUDA: gather into pinned memory, copy asynchronously
+                  reuse_buffers=0 if S.cuda else 4)  # CPU: 4 reused buffers, no page fault per 4 KiB
+augment = DeviceAugment(w.crop, seed=0)  # per-sample crop + flip, then float and normalise: batched
+
+
+def course_epoch():
+    with ThreadPrefetcher(fast, depth=2) as batches:  # depth 2 < 4 buffers: no batch is overwritten in use
+        for b in batches:
+            yield augment(b.images), b.targets
+
+
+# %% [markdown]
+# Before timing two implementations, check that they compute what they should: each loop gives
+# the very batches of its twin in `gpufeed.pipelines`, which the tests check image by image against
+# Pillow's decoding of every file.
+
+# %%
+def first_batch(epoch):
+    batches = epoch()
+    images, targets = next(batches)
+    images, targets = images.clone(), targets.clone()  # the CPU path reuses its buffers
+    batches.close()  # stops the prefetch thread, if any
+    return images, targets
+
+
+torch.manual_seed(0)  # the sampler's order and the transforms' coin flips
+mine = first_batch(naive_epoch)
+torch.manual_seed(0)
+theirs = first_batch(lambda: pipelines.naive(data, w, S.device))
+assert all(torch.equal(a, b) for a, b in zip(mine, theirs)), "the naive loop differs from pipelines.naive"
+mine = first_batch(course_epoch)
+theirs = first_batch(lambda: iter(pipelines.Course(data, w, S.device, seed=0)))
+assert all(torch.equal(a, b) for a, b in zip(mine, theirs)), "the course's loop differs from pipelines.Course"
+print(f"both loops give their twins' batches: images {tuple(mine[0].shape)} {mine[0].dtype} on {mine[0].device}")
+
+# %% [markdown]
+# ## 4. The ladder
+#
+# Each rung adds one technique to the rung above it and is timed as a loader alone: whole epochs,
+# batches made and left on the device, no model. `gpufeed.ladder` builds the rungs from the pieces
+# of `gpufeed.pipelines` (the DataLoader rungs' datasets and transforms live there, since workers
+# must pickle them). DALI, where installed, is a side rung: another road to the same batches.
+
+# %%
+from gpufeed import dali as gdali
+from gpufeed import ladder
+
+HAVE_DALI = gdali.available()
+rungs = ladder.rungs(data, w, S.device, workers=cores, dali=HAVE_DALI)
+for key in rungs:
+    print(f"{ladder.RUNGS[key].label:24} lesson {ladder.RUNGS[key].lesson}")
+
+# %% [markdown]
+# Timed in turns (naive, workers, ..., naive, workers, ...), so that a burst of other work on a
+# busy machine slows every rung a little rather than one rung a lot. Every pass is a whole epoch:
+# a DataLoader left in the middle of one keeps its workers busy while the next rung is timed. (DALI
+# refills its prefetch queue, 2 batches, as soon as an epoch ends: its passes start a little ahead.)
+
+# %%
+from gpufeed import bench
+
+per_epoch = w.n // w.batch * w.batch  # images in one pass (the last, short batch is dropped)
+kw = {"repeats": config.pick(quick=3, full=5), "warmup": 1, "items": per_epoch}
+loader_ms = bench.interleave({k: (lambda e=e: ladder.epoch_pass(e)) for k, e in rungs.items()},
+                             params={k: {"section": "ladder", "rung": k} for k in rungs}, **kw)
+for m in loader_ms:
+    print(m)
+
+# %%
+import matplotlib.pyplot as plt
+
+steps = ladder.rows({m.name: m.items_per_s for m in loader_ms})
+fig, ax = ladder.plot(steps, S.machine, title=f"the ladder: {w.crop}px crops, batches of {w.batch}, on {S.device}")
+plt.show()
+print(ladder.read(steps, cores))
+
+# %% [markdown]
+# ## 5. The two loops, training, side by side
+#
+# Now with the model: the naive loop, the tuned JPEG DataLoader (rung 3), the course's loop, DALI
+# where installed, and the ceiling: the same training step on batches that are already on the
+# device (`pipelines.resident`). On the CPU, in full mode, we also time the ceiling with all
+# cores, to see what the cores we left to the loader cost the model.
+
+# %%
+ready = pipelines.resident(w, S.device, batches=w.n // w.batch)  # as many batches as an epoch, on the device
+cases = {"naive": naive_epoch, "tuned": rungs["uint8"], "course": course_epoch, **(
+    {"dali": rungs["dali"]} if HAVE_DALI else {}), "resident": lambda: iter(ready)}
+runs = {k: (lambda e=e: train_epoch(e())) for k, e in cases.items()}
+ALL_CORES = f"resident, {cores} threads"
+if not S.cuda and not S.quick:  # quick mode: no time for it
+    def all_cores():
+        torch.set_num_threads(cores)
+        try:
+            return train_epoch(iter(ready))
+        finally:
+            torch.set_num_threads(1)
+
+    runs[ALL_CORES] = all_cores
+train_ms = bench.interleave(runs, params={k: {"section": "train", "pipeline": k} for k in runs},
+                            **{**kw, "repeats": config.pick(quick=2, full=3)})
+for m in train_ms:
+    print(m)
+rates = {m.name: m.items_per_s for m in train_ms}
+gain = rates["course"] / rates["naive"]
+print(f"Same model, data and augmentation: the course's loop trained at {rates['course']:,.0f} images/s, the naive "
+      f"loop at {rates['naive']:,.0f}: " + (f"{gain:.2f}x as fast." if gain >= 1.05 else f"{gain:.2f}x, no faster "
+      "here: the model's step, not the loader, takes the time on this machine (section 6 says how much)."))
+
+# %% [markdown]
+# ## 6. Loader efficiency
+#
+# **Loader efficiency** = training throughput with the real loader / training throughput with the
+# data already on the device. At 1.0 the model never waits for data.
+#
+# * **On a GPU** the loader's work runs on the CPU (and on the GPU's copy engines) while the GPU
+#   computes: a prefetched batch is ready before the step ends, so a good pipeline should get close
+#   to 1.0. The course aims at **0.95**.
+# * **On a CPU-only machine** there is no second processor to overlap with: the loader and the model
+#   share the cores. Every core the loader uses is a core the model does not get, so no pipeline
+#   can reach 1.0 against the model on all cores; against the model on the one thread we gave it,
+#   a loader that fits into the other cores can come close, but that core was taken from the model.
+#
+# Two bounds follow from the rates alone (`efficiency.bounds`): if the loader's work simply adds to
+# the model's (nothing overlaps), efficiency is `1 / (1 + model rate / loader rate)`; if the two run
+# at the same time, it is `min(1, loader rate / model rate)`. Section 4 gave the loader rates.
+
+# %%
+from gpufeed import efficiency
+
+eff = efficiency.efficiency({k: v for k, v in rates.items() if k != ALL_CORES})
+fig, ax = efficiency.plot(eff, S.machine, title=f"loader efficiency, ResNet-18 on {S.device} "
+                          f"(in brackets: training speed-up over naive)")
+plt.show()
+by = {r["pipeline"]: r["efficiency"] for r in eff}
+verdict = "meets" if by["course"] >= efficiency.TARGET else "misses"
+print(f"Loader efficiency: naive {by['naive']:.2f}, tuned {by['tuned']:.2f}, course {by['course']:.2f}"
+      + (f", DALI {by['dali']:.2f}" if "dali" in by else "") + f"; the course pipeline {verdict} the "
+      f"{efficiency.TARGET} target here" + ("." if S.cuda else " (a target for GPUs: see above why a CPU differs)."))
+alone = {m.name: m.items_per_s for m in loader_ms}  # section 4: the same loaders without the model
+for name, rung in {"naive": "naive", "tuned": "uint8", "course": "course", "dali": "dali"}.items():
+    if name in by:
+        serial, overlapped = efficiency.bounds(alone[rung], rates["resident"])
+        print(f"  {name:7} measured {by[name]:.2f}; from the rates: {serial:.2f} if nothing overlaps, {overlapped:.2f} "
+              "if everything does")
+if max(by.values()) > 1.02:
+    print("An efficiency above 1.0 is noise: the model cannot train faster than on data already there. The spread "
+          "of the measurements is larger than the differences; re-run on a quieter machine.")
+if ALL_CORES in rates:
+    whole = rates[ALL_CORES] / rates["resident"]
+    print(f"The model alone on all {cores} cores trains at {rates[ALL_CORES]:,.0f} images/s, {whole:.2f}x its "
+          f"one-thread rate. " + (f"Against that, the course pipeline's efficiency is {rates['course'] / rates[ALL_CORES]:.2f}: "
+          "what sharing the cores costs on a CPU-only machine." if whole > 1.05 else "More threads did not speed the "
+          "model up here (other programs hold the cores, or the images are small): leaving cores to the loader "
+          "cost the model little."))
+
+# %% [markdown]
+# ## 7. On a GPU
+#
+# With CUDA, everything above ran on the GPU and the numbers are that machine's. Without it, here
+# are the ladder and the efficiency committed from a machine with a GPU, and the results of
+# `python -m gpufeed bench` (every pipeline, loader alone and training, one run) where committed.
+
+# %%
+from gpufeed import results
+
+if S.cuda:
+    print(f"Measured above on {S.machine.get('gpu')}.")
+else:
+    ref = results.gpu_reference("lesson11")  # says where the numbers come from
+    if ref is not None:
+        doc = ref[1]
+        ladder.plot(doc["ladder"], doc["machine"], title="reference: the ladder")
+        efficiency.plot(doc["efficiency"], doc["machine"], title="reference: loader efficiency")
+        plt.show()
+        print(ladder.read(doc["ladder"], doc["cores"]))
+
+# %%
+from gpufeed import pipeline_bench
+
+
+def show_bench(found, kind):
+    if not found:
+        print(f"No `gpufeed bench` results from a {kind} machine are committed yet (results/<machine>/results.json).")
+        return
+    path, doc = found[0]
+    print(f"{path.parent.name}: {pipeline_bench.summary(doc)}")
+    efficiency.plot(efficiency.efficiency(efficiency.from_bench(doc)), doc["machine"],
+                    title=f"gpufeed bench, {doc['workload']['crop']}px batches of {doc['workload']['batch']}")
+    plt.show()
+
+
+gpu_bench = efficiency.committed_bench(gpu=True)
+show_bench(gpu_bench, "GPU")
+if not gpu_bench:
+    print("To make one on a GPU machine: `make bench`, or `python -m gpufeed bench --device cuda --out results/<gpu>`.")
+
+# %% [markdown]
+# And the same benchmark from a CPU-only machine, where one is committed: compare its efficiencies
+# with the GPU's.
+
+# %%
+show_bench(efficiency.committed_bench(gpu=False), "CPU-only")
+
+# %% [markdown]
+# ## 8. The one-off cost
+#
+# The memmap is built once; every epoch after that skips the decode. It pays for itself after
+# *build time / time saved per epoch* epochs. Both grow with the number of images, so the
+# break-even does not depend on the dataset's size, only on the machine and the pipeline.
+
+# %%
+import math
+
+epoch_s = {k: w.n / v for k, v in rates.items()}  # seconds per epoch of training on this dataset
+loader_s = {k: w.n / v for k, v in alone.items()}  # seconds per epoch, loader alone (section 4)
+for name, before_s, after_s in (("naive training loop", epoch_s["naive"], epoch_s["course"]),
+                                ("tuned JPEG DataLoader, training", epoch_s["tuned"], epoch_s["course"]),
+                                ("tuned JPEG DataLoader, loader alone", loader_s["uint8"], loader_s["course"])):
+    even = efficiency.break_even(build_s, before_s, after_s)
+    saved = before_s - after_s
+    print(f"against the {name}: {saved:+.2f} s per epoch; " + (
+        f"the {build_s:.2f} s build is paid back after {even:.1f} epochs" if math.isfinite(even) else
+        "the course pipeline is not faster here, so the build never pays back on this machine"))
+print("The loader-alone line is what a model that waits on its data (a fast GPU) would save; where the loader's "
+      "work hides behind the model's, training saves less.")
+
+# %% [markdown]
+# Finally, what this lesson measured is saved (on a GPU machine, run with `GPUFEED_RESULTS=results`
+# to make the reference that section 7 shows elsewhere), and torch gets its threads back.
+
+# %%
+saved = results.save_lesson("lesson11", loader_ms + train_ms, workload=w.to_dict(), cores=cores,
+                            threads=torch.get_num_threads(), ladder=steps, efficiency=eff, build_seconds=build_s,
+                            dali=gdali.version() if HAVE_DALI else None)
+torch.set_num_threads(threads)
+print(f"saved to {saved}")
+
+# %% [markdown]
+# ## Key takeaways
+#
+# * Measure the whole loop, not a piece: the same model, data and augmentation, timed in turns.
+# * The ladder shows where the time went on *this* machine. A technique that wins on a GPU can lose
+#   on 2 CPU cores (workers that fight the main process for the cores), and the order matters:
+#   prefetching only pays once there is work to overlap with.
+# * Loader efficiency, training throughput over training on data already on the device, is the
+#   number to watch: on a GPU aim for 0.95 or more; on a CPU-only machine the loader and the model
+#   share the cores, so the honest figure is lower.
+# * Decoding once is a one-off cost; divide it by the time saved per epoch to know when it pays.
+#
+# ## Exercises
+#
+# 1. Compute, by hand from `rates`, `w` and `build_s`, after how many epochs the memmap pays for
+#    itself against the naive loop; check it with the cell below.
+# 2. Swap two rungs: build a ladder where prefetching comes before batched fetching (wrap the
+#    per-sample memmap DataLoader, `rungs["memmap"]`, in `gpufeed.prefetch.prefetch`). Does
+#    prefetching gain more there? Why?
+# 3. Make the model heavier (`torchvision.models.resnet50`) or lighter and measure the efficiency
+#    again. Which pipelines reach the target now, and what does that say about the loader's budget?
+
+# %%
+# Self-check for exercise 1: replace None with your number of epochs.
+my_epochs = None
+if my_epochs is not None:
+    want = efficiency.break_even(build_s, w.n / rates["naive"], w.n / rates["course"])
+    ok = math.isclose(my_epochs, want, rel_tol=0.01) or (math.isinf(want) and math.isinf(my_epochs))
+    print("right!" if ok else "not yet: epochs = build time / (naive epoch time - course epoch time)")
