@@ -6,9 +6,9 @@ the ceilings: ``memcpy`` of the same bytes (a uint8 batch), the host-to-device c
 where CUDA exists, and the training step on batches already on the device (``resident``).
 *Loader efficiency* (lesson 11) is a pipeline's training throughput over the resident one.
 
-All numbers come from one process, one dataset and the same cores, measured one after the other
-(warm-up first, CUDA synchronised before every clock read, median and IQR of several repeats):
-ratios between them are what to quote. ``run`` writes ``results.json`` and two plots.
+All numbers come from one process, one dataset and the same cores, measured one pipeline after
+the other (a warm-up pass first, then passes back to back, CUDA synchronised before every clock
+read, median and IQR): ratios between them are what to quote. ``run`` writes ``results.json`` and two plots.
 
 Example:
     >>> rows = records_from({"naive": 2.0, "course": 0.1}, {"naive": 4.0, "course": 3.0, "resident": 2.9},
@@ -94,17 +94,22 @@ def sources(data: pipelines.Data, w: Workload, device, *, workers: int, dali: bo
 
 
 def _dali_source(data: pipelines.Data, w: Workload, device, threads: int) -> Callable:
-    from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
-
+    """DALI's ``epoch()``. The pipeline is built at the first call, not before: its C++ threads
+    must not exist yet when a DataLoader forks its workers (a fork copies a lock that another
+    thread holds as held, forever)."""
     from gpufeed import dali as gdali
 
-    pipe = gdali.train_pipeline(data.jpeg, w.resize, w.crop, batch_size=w.batch, num_threads=threads,
-                                device_id=gdali.device_id())
-    it = DALIGenericIterator(pipe, ["images", "labels"], reader_name="reader",
-                             last_batch_policy=LastBatchPolicy.DROP, auto_reset=True)
+    made = []
 
     def epoch():  # with auto_reset, the iterator rewinds itself after each full epoch
-        for batch in it:
+        if not made:
+            from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
+
+            pipe = gdali.train_pipeline(data.jpeg, w.resize, w.crop, batch_size=w.batch, num_threads=threads,
+                                        device_id=gdali.device_id())
+            made.append(DALIGenericIterator(pipe, ["images", "labels"], reader_name="reader",
+                                            last_batch_policy=LastBatchPolicy.DROP, auto_reset=True))
+        for batch in made[0]:
             images, labels = gdali.unpack(batch)
             yield images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
 
@@ -178,20 +183,26 @@ def _run(out: Path, quick: bool, device: torch.device, workload: Workload | None
     per_epoch = w.n // w.batch
     steps = per_epoch if device.type == "cuda" else 2  # on a CPU one step takes seconds: two say enough
     images = {"loader": per_epoch * w.batch, "train": steps * w.batch}
+    # One pipeline at a time, its passes back to back after a warm-up pass: a pipeline that
+    # prepares batches in the background (workers, the prefetch thread, DALI) would otherwise get
+    # a head start while another one is timed. Loader passes are whole epochs; training passes go
+    # on along the same endless stream, as training does.
+    ms: list[bench.Measurement] = []
     try:
-        loaders = {n: (lambda s=s: consume(s, per_epoch)) for n, s in streams.items() if n != "resident"}
-        ms = bench.interleave(loaders, repeats=repeats, items=images["loader"],
-                              params={n: {"pipeline": n, "mode": "loader"} for n in loaders})
+        for name, s in streams.items():
+            if name != "resident":
+                ms.append(bench.benchmark(lambda s=s: consume(s, per_epoch), name=f"{name} loader", warmup=1,
+                                          repeats=repeats, items=images["loader"],
+                                          params={"pipeline": name, "mode": "loader"}))
+                log(f"  {ms[-1]}")
         _, step = make_model(w, device)
-        trainers = {n: (lambda s=s: train(s, step, steps)) for n, s in streams.items()}
-        ms += bench.interleave(trainers, repeats=repeats, items=images["train"],
-                               params={n: {"pipeline": n, "mode": "train"} for n in trainers})
+        for name, s in streams.items():
+            ms.append(bench.benchmark(lambda s=s: train(s, step, steps), name=f"{name} train", warmup=1,
+                                      repeats=repeats, items=images["train"], params={"pipeline": name, "mode": "train"}))
+            log(f"  {ms[-1]}")
     finally:
         for s in streams.values():
             s.close()  # ends DataLoader workers and prefetch threads now, not at garbage collection
-    for m in ms:
-        m.name = f"{m.params['pipeline']} {m.params['mode']}"
-        log(f"  {m}")
     ceilings = _ceilings(w, device)
     per_image = 3 * w.crop * w.crop  # bytes of one uint8 image on the wire
     wire = ceilings[-1]  # H2D pinned on CUDA, memcpy on the CPU
