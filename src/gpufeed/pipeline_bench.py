@@ -116,6 +116,18 @@ def _dali_source(data: pipelines.Data, w: Workload, device, threads: int) -> Cal
     return epoch
 
 
+def memmap_build_seconds(data: pipelines.Data, w: Workload, workers: int = 1) -> float:
+    """Seconds to build the course's memmap from the JPEGs: the one-off price of decoding once,
+    measured in this run (into a temporary folder, deleted after) when ``prepare`` reused one."""
+    import tempfile
+
+    from gpufeed.memmap import build_memmap
+
+    with tempfile.TemporaryDirectory(dir=data.memmap.parent, prefix=".build-time-") as tmp:
+        return build_memmap(data.jpeg, Path(tmp) / "mm", size=(w.resize, w.resize), workers=workers,
+                            progress=False).seconds
+
+
 def forever(epoch: Callable[[], Iterable]):
     """One endless stream of batches: epoch after epoch of ``epoch()``, so that a pass can stop
     anywhere (a few training steps) and the next one goes on where it stopped, as training does."""
@@ -177,8 +189,9 @@ def _run(out: Path, quick: bool, device: torch.device, workload: Workload | None
     dali = gdali.available() if dali is None else dali
     workers = usable_cores()
     data = pipelines.prepare(w, config.cache_dir() / "bench", workers=1 if quick else workers)
+    build_s = data.memmap_s or memmap_build_seconds(data, w, workers=1 if quick else workers)
     log(f"dataset: {w.n} JPEGs {w.jpeg_size[0]}x{w.jpeg_size[1]} q{w.quality}, memmap {w.resize}x{w.resize} "
-        f"(built in {data.memmap_s:.1f} s); batches of {w.batch} at {w.crop}x{w.crop} on {device}")
+        f"(built in {build_s:.1f} s); batches of {w.batch} at {w.crop}x{w.crop} on {device}")
     streams = {name: forever(epoch) for name, epoch in sources(data, w, device, workers=workers, dali=dali).items()}
     per_epoch = w.n // w.batch
     steps = per_epoch if device.type == "cuda" else 2  # on a CPU one step takes seconds: two say enough
@@ -219,7 +232,7 @@ def _run(out: Path, quick: bool, device: torch.device, workload: Workload | None
                       workload=w.to_dict(), workers=workers, threads=threads, records=rows,
                       ceilings={"loader_images_per_s": round(loader_ceiling, 1), "wire": wire.name,
                                 "bytes_per_image": per_image},
-                      build_seconds={"synth": round(data.synth_s, 2), "memmap": round(data.memmap_s, 2)},
+                      memmap_build_s=round(build_s, 3),
                       dali=gdali.version() if dali else None, torch=torch.__version__)
     plot(path)
     return path
@@ -253,6 +266,26 @@ def summary(doc: dict) -> str:
         noisy = "  [noisy]" if r.get("noisy") else ""
         lines.append(f"{r['pipeline']:10} {r['mode']:7} {r['images_per_s']:>10,.1f} {ratio:>9} {frac:>10}{noisy}")
     return "\n".join(lines)
+
+
+def markdown(doc: dict) -> str:
+    """The records as a Markdown table with the machine and sizes named: what the README quotes
+    (a test keeps the README's copy equal to the committed file's)."""
+    from gpufeed.machine import describe
+
+    w = doc["workload"]
+    head = (f"Measured on {describe(doc['machine'])}, device `{doc['device']}`, "
+            f"{'`--quick`' if doc['quick'] else 'full size'}: {w['n']} JPEGs of {w['jpeg_size'][0]}x{w['jpeg_size'][1]}, "
+            f"{w['crop']}x{w['crop']} crops in batches of {w['batch']}; memmap built once in "
+            f"{doc['memmap_build_s']:.1f} s.")
+    rows = ["| pipeline | loader alone, images/s | vs naive | with a ResNet-18 step, images/s | loader efficiency |",
+            "|---|---:|---:|---:|---:|"]
+    by = {(r["pipeline"], r["mode"]): r for r in doc["records"]}
+    for name in [r["pipeline"] for r in doc["records"] if r["mode"] == "train"]:
+        loader, train = by.get((name, "loader")), by[name, "train"]
+        rate, ratio = (f"{loader['images_per_s']:,.0f}", f"{loader['ratio_to_naive']:.2f}x") if loader else ("-", "-")
+        rows.append(f"| {name} | {rate} | {ratio} | {train['images_per_s']:,.1f} | {train['fraction_of_ceiling']:.2f} |")
+    return head + "\n\n" + "\n".join(rows)
 
 
 def plot(path: str | Path) -> list[Path]:
