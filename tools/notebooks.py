@@ -45,7 +45,7 @@ LESSONS = {
 }
 
 #: Extra packages a notebook's Colab setup installs ("dali": the wheel matching Colab's CUDA).
-COLAB_EXTRAS = {"10": ["dali"]}
+COLAB_EXTRAS = {"10": ["dali"], "11": ["dali"]}  # 11: DALI as a side rung of the ladder
 #: The pip constraints file the Colab setup writes: it pins torch to the version Colab has.
 COLAB_CONSTRAINTS = "/tmp/gpufeed-colab-constraints.txt"
 
