@@ -64,7 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--size", choices=["tiny", "quick", "full"], default=None,
                    help="dataset and image sizes (default: quick with --quick or GPUFEED_QUICK=1, else full; "
                         "tiny: seconds, for tests)")
-    b.add_argument("--repeats", type=int, default=None, help="timed passes per case (default 3 quick, 5 full)")
+    b.add_argument("--repeats", type=int, default=None, help="timed passes per case (default 5)")
     b.add_argument("--no-dali", action="store_true", help="leave DALI out even where it is installed")
     b.add_argument("--ceilings", action="store_true",
                    help="measure this machine's ceilings instead (memcpy, copies, JPEG decode, disk): ceilings.json")

@@ -6,9 +6,9 @@ the ceilings: ``memcpy`` of the same bytes (a uint8 batch), the host-to-device c
 where CUDA exists, and the training step on batches already on the device (``resident``).
 *Loader efficiency* (lesson 11) is a pipeline's training throughput over the resident one.
 
-All numbers come from one process, one dataset and the same cores, measured one pipeline after
-the other (a warm-up pass first, then passes back to back, CUDA synchronised before every clock
-read, median and IQR): ratios between them are what to quote. ``run`` writes ``results.json`` and two plots.
+All numbers come from one process, one dataset and the same cores (a warm-up pass first, CUDA
+synchronised before every clock read, median and IQR of several passes; loaders one after the
+other, training passes in turns): ratios between them are what to quote. ``run`` writes ``results.json`` and two plots.
 
 Example:
     >>> rows = records_from({"naive": 2.0, "course": 0.1}, {"naive": 4.0, "course": 3.0, "resident": 2.9},
@@ -160,7 +160,7 @@ def run(out: str | Path, *, quick: bool, device, workload: Workload | None = Non
         out: the folder for ``results.json`` and the plots.
         quick: the 2-core CI sizes (:data:`gpufeed.pipelines.QUICK`) unless ``workload`` is given.
         device: where batches end up and the model runs.
-        repeats: timed passes per case (default: 3 quick, 5 full).
+        repeats: timed passes per case (default 5).
         dali: include DALI (default: where it is installed).
         threads: torch's intra-op threads in this process while measuring (default: 1 on the CPU,
             torch's own choice on CUDA). Every pipeline brings its own parallelism (workers, DALI's
@@ -185,7 +185,7 @@ def _run(out: Path, quick: bool, device: torch.device, workload: Workload | None
     from gpufeed.machine import usable_cores
 
     w = workload or pipelines.workload(quick, device)
-    repeats = repeats or (3 if quick else 5)
+    repeats = repeats or 5
     dali = gdali.available() if dali is None else dali
     workers = usable_cores()
     data = pipelines.prepare(w, config.cache_dir() / "bench", workers=1 if quick else workers)
@@ -196,10 +196,12 @@ def _run(out: Path, quick: bool, device: torch.device, workload: Workload | None
     per_epoch = w.n // w.batch
     steps = per_epoch if device.type == "cuda" else 2  # on a CPU one step takes seconds: two say enough
     images = {"loader": per_epoch * w.batch, "train": steps * w.batch}
-    # One pipeline at a time, its passes back to back after a warm-up pass: a pipeline that
-    # prepares batches in the background (workers, the prefetch thread, DALI) would otherwise get
-    # a head start while another one is timed. Loader passes are whole epochs; training passes go
-    # on along the same endless stream, as training does.
+    # Loader alone: one pipeline at a time, whole epochs back to back after a warm-up epoch. Timed
+    # in turns instead, a pipeline that reads ahead across epochs (DALI refills its queue as soon
+    # as an epoch ends) would get part of its next epoch made for free while another is timed.
+    # With the model: in turns (a, b, c, a, b, c...), so that a slow spell of a shared machine hits
+    # every pipeline alike; here any read-ahead is a few batches against seconds of training, and
+    # the passes go on along each pipeline's endless stream, as training does.
     ms: list[bench.Measurement] = []
     try:
         for name, s in streams.items():
@@ -209,10 +211,13 @@ def _run(out: Path, quick: bool, device: torch.device, workload: Workload | None
                                           params={"pipeline": name, "mode": "loader"}))
                 log(f"  {ms[-1]}")
         _, step = make_model(w, device)
-        for name, s in streams.items():
-            ms.append(bench.benchmark(lambda s=s: train(s, step, steps), name=f"{name} train", warmup=1,
-                                      repeats=repeats, items=images["train"], params={"pipeline": name, "mode": "train"}))
-            log(f"  {ms[-1]}")
+        trained = bench.interleave({n: (lambda s=s: train(s, step, steps)) for n, s in streams.items()},
+                                   repeats=repeats, items=images["train"],
+                                   params={n: {"pipeline": n, "mode": "train"} for n in streams})
+        for m in trained:
+            m.name = f"{m.params['pipeline']} train"
+            log(f"  {m}")
+        ms += trained
     finally:
         for s in streams.values():
             s.close()  # ends DataLoader workers and prefetch threads now, not at garbage collection
@@ -317,7 +322,7 @@ def plot(path: str | Path) -> list[Path]:
         ax.invert_yaxis()
         ax.set_xlabel("images/s (higher is better)")
         ax.set_title(f"{title}, {doc['workload']['crop']}px batches of {doc['workload']['batch']} on {doc['device']}")
-        plotting.caption(fig, doc["machine"])
+        plotting.caption(fig, doc["machine"], "quick mode (--quick)" if doc["quick"] else "")
         written.append(plotting.save(fig, path.parent / f"bench-{mode}.png"))
         plt.close(fig)
     return written
