@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -22,7 +21,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from test_lab import free_port  # tests/test_lab.py
+from test_lab import free_port, stop_group  # tests/test_lab.py
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = "01_bottlenecks.ipynb"
@@ -103,11 +102,7 @@ def lab(tmp_path_factory):
                 time.sleep(0.5)
         yield url, root
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+        stop_group(proc)
         log.close()
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         shutil.copy(tmp / "lab.log", ARTIFACTS / "lab-server.log")

@@ -14,6 +14,15 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def stop_group(proc: subprocess.Popen) -> None:
+    """Ends a server started with ``start_new_session=True`` and everything it started (make, jupyter, kernels)."""
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -39,8 +48,4 @@ def test_make_lab_serves_jupyterlab(tmp_path):
         assert status == 200, proc.stdout.read().decode()[-2000:] if proc.poll() is not None else "no answer"
         assert "<title>JupyterLab" in body
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+        stop_group(proc)

@@ -5,12 +5,11 @@ import pickle
 import matplotlib.pyplot as plt
 import pytest
 import torch
-from test_pipelines import SQUARE, grey_levels, match_epoch, reference
+from test_pipelines import SQUARE, grey_levels, match_epoch, normalised, reference
 
 from gpufeed import dali as gdali
 from gpufeed import ladder
 from gpufeed import pipelines as P
-from gpufeed.augment import IMAGENET_MEAN, IMAGENET_STD
 from gpufeed.memmap import load_memmap
 
 # torchvision (or TorchCodec) decodes the uint8 rung; Pillow decodes the rest (the memmap too).
@@ -93,9 +92,8 @@ def test_the_prefetched_rung_keeps_the_order_and_normalises(square):
     want = list(plain)
     got = list(ladder.prefetched(ahead, "cpu"))
     assert len(got) == len(want)
-    scale = torch.tensor(IMAGENET_STD).view(3, 1, 1)
     for (x, y), (raw, target) in zip(got, want):
-        ref = (raw.float() / 255 - torch.tensor(IMAGENET_MEAN).view(3, 1, 1)) / scale
+        ref = normalised(raw)
         assert x.dtype == torch.float32 and torch.equal(y, target)
         assert grey_levels(x, ref) < 1e-3
 

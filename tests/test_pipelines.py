@@ -24,6 +24,12 @@ def square(tmp_path_factory):
     return P.prepare(SQUARE, tmp_path_factory.mktemp("square"))
 
 
+def normalised(image):
+    """The textbook reference: ``uint8 [3, H, W]`` (or float 0..255) to ``(x / 255 - mean) / std``."""
+    x = image.float() / 255
+    return (x - torch.tensor(IMAGENET_MEAN).view(3, 1, 1)) / torch.tensor(IMAGENET_STD).view(3, 1, 1)
+
+
 def reference(data):
     """Every file decoded by Pillow and normalised, with its target: what the naive loop starts from."""
     samples, _ = scan(data.jpeg)
@@ -31,8 +37,7 @@ def reference(data):
     for path, _ in samples:
         with Image.open(path) as im:
             hwc = torch.from_numpy(np.array(im.convert("RGB")))  # [H, W, 3]
-        x = hwc.permute(2, 0, 1).float() / 255
-        images.append((x - torch.tensor(IMAGENET_MEAN).view(3, 1, 1)) / torch.tensor(IMAGENET_STD).view(3, 1, 1))
+        images.append(normalised(hwc.permute(2, 0, 1)))
     return torch.stack(images), torch.tensor([t for _, t in samples])
 
 
@@ -73,8 +78,7 @@ def test_course_yields_the_memmap_images_in_the_loaders_order(square):
     got_images = torch.cat([x for x, _ in batches])
     assert torch.equal(torch.cat([y for _, y in batches]), data.targets[order])
     for image, i in zip(got_images, order.tolist()):
-        raw = data.images[i].float() / 255
-        ref = (raw - torch.tensor(IMAGENET_MEAN).view(3, 1, 1)) / torch.tensor(IMAGENET_STD).view(3, 1, 1)
+        ref = normalised(data.images[i])
         assert min(grey_levels(image, ref), grey_levels(image, ref.flip(-1))) < 1e-3
     match_epoch(batches, *reference(square), tolerance=1e-3)  # and those are the decoded files
 
@@ -109,9 +113,7 @@ def test_device_augment_matches_per_sample_reference_and_reuses_buffers():
     first = aug(x).clone()
     for i, ((t, s), f) in enumerate(zip(corners.tolist(), flips.tolist())):
         window = x[i, :, t:t + 8, s:s + 8]
-        raw = (window.flip(-1) if f else window).float() / 255
-        ref = (raw - torch.tensor(IMAGENET_MEAN).view(3, 1, 1)) / torch.tensor(IMAGENET_STD).view(3, 1, 1)
-        assert torch.allclose(first[i], ref, atol=1e-5)
+        assert torch.allclose(first[i], normalised(window.flip(-1) if f else window), atol=1e-5)
     a, b, c = aug(x), aug(x), aug(x)
     assert a.data_ptr() != b.data_ptr() and c.data_ptr() == a.data_ptr()  # a ring of 2 buffers
 
