@@ -17,7 +17,7 @@
 # `python -m gpufeed doctor`.
 
 # %%
-from gpufeed import doctor
+from gpufeed.course import doctor
 
 print(doctor.report())
 
@@ -47,7 +47,7 @@ print(doctor.report())
 import torch
 
 from gpufeed import config
-from gpufeed.bench import benchmark
+from gpufeed.measure.harness import benchmark
 
 nbytes = config.pick(quick=16 << 20, full=256 << 20)  # 16 MiB or 256 MiB
 src = torch.randint(0, 256, (nbytes,), dtype=torch.uint8)
@@ -56,14 +56,14 @@ m = benchmark(lambda: dst.copy_(src), name="memcpy", nbytes=nbytes, repeats=10)
 print(m)
 
 # %% [markdown]
-# The same measurement is `gpufeed.ceilings.memcpy`. Sweeping the size shows the caches: small
+# The same measurement is `gpufeed.measure.ceilings.memcpy`. Sweeping the size shows the caches: small
 # buffers fit in the CPU's caches and copy faster; large ones go to RAM, which is the number that
 # matters for datasets.
 
 # %%
 import matplotlib.pyplot as plt
 
-from gpufeed import ceilings, plotting
+from gpufeed.measure import ceilings, plotting
 
 sizes = [1 << p for p in range(16, (25 if S.quick else 29), 2)]  # 64 KiB .. 16 MiB (quick) or 256 MiB
 sweep = [ceilings.memcpy(n, repeats=5 if S.quick else 10) for n in sizes]
@@ -92,7 +92,7 @@ print(f"Copying {sizes[-1] / 2**20:.0f} MiB runs at {ram.gb_per_s:.1f} GB/s: a s
 # CUDA; without it, it shows the committed measurement from a real GPU.
 
 # %%
-from gpufeed import results
+from gpufeed.measure import results
 
 h2d = []
 if S.cuda:
@@ -132,8 +132,8 @@ if h2d:
 # and not the disk.
 
 # %%
-from gpufeed import jpeg
-from gpufeed.synth import synth_folder
+from gpufeed.data import jpeg
+from gpufeed.measure.synth import synth_folder
 
 n_images = config.pick(quick=16, full=256)
 decode_ms = []
@@ -184,7 +184,7 @@ if speedup < 1.5:
 # the machine's description, so that later lessons and `python -m gpufeed bench` can compare.
 
 # %%
-from gpufeed.bench import compare
+from gpufeed.measure.harness import compare
 
 everything = [ram, *h2d, *decode_ms, cold, warm] if S.cuda else [ram, *decode_ms, cold, warm]
 saved = results.save_lesson("lesson00", everything)

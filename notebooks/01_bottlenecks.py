@@ -27,7 +27,7 @@
 # %% [markdown]
 # ## 2. A pipeline simulator, by hand first
 #
-# `gpufeed.simulator` is a small discrete-event model of that path. Its inputs are the cost of each
+# `gpufeed.course.simulator` is a small discrete-event model of that path. Its inputs are the cost of each
 # stage in milliseconds (`Costs`) and the loop's shape (`Pipeline`: batch size, workers, prefetch
 # depth, pinning, GPU prefetch); it returns every stage's start and end. The default costs are
 # illustrative, order-of-magnitude figures for 32 images of 224x224 (their docstring says where
@@ -36,8 +36,8 @@
 # %%
 import matplotlib.pyplot as plt
 
-from gpufeed.simulator import Costs, Pipeline, simulate
-from gpufeed.timeline import gantt
+from gpufeed.course.simulator import Costs, Pipeline, simulate
+from gpufeed.course.timeline import gantt
 
 costs = Costs()
 naive = Pipeline(batch_size=32, workers=1, prefetch=0, pin=False, gpu_prefetch=False, costs=costs)
@@ -73,7 +73,7 @@ print(f"The GPU computes {gpu:.0%} of the time and waits {1 - gpu:.0%}: decoding
 # | GPU prefetch | the next batch is copied on a side stream during this compute | the copy hides behind compute |
 
 # %%
-from gpufeed.simulator import PRESETS, preset, slowest_stage
+from gpufeed.course.simulator import PRESETS, preset, slowest_stage
 
 runs = {name: simulate(preset(name), n_batches=24) for name in PRESETS}
 heights = [len({i.resource for i in r.intervals}) + 1.2 for r in runs.values()]
@@ -92,8 +92,8 @@ plt.show()
 # The steady-state rates side by side, each with its ratio to the naive loop:
 
 # %%
-from gpufeed import plotting
-from gpufeed.bench import Measurement
+from gpufeed.measure import plotting
+from gpufeed.measure.harness import Measurement
 
 sim_ms = [Measurement(name, [r.ms_per_batch / 1000], items=r.pipeline.batch_size) for name, r in runs.items()]
 fig, ax = plotting.bars(sim_ms, baseline="naive", title="simulated steady state, default costs")
@@ -126,7 +126,7 @@ print(f"Workers and prefetch give the big steps. With GPU prefetch the slowest s
 # float32 images): when does GPU prefetch start to matter?
 
 # %%
-from gpufeed.explorer import explorer, show
+from gpufeed.course.explorer import explorer, show
 
 print(show(preset("GPU prefetch")))
 explorer(preset("GPU prefetch"))
@@ -136,15 +136,15 @@ explorer(preset("GPU prefetch"))
 #
 # Now a real naive loop over JPEGs generated from the course's photos: read the bytes, decode with
 # Pillow, stack into a batch, copy to the device, one training step of a small CNN (ending with
-# `loss.item()`). `gpufeed.instrument.naive_loop` wraps each stage in a timer and records the same
+# `loss.item()`). `gpufeed.course.instrument.naive_loop` wraps each stage in a timer and records the same
 # intervals as the simulator, so the real loop is drawn in the same chart. The main process
 # does the loading (the row is called `worker 1`, as in the simulator's naive preset). The first
 # batch pays for warm-up (lesson 02 shows why) and is left out of the means.
 
 # %%
 from gpufeed import config
-from gpufeed.instrument import list_images, naive_loop
-from gpufeed.synth import synth_folder
+from gpufeed.course.instrument import list_images, naive_loop
+from gpufeed.measure.synth import synth_folder
 
 B = config.pick(quick=8, full=32)
 n_batches = config.pick(quick=6, full=16)
@@ -169,7 +169,7 @@ plt.show()
 # so what it misses is the time *between* them: Python, the timer itself, anything unrecorded.
 
 # %%
-from gpufeed.simulator import Costs
+from gpufeed.course.simulator import Costs
 
 measured_costs = Costs.from_stage_means(means, batch_size=B)
 predicted = simulate(Pipeline(batch_size=B, costs=measured_costs), n_batches=20)
@@ -198,7 +198,7 @@ if not S.cuda:
 # writes the reference that learners without a GPU see below.
 
 # %%
-from gpufeed import results
+from gpufeed.measure import results
 
 naive_measured = rec.measurement("naive loop, measured", size="224x224", device=str(S.device))
 naive_predicted = Measurement("naive loop, simulated", [predicted.ms_per_batch / 1000], items=B)
@@ -238,7 +238,7 @@ else:
 #    then check with the cell below.
 # 2. In the explorer, turn GPU prefetch on but pinning off. Why does the copy no longer hide
 #    behind compute? (Hint: what does a copy from pageable memory do to the host thread?)
-# 3. Re-run section 5 with `decode=gpufeed.jpeg.decode_torchvision` passed to `naive_loop`. How
+# 3. Re-run section 5 with `decode=gpufeed.data.jpeg.decode_torchvision` passed to `naive_loop`. How
 #    much does the predicted rate of the "workers" preset change with the measured decode cost?
 
 # %%

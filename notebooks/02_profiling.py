@@ -23,7 +23,7 @@
 #
 # The naive loop of lesson 01, written out with each stage inside `record_function("name")`: a
 # named range that shows up in the profiler's table and timeline. The model is lesson 01's small
-# CNN (`gpufeed.instrument.tiny_model`), which takes `uint8` images and converts them itself.
+# CNN (`gpufeed.course.instrument.tiny_model`), which takes `uint8` images and converts them itself.
 
 # %%
 import os
@@ -34,9 +34,9 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from gpufeed import config
-from gpufeed.instrument import list_images, tiny_model, train_step
-from gpufeed.jpeg import decode_pil
-from gpufeed.synth import synth_folder
+from gpufeed.course.instrument import list_images, tiny_model, train_step
+from gpufeed.data.jpeg import decode_pil
+from gpufeed.measure.synth import synth_folder
 
 B = config.pick(quick=8, full=32)
 n = B * config.pick(quick=4, full=16)
@@ -143,14 +143,14 @@ print(f"The profiler points at {slowest}: {events[slowest].cpu_time_total / step
 # a range to see its duration and, with `record_shapes`, its inputs. On a GPU machine the kernels
 # appear on their own rows, one per CUDA stream, under the CPU threads that launched them.
 #
-# The same trace, drawn with lesson 01's Gantt chart (`gpufeed.trace.intervals` turns it into
+# The same trace, drawn with lesson 01's Gantt chart (`gpufeed.course.trace.intervals` turns it into
 # intervals; the stage names pick the course colours):
 
 # %%
 import matplotlib.pyplot as plt
 
-from gpufeed import trace
-from gpufeed.timeline import gantt
+from gpufeed.course import trace
+from gpufeed.course.timeline import gantt
 
 fig, ax = gantt(trace.intervals(traces[-1], names=stages), machine=S.machine,
                 title="the last profiled cycle: 3 steps of the naive loop")
@@ -159,7 +159,7 @@ plt.show()
 # %% [markdown]
 # ## 6. From a trace to a number
 #
-# `gpufeed.trace` reads an exported trace and reports the time per named stage and, when CUDA
+# `gpufeed.course.trace` reads an exported trace and reports the time per named stage and, when CUDA
 # kernels are in it, the share of the profiled time in which no kernel ran: the GPU idle fraction.
 # That one number says whether the GPU is starved; lessons 07 and 08 drive it down.
 
@@ -171,7 +171,7 @@ if idle is not None:
     print(f"On {S.machine['gpu']} the GPU sat idle {idle:.0%} of the time: the data path starves it.")
 
 # %%
-from gpufeed import results
+from gpufeed.measure import results
 
 ref = None if S.cuda else results.reference("lesson02")
 if not S.cuda:
@@ -217,7 +217,7 @@ print(f"'decoding' {B} images lazily: {lazy_s * 1e6:.1f} us. Really decoding the
 # %%
 from torch.utils.data import DataLoader, TensorDataset
 
-from gpufeed.bench import benchmark
+from gpufeed.measure.harness import benchmark
 
 loader = DataLoader(TensorDataset(torch.arange(64 * B)), batch_size=B, num_workers=2)
 start = time.perf_counter()
@@ -252,7 +252,7 @@ if first_s < 1.2 * steady.median:
 # inside the timed region. This needs a GPU; without one, the cell shows the reference.
 
 # %%
-from gpufeed.bench import Measurement
+from gpufeed.measure.harness import Measurement
 
 sync_ms = []
 if S.cuda:
@@ -294,7 +294,7 @@ if sync_ms:
 # %%
 from torch.utils import benchmark as tb
 
-from gpufeed import jpeg
+from gpufeed.data import jpeg
 
 sizes = {"224x224": blobs}
 big = synth_folder(config.cache_dir() / "lesson02-640x480-q90-n8", n=8, size=(640, 480), quality=90).path
@@ -309,12 +309,12 @@ for dec_name, decode in jpeg.available_decoders().items():
 tb.Compare(timers).print()
 
 # %% [markdown]
-# The course's harness (`gpufeed.bench.benchmark`, built in lesson 00) does the same job and adds
+# The course's harness (`gpufeed.measure.harness.benchmark`, built in lesson 00) does the same job and adds
 # what the later lessons need: images/s and GB/s, a ratio to a baseline, the machine it ran on,
 # and JSON. Its median should agree with `Timer`'s on the same work:
 
 # %%
-from gpufeed.bench import compare
+from gpufeed.measure.harness import compare
 
 threads = torch.get_num_threads()
 torch.set_num_threads(1)  # as Timer(num_threads=1) did
@@ -354,7 +354,7 @@ print(f"saved to {saved}")
 # * One number from a trace, the GPU idle fraction, says whether the GPU is starved.
 # * Time honestly: consume lazy iterators inside the timed region, warm up first, synchronise
 #   CUDA inside the timer, keep every sample and look at the spread. `torch.utils.benchmark` and
-#   `gpufeed.bench.benchmark` do all of it.
+#   `gpufeed.measure.harness.benchmark` do all of it.
 #
 # ## Exercises
 #

@@ -33,7 +33,9 @@
 # %%
 import torch
 
-from gpufeed import config, transfer
+from gpufeed import config
+
+from gpufeed.course import transfer
 
 print(transfer.wire_table())
 
@@ -106,7 +108,7 @@ else:
 # Where there is no GPU, here is the same sweep measured on one (committed in `results/`).
 
 # %%
-from gpufeed import results
+from gpufeed.measure import results
 
 ref = None if S.cuda else results.reference("lesson03")
 if S.cuda:
@@ -138,7 +140,7 @@ else:
 # CPUs have no native `bfloat16` arithmetic, and then autocast is *slower*.
 
 # %%
-from gpufeed import training
+from gpufeed.course import training
 
 tiny, tb = config.pick(quick=((32, 32), 2), full=((128, 128), 8))
 probe = {amp: training.train_epoch(tb, tiny, "uint8", S.device, epoch_images=tb, amp=amp, name=f"probe, amp={amp}",
@@ -191,13 +193,13 @@ elif not S.cuda:
 # If the model's first layer does `(x / 255 - mean) / std`, the loader never has to produce
 # floats: it hands over `uint8`, the bytes cross the bus, and the GPU normalises. An exported
 # model then carries its own preprocessing, so a serving system cannot forget it. `Normalize` in
-# `gpufeed.training` is ten lines; we prove it matches normalising on the host.
+# `gpufeed.course.training` is ten lines; we prove it matches normalising on the host.
 
 # %%
 from torch import nn
 from torchvision.models import resnet18
 
-from gpufeed.training import IMAGENET_MEAN, IMAGENET_STD, Normalize, normalize_host
+from gpufeed.course.training import IMAGENET_MEAN, IMAGENET_STD, Normalize, normalize_host
 
 torch.manual_seed(0)
 net = resnet18(weights=None, num_classes=10).eval()

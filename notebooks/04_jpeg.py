@@ -28,10 +28,10 @@
 # * **PSNR** = `10 log10(255² / MSE)` in dB: the mean squared error on a log scale. 40 dB and
 #   above is usually invisible; below 30 dB artefacts show.
 # * **SSIM** (Wang et al., 2004) compares local means, contrasts and correlations in an 11x11
-#   Gaussian window (sigma 1.5). 1 means identical. `gpufeed.quality.ssim` computes it **per RGB
+#   Gaussian window (sigma 1.5). 1 means identical. `gpufeed.course.quality.ssim` computes it **per RGB
 #   channel and averages**; `luma=True` compares the brightness channel only.
 #
-# Both are plain torch (see `src/gpufeed/quality.py`); the tests check them against closed forms
+# Both are plain torch (see `src/gpufeed/course/quality.py`); the tests check them against closed forms
 # and a window-by-window numpy version. A check you can do by hand: Gaussian noise of standard
 # deviation 5 grey levels has an MSE of about 25, so PSNR = 10 log10(255² / 25) = 34.2 dB.
 
@@ -40,8 +40,12 @@ import math
 
 import torch
 
-from gpufeed import config, jpeg, quality
-from gpufeed.synth import SynthSpec, encode_jpeg, render
+from gpufeed import config
+
+from gpufeed.data import jpeg
+
+from gpufeed.course import quality
+from gpufeed.measure.synth import SynthSpec, encode_jpeg, render
 
 img = render(SynthSpec(n=1, width=384, height=384), 0)  # the uncompressed original (PIL)
 x = quality.to_tensor(img)  # uint8 [3, 384, 384]
@@ -56,10 +60,10 @@ print(f"JPEG q50:     PSNR {quality.psnr(x, q50):.2f} dB, SSIM {quality.ssim(x, 
 #
 # Each generated image (the original, before any JPEG) is encoded at qualities from 10 to 100 with
 # Pillow; we record the mean file size, PSNR and SSIM against the original, and the time to decode
-# one image with `gpufeed.jpeg.decode_jpeg` (TorchCodec where installed, else torchvision).
+# one image with `gpufeed.data.jpeg.decode_jpeg` (TorchCodec where installed, else torchvision).
 
 # %%
-from gpufeed import transfer
+from gpufeed.course import transfer
 
 sizes = config.pick(quick=[(384, 384)], full=list(transfer.SIZES))
 n_images = config.pick(quick=2, full=6)
@@ -76,7 +80,7 @@ for r in sweep:
 # %%
 import matplotlib.pyplot as plt
 
-from gpufeed import plotting
+from gpufeed.measure import plotting
 
 fig, axes = plt.subplots(2, 2, figsize=(9, 6), sharex=True)
 panels = [("bytes", 1e-3, "file size (KB)"), ("psnr", 1, "PSNR (dB)"), ("ssim", 1, "SSIM"), ("decode_ms", 1, "decode (ms per image)")]
@@ -114,14 +118,14 @@ print(f"Quality 100 is {top.bytes / hi.bytes:.1f}x the bytes of quality 90 for {
 # libjpeg-turbo is the SIMD-accelerated libjpeg; Pillow's wheels and torchvision ship it, but a
 # Pillow built from source against plain libjpeg decodes several times slower. torchvision 0.29+
 # deprecates `torchvision.io.decode_jpeg` in favour of TorchCodec (`pip install torchcodec`, which
-# needs FFmpeg's libraries); `gpufeed.jpeg` uses whichever is installed. We time each decoder on
+# needs FFmpeg's libraries); `gpufeed.data.jpeg` uses whichever is installed. We time each decoder on
 # one thread: images/s per core, the rate one DataLoader worker can reach.
 
 # %%
 from PIL import features
 
-from gpufeed import ceilings
-from gpufeed.synth import synth_folder
+from gpufeed.measure import ceilings
+from gpufeed.measure.synth import synth_folder
 
 turbo = jpeg.pillow_uses_turbo()
 version = features.version_feature("libjpeg_turbo") if turbo else None
@@ -153,13 +157,13 @@ for w, h in sizes:
 # ### Batched decoding on the GPU
 #
 # nvJPEG decodes on the GPU; `torchvision.io.decode_jpeg(list_of_tensors, device="cuda")` hands it
-# the whole batch at once (`gpufeed.jpeg.decode_batch`), which amortises the launches. The decoded
+# the whole batch at once (`gpufeed.data.jpeg.decode_batch`), which amortises the launches. The decoded
 # images are then already on the GPU, as `uint8`. This needs CUDA; without it, the committed
 # reference is shown.
 
 # %%
-from gpufeed import results
-from gpufeed.bench import benchmark
+from gpufeed.measure import results
+from gpufeed.measure.harness import benchmark
 
 gpu_ms = []
 if S.cuda:
@@ -257,11 +261,11 @@ else:
 #
 # Same images, same labels, same DataLoader and workers, four ways to store them: lossless PNG,
 # JPEG at quality 95 and at quality 75, and raw `uint8` arrays (`.npy`, no decoding at all, but
-# the most bytes). The folders are built once in the cache (`gpufeed.folders`) and reused.
+# the most bytes). The folders are built once in the cache (`gpufeed.course.formats`) and reused.
 
 # %%
-from gpufeed import folders
-from gpufeed.machine import usable_cores
+from gpufeed.course import formats as folders
+from gpufeed.measure.machine import usable_cores
 
 ds_size, ds_n = config.pick(quick=((384, 384), 32), full=((640, 480), 256))
 workers = config.pick(quick=2, full=min(8, usable_cores()))

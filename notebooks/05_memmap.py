@@ -24,7 +24,7 @@
 import matplotlib.pyplot as plt
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
-from gpufeed import plotting
+from gpufeed.measure import plotting
 
 fig, ax = plt.subplots(figsize=(8, 2.8))
 rows = {"virtual pages (your process)": 2.4, "page cache (RAM)": 1.2, "file on disk": 0.0}
@@ -58,8 +58,10 @@ import time
 
 import numpy as np
 
-from gpufeed import ceilings, config
-from gpufeed.folder import drop_cached
+from gpufeed.measure import ceilings
+
+from gpufeed import config
+from gpufeed.data.folder import drop_cached
 
 pages_file = ceilings.make_file(config.cache_dir() / "lesson05" / "pages.bin", config.pick(quick=32 << 20, full=512 << 20))
 
@@ -103,8 +105,8 @@ if not dropped or cold["ms"] < 1.5 * warm["ms"]:
 # hand with `numpy.memmap`, on a small folder of JPEGs (cut from real photos, lesson 00):
 
 # %%
-from gpufeed.folder import ImageFolderDataset
-from gpufeed.synth import synth_folder
+from gpufeed.data.folder import ImageFolderDataset
+from gpufeed.measure.synth import synth_folder
 
 demo_src = synth_folder(config.cache_dir() / "lesson05" / "demo-jpeg", n=config.pick(quick=16, full=64),
                         size=(320, 240), classes=4, progress=False).path
@@ -132,7 +134,7 @@ print(type(t).__name__, tuple(t.shape), "same pixels as numpy:", np.array_equal(
 del back, t
 
 # %% [markdown]
-# The course's dataset, `gpufeed.memmap.ImageData`, is a tensordict `@tensorclass` with two
+# The course's dataset, `gpufeed.data.memmap.ImageData`, is a tensordict `@tensorclass` with two
 # memory-mapped fields, `images: uint8 [N, 3, H, W]` and `targets: int64 [N]`. `build_memmap`
 # writes it from any image folder, **atomically**: it works in a hidden staging folder beside the
 # destination, checks the disk space first (`N x 3 x H x W` bytes plus 8 per label), preallocates
@@ -142,7 +144,7 @@ del back, t
 # `python -m gpufeed data memmap SRC DST --size 224x224 --workers 4`.
 
 # %%
-from gpufeed.memmap import build_memmap, load_memmap, read_manifest
+from gpufeed.data.memmap import build_memmap, load_memmap, read_manifest
 
 demo = build_memmap(demo_src, config.cache_dir() / "lesson05" / "demo-mm", size=(64, 64), reuse=True)
 t0 = time.perf_counter()
@@ -170,7 +172,7 @@ del data, batch
 #
 # The baseline is the usual pipeline: a `DataLoader` with one worker per core, each opening,
 # decoding and resizing one JPEG per `__getitem__`, then stacking them. The memmap side is
-# `gpufeed.loader.FastLoader` (lesson 06 builds it): a shuffled index permutation cut into slices,
+# `gpufeed.data.loader.FastLoader` (lesson 06 builds it): a shuffled index permutation cut into slices,
 # one gather per batch. Both get the same cores, batch size and shuffling; where CUDA exists both
 # move each batch to the GPU whole, from pinned memory with `non_blocking=True`. The JPEGs are
 # stored at 224x224 already, the folder's *best* case: it decodes but never resizes.
@@ -178,9 +180,9 @@ del data, batch
 # %%
 from torch.utils.data import DataLoader
 
-from gpufeed.bench import benchmark
-from gpufeed.loader import FastLoader
-from gpufeed.machine import usable_cores
+from gpufeed.measure.harness import benchmark
+from gpufeed.data.loader import FastLoader
+from gpufeed.measure.machine import usable_cores
 
 cores, batch_size = usable_cores(), 64
 n_images = config.pick(quick=256, full=5000)
@@ -276,7 +278,7 @@ if fraction > 1:
 elif fraction < 0.5:
     print("Less than half: a gather copies rows from places spread over the file (shuffled), and each epoch "
           "also pays for the loader's Python, per batch; a larger batch_size amortises the latter.")
-from gpufeed import results
+from gpufeed.measure import results
 
 saved = results.save_lesson("lesson05", [*ms, ceiling], n_images=n_images, batch_size=batch_size, cores=cores,
                             memmap_vs_folder_warm=speedup, memmap_vs_folder_cold=cold_speedup, fraction_of_memcpy=fraction)

@@ -22,8 +22,8 @@ import torch
 from torch.utils.data import TensorDataset
 
 from gpufeed import config
-from gpufeed.bench import benchmark
-from gpufeed.loader import BatchTensorDataset
+from gpufeed.measure.harness import benchmark
+from gpufeed.data.loader import BatchTensorDataset
 
 # One torch thread in this process throughout: the comparisons are per core, a loader's main process
 # shares the machine with the training step, and on a busy machine torch's thread pool can spend
@@ -52,12 +52,12 @@ print(f"100 samples: {calls.median * 1e6:.0f} us one by one, {one.median * 1e6:.
 #    per batch. Ours returns the finished batch, so `collate_fn` must pass it through (`no_collate`);
 # 3. **`BatchSampler` as the sampler** with `batch_size=None`: each "index" the DataLoader draws is a
 #    list of 300, and it calls `dataset[list]` once; with `batch_size=None` there is no collating;
-# 4. **`FastLoader`** (`gpufeed.loader`): no DataLoader at all (section 2).
+# 4. **`FastLoader`** (`gpufeed.data.loader`): no DataLoader at all (section 2).
 
 # %%
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, SequentialSampler
 
-from gpufeed.loader import FastLoader, no_collate
+from gpufeed.data.loader import FastLoader, no_collate
 
 n_epoch = config.pick(quick=30_000, full=N)
 per_sample, batched = TensorDataset(x[:n_epoch], y[:n_epoch]), BatchTensorDataset(x[:n_epoch], y[:n_epoch])
@@ -90,7 +90,7 @@ for m in ms:
 # %%
 import matplotlib.pyplot as plt
 
-from gpufeed import plotting
+from gpufeed.measure import plotting
 
 fig, ax = plotting.bars(ms, baseline="per sample", unit="samples/s", machine=S.machine,
                         title=f"one epoch of {n_epoch:,} in-memory samples, batch {B}")
@@ -110,7 +110,7 @@ print(f"Fetching each batch in one call is {by['FastLoader'].items_per_s / by['p
 # (and on every process, which lesson 12 needs). By hand:
 
 # %%
-from gpufeed.loader import permutation
+from gpufeed.data.loader import permutation
 
 
 def simple_loader(x, y, batch_size, seed, epoch):
@@ -124,7 +124,7 @@ fast = FastLoader((x, y), B, seed=0)
 for epoch_number in range(2):
     for (xa, ya), (xb, yb) in zip(simple_loader(x, y, B, seed=0, epoch=epoch_number), fast):
         assert torch.equal(xa, xb) and torch.equal(ya, yb)
-print("the hand-written loader and gpufeed.loader.FastLoader give the same batches, epoch after epoch")
+print("the hand-written loader and gpufeed.data.loader.FastLoader give the same batches, epoch after epoch")
 
 # %% [markdown]
 # `FastLoader` adds what a training loop needs: `drop_last`, `set_epoch(e)` (or it moves on by
@@ -143,8 +143,8 @@ for e in range(2):
     print(f"epoch {e}: " + "  ".join(f"rank {r}: {s}" for r, s in enumerate(shards)))
 
 # %%
-from gpufeed.memmap import build_memmap, load_memmap
-from gpufeed.synth import synth_folder
+from gpufeed.data.memmap import build_memmap, load_memmap
+from gpufeed.measure.synth import synth_folder
 
 src = synth_folder(config.cache_dir() / "lesson06" / "jpeg", n=32, size=(96, 96), classes=4, progress=False).path
 images = load_memmap(build_memmap(src, config.cache_dir() / "lesson06" / "mm", size=(64, 64), reuse=True, progress=False).path)
@@ -195,7 +195,7 @@ print(f"index_select is {g['t[idx]'].median / g['index_select'].median:.1f}x as 
 # %%
 import math
 
-from gpufeed.loader import grouped_permutation
+from gpufeed.data.loader import grouped_permutation
 
 sizes = config.pick(quick=[10**5, 10**6, 3 * 10**6], full=[10**5, 10**6, 10**7, 10**8])
 group = 4096
@@ -276,7 +276,7 @@ import random
 
 import numpy as np
 
-from gpufeed.machine import usable_cores
+from gpufeed.measure.machine import usable_cores
 
 values = np.random.default_rng(0).standard_normal(N).astype(np.float32)  # one number per sample
 as_list = values.tolist()
@@ -325,7 +325,7 @@ ax.set_xscale("log")
 plt.show()
 print(f"The DataLoader pays for {B} __getitem__ calls, a collate and an inter-process transfer per batch; "
       f"its {cores} workers cannot make up for that. NumPy does one call per batch, in C.")
-from gpufeed import results
+from gpufeed.measure import results
 
 saved = results.save_lesson("lesson06", [*ms, *gathers, *full, *grouped, *quiz], batch_size=B, n=N,
                             batched_vs_per_sample=by["FastLoader"].items_per_s / by["per sample"].items_per_s)

@@ -37,7 +37,7 @@ import warnings
 import torch
 
 from gpufeed import config
-from gpufeed.bench import NoisyMeasurementWarning, benchmark
+from gpufeed.measure.harness import NoisyMeasurementWarning, benchmark
 
 warnings.simplefilter("once", NoisyMeasurementWarning)  # say it once; the [noisy] marks show which
 default_threads = torch.get_num_threads()
@@ -68,16 +68,16 @@ else:
 #
 # ## 2. Sweeps: `num_workers`, then the others
 #
-# Two datasets of the same images: a folder of JPEGs (`gpufeed.folder.ImageFolderDataset`: open,
+# Two datasets of the same images: a folder of JPEGs (`gpufeed.data.folder.ImageFolderDataset`: open,
 # decode, resize per sample) and the memmap of lesson 05 built from it, served to workers a batch
-# at a time by `gpufeed.knobs.MemmapDataset` (one `index_select` per batch, lesson 06).
+# at a time by `gpufeed.course.knobs.MemmapDataset` (one `index_select` per batch, lesson 06).
 
 # %%
-from gpufeed.folder import ImageFolderDataset
-from gpufeed.knobs import MemmapDataset, worker_counts
-from gpufeed.machine import usable_cores
-from gpufeed.memmap import build_memmap
-from gpufeed.synth import synth_folder
+from gpufeed.data.folder import ImageFolderDataset
+from gpufeed.course.knobs import MemmapDataset, worker_counts
+from gpufeed.measure.machine import usable_cores
+from gpufeed.data.memmap import build_memmap
+from gpufeed.measure.synth import synth_folder
 
 cores = usable_cores()
 side, n_images = 224, config.pick(quick=64, full=2000)
@@ -91,7 +91,7 @@ counts = worker_counts(cores)
 print(f"{n_images} images of {side}x{side}, batch {batch_size}; {cores} cores; num_workers in {counts}")
 
 # %% [markdown]
-# `gpufeed.knobs.sweep` builds one DataLoader per configuration (`gpufeed.knobs.loader`: shuffled,
+# `gpufeed.course.knobs.sweep` builds one DataLoader per configuration (`gpufeed.course.knobs.loader`: shuffled,
 # and the knobs that need workers dropped at `num_workers=0`), runs one untimed epoch (the workers
 # start there), then times whole epochs. With CUDA each batch is also sent to the GPU, and every
 # configuration runs with and without `pin_memory`. Each cell of the heatmap is images/s and its
@@ -100,8 +100,8 @@ print(f"{n_images} images of {side}x{side}, batch {batch_size}; {cores} cores; n
 # %%
 import matplotlib.pyplot as plt
 
-from gpufeed import plotting
-from gpufeed.knobs import heatmap, sweep
+from gpufeed.measure import plotting
+from gpufeed.course.knobs import heatmap, sweep
 
 kw = {"batch_size": batch_size, "repeats": config.pick(quick=3, full=5), "device": S.device if S.cuda else None}
 configs = [{"num_workers": w, "persistent_workers": True, "prefetch_factor": 2} for w in counts]
@@ -206,8 +206,8 @@ else:
 # below measure all of this with CUDA, and show the committed reference from a GPU otherwise.
 
 # %%
-from gpufeed import results
-from gpufeed.bench import Measurement
+from gpufeed.measure import results
+from gpufeed.measure.harness import Measurement
 
 nb_ms, unsafe = [], {}
 x = torch.randint(0, 256, (64, 3, 224, 224), dtype=torch.uint8)  # 9.6 MB: one batch of 224x224 uint8
@@ -290,11 +290,11 @@ if unsafe:
 # ## 4. Moving nested structures
 #
 # A detection batch is a dict holding a stacked image tensor and a *list* of per-image dicts, each
-# with its own number of boxes: `batch.to(device)` does not exist for it. `gpufeed.movers` makes
+# with its own number of boxes: `batch.to(device)` does not exist for it. `gpufeed.data.movers` makes
 # such batches (`DetectionDataset`, `detection_collate`, both in `src/` so workers can import them).
 
 # %%
-from gpufeed.movers import DetectionDataset, detection_collate
+from gpufeed.data.movers import DetectionDataset, detection_collate
 
 ds = DetectionDataset(batch_size, size=side)
 batch = detection_collate([ds[i] for i in range(batch_size)])
@@ -316,7 +316,7 @@ def move(obj, device, non_blocking=False):
 
 # %% [markdown]
 # (A named tuple breaks that last `type(obj)(...)`: it wants separate arguments;
-# `gpufeed.movers.to_device` handles it, and TensorDicts.) Torch has a tree walker of its own,
+# `gpufeed.data.movers.to_device` handles it, and TensorDicts.) Torch has a tree walker of its own,
 # `torch.utils._pytree` (private, but it is what `torch.compile` and FSDP use); optree is a C++
 # one; and tensordict's `TensorDict` holds the whole batch as one object whose `.to()` moves
 # every leaf. Per-image targets of different sizes become a *lazy stack*, one TensorDict per image.
@@ -327,7 +327,7 @@ import importlib.util
 
 from torch.utils import _pytree
 
-from gpufeed.movers import as_tensordict, equal, leaves, pin
+from gpufeed.data.movers import as_tensordict, equal, leaves, pin
 
 
 def on(x):
@@ -389,7 +389,7 @@ import pickle
 
 from torch.utils.data import Dataset
 
-from gpufeed.knobs import first_batch
+from gpufeed.course.knobs import first_batch
 
 
 class NotebookDetection(Dataset):  # defined here, in __main__: a spawned worker cannot find it
@@ -426,7 +426,7 @@ print(f"Start method here: {torch.multiprocessing.get_start_method()}. On Python
 cuda_fork = None
 if S.cuda:
     torch.zeros(1, device="cuda")  # CUDA is initialised in the parent
-    from gpufeed.knobs import CudaProbe
+    from gpufeed.course.knobs import CudaProbe
 
     cuda_fork = first_batch(CudaProbe(), "fork")
     print(f"a forked worker touching CUDA: {'worked' if cuda_fork.ok else cuda_fork.error}")

@@ -31,8 +31,8 @@
 # %%
 import matplotlib.pyplot as plt
 
-from gpufeed.simulator import Costs, preset, simulate
-from gpufeed.timeline import gantt
+from gpufeed.course.simulator import Costs, preset, simulate
+from gpufeed.course.timeline import gantt
 
 costs = Costs(compute_ms=8.0, copy_pinned_ms=6.0, decode_ms=0.5)  # a copy about as long as the step
 runs = {name: simulate(preset(name, costs=costs), n_batches=16) for name in ("CPU prefetch", "GPU prefetch")}
@@ -79,17 +79,17 @@ def simple_prefetch(loader, device):
         yield batch
 
 # %% [markdown]
-# `gpufeed.prefetch.CudaPrefetcher(loader, device, dtype=None, mean=None, std=None, depth=1)` is
+# `gpufeed.data.prefetch.CudaPrefetcher(loader, device, dtype=None, mean=None, std=None, depth=1)` is
 # the same idea, made general: it takes batches of any structure (tensors, tuples, dicts, lists,
-# TensorDicts, tensorclasses; `gpufeed.movers`), pins what is not pinned yet, keeps `depth` batches
+# TensorDicts, tensorclasses; `gpufeed.data.movers`), pins what is not pinned yet, keeps `depth` batches
 # in flight (an event per batch rather than `wait_stream`, so that the consumer waits for its own
 # batch only), raises a loader's exception once after the batches before it, and can convert the
 # images on the side stream: `uint8` travels (4x fewer bytes than float32, lesson 03), float is
-# made on the GPU. That conversion is a pure function, `gpufeed.prefetch.normalize`, checked here
+# made on the GPU. That conversion is a pure function, `gpufeed.data.prefetch.normalize`, checked here
 # against the textbook formula on the CPU:
 
 # %%
-from gpufeed.prefetch import normalize, prepare
+from gpufeed.data.prefetch import normalize, prepare
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)  # ImageNet's, on the [0, 1] scale
 images = torch.randint(0, 256, (8, 3, 64, 64), dtype=torch.uint8)
@@ -104,7 +104,7 @@ print([(tuple(t.shape), t.dtype) for t in batch])
 # With a GPU, both prefetchers must give exactly what a plain loop gives:
 
 # %%
-from gpufeed.prefetch import CudaPrefetcher
+from gpufeed.data.prefetch import CudaPrefetcher
 
 if S.cuda:
     data = [(torch.randint(0, 256, (16, 3, 64, 64), dtype=torch.uint8).pin_memory(), torch.arange(16) + i)
@@ -123,7 +123,7 @@ else:
 #
 # A background thread can make the next batch while the loop uses this one, *if* both release
 # Python's GIL while they work: Pillow does while decoding JPEGs, torch does inside its operators.
-# `gpufeed.prefetch.ThreadPrefetcher(loader, depth=2)` pulls batches on a thread (named
+# `gpufeed.data.prefetch.ThreadPrefetcher(loader, depth=2)` pulls batches on a thread (named
 # `gpufeed-prefetch-N`) into a queue of `depth`. We feed a small CNN's training step from a
 # DataLoader that decodes in the main process (`num_workers=0`), with and without it. Torch runs
 # one thread here so that the step takes one core and the decoding thread can have another.
@@ -134,9 +134,9 @@ import time
 from torch.utils.data import DataLoader
 
 from gpufeed import config
-from gpufeed.folder import ImageFolderDataset
-from gpufeed.instrument import tiny_model, train_step
-from gpufeed.synth import synth_folder
+from gpufeed.data.folder import ImageFolderDataset
+from gpufeed.course.instrument import tiny_model, train_step
+from gpufeed.measure.synth import synth_folder
 
 torch.set_num_threads(1)
 B, n_images = config.pick(quick=16, full=32), config.pick(quick=64, full=512)
@@ -164,8 +164,8 @@ print(f"per batch of {B}: decoding {decode_ms:.1f} ms, training step {compute_ms
 # %%
 import threading
 
-from gpufeed.prefetch import ThreadPrefetcher
-from gpufeed.timeline import Interval
+from gpufeed.data.prefetch import ThreadPrefetcher
+from gpufeed.course.timeline import Interval
 
 
 def recorded(loader, log, origin):
@@ -200,8 +200,8 @@ def waiting_step(x, y):  # stands for a step on a GPU: the CPU waits, and leaves
 # step that only *waits* as long (what a CPU does while a GPU computes), with and without.
 
 # %%
-from gpufeed import plotting
-from gpufeed.bench import Measurement
+from gpufeed.measure import plotting
+from gpufeed.measure.harness import Measurement
 
 epochs = config.pick(quick=2, full=3)
 cases = {"plain loop": (False, step), "ThreadPrefetcher": (True, step),
@@ -296,8 +296,10 @@ os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # hides the profiler's C++ log l
 from torch import nn  # noqa: E402
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-from gpufeed import results, trace
-from gpufeed.bench import benchmark
+from gpufeed.measure import results
+
+from gpufeed.course import trace
+from gpufeed.measure.harness import benchmark
 
 wait, warmup, active = 1, 2, config.pick(quick=4, full=8)
 trace_dir = config.cache_dir() / "lesson08" / "traces"

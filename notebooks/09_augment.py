@@ -35,9 +35,9 @@
 import torch
 
 from gpufeed import config
-from gpufeed.machine import usable_cores
-from gpufeed.memmap import build_memmap, load_memmap
-from gpufeed.synth import synth_folder
+from gpufeed.measure.machine import usable_cores
+from gpufeed.data.memmap import build_memmap, load_memmap
+from gpufeed.measure.synth import synth_folder
 
 cores, batch_size = usable_cores(), 64
 n_images = config.pick(quick=128, full=2048)
@@ -52,13 +52,13 @@ print(f"{n_images} images, uint8 {tuple(data.images.shape[1:])} each; augmented 
 
 # %% [markdown]
 # **The usual pipeline**, with torchvision's v2 transforms on `uint8` tensors (`ToDtype` with
-# `scale=True` does what `ToTensor` did for PIL images). It lives in `gpufeed.augment`, since
+# `scale=True` does what `ToTensor` did for PIL images). It lives in `gpufeed.data.augment`, since
 # DataLoader workers must pickle it, and `MemmapSamples` serves the memmap one image at a time:
 
 # %%
 from torch.utils.data import DataLoader
 
-from gpufeed.augment import MemmapSamples, cpu_transform
+from gpufeed.data.augment import MemmapSamples, cpu_transform
 
 per_sample = cpu_transform(out_size)
 print(per_sample)
@@ -72,14 +72,14 @@ def workers_epoch():
 
 
 # %% [markdown]
-# **Per batch on the device**: `gpufeed.augment.draw_params` draws every sample's parameters at once
+# **Per batch on the device**: `gpufeed.data.augment.draw_params` draws every sample's parameters at once
 # (a seeded `torch.Generator`, so a run can be repeated and checked), and `augment` applies them
 # to the `uint8` batch: crop + resize + flip in two batched matrix products, then normalise
 # (section 2 opens it up). The loader is lesson 06's `FastLoader`, which moves each batch whole.
 
 # %%
-from gpufeed.augment import augment, augment_one, draw_params
-from gpufeed.loader import FastLoader
+from gpufeed.data.augment import augment, augment_one, draw_params
+from gpufeed.data.loader import FastLoader
 
 device_loader = FastLoader(data, batch_size, seed=0, device=S.device if S.cuda else None)
 gen = torch.Generator().manual_seed(0)
@@ -105,7 +105,7 @@ def loop_epoch():  # per-sample randomness the naive way: a Python loop over the
 # twelve times *slower*).
 
 # %%
-from gpufeed.bench import benchmark
+from gpufeed.measure.harness import benchmark
 
 kw = {"items": n_images, "repeats": config.pick(quick=3, full=5), "warmup": 1}
 where = "GPU" if S.cuda else "CPU, 1 thread"
@@ -122,7 +122,7 @@ for m in ms:
 # %%
 import matplotlib.pyplot as plt
 
-from gpufeed import plotting
+from gpufeed.measure import plotting
 
 fig, ax = plotting.bars(ms, baseline=ms[0].name, machine=S.machine,
                         title=f"augmenting one epoch: crop {out_size[0]}x{out_size[1]} + flip + normalise, batch {batch_size}")
@@ -172,7 +172,7 @@ for call in range(5):
 #   `[N, 1, 1, 1]` that broadcasts instead of one number.
 
 # %%
-from gpufeed.augment import resample_weights
+from gpufeed.data.augment import resample_weights
 
 p = draw_params(8, stored_hw, out_size, brightness=0.4, contrast=0.4, saturation=0.4,
                 generator=torch.Generator().manual_seed(1))
@@ -191,10 +191,10 @@ plt.show()
 
 # %% [markdown]
 # The same 8 images three ways: as stored, through the v2 pipeline called once on the batch, and
-# through `gpufeed.augment` with per-sample parameters:
+# through `gpufeed.data.augment` with per-sample parameters:
 
 # %%
-from gpufeed.augment import IMAGENET_MEAN, IMAGENET_STD
+from gpufeed.data.augment import IMAGENET_MEAN, IMAGENET_STD
 
 
 def to_display(images):  # normalised float [N, 3, h, w] -> [N, h, w, 3] in [0, 1]
@@ -221,7 +221,7 @@ plt.show()
 # allow `TOLERANCE` (normalised units; 1e-4 is under a hundredth of a grey level).
 
 # %%
-from gpufeed.augment import TOLERANCE
+from gpufeed.data.augment import TOLERANCE
 
 on_device = augment(x.to(S.device), p.to(S.device)).cpu()
 reference = torch.stack([augment_one(x[i], p.sample(i)) for i in range(len(x))])  # one image at a time, on the CPU
@@ -238,10 +238,10 @@ print(f"batched on {S.device} vs per-sample torchvision: largest difference {wor
 # workers (`ToDtype`, `Normalize`), so everything after it moves `float32`. Doing **both** keeps
 # the random per-sample steps in the CPU workers on `uint8` (`cpu_transform(..., to_float=False)`)
 # and converts and normalises the whole batch at the last step, on the device
-# (`gpufeed.augment.finish`). Same random draws, same result:
+# (`gpufeed.data.augment.finish`). Same random draws, same result:
 
 # %%
-from gpufeed.augment import crop_resize, finish
+from gpufeed.data.augment import crop_resize, finish
 
 image = data.images[0].clone()
 torch.manual_seed(5)
@@ -324,7 +324,7 @@ else:
 # committed reference from a machine that has one.
 
 # %%
-from gpufeed import results
+from gpufeed.measure import results
 
 saved = results.save_lesson("lesson09", [*ms, both, *tail], n_images=n_images, batch_size=batch_size, cores=cores,
                             stored=list(stored_hw), out_size=list(out_size), batched_vs_workers=batched_rate / workers,

@@ -31,11 +31,11 @@
 # ## 2. Is DALI here?
 #
 # DALI ships as one wheel per CUDA major version (`nvidia-dali-cuda120`, `nvidia-dali-cuda130`),
-# for Linux only. `gpufeed.dali` tells whether it is installed without importing it (importing
+# for Linux only. `gpufeed.measure.dali` tells whether it is installed without importing it (importing
 # DALI takes seconds), and how to install it for this machine:
 
 # %%
-from gpufeed import dali as gdali
+from gpufeed.measure import dali as gdali
 
 HAVE_DALI = gdali.available()
 DEVICE_ID = gdali.device_id()  # 0 on a GPU machine, None: CPU-only mode
@@ -59,10 +59,10 @@ import torchvision
 from torch.utils.data import DataLoader
 
 from gpufeed import config
-from gpufeed.augment import MemmapSamples, cpu_transform
-from gpufeed.machine import usable_cores
-from gpufeed.memmap import build_memmap
-from gpufeed.synth import synth_folder
+from gpufeed.data.augment import MemmapSamples, cpu_transform
+from gpufeed.measure.machine import usable_cores
+from gpufeed.data.memmap import build_memmap
+from gpufeed.measure.synth import synth_folder
 
 cores = usable_cores()
 n_images, batch_size = config.pick(quick=64, full=1024), config.pick(quick=16, full=64)
@@ -78,7 +78,7 @@ print(f"{n_images} JPEGs of {jpeg_size[0]}x{jpeg_size[1]}, a memmap at {stored[0
       f"{out_size[0]}x{out_size[1]}, batch {batch_size}, {cores} cores, device {S.device}")
 
 # %%
-from gpufeed.bench import benchmark
+from gpufeed.measure.harness import benchmark
 
 
 def epoch(loader):
@@ -165,14 +165,14 @@ else:
 # ## 5. Correct before fast: the deterministic part
 #
 # Random crops cannot be compared with torchvision's, but the rest can: read in order, decode,
-# resize to a fixed size, normalise (`gpufeed.dali.eval_pipeline`) against `torchvision.io`'s
-# decoder, `v2.functional.resize` with antialiasing, and `normalize` (`gpufeed.dali.torchvision_eval`).
+# resize to a fixed size, normalise (`gpufeed.measure.dali.eval_pipeline`) against `torchvision.io`'s
+# decoder, `v2.functional.resize` with antialiasing, and `normalize` (`gpufeed.measure.dali.torchvision_eval`).
 # On the CPU both decode with libjpeg-turbo. Inside a one-pixel frame they agree within half a grey
 # level (DALI rounds the resized image to `uint8`); on the frame, the two antialiasing filters
 # treat the border differently, so there we bound only the mean.
 
 # %%
-from gpufeed.folder import scan
+from gpufeed.data.folder import scan
 
 if HAVE_DALI:
     check_size = (out_size[0], out_size[0] * 3 // 4)  # (width, height), a 4:3 shrink of the 4:3 JPEGs
@@ -197,7 +197,7 @@ else:
 # ## 6. `fn.external_source`: DALI only augments
 #
 # When the images are already decoded (the memmap of lesson 05), DALI need not read or decode.
-# `fn.external_source` takes batches from Python: `gpufeed.dali.MemmapSource` serves the memmap
+# `fn.external_source` takes batches from Python: `gpufeed.measure.dali.MemmapSource` serves the memmap
 # through lesson 06's `FastLoader` (shuffled, seeded, one gather per batch), each `iter()` a new
 # epoch; `cycle="raise"` ends DALI's epoch where the source's ends. The stored images are
 # `uint8 [3, H, W]`, so the layout is `"CHW"`; DALI's crop and resize take it as it is.
@@ -240,7 +240,7 @@ else:
 # %%
 import matplotlib.pyplot as plt
 
-from gpufeed import plotting
+from gpufeed.measure import plotting
 
 
 def dali_epoch(loader):
@@ -333,7 +333,7 @@ else:
 # installed there).
 
 # %%
-from gpufeed import results
+from gpufeed.measure import results
 
 extra_json = {"dali": gdali.version(), "n_images": n_images, "batch_size": batch_size, "cores": cores,
               "jpeg_size": list(jpeg_size), "out_size": list(out_size)}

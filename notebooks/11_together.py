@@ -32,15 +32,17 @@
 # Every pipeline here reads the same generated folder of JPEGs (or the memmap decoded from it),
 # applies the same augmentation (resize the short side, a random square crop, a random flip,
 # normalise) and yields the same `float32` batches on the device. The model is a torchvision
-# ResNet-18 with random weights and an SGD step (`gpufeed.pipeline_bench.make_model`; on CUDA in
+# ResNet-18 with random weights and an SGD step (`gpufeed.measure.suite.make_model`; on CUDA in
 # channels-last with bfloat16 autocast). Quick mode uses tiny images: read nothing into its numbers.
 
 # %%
 import torch
 
-from gpufeed import config, pipelines
-from gpufeed.machine import usable_cores
-from gpufeed.pipeline_bench import make_model
+from gpufeed import config
+
+from gpufeed.measure import pipelines
+from gpufeed.measure.machine import usable_cores
+from gpufeed.measure.suite import make_model
 
 cores = usable_cores()
 QUICK = pipelines.Workload(n=64, jpeg_size=(96, 72), resize=40, crop=32, batch=16)
@@ -60,7 +62,7 @@ print(f"{w.n} JPEGs of {w.jpeg_size[0]}x{w.jpeg_size[1]}; a memmap of {w.resize}
 # %%
 import shutil
 
-from gpufeed.memmap import build_memmap
+from gpufeed.data.memmap import build_memmap
 
 scratch = config.cache_dir() / "lesson11" / "build-timing"
 build_s = build_memmap(data.jpeg, scratch, size=(w.resize, w.resize), workers=cores, overwrite=True,
@@ -93,7 +95,7 @@ from torch.utils.data import DataLoader
 from torchvision import datasets
 from torchvision import transforms as T
 
-from gpufeed.augment import IMAGENET_MEAN, IMAGENET_STD
+from gpufeed.data.augment import IMAGENET_MEAN, IMAGENET_STD
 
 naive_transform = T.Compose([T.Resize(w.resize), T.RandomCrop(w.crop), T.RandomHorizontalFlip(), T.ToTensor(),
                              T.Normalize(IMAGENET_MEAN, IMAGENET_STD)])  # per image, on the CPU, float32 out
@@ -123,10 +125,10 @@ def train_epoch(batches):
 # batched step (lesson 09). The training loop is the same `train_epoch`.
 
 # %%
-from gpufeed.loader import FastLoader
-from gpufeed.memmap import load_memmap
-from gpufeed.pipelines import DeviceAugment
-from gpufeed.prefetch import ThreadPrefetcher
+from gpufeed.data.loader import FastLoader
+from gpufeed.data.memmap import load_memmap
+from gpufeed.measure.pipelines import DeviceAugment
+from gpufeed.data.prefetch import ThreadPrefetcher
 
 memmap = load_memmap(data.memmap)  # uint8 [N, 3, resize, resize] + int64 [N]: mapped, not read
 fast = FastLoader(memmap, w.batch, seed=0, drop_last=True,
@@ -143,7 +145,7 @@ def course_epoch():
 
 # %% [markdown]
 # Before timing two implementations, check that they compute what they should: each loop gives
-# the very batches of its twin in `gpufeed.pipelines`, which the tests check image by image against
+# the very batches of its twin in `gpufeed.measure.pipelines`, which the tests check image by image against
 # Pillow's decoding of every file.
 
 # %%
@@ -169,13 +171,13 @@ print(f"both loops give their twins' batches: images {tuple(mine[0].shape)} {min
 # ## 4. The ladder
 #
 # Each rung adds one technique to the rung above it and is timed as a loader alone: whole epochs,
-# batches made and left on the device, no model. `gpufeed.ladder` builds the rungs from the pieces
-# of `gpufeed.pipelines` (the DataLoader rungs' datasets and transforms live there, since workers
+# batches made and left on the device, no model. `gpufeed.course.ladder` builds the rungs from the pieces
+# of `gpufeed.measure.pipelines` (the DataLoader rungs' datasets and transforms live there, since workers
 # must pickle them). DALI, where installed, is a side rung: another road to the same batches.
 
 # %%
-from gpufeed import dali as gdali
-from gpufeed import ladder
+from gpufeed.measure import dali as gdali
+from gpufeed.course import ladder
 
 HAVE_DALI = gdali.available()
 rungs = ladder.rungs(data, w, S.device, workers=cores, dali=HAVE_DALI)
@@ -189,7 +191,7 @@ for key in rungs:
 # refills its prefetch queue, 2 batches, as soon as an epoch ends: its passes start a little ahead.)
 
 # %%
-from gpufeed import bench
+from gpufeed.measure import harness as bench
 
 per_epoch = w.n // w.batch * w.batch  # images in one pass (the last, short batch is dropped)
 kw = {"repeats": config.pick(quick=3, full=5), "warmup": 1, "items": per_epoch}
@@ -258,7 +260,7 @@ print(f"Same model, data and augmentation: the course's loop trained at {rates['
 # at the same time, it is `min(1, loader rate / model rate)`. Section 4 gave the loader rates.
 
 # %%
-from gpufeed import efficiency
+from gpufeed.course import efficiency
 
 eff = efficiency.efficiency({k: v for k, v in rates.items() if k != ALL_CORES})
 fig, ax = efficiency.plot(eff, S.machine, title=f"loader efficiency, ResNet-18 on {S.device} "
@@ -294,7 +296,7 @@ if ALL_CORES in rates:
 # `python -m gpufeed bench` (every pipeline, loader alone and training, one run) where committed.
 
 # %%
-from gpufeed import results
+from gpufeed.measure import results
 
 if S.cuda:
     print(f"Measured above on {S.machine.get('gpu')}.")
@@ -308,7 +310,7 @@ else:
         print(ladder.read(doc["ladder"], doc["cores"]))
 
 # %%
-from gpufeed import pipeline_bench
+from gpufeed.measure import suite as pipeline_bench
 
 
 def show_bench(found, kind):
@@ -385,7 +387,7 @@ print(f"saved to {saved}")
 # 1. Compute, by hand from `rates`, `w` and `build_s`, after how many epochs the memmap pays for
 #    itself against the naive loop; check it with the cell below.
 # 2. Swap two rungs: build a ladder where prefetching comes before batched fetching (wrap the
-#    per-sample memmap DataLoader, `rungs["memmap"]`, in `gpufeed.prefetch.prefetch`). Does
+#    per-sample memmap DataLoader, `rungs["memmap"]`, in `gpufeed.data.prefetch.prefetch`). Does
 #    prefetching gain more there? Why?
 # 3. Make the model heavier (`torchvision.models.resnet50`) or lighter and measure the efficiency
 #    again. Which pipelines reach the target now, and what does that say about the loader's budget?

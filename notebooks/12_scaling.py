@@ -50,8 +50,8 @@
 import matplotlib.pyplot as plt
 import numpy as np
 
-from gpufeed import plotting
-from gpufeed.shards import check_shards, shard
+from gpufeed.measure import plotting
+from gpufeed.course.shards import check_shards, shard
 
 n_demo, world_demo, epochs_demo = 10, 3, 3
 rank_colors = [plotting.COLORS[c] for c in ("copy", "read", "collate")]
@@ -91,7 +91,7 @@ for kind in ("fast", "sampler"):
 # `drop_last=True` both ways give every rank `n // w` samples in full batches:
 
 # %%
-from gpufeed.shards import make_loader
+from gpufeed.course.shards import make_loader
 
 for kind in ("fast", "sampler"):
     for drop_last in (False, True):
@@ -124,7 +124,7 @@ print(f"without set_epoch, {len({tuple(o) for o in forgot})} distinct order(s) i
 # ## 3. The dataset and the script
 #
 # The ranks share one memmap dataset (lesson 05), built once. The script is
-# `gpufeed/distributed.py`, run as `torchrun --nproc-per-node N -m gpufeed.distributed --data DIR`.
+# `gpufeed/course/distributed.py`, run as `torchrun --nproc-per-node N -m gpufeed.course.distributed --data DIR`.
 # Each rank: reads `RANK`/`LOCAL_RANK`/`WORLD_SIZE`, calls `init_process_group` (nccl with one GPU
 # per process where CUDA exists, else gloo), maps the dataset, loops over its shard per epoch (with
 # `--train`: a small CNN in DDP), and times its epochs with the course's harness (a warm-up epoch
@@ -134,8 +134,8 @@ print(f"without set_epoch, {len({tuple(o) for o in forgot})} distinct order(s) i
 
 # %%
 from gpufeed import config
-from gpufeed.memmap import build_memmap
-from gpufeed.synth import synth_folder
+from gpufeed.data.memmap import build_memmap
+from gpufeed.measure.synth import synth_folder
 
 n_images = config.pick(quick=256, full=2048)
 side = config.pick(quick=64, full=160)
@@ -147,11 +147,11 @@ print(f"{mm.n} images of {side}x{side} in {mm.path} ({mm.nbytes / 2**20:.1f} MiB
 # %% [markdown]
 # In a terminal you would type `torchrun ...`. A notebook's kernel may not have `torchrun` on its
 # `PATH`, but `python -m torch.distributed.run` is the same program, run with the kernel's own
-# Python. `gpufeed.launch` builds that command with everything on one machine: the processes meet
+# Python. `gpufeed.course.launch` builds that command with everything on one machine: the processes meet
 # at `127.0.0.1` on a free port, and no network is needed.
 
 # %%
-from gpufeed.launch import torchrun_command
+from gpufeed.course.launch import torchrun_command
 
 script_args = ["--data", mm.path, "--batch-size", "32", "--epochs", str(config.pick(quick=3, full=5)), "--train",
                "--backend", "gloo"]  # the CPU, also on a machine with GPUs (section 6 uses them)
@@ -164,7 +164,7 @@ print(" ".join(["python", *torchrun_command(2, script_args)[1:]]))
 # machine map the same dataset file, the file sits in RAM once, and a page one rank has read is
 # there for the seven others. Each rank's *RSS* still counts every page it has touched, so adding
 # up the ranks' memory use overstates it eightfold. To see it, we drop the file from the cache, then
-# let two separate processes read every page in turn (`python -m gpufeed.pagecache`, which also asks
+# let two separate processes read every page in turn (`python -m gpufeed.course.pagecache`, which also asks
 # the kernel with `mincore` how much of the file was cached before it started).
 
 # %%
@@ -172,12 +172,12 @@ import json
 import subprocess
 import sys
 
-from gpufeed.folder import drop_cached
-from gpufeed.pagecache import memmap_files
+from gpufeed.data.folder import drop_cached
+from gpufeed.course.pagecache import memmap_files
 
 
 def read_in_new_process(folder):
-    r = subprocess.run([sys.executable, "-m", "gpufeed.pagecache", str(folder)], capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-m", "gpufeed.course.pagecache", str(folder)], capture_output=True, text=True,
                        check=True)
     return json.loads(r.stdout)
 
@@ -216,7 +216,7 @@ else:
 # run, to see who pays for the reads.
 
 # %%
-from gpufeed.launch import launch, run_here
+from gpufeed.course.launch import launch, run_here
 
 one_ms, one = run_here(script_args, work / "run-1.json", threads=1)
 drop_cached(memmap_files(mm.path))
@@ -277,13 +277,13 @@ if noisy or max(scale.values()) > 2.1:
 # ## 6. The same script on GPUs, with nccl
 #
 # Nothing changes but the count: `torchrun --nproc-per-node $(nvidia-smi -L | wc -l) -m
-# gpufeed.distributed ...`. Each rank takes GPU `LOCAL_RANK`, the backend is nccl, `FastLoader`
+# gpufeed.course.distributed ...`. Each rank takes GPU `LOCAL_RANK`, the backend is nccl, `FastLoader`
 # gathers each batch into pinned memory and copies it to the rank's GPU without blocking, and the
 # model (ResNet-18 here) trains in bfloat16. This cell needs CUDA; without it, it shows the committed
 # reference from a GPU machine.
 
 # %%
-from gpufeed import results
+from gpufeed.measure import results
 
 gpu_ms = []
 if S.cuda:
@@ -320,7 +320,7 @@ print(f"saved to {saved}")
 # # on each of the 2 nodes, 8 GPUs each: 16 ranks
 # torchrun --nnodes 2 --nproc-per-node 8 \
 #     --rdzv-backend c10d --rdzv-endpoint node0.cluster:29400 --rdzv-id job42 \
-#     -m gpufeed.distributed --data /local/nvme/mm --out run.json --train --model resnet18
+#     -m gpufeed.course.distributed --data /local/nvme/mm --out run.json --train --model resnet18
 # ```
 #
 # * `RANK` now runs from 0 to 15, `LOCAL_RANK` from 0 to 7 on each node. Each rank still reads

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from gpufeed.synth import SynthSpec, render
+from gpufeed.measure.synth import SynthSpec, render
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from torch.utils.data import DataLoader
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as F
 
-from gpufeed.augment import (
+from gpufeed.data.augment import (
     TOLERANCE,
     MemmapSamples,
     augment,
@@ -20,8 +20,8 @@ from gpufeed.augment import (
     flip,
     resample_weights,
 )
-from gpufeed.memmap import MemmapError, build_memmap
-from gpufeed.synth import synth_folder
+from gpufeed.data.memmap import MemmapError, build_memmap
+from gpufeed.measure.synth import synth_folder
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 JITTER = {"brightness": 0.4, "contrast": 0.4, "saturation": 0.4}

@@ -4,8 +4,8 @@ import warnings
 
 import pytest
 
-from gpufeed import bench
-from gpufeed.bench import Measurement, benchmark, compare, format_rate, format_time
+from gpufeed.measure import harness as bench
+from gpufeed.measure.harness import Measurement, benchmark, compare, format_rate, format_time
 
 
 def test_warmup_calls_are_not_timed_and_samples_are_kept():

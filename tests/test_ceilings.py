@@ -3,8 +3,8 @@ import os
 import pytest
 import torch
 
-from gpufeed import ceilings
-from gpufeed.synth import synth_folder
+from gpufeed.measure import ceilings
+from gpufeed.measure.synth import synth_folder
 
 
 def test_memcpy_reports_bytes_and_keeps_threads():
@@ -32,7 +32,7 @@ def test_read_file_and_page_cache(tmp_path):
 
 
 def test_decode_rate_counts_images(tmp_path):
-    from gpufeed.jpeg import decode_pil
+    from gpufeed.data.jpeg import decode_pil
 
     folder = synth_folder(tmp_path / "d", n=4, size=(64, 48), classes=1, progress=False).path
     jpegs = [p.read_bytes() for p in folder.rglob("*.jpg")]

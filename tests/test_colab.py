@@ -101,7 +101,7 @@ def pip_installs(events) -> list[tuple[set[str], dict[str, Requirement], str | N
 
 def uses_dali(path: Path) -> bool:
     code = path.with_suffix(".py").read_text()
-    return re.search(r"from gpufeed import dali\b|import gpufeed\.dali|from gpufeed\.dali|nvidia\.dali", code) is not None
+    return re.search(r"from gpufeed.measure import dali\b|import gpufeed\.measure\.dali|from gpufeed\.measure\.dali|nvidia\.dali", code) is not None
 
 
 def test_the_address_is_one_github_repository():

@@ -5,10 +5,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from gpufeed import dali as gdali
-from gpufeed.folder import scan
-from gpufeed.memmap import build_memmap, load_memmap
-from gpufeed.synth import synth_folder
+from gpufeed.data.folder import scan
+from gpufeed.data.memmap import build_memmap, load_memmap
+from gpufeed.measure import dali as gdali
+from gpufeed.measure.synth import synth_folder
 
 needs_dali = pytest.mark.skipif(not gdali.available(), reason="NVIDIA DALI is not installed (pip install nvidia-dali-cuda130)")
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,7 +72,7 @@ def test_external_source_pipeline_normalises_the_memmap_in_order(tmp_path, folde
     from nvidia.dali import fn, pipeline_def, types
     from nvidia.dali.plugin.pytorch import DALIGenericIterator
 
-    from gpufeed.augment import normalize
+    from gpufeed.data.augment import normalize
 
     mm = build_memmap(folder, tmp_path / "mm", size=(40, 30), progress=False).path
     src = gdali.MemmapSource(mm, batch_size=8, seed=2)
@@ -118,8 +118,9 @@ def test_random_operators_draw_per_sample():
 
 
 def test_reference_with_dali_finds_only_results_that_have_dali(tmp_path, monkeypatch):
-    from gpufeed import bench, results
-    from gpufeed.bench import Measurement
+    from gpufeed.measure import harness as bench
+    from gpufeed.measure import results
+    from gpufeed.measure.harness import Measurement
 
     bench.save(tmp_path / "gpu-a" / "lesson10.json", [Measurement("torchvision", [1.0])], dali=None)
     bench.save(tmp_path / "cpu-b" / "lesson10.json", [Measurement("DALI", [0.5])], dali="nvidia-dali-cuda130 2.4.0")

@@ -1,5 +1,5 @@
-"""Shards (gpufeed.shards), the torchrun script (gpufeed.distributed), its launcher (gpufeed.launch),
-the tensordict-free memmap reader (gpufeed.arrays) and the page-cache probes (gpufeed.pagecache)."""
+"""Shards (gpufeed.course.shards), the torchrun script (gpufeed.course.distributed), its launcher (gpufeed.course.launch),
+the tensordict-free memmap reader (gpufeed.data.arrays) and the page-cache probes (gpufeed.course.pagecache)."""
 
 import json
 import os
@@ -9,13 +9,13 @@ import sys
 import pytest
 import torch
 
-from gpufeed import distributed, launch, pagecache
-from gpufeed.arrays import open_arrays
-from gpufeed.folder import drop_cached
-from gpufeed.loader import permutation
-from gpufeed.memmap import MemmapError, build_memmap, load_memmap
-from gpufeed.shards import KINDS, check_shards, digest, make_loader, shard
-from gpufeed.synth import synth_folder
+from gpufeed.course import distributed, launch, pagecache
+from gpufeed.course.shards import KINDS, check_shards, digest, make_loader, shard
+from gpufeed.data.arrays import open_arrays
+from gpufeed.data.folder import drop_cached
+from gpufeed.data.loader import permutation
+from gpufeed.data.memmap import MemmapError, build_memmap, load_memmap
+from gpufeed.measure.synth import synth_folder
 
 
 @pytest.fixture(scope="module")
@@ -138,7 +138,7 @@ def test_touch_and_resident(mm):
 
 
 def test_pagecache_script_prints_json_and_rejects_a_missing_path(mm, tmp_path):
-    r = subprocess.run([sys.executable, "-m", "gpufeed.pagecache", str(mm)], capture_output=True, text=True, timeout=60)
+    r = subprocess.run([sys.executable, "-m", "gpufeed.course.pagecache", str(mm)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["pages"] >= 1 and (doc["resident_before"] is None or 0 <= doc["resident_before"] <= 1)
@@ -152,7 +152,7 @@ def test_torchrun_command_is_local_and_checks_nproc():
     cmd = launch.torchrun_command(3, ["--data", "D"], port=1234)
     assert cmd[:3] == [sys.executable, "-m", "torch.distributed.run"]
     assert cmd[cmd.index("--master-addr") + 1] == "127.0.0.1" and cmd[cmd.index("--nproc-per-node") + 1] == "3"
-    assert cmd[-4:] == ["-m", "gpufeed.distributed", "--data", "D"]
+    assert cmd[-4:] == ["-m", "gpufeed.course.distributed", "--data", "D"]
     with pytest.raises(ValueError, match="nproc"):
         launch.torchrun_command(0, [])
 

@@ -1,7 +1,7 @@
 import subprocess
 import sys
 
-from gpufeed import doctor
+from gpufeed.course import doctor
 
 
 def test_doctor_runs_and_exits_zero_on_this_machine():

@@ -5,8 +5,11 @@ import math
 import matplotlib.pyplot as plt
 import pytest
 
-from gpufeed import bench, efficiency, pipeline_bench, results
-from gpufeed.bench import Measurement
+from gpufeed.course import efficiency
+from gpufeed.measure import harness as bench
+from gpufeed.measure import results
+from gpufeed.measure import suite as pipeline_bench
+from gpufeed.measure.harness import Measurement
 
 
 def test_efficiency_is_each_rate_over_the_ceiling():

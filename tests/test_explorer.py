@@ -3,8 +3,8 @@
 import matplotlib.pyplot as plt
 import pytest
 
-from gpufeed.explorer import RANGES, explorer, show
-from gpufeed.simulator import Costs, preset
+from gpufeed.course.explorer import RANGES, explorer, show
+from gpufeed.course.simulator import Costs, preset
 
 ipywidgets = pytest.importorskip("ipywidgets")
 

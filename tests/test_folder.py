@@ -7,10 +7,17 @@ import torch
 from PIL import Image
 from torch.utils.data import DataLoader
 
-from gpufeed import folder
-from gpufeed.folder import BadImageError, FolderError, ImageFolderDataset, fit, load_image, scan
-from gpufeed.jpeg import decode_pil
-from gpufeed.synth import synth_folder
+from gpufeed.data import folder
+from gpufeed.data.folder import (
+    BadImageError,
+    FolderError,
+    ImageFolderDataset,
+    fit,
+    load_image,
+    scan,
+)
+from gpufeed.data.jpeg import decode_pil
+from gpufeed.measure.synth import synth_folder
 
 
 @pytest.fixture(scope="module")

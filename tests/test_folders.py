@@ -2,8 +2,9 @@ import numpy as np
 import pytest
 import torch
 
-from gpufeed import folders, quality
-from gpufeed.synth import SynthSpec, render, synth_folder
+from gpufeed.course import formats as folders
+from gpufeed.course import quality
+from gpufeed.measure.synth import SynthSpec, render, synth_folder
 
 N, SIZE = 6, (40, 24)
 

@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from gpufeed.instrument import Recording, list_images, naive_loop, tiny_model, train_step
-from gpufeed.simulator import Costs, Pipeline, simulate
-from gpufeed.synth import synth_folder
-from gpufeed.timeline import Interval
+from gpufeed.course.instrument import Recording, list_images, naive_loop, tiny_model, train_step
+from gpufeed.course.simulator import Costs, Pipeline, simulate
+from gpufeed.course.timeline import Interval
+from gpufeed.measure.synth import synth_folder
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from gpufeed import jpeg
-from gpufeed.synth import SynthSpec, encode_jpeg, render
+from gpufeed.data import jpeg
+from gpufeed.measure.synth import SynthSpec, encode_jpeg, render
 
 
 @pytest.fixture(scope="module")

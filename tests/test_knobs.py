@@ -5,8 +5,7 @@ import pytest
 import torch
 from torch.utils.data import Dataset
 
-from gpufeed.bench import Measurement
-from gpufeed.knobs import (
+from gpufeed.course.knobs import (
     MemmapDataset,
     first_batch,
     grid,
@@ -16,9 +15,10 @@ from gpufeed.knobs import (
     sweep,
     worker_counts,
 )
-from gpufeed.memmap import build_memmap, load_memmap
-from gpufeed.movers import DetectionDataset, detection_collate, equal
-from gpufeed.synth import synth_folder
+from gpufeed.data.memmap import build_memmap, load_memmap
+from gpufeed.data.movers import DetectionDataset, detection_collate, equal
+from gpufeed.measure.harness import Measurement
+from gpufeed.measure.synth import synth_folder
 
 
 @pytest.fixture(scope="module")

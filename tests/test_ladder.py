@@ -7,10 +7,10 @@ import pytest
 import torch
 from test_pipelines import SQUARE, grey_levels, match_epoch, normalised, reference
 
-from gpufeed import dali as gdali
-from gpufeed import ladder
-from gpufeed import pipelines as P
-from gpufeed.memmap import load_memmap
+from gpufeed.course import ladder
+from gpufeed.data.memmap import load_memmap
+from gpufeed.measure import dali as gdali
+from gpufeed.measure import pipelines as P
 
 # torchvision (or TorchCodec) decodes the uint8 rung; Pillow decodes the rest (the memmap too).
 TOLERANCE = {"uint8": 2.0, "dali": 2.0}

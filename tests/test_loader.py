@@ -10,7 +10,7 @@ from torch.utils.data import (
     TensorDataset,
 )
 
-from gpufeed.loader import (
+from gpufeed.data.loader import (
     BatchTensorDataset,
     FastLoader,
     gather,
@@ -18,7 +18,7 @@ from gpufeed.loader import (
     no_collate,
     permutation,
 )
-from gpufeed.memmap import ImageData
+from gpufeed.data.memmap import ImageData
 
 
 def epoch_order(loader):

@@ -1,6 +1,6 @@
 import json
 
-from gpufeed.machine import describe, machine_info, slug
+from gpufeed.measure.machine import describe, machine_info, slug
 
 
 def test_machine_info_is_json_ready_and_complete():

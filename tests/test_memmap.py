@@ -8,12 +8,12 @@ import signal
 import pytest
 import torch
 
-from gpufeed import folder, memmap
 from gpufeed.cli import main
-from gpufeed.folder import ImageFolderDataset
-from gpufeed.jpeg import decode_pil
-from gpufeed.memmap import ImageData, MemmapError, build_memmap, load_memmap, read_manifest
-from gpufeed.synth import synth_folder
+from gpufeed.data import folder, memmap
+from gpufeed.data.folder import ImageFolderDataset
+from gpufeed.data.jpeg import decode_pil
+from gpufeed.data.memmap import ImageData, MemmapError, build_memmap, load_memmap, read_manifest
+from gpufeed.measure.synth import synth_folder
 
 
 @pytest.fixture(scope="module")

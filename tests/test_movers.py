@@ -3,8 +3,8 @@ import collections
 import pytest
 import torch
 
-from gpufeed.memmap import ImageData
-from gpufeed.movers import (
+from gpufeed.data.memmap import ImageData
+from gpufeed.data.movers import (
     DetectionDataset,
     as_tensordict,
     detection_collate,

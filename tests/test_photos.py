@@ -1,4 +1,4 @@
-from gpufeed import photos
+from gpufeed.measure import photos
 
 
 def test_every_photo_has_a_licence_entry():

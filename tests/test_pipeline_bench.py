@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from gpufeed import dali as gdali
-from gpufeed import pipeline_bench as pb
 from gpufeed.cli import main
+from gpufeed.measure import dali as gdali
+from gpufeed.measure import suite as pb
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +45,7 @@ def test_plots_and_summary(tiny_run, capsys):
 
 
 def test_load_refuses_other_files(tmp_path):
-    from gpufeed.bench import save
+    from gpufeed.measure.harness import save
 
     save(tmp_path / "results.json", [])
     with pytest.raises(ValueError, match="not a `gpufeed bench` results file"):

@@ -7,11 +7,11 @@ import pytest
 import torch
 from PIL import Image
 
-from gpufeed import dali as gdali
-from gpufeed import pipelines as P
-from gpufeed.augment import IMAGENET_MEAN, IMAGENET_STD
-from gpufeed.folder import scan
-from gpufeed.memmap import load_memmap
+from gpufeed.data.augment import IMAGENET_MEAN, IMAGENET_STD
+from gpufeed.data.folder import scan
+from gpufeed.data.memmap import load_memmap
+from gpufeed.measure import dali as gdali
+from gpufeed.measure import pipelines as P
 
 STD255 = torch.tensor(IMAGENET_STD).view(3, 1, 1) * 255
 # Square JPEGs of exactly the crop size: no resize, no crop freedom, only the random flip, so
@@ -85,7 +85,7 @@ def test_course_yields_the_memmap_images_in_the_loaders_order(square):
 
 @pytest.mark.skipif(not gdali.available(), reason="DALI is not installed")
 def test_dali_yields_the_same_images_as_naive(square):
-    from gpufeed.pipeline_bench import _dali_source
+    from gpufeed.measure.suite import _dali_source
 
     source = _dali_source(square, SQUARE, "cpu", threads=1)
     match_epoch(source(), *reference(square), tolerance=2.0)

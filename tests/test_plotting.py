@@ -1,7 +1,7 @@
 import matplotlib.pyplot as plt
 
-from gpufeed import plotting
-from gpufeed.bench import Measurement
+from gpufeed.measure import plotting
+from gpufeed.measure.harness import Measurement
 
 
 def test_bars_label_ratios_units_and_machine(tmp_path):

@@ -7,9 +7,9 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from gpufeed.memmap import ImageData
-from gpufeed.movers import equal, leaves
-from gpufeed.prefetch import (
+from gpufeed.data.memmap import ImageData
+from gpufeed.data.movers import equal, leaves
+from gpufeed.data.prefetch import (
     THREAD_PREFIX,
     CudaPrefetcher,
     Lookahead,
@@ -104,7 +104,7 @@ def test_prepare_converts_only_4d_uint8_images(kind):
 
 
 def tree_without_images(batch):
-    from gpufeed.movers import plain
+    from gpufeed.data.movers import plain
 
     b = plain(batch)
     return {k: v for k, v in b.items() if k != "images"} if isinstance(b, dict) else b[1:]

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from gpufeed import quality
-from gpufeed.quality import psnr, ssim
-from gpufeed.synth import SynthSpec, render
+from gpufeed.course import quality
+from gpufeed.course.quality import psnr, ssim
+from gpufeed.measure.synth import SynthSpec, render
 
 C1, C2 = (0.01 * 255) ** 2, (0.03 * 255) ** 2
 
@@ -109,7 +109,7 @@ def test_quality_sweep_on_tiny_images_is_monotone():
 
 
 def test_matching_quality_finds_the_size():
-    from gpufeed.synth import encode_jpeg
+    from gpufeed.measure.synth import encode_jpeg
 
     img = render(SynthSpec(n=1, width=64, height=48), 0)
     for q in (20, 60, 90):

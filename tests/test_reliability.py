@@ -21,10 +21,11 @@ import torch
 from badimages import CASES, make_folder, photo
 from PIL import Image
 
-from gpufeed import cli, folder, memmap
-from gpufeed.folder import BadImageError, ImageFolderDataset, load_image, scan, to_rgb
-from gpufeed.memmap import MemmapError, build_memmap, load_memmap
-from gpufeed.synth import synth_folder
+from gpufeed import cli
+from gpufeed.data import folder, memmap
+from gpufeed.data.folder import BadImageError, ImageFolderDataset, load_image, scan, to_rgb
+from gpufeed.data.memmap import MemmapError, build_memmap, load_memmap
+from gpufeed.measure.synth import synth_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "gpufeed", "data", "memmap"]
@@ -160,7 +161,7 @@ def test_cli_skip_bad_says_how_many_and_which(bad_folder, tmp_path, capsys):
 
 def _kill_at(point: str):
     """Patches the build so that the process SIGKILLs itself at ``point``."""
-    from gpufeed import staging
+    from gpufeed.data import staging
 
     def die(*a, **k):
         os.kill(os.getpid(), signal.SIGKILL)
@@ -303,12 +304,12 @@ def test_manifest_records_what_was_skipped(bad_folder, tmp_path):
 
 # --- bad images: the DALI reader -----------------------------------------------------------------
 
-@pytest.mark.skipif(not __import__("gpufeed.dali").dali.available(), reason="NVIDIA DALI is not installed")
+@pytest.mark.skipif(not __import__("gpufeed.measure.dali").measure.dali.available(), reason="NVIDIA DALI is not installed")
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_the_dali_reader_converts_or_names_the_file(tmp_path, case):
     from badimages import write_case
 
-    from gpufeed import dali
+    from gpufeed.measure import dali
 
     if case.name == "locked.jpg" and IS_ROOT:
         pytest.skip("root reads a mode-000 file; DALI's reader cannot be made to fail here")

@@ -1,7 +1,7 @@
 import json
 
-from gpufeed import results
-from gpufeed.bench import Measurement, save
+from gpufeed.measure import results
+from gpufeed.measure.harness import Measurement, save
 
 
 def test_save_lesson_goes_to_the_machine_folder(monkeypatch, tmp_path):
@@ -24,7 +24,7 @@ def test_reference_prefers_gpu_results(monkeypatch, tmp_path):
 def test_committed_results_are_readable():
     for root in results.reference_roots():
         for path in root.glob("*/*.json"):
-            from gpufeed.bench import load
+            from gpufeed.measure.harness import load
 
             ms, doc = load(path)
             assert doc["machine"], path

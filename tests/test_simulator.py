@@ -4,7 +4,7 @@ import itertools
 
 import pytest
 
-from gpufeed.simulator import PRESETS, Costs, Pipeline, preset, simulate, slowest_stage
+from gpufeed.course.simulator import PRESETS, Costs, Pipeline, preset, simulate, slowest_stage
 
 
 def by_batch(result, stage):

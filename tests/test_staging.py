@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from gpufeed import staging
+from gpufeed.data import staging
 
 
 def test_the_folder_appears_only_when_the_block_ends(tmp_path):

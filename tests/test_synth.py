@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from gpufeed import staging, synth
-from gpufeed.synth import SynthError, synth_folder
+from gpufeed.data import staging
+from gpufeed.measure import synth
+from gpufeed.measure.synth import SynthError, synth_folder
 
 CLI = [sys.executable, "-m", "gpufeed", "data", "synth"]
 

@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-from gpufeed import trace
-from gpufeed.timeline import gantt
+from gpufeed.course import trace
+from gpufeed.course.timeline import gantt
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,7 @@ import pytest
 import torch
 from torch import nn
 
-from gpufeed import training
+from gpufeed.course import training
 
 
 def test_normalize_in_the_model_matches_normalizing_on_the_host():

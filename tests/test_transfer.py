@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from gpufeed import transfer
+from gpufeed.course import transfer
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 

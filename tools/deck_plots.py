@@ -4,7 +4,7 @@ Every plot comes from the package: the pipeline simulator and its Gantt charts (
 08, 11), computations that are exact (bytes on the wire, lesson 03; the profiler's schedule,
 lesson 02; shards per rank, lesson 12), seeded and cheap ones (JPEG size and error against
 quality, lesson 04; grouped shuffles, lesson 06; batch augmentation, lesson 09), and the committed
-measurements in ``results/<machine>/*.json`` (``gpufeed.bench.load``), captioned with the machine
+measurements in ``results/<machine>/*.json`` (``gpufeed.measure.harness.load``), captioned with the machine
 they were measured on. Nothing here times anything, so the same checkout gives the same plots.
 Numbers on the slides come from these plots, never typed by hand.
 
@@ -30,10 +30,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
-from gpufeed import plotting  # noqa: E402
-from gpufeed.bench import Measurement, load  # noqa: E402
-from gpufeed.simulator import PRESETS, Costs, preset, simulate, slowest_stage  # noqa: E402
-from gpufeed.timeline import gantt  # noqa: E402
+from gpufeed.course.simulator import PRESETS, Costs, preset, simulate, slowest_stage  # noqa: E402
+from gpufeed.course.timeline import gantt  # noqa: E402
+from gpufeed.measure import plotting  # noqa: E402
+from gpufeed.measure.harness import Measurement, load  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "assets" / "plots"
@@ -107,7 +107,7 @@ def lesson02_schedule():
 
 def lesson03_wire():
     """MB per batch of 64 images on the wire, as uint8, float16 and float32, at the course's sizes."""
-    from gpufeed import transfer
+    from gpufeed.course import transfer
 
     batch = transfer.BATCHES[-1]
     colors = (plotting.COLORS["copy"], plotting.COLORS["read"], plotting.COLORS["compute"])
@@ -129,9 +129,9 @@ def lesson03_wire():
 
 def lesson04_quality():
     """Mean JPEG size and PSNR against Pillow's quality, on 640x480 images cut from the course's photos."""
-    from gpufeed import quality
-    from gpufeed.jpeg import decode_pil
-    from gpufeed.synth import SynthSpec, encode_jpeg, render
+    from gpufeed.course import quality
+    from gpufeed.data.jpeg import decode_pil
+    from gpufeed.measure.synth import SynthSpec, encode_jpeg, render
 
     spec = SynthSpec(n=4, width=640, height=480, classes=4)
     images = [render(spec, i) for i in range(spec.n)]
@@ -162,7 +162,7 @@ def lesson04_quality():
 
 def lesson06_grouped():
     """Distinct classes per batch of 300: full vs grouped shuffles, data stored in class order or shuffled."""
-    from gpufeed.loader import grouped_permutation, permutation
+    from gpufeed.data.loader import grouped_permutation, permutation
 
     batch, classes, per_class = 300, 1000, 300
     labels = torch.arange(classes).repeat_interleave(per_class)  # class order, like an image folder
@@ -232,9 +232,9 @@ def lesson09_trap():
     """
     import dataclasses
 
-    from gpufeed.augment import IMAGENET_MEAN, IMAGENET_STD, augment, draw_params
-    from gpufeed.quality import to_tensor
-    from gpufeed.synth import SynthSpec, render
+    from gpufeed.course.quality import to_tensor
+    from gpufeed.data.augment import IMAGENET_MEAN, IMAGENET_STD, augment, draw_params
+    from gpufeed.measure.synth import SynthSpec, render
 
     spec = SynthSpec(n=8, width=224, height=168, classes=8, seed=3)
     x = torch.stack([to_tensor(render(spec, i)) for i in range(spec.n)])  # uint8 [8, 3, 168, 224]
@@ -249,7 +249,7 @@ def lesson09_trap():
         return (images * std + mean).clamp(0, 1).permute(0, 2, 3, 1)
 
     rows = {"stored": x.permute(0, 2, 3, 1), "one draw\nfor the batch\n(v2 on a batch)": shown(augment(x, shared)),
-            "a draw per\nsample\n(gpufeed.augment)": shown(augment(x, per_sample))}
+            "a draw per\nsample\n(gpufeed.data.augment)": shown(augment(x, per_sample))}
     fig, axes = plt.subplots(3, 8, figsize=(10, 4.0))
     for r, (label, images) in enumerate(rows.items()):
         for c in range(8):
@@ -281,7 +281,7 @@ def lesson12_shards():
     """Which rank gets which sample: FastLoader(rank, world_size) over 24 samples, two epochs."""
     from matplotlib.patches import Patch
 
-    from gpufeed.loader import FastLoader
+    from gpufeed.data.loader import FastLoader
 
     n, world, batch = 24, 3, 4
     colors = (plotting.COLORS["copy"], plotting.COLORS["read"], plotting.COLORS["collate"])

@@ -1,13 +1,25 @@
 """gpufeed: the helper package of the course on feeding images to the GPU.
 
-The notebooks in ``notebooks/`` teach; this package holds the plumbing and the reusable pieces they
-share, each module pointing back to the notebook that teaches it. Importing it has no side effects
-and imports nothing heavy: modules are loaded when first used (``gpufeed.bench``, ...).
+One package in three rooms, so that you know where each thing lives:
+
+* :mod:`gpufeed.data`, **the library**: what you take home into your own training (the image-folder
+  dataset, the memmap format, batched loading, prefetchers, moving nested batches, device
+  transforms). It imports nothing from the other two rooms and no plotting library.
+* :mod:`gpufeed.measure`, **measurement**: the benchmark harness, the machine record, results,
+  the machine's ceilings, the generated datasets and ``python -m gpufeed bench``.
+* :mod:`gpufeed.course`, **the lessons' plumbing**: simulators, sweeps, quality curves, the
+  ladder, the distributed script. It may import the other two rooms; they never import it.
+
+Beside them: :mod:`gpufeed.config` (quick mode, folders, device) and :mod:`gpufeed.cli`.
+Importing ``gpufeed`` has no side effects and imports nothing heavy: each room and module is
+loaded when first used (``gpufeed.measure.harness``, ...).
 
 Example:
     >>> import gpufeed
     >>> gpufeed.__version__
     '0.1.0'
+    >>> gpufeed.data.loader.FastLoader.__name__
+    'FastLoader'
 """
 
 from __future__ import annotations
@@ -16,15 +28,7 @@ import importlib
 
 __version__ = "0.1.0"
 
-_MODULES = {"bench", "ceilings", "cli", "config", "doctor", "jpeg", "machine", "photos", "plotting",
-            "results", "session", "synth"}
-_MODULES |= {"explorer", "instrument", "simulator", "timeline", "trace"}  # lessons 01-02
-_MODULES |= {"folders", "quality", "training", "transfer"}  # lessons 03-04
-_MODULES |= {"folder", "loader", "memmap", "staging"}  # lessons 05-06
-_MODULES |= {"knobs", "movers", "prefetch"}  # lessons 07-08
-_MODULES |= {"augment", "dali"}  # lessons 09-10 (gpufeed.dali never imports DALI until asked)
-_MODULES |= {"efficiency", "ladder", "pipeline_bench", "pipelines"}  # lesson 11 and `python -m gpufeed bench`
-_MODULES |= {"arrays", "distributed", "launch", "pagecache", "shards"}  # lesson 12
+_MODULES = {"data", "measure", "course", "cli", "config"}
 
 __all__ = sorted(_MODULES | {"setup", "Session"})
 
@@ -33,5 +37,5 @@ def __getattr__(name: str):
     if name in _MODULES:
         return importlib.import_module(f"gpufeed.{name}")
     if name in ("setup", "Session"):
-        return getattr(importlib.import_module("gpufeed.session"), name)
+        return getattr(importlib.import_module("gpufeed.course.session"), name)
     raise AttributeError(f"module 'gpufeed' has no attribute {name!r}")

@@ -85,7 +85,7 @@ def _guarded(work, errors):
 
 
 def _synth(args) -> int:
-    from gpufeed.synth import SynthError, parse_size, synth_folder
+    from gpufeed.measure.synth import SynthError, parse_size, synth_folder
 
     r, status = _guarded(lambda: synth_folder(
         args.out, n=args.n, size=parse_size(args.size), quality=args.quality, classes=args.classes,
@@ -98,7 +98,7 @@ def _synth(args) -> int:
 
 
 def _memmap_size(args) -> tuple[int, int]:
-    from gpufeed.synth import SynthError, parse_size
+    from gpufeed.measure.synth import SynthError, parse_size
 
     if args.workers < 1:
         raise SynthError(f"--workers must be 1 or more (got {args.workers})")
@@ -106,13 +106,13 @@ def _memmap_size(args) -> tuple[int, int]:
 
 
 def _memmap(args) -> int:
-    from gpufeed.synth import SynthError
+    from gpufeed.measure.synth import SynthError
 
     # Arguments first: a typo is answered at once, before torch and tensordict load.
     size, status = _guarded(lambda: _memmap_size(args), SynthError)
     if status:
         return status
-    from gpufeed.memmap import MemmapError, build_memmap
+    from gpufeed.data.memmap import MemmapError, build_memmap
 
     r, status = _guarded(lambda: build_memmap(args.src, args.dst, size, workers=args.workers, skip_bad=args.skip_bad,
                                               overwrite=args.overwrite, progress=not args.no_progress), MemmapError)
@@ -131,7 +131,7 @@ def _bench(args) -> int:
     import matplotlib
 
     matplotlib.use("Agg")
-    from gpufeed import results
+    from gpufeed.measure import results
 
     if args.repeats is not None and args.repeats < 1:
         print(f"error: --repeats must be 1 or more (got {args.repeats})", file=sys.stderr)
@@ -146,8 +146,9 @@ def _bench(args) -> int:
     out = Path(args.out) if args.out else results.machine_dir()
     if args.ceilings:
         return _bench_ceilings(args, quick, out)
-    from gpufeed import pipeline_bench, pipelines
-    from gpufeed.pipelines import PipelineError
+    from gpufeed.measure import pipelines
+    from gpufeed.measure import suite as pipeline_bench
+    from gpufeed.measure.pipelines import PipelineError
 
     device = config.device(None if args.device == "auto" else args.device)
     size = args.size or ("quick" if quick else "full")
@@ -164,9 +165,9 @@ def _bench(args) -> int:
 
 
 def _bench_ceilings(args, quick: bool, out: Path) -> int:
-    from gpufeed import ceilings, plotting
-    from gpufeed.bench import compare, save
-    from gpufeed.machine import machine_info
+    from gpufeed.measure import ceilings, plotting
+    from gpufeed.measure.harness import compare, save
+    from gpufeed.measure.machine import machine_info
 
     ms = ceilings.all_ceilings(config.cache_dir() / "bench", quick=quick, device=args.device)
     path = save(out / "ceilings.json", ms, quick=quick)
@@ -191,7 +192,7 @@ def _bench_ceilings(args, quick: bool, out: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "doctor":
-        from gpufeed.doctor import main as doctor_main
+        from gpufeed.course.doctor import main as doctor_main
 
         return doctor_main()
     if args.command == "data" and args.data_command == "synth":

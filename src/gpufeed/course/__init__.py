@@ -1,0 +1,23 @@
+"""gpufeed.course: the lessons' plumbing (simulators, sweeps, plots, scripts).
+
+Each module points back to the notebook that teaches it: the pipeline simulator, timelines and
+sliders (lesson 01), profiler traces (02), dtypes and transfer order (03), storage formats and
+JPEG quality (04), DataLoader sweeps (07), the ladder and loader efficiency (11), the distributed
+script, shards and the page cache (12), the environment check and the notebooks' setup cell.
+
+It may import :mod:`gpufeed.data` and :mod:`gpufeed.measure`; they never import it.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_MODULES = {'launch', 'shards', 'quality', 'distributed', 'session', 'formats', 'explorer', 'efficiency', 'ladder', 'training', 'doctor', 'knobs', 'transfer', 'pagecache', 'timeline', 'trace', 'instrument', 'simulator'}
+
+__all__ = sorted(_MODULES)
+
+
+def __getattr__(name: str):
+    if name in _MODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,274 @@
+"""DataLoader knobs: the sweep runner, its heatmap, a memmap dataset for workers, start-method trials.
+
+Taught in ``notebooks/07_dataloader.ipynb``. :func:`sweep` times whole epochs of a DataLoader for
+each combination of ``num_workers``, ``pin_memory``, ``prefetch_factor`` and
+``persistent_workers`` asked for, and :func:`heatmap` draws images/s against two of them.
+:class:`MemmapDataset` serves the memmap dataset of lesson 05 to DataLoader workers (a batch per
+call, opened lazily in each process, so that it pickles as a path under ``spawn``).
+:func:`first_batch` starts one worker with a given start method (fork, spawn, forkserver) and
+reports what happened, the worker's own last line of error included, without ever hanging.
+
+Everything a worker must import lives in this package, not in a notebook: under ``spawn`` and
+``forkserver`` (the Linux default from Python 3.14) a worker is a fresh interpreter that unpickles
+the dataset by *module and name*, and a class defined in a notebook's ``__main__`` is not there.
+
+Example:
+    >>> worker_counts(2), worker_counts(16)
+    ([0, 1, 2, 3], [0, 1, 2, 4, 8, 16, 24])
+    >>> label({"num_workers": 2, "prefetch_factor": 4, "persistent_workers": True, "pin_memory": False})
+    '2 workers, prefetch 4, persistent'
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Iterable
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from gpufeed.data.loader import no_collate
+from gpufeed.measure.harness import Measurement, benchmark
+
+
+def worker_counts(cores: int) -> list[int]:
+    """``num_workers`` values worth trying: 0, powers of two below ``cores``, ``cores``, and 1.5x
+    ``cores`` (at least one more), to see where adding workers stops helping."""
+    counts = {0, cores, max(cores + 1, cores * 3 // 2)}
+    counts |= {2**k for k in range(cores.bit_length()) if 2**k < cores}
+    return sorted(counts)
+
+
+def label(config: dict) -> str:
+    """A short name for a DataLoader configuration (the keys :func:`loader` takes)."""
+    w = config.get("num_workers", 0)
+    parts = [f"{w} worker{'s' if w != 1 else ''}"]
+    if w and "prefetch_factor" in config:
+        parts.append(f"prefetch {config['prefetch_factor']}")
+    if w and config.get("persistent_workers"):
+        parts.append("persistent")
+    if config.get("pin_memory"):
+        parts.append("pinned")
+    return ", ".join(parts)
+
+
+class MemmapDataset(Dataset):
+    """A memmap dataset (``gpufeed.data.memmap``) for DataLoader workers: a whole batch per call.
+
+    The DataLoader calls ``__getitems__(indices)`` when it exists: one ``index_select`` per field
+    instead of one ``__getitem__`` per sample (lesson 06), so pass ``collate_fn=no_collate``
+    (:func:`loader` does). The files are mapped on first use in each process; pickling (``spawn``,
+    ``forkserver``) sends only the path.
+
+    Args:
+        path: a folder written by :func:`gpufeed.data.memmap.build_memmap`.
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        from gpufeed.data.memmap import read_manifest
+
+        self.path = Path(path)
+        manifest = read_manifest(self.path)
+        if manifest is None:
+            raise ValueError(f"MemmapDataset: {self.path} is not a memmap dataset; build one with "
+                             "gpufeed.data.memmap.build_memmap(src, dst, size)")
+        self.n = int(manifest["count"])
+        self._fields: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def _open(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._fields is None:
+            from gpufeed.data.memmap import load_memmap
+
+            data = load_memmap(self.path)  # plain views: no subclass dispatch per batch
+            self._fields = (data.images.as_subclass(torch.Tensor), data.targets.as_subclass(torch.Tensor))
+        return self._fields
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_fields": None}  # a worker maps the files itself
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        images, targets = self._open()
+        return images[i], int(targets[i])
+
+    def __getitems__(self, indices) -> tuple[torch.Tensor, torch.Tensor]:
+        images, targets = self._open()
+        idx = torch.as_tensor(indices, dtype=torch.int64)
+        return torch.index_select(images, 0, idx), torch.index_select(targets, 0, idx)
+
+
+def loader(dataset: Dataset, batch_size: int, *, num_workers: int = 0, pin_memory: bool = False,
+           prefetch_factor: int = 2, persistent_workers: bool = False, seed: int = 0, **kwargs) -> DataLoader:
+    """A shuffled DataLoader with these knobs, where the knobs that need workers are dropped at
+    ``num_workers=0`` (torch refuses them) and ``pin_memory`` is dropped without CUDA (torch
+    would warn and ignore it). A dataset with ``__getitems__`` gets ``collate_fn=no_collate``."""
+    if getattr(dataset, "__getitems__", None) is not None:
+        kwargs.setdefault("collate_fn", no_collate)
+    if num_workers > 0:
+        kwargs.update(prefetch_factor=prefetch_factor, persistent_workers=persistent_workers)
+    return DataLoader(dataset, batch_size, shuffle=True, generator=torch.Generator().manual_seed(seed),
+                      num_workers=num_workers, pin_memory=pin_memory and torch.cuda.is_available(), **kwargs)
+
+
+def _epoch(dl: DataLoader, device, step: Callable | None) -> None:
+    for batch in dl:
+        if device is not None:
+            batch = [t.to(device, non_blocking=True) for t in batch]
+        if step is not None:
+            step(batch)
+
+
+def sweep(datasets: dict[str, Dataset], configs: Iterable[dict], batch_size: int, *, repeats: int = 3,
+          warmup: int = 1, device=None, step: Callable | None = None) -> list[Measurement]:
+    """Times whole epochs for every dataset and configuration; one :class:`Measurement` each.
+
+    Each configuration gets one DataLoader; ``warmup`` epochs are not timed (with
+    ``persistent_workers`` that is where the workers start; without it every epoch starts them
+    again, and the time shows it). Its ``params`` hold the dataset's name and the configuration.
+
+    Args:
+        datasets: name -> dataset (batches of ``(images, targets)``).
+        configs: keyword arguments for :func:`loader`, e.g. ``{"num_workers": 2}``.
+        batch_size: samples per batch.
+        repeats, warmup: timed and untimed epochs.
+        device: move each batch there (``non_blocking``), as a training loop does; None: stay put.
+        step: called with each batch, e.g. to stand for a training step.
+    """
+    out = []
+    configs = list(configs)
+    for name, ds in datasets.items():
+        for config in configs:
+            with warnings.catch_warnings():  # more workers than cores is what a sweep is for
+                warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
+                dl = loader(ds, batch_size, **config)
+                out.append(benchmark(lambda dl=dl: _epoch(dl, device, step), name=f"{name}, {label(config)}",
+                                     items=len(ds), repeats=repeats, warmup=warmup,
+                                     params={"dataset": name, "batch_size": batch_size, **config}))
+            del dl  # stops its workers now (persistent ones would live on until collected)
+    return out
+
+
+def grid(ms: list[Measurement], row: str, col: str) -> tuple[list, list, list[list[float | None]]]:
+    """``(rows, cols, images/s)`` from measurements' params: a table for :func:`heatmap`.
+
+    Example:
+        >>> ms = [Measurement("a", [1.0], items=10, params={"d": "x", "w": w}) for w in (0, 2)]
+        >>> grid(ms, "d", "w")
+        (['x'], [0, 2], [[10.0, 10.0]])
+    """
+    rows = list(dict.fromkeys(m.params[row] for m in ms))
+    cols = sorted(dict.fromkeys(m.params[col] for m in ms))
+    rate = {(m.params[row], m.params[col]): m.items_per_s for m in ms}
+    return rows, cols, [[rate.get((r, c)) for c in cols] for r in rows]
+
+
+def heatmap(ms: list[Measurement], row: str = "dataset", col: str = "num_workers", *, cores: int | None = None,
+            ax=None, machine: dict | None = None, title: str = ""):
+    """Images/s for each (``row``, ``col``) pair, coloured by the speed-up over the row's first
+    column (e.g. ``num_workers=0``), each cell labelled with its images/s and that ratio.
+
+    ``cores`` draws a dashed line after the column of that many workers. Returns ``(fig, ax)``.
+    """
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from gpufeed.measure.plotting import caption
+
+    rows, cols, rates = grid(ms, row, col)
+    ratio = np.array([[v / r[0] if v and r[0] else np.nan for v in r] for r in rates])
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(1.2 + 1.1 * len(cols), 0.9 + 0.55 * len(rows)))
+    else:
+        fig = ax.figure
+    image = ax.imshow(ratio, cmap="viridis", aspect="auto")
+    for i, r in enumerate(rates):
+        for j, v in enumerate(r):
+            if v:
+                ax.text(j, i, f"{v:,.0f}/s\n{ratio[i, j]:.2f}x", ha="center", va="center", fontsize=8,
+                        color="white" if ratio[i, j] < np.nanmean(ratio) else "black")
+    ax.set_xticks(range(len(cols)), [str(c) for c in cols])
+    ax.set_yticks(range(len(rows)), [str(r) for r in rows])
+    ax.set_xlabel(col)
+    ax.grid(False)
+    if cores is not None and cores in cols:
+        ax.axvline(cols.index(cores) + 0.5, color="white", linestyle="--", linewidth=1.5)
+    fig.colorbar(image, ax=ax, label=f"images/s vs {col}={cols[0]}")
+    if title:
+        ax.set_title(title)
+    caption(fig, machine if machine is not None else ms[0].machine)
+    return fig, ax
+
+
+@dataclass
+class StartResult:
+    """What :func:`first_batch` saw: did a batch arrive, after how long, and the last line of the
+    error in this process and of what the worker printed before it died (empty if none)."""
+
+    method: str
+    ok: bool
+    seconds: float
+    error: str = ""
+    worker_error: str = ""
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
+
+
+@contextmanager
+def _stderr_to_file():
+    """Sends file descriptor 2 (which child processes inherit) to a temporary file; yields a
+    function that reads it back. A notebook shows only Python's ``sys.stderr``, so without this a
+    worker's traceback goes to the terminal that started Jupyter."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as f:
+        os.dup2(f.fileno(), 2)
+        try:
+            yield lambda: (f.seek(0), f.read().decode(errors="replace"))[1]
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+def first_batch(dataset: Dataset, method: str, *, collate_fn=None, timeout: float = 300.0) -> StartResult:
+    """Starts one DataLoader worker with ``multiprocessing_context=method`` and asks it for a batch.
+
+    Failures are caught and summarised, never raised: a worker that dies is noticed by the
+    DataLoader (its exit signal, or a status check every few seconds), and ``timeout`` bounds the
+    wait for a batch. The worker's stderr is captured so its own error can be shown.
+    """
+    with _stderr_to_file() as worker_output:
+        start, error = time.perf_counter(), ""
+        try:
+            dl = DataLoader(dataset, batch_size=2, num_workers=1, multiprocessing_context=method,
+                            collate_fn=collate_fn, timeout=timeout)
+            it = iter(dl)
+            next(it)
+            del it, dl  # shut the worker down inside the capture
+        except Exception as e:  # noqa: BLE001  the point is to show it
+            error = _last_line(f"{type(e).__name__}: {e}")
+        seconds = time.perf_counter() - start
+        worker = _last_line(worker_output())
+    return StartResult(method, not error, seconds, error, worker if error else "")
+
+
+class CudaProbe(Dataset):
+    """A dataset whose items touch CUDA, to show what a forked worker does when the parent has
+    already initialised CUDA (the CUDA runtime cannot be used again in a forked child)."""
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return torch.full((1,), float(i), device="cuda").cpu()

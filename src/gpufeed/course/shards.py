@@ -1,0 +1,121 @@
+"""Shards: which samples each rank reads, per epoch, with the fast loader or ``DistributedSampler``.
+
+In data-parallel training every process (*rank*) reads its own part of each epoch: the parts must
+not overlap (no sample twice per epoch), must together cover the epoch, and must change every
+epoch in the same way on every rank, which a shared seed gives without any communication.
+:func:`make_loader` builds a rank's loader, :func:`shard` lists what it reads, :func:`check_shards`
+says whether a set of shards is disjoint and complete. Used by :mod:`gpufeed.course.distributed`; taught
+in ``notebooks/12_scaling.ipynb``.
+
+The two ways cut an epoch differently (here 10 samples, 3 ranks, no shuffle): the fast loader
+gives each rank a contiguous part, ``DistributedSampler`` deals the samples out like cards and
+pads with repeats so every rank gets as many (samples 0 and 1 twice):
+
+Example:
+    >>> [shard(10, r, 3, kind="fast", shuffle=False).tolist() for r in range(3)]
+    [[0, 1, 2, 3], [4, 5, 6], [7, 8, 9]]
+    >>> [shard(10, r, 3, kind="sampler", shuffle=False).tolist() for r in range(3)]
+    [[0, 3, 6, 9], [1, 4, 7, 0], [2, 5, 8, 1]]
+    >>> [shard(10, r, 3, kind="sampler", shuffle=False, drop_last=True).tolist() for r in range(3)]
+    [[0, 3, 6], [1, 4, 7], [2, 5, 8]]
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import torch
+from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
+
+from gpufeed.data.loader import BatchTensorDataset, FastLoader
+
+#: The two ways a rank gets its shard: ``fast`` (FastLoader) and ``sampler`` (DistributedSampler).
+KINDS = ("fast", "sampler")
+
+
+class SamplerLoader:
+    """A ``DataLoader`` that fetches whole batches: a ``BatchSampler`` over a ``DistributedSampler``
+    as its sampler, ``batch_size=None`` (lesson 06). Like :class:`~gpufeed.data.loader.FastLoader`, each
+    iteration moves on one epoch; ``set_epoch`` chooses it. (A bare ``DistributedSampler`` does not
+    move on by itself: forget ``sampler.set_epoch(e)`` and every epoch has the same order.)"""
+
+    def __init__(self, tensors, batch_size: int, *, rank: int = 0, world_size: int = 1, seed: int = 0,
+                 drop_last: bool = False, shuffle: bool = True, pin_memory: bool = False):
+        ds = BatchTensorDataset(*tensors)
+        self.sampler = DistributedSampler(ds, num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed,
+                                          drop_last=drop_last)
+        batches = BatchSampler(self.sampler, batch_size, drop_last=drop_last)
+        self.loader = DataLoader(ds, sampler=batches, batch_size=None, pin_memory=pin_memory)
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self):
+        self.sampler.set_epoch(self.epoch)  # the order of epoch e is randperm seeded by seed + e
+        self.epoch += 1
+        return iter(self.loader)
+
+
+def make_loader(tensors, batch_size: int, kind: str = "fast", *, rank: int = 0, world_size: int = 1, seed: int = 0,
+                drop_last: bool = False, shuffle: bool = True, device=None):
+    """This rank's loader over ``tensors`` (fields sharing dim 0); batches are tuples of them.
+
+    Args:
+        kind: ``"fast"`` (:class:`~gpufeed.data.loader.FastLoader`: contiguous parts of the epoch's
+            order, sizes differing by at most one) or ``"sampler"`` (:class:`SamplerLoader`:
+            every ``world_size``-th sample, padded with repeats to equal sizes).
+        drop_last: drop the short last batch and make every rank's shard the same size (the fast
+            loader by cutting batches, the sampler by dropping the epoch's tail).
+        device: a CUDA device: the batch arrives there (pinned, copied without blocking).
+    """
+    cuda = device is not None and torch.device(device).type == "cuda"
+    if kind == "fast":
+        return FastLoader(tuple(tensors), batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last, rank=rank,
+                          world_size=world_size, device=device if cuda else None)
+    if kind == "sampler":
+        return SamplerLoader(tensors, batch_size, rank=rank, world_size=world_size, seed=seed, drop_last=drop_last,
+                             shuffle=shuffle, pin_memory=cuda)
+    raise ValueError(f"--loader must be one of {KINDS} (got {kind!r})")
+
+
+def shard(n: int, rank: int, world_size: int, epoch: int = 0, *, kind: str = "fast", seed: int = 0,
+          batch_size: int = 1, drop_last: bool = False, shuffle: bool = True) -> torch.Tensor:
+    """The indices (``int64 [k]``) that ``rank`` reads in ``epoch`` of ``n`` samples, in its order:
+    what its :func:`make_loader` yields, batch after batch."""
+    loader = make_loader((torch.arange(n),), batch_size, kind, rank=rank, world_size=world_size, seed=seed,
+                         drop_last=drop_last, shuffle=shuffle)
+    loader.set_epoch(epoch)
+    got = [batch[-1] for batch in loader]
+    return torch.cat(got) if got else torch.empty(0, dtype=torch.int64)
+
+
+def digest(indices) -> str:
+    """A short fingerprint of an index sequence (order matters): equal digests, equal shards."""
+    return hashlib.sha256(torch.as_tensor(indices, dtype=torch.int64).numpy().tobytes()).hexdigest()[:16]
+
+
+def check_shards(shards, n: int) -> dict:
+    """How ``shards`` (one index sequence per rank) cover ``range(n)``: ``{"n", "read",
+    "covered", "duplicates", "disjoint", "complete"}``. ``read`` counts every index read,
+    ``covered`` the distinct ones, ``duplicates`` the reads beyond the first of a sample.
+
+    Example:
+        >>> check_shards([[0, 3, 6, 9], [1, 4, 7, 0], [2, 5, 8, 1]], 10)["duplicates"]
+        2
+    """
+    counts = torch.zeros(n, dtype=torch.int64)
+    for s in shards:
+        counts += torch.bincount(torch.as_tensor(s, dtype=torch.int64), minlength=n)
+    return coverage(counts)
+
+
+def coverage(counts: torch.Tensor) -> dict:
+    """The summary of :func:`check_shards` from how many times each sample was read (``[n]``):
+    what :mod:`gpufeed.course.distributed` computes after summing every rank's counts with an all-reduce."""
+    read, covered = int(counts.sum()), int((counts > 0).sum())
+    return {"n": len(counts), "read": read, "covered": covered, "duplicates": read - covered,
+            "disjoint": read == covered, "complete": covered == len(counts)}

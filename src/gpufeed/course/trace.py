@@ -1,0 +1,180 @@
+"""From a torch.profiler trace to numbers: time per named stage, and how long the GPU sat idle.
+
+``prof.export_chrome_trace(path)`` (or ``torch.profiler.tensorboard_trace_handler``) writes JSON
+with a ``traceEvents`` list. The events this module reads are complete events (``"ph": "X"``,
+start ``ts`` and duration ``dur`` in microseconds):
+
+* ``record_function("decode")`` ranges: category ``user_annotation`` on the CPU thread that ran
+  them (torch also copies them onto the GPU timeline as ``gpu_user_annotation``; those are left
+  out, so each range counts once). Older releases filed some as ``cpu_op``: a stage asked for by
+  name is found under either category;
+* ``ProfilerStep#N``: the steps of ``schedule(...)``; they set the time window when present;
+* GPU work: categories ``kernel``, ``gpu_memcpy`` and ``gpu_memset``. The GPU idle fraction is
+  ``1 - (union of kernel intervals) / window``: the share of the profiled time in which no kernel
+  ran. Copies are not counted as busy by default: a GPU that only copies is waiting for data.
+
+Taught in ``notebooks/02_profiling.ipynb``; lesson 08 uses it to prove that copies overlap compute.
+
+Example:
+    >>> doc = {"traceEvents": [
+    ...     {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0, "dur": 50},
+    ...     {"ph": "X", "cat": "user_annotation", "name": "decode", "ts": 0, "dur": 30},
+    ...     {"ph": "X", "cat": "kernel", "name": "conv", "ts": 30, "dur": 10},
+    ...     {"ph": "X", "cat": "kernel", "name": "relu", "ts": 35, "dur": 10}]}
+    >>> stage_times(doc)["decode"]
+    StageTime(count=1, total_ms=0.03, mean_ms=0.03, share=0.6)
+    >>> gpu_idle_fraction(doc)  # kernels cover 30..45 of the 0..50 window
+    0.7
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from gpufeed.course.timeline import Interval, union_length
+
+#: Categories of ``record_function`` ranges on the CPU (``cpu_op`` only for stages named).
+USER = "user_annotation"
+LEGACY_USER = ("cpu_op",)
+#: GPU categories: kernels (compute) and copies/memsets.
+KERNEL = ("kernel",)
+GPU_COPY = ("gpu_memcpy", "gpu_memset")
+
+_STEP = re.compile(r"^ProfilerStep#\d+$")
+
+
+@dataclass(frozen=True)
+class StageTime:
+    """Time spent in one named stage: calls, total and mean ms, and share of the window."""
+
+    count: int
+    total_ms: float
+    mean_ms: float
+    share: float
+
+
+def load(trace) -> dict:
+    """The trace document from a path (``.json`` or ``.json.gz``) or an already loaded dict."""
+    if isinstance(trace, dict):
+        doc = trace
+    else:
+        path = Path(trace)
+        try:
+            with (gzip.open(path, "rt") if path.suffix == ".gz" else path.open()) as f:  # noqa: SIM115
+                doc = json.load(f)
+        except (OSError, json.JSONDecodeError) as e:
+            raise ValueError(f"cannot read a chrome trace from {path}: {e}. Write one with "
+                             "prof.export_chrome_trace(path) after profiling") from e
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        raise ValueError("not a chrome trace: no 'traceEvents' list (export it with prof.export_chrome_trace)")
+    return doc
+
+
+def complete_events(trace, cats: Iterable[str] | None = None) -> list[dict]:
+    """The complete (``"ph": "X"``) events, of the categories ``cats`` if given."""
+    cats = None if cats is None else set(cats)
+    return [e for e in load(trace)["traceEvents"]
+            if e.get("ph") == "X" and "dur" in e and (cats is None or e.get("cat") in cats)]
+
+
+def window_us(trace) -> tuple[float, float]:
+    """The profiled window in µs: the ``ProfilerStep#N`` ranges if any, else all events."""
+    events = complete_events(trace)
+    steps = [e for e in events if _STEP.match(str(e.get("name", "")))]
+    spans = [(e["ts"], e["ts"] + e["dur"]) for e in (steps or events)]
+    if not spans:
+        raise ValueError("the trace has no complete events: was anything profiled (schedule's active steps)?")
+    return min(s for s, _ in spans), max(e for _, e in spans)
+
+
+def _stage_events(trace, names: Iterable[str] | None) -> list[dict]:
+    if names is None:
+        return [e for e in complete_events(trace, [USER]) if not _STEP.match(e["name"])]
+    wanted = set(names)
+    seen, out = set(), []
+    for e in complete_events(trace, [USER, *LEGACY_USER]):
+        key = (e["name"], e.get("tid"), e["ts"], e["dur"])
+        if e["name"] in wanted and key not in seen:  # the same range under two categories counts once
+            seen.add(key)
+            out.append(e)
+    return out
+
+
+def stage_times(trace, names: Iterable[str] | None = None) -> dict[str, StageTime]:
+    """Time per ``record_function`` stage, in the order the stages first ran.
+
+    Args:
+        trace: a path or a loaded trace.
+        names: the stages to report (searched also under legacy categories); default: every
+            ``record_function`` range except the profiler's own ``ProfilerStep#N``.
+    """
+    start, end = window_us(trace)
+    totals: dict[str, list[float]] = {}
+    for e in sorted(_stage_events(trace, names), key=lambda e: e["ts"]):
+        totals.setdefault(e["name"], []).append(e["dur"] / 1000.0)  # µs -> ms
+    return {name: StageTime(len(d), round(sum(d), 6), round(sum(d) / len(d), 6),
+                            round(sum(d) * 1000.0 / (end - start), 6) if end > start else 0.0)
+            for name, d in totals.items()}
+
+
+def gpu_idle_fraction(trace, cats: Iterable[str] = KERNEL) -> float | None:
+    """Share of the profiled window in which no GPU kernel ran; None if the trace has none (CPU)."""
+    kernels = complete_events(trace, cats)
+    if not kernels:
+        return None
+    start, end = window_us(trace)
+    spans = [(max(e["ts"], start), min(e["ts"] + e["dur"], end)) for e in kernels]
+    busy = union_length((a, b) for a, b in spans if b > a)
+    return round(1.0 - busy / (end - start), 6) if end > start else None
+
+
+def summary(trace, names: Iterable[str] | None = None) -> dict:
+    """A JSON-ready summary: window, stages, kernel count and the GPU idle fraction."""
+    doc = load(trace)
+    start, end = window_us(doc)
+    return {
+        "window_ms": round((end - start) / 1000.0, 6),
+        "steps": sum(1 for e in complete_events(doc, [USER]) if _STEP.match(e["name"])),
+        "stages": {k: asdict(v) for k, v in stage_times(doc, names).items()},
+        "kernels": len(complete_events(doc, KERNEL)),
+        "gpu_idle_fraction": gpu_idle_fraction(doc),
+    }
+
+
+def report(trace, names: Iterable[str] | None = None) -> str:
+    """The summary as a text table, one stage per line, and the GPU's idle share."""
+    s = summary(trace, names)
+    rows = [["stage", "calls", "total ms", "mean ms", "of window"]]
+    for name, t in s["stages"].items():
+        rows.append([name, str(t["count"]), f"{t['total_ms']:.2f}", f"{t['mean_ms']:.3f}", f"{t['share']:.1%}"])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    lines.append(f"window: {s['window_ms']:.2f} ms over {s['steps']} profiled steps")
+    idle = s["gpu_idle_fraction"]
+    lines.append("GPU: no kernels in this trace (CPU only)" if idle is None
+                 else f"GPU idle {idle:.1%} of the window ({s['kernels']} kernels)")
+    return "\n".join(lines)
+
+
+def intervals(trace, names: Iterable[str] | None = None, gpu: bool = True) -> list[Interval]:
+    """The trace as :class:`~gpufeed.course.timeline.Interval` records (ms from the window's start).
+
+    Stages go on one row per CPU thread (``"thread <tid>"``); with ``gpu``, kernels go on
+    ``"GPU stream <n>"`` rows as ``compute`` and copies as ``copy``, for :func:`gpufeed.course.timeline.gantt`.
+    Only what overlaps the profiled window is kept.
+    """
+    start, end = window_us(trace)
+    out = [Interval(f"thread {e.get('tid')}", e["name"], (e["ts"] - start) / 1000.0,
+                    (e["ts"] + e["dur"] - start) / 1000.0) for e in _stage_events(trace, names)]
+    if gpu:
+        for e in complete_events(trace, [*KERNEL, *GPU_COPY]):
+            stage = "compute" if e.get("cat") in KERNEL else "copy"
+            stream = (e.get("args") or {}).get("stream", e.get("tid"))
+            out.append(Interval("GPU" if stream is None else f"GPU stream {stream}", stage, (e["ts"] - start) / 1000.0,
+                                (e["ts"] + e["dur"] - start) / 1000.0))
+    return [i for i in out if i.end >= 0 and i.start <= (end - start) / 1000.0]  # within the window

@@ -1,0 +1,140 @@
+"""Normalisation inside the model, and a mixed-precision training-step benchmark.
+
+:class:`Normalize` turns a ``uint8`` batch into normalised floats *inside* the model
+(``nn.Sequential(Normalize(...), model)``), so the loader and the wire carry bytes, the GPU does
+the arithmetic, and an exported model (ONNX, TorchScript) carries its own preprocessing.
+:func:`train_epoch` times a ResNet-18 (random weights: nothing is downloaded) with the batch sent
+as ``uint8`` and converted on the device, or converted on the host first. Taught in
+``notebooks/03_dtypes.ipynb``.
+
+Example:
+    >>> x = torch.randint(0, 256, (2, 3, 4, 4), dtype=torch.uint8)
+    >>> norm = Normalize(IMAGENET_MEAN, IMAGENET_STD)
+    >>> torch.equal(norm(x), normalize_host(x, IMAGENET_MEAN, IMAGENET_STD))
+    True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import nullcontext
+
+import torch
+from torch import nn
+
+from gpufeed.course.transfer import size_name
+from gpufeed.measure.harness import Measurement, benchmark
+
+#: ImageNet's per-channel mean and standard deviation, for images scaled to [0, 1].
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+#: How a batch travels: ``uint8`` (convert on the device) or a float dtype (convert on the host).
+WIRES = ("uint8", "float16", "float32")
+
+
+def normalize_host(x: torch.Tensor, mean: Sequence[float], std: Sequence[float]) -> torch.Tensor:
+    """The usual preprocessing: ``(x / 255 - mean) / std`` in float32, ``x`` as ``[N, 3, H, W]``."""
+    m = torch.tensor(mean, dtype=torch.float32, device=x.device).view(1, -1, 1, 1)
+    s = torch.tensor(std, dtype=torch.float32, device=x.device).view(1, -1, 1, 1)
+    return (x.to(torch.float32) / 255.0 - m) / s
+
+
+class Normalize(nn.Module):
+    """``(x / 255 - mean) / std`` as the first layer of a model; takes uint8 or float in [0, 255].
+
+    The same operations in the same order as :func:`normalize_host`, so both give the same
+    float32 values. mean and std are buffers: they move with ``model.to(device)`` and are saved
+    in the state dict and in exports.
+
+    Args:
+        mean: per-channel mean of images scaled to [0, 1].
+        std: per-channel standard deviation, same scale.
+    """
+
+    def __init__(self, mean: Sequence[float] = IMAGENET_MEAN, std: Sequence[float] = IMAGENET_STD):
+        super().__init__()
+        if len(mean) != len(std):
+            raise ValueError(f"Normalize: mean has {len(mean)} channels but std has {len(std)}; give one value per channel")
+        if any(s <= 0 for s in std):
+            raise ValueError(f"Normalize: std must be positive (got {tuple(std)})")
+        self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1))
+        self.register_buffer("std", torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x.to(torch.float32) / 255.0 - self.mean) / self.std
+
+    def extra_repr(self) -> str:
+        return f"mean={tuple(round(v, 4) for v in self.mean.flatten().tolist())}, std={tuple(round(v, 4) for v in self.std.flatten().tolist())}"
+
+
+def resnet18_with_normalize(num_classes: int = 10, seed: int = 0) -> nn.Sequential:
+    """``nn.Sequential(Normalize(), resnet18(weights=None))``: random weights, nothing downloaded."""
+    from torchvision.models import resnet18
+
+    torch.manual_seed(seed)
+    return nn.Sequential(Normalize(), resnet18(weights=None, num_classes=num_classes))
+
+
+def autocast_dtype(device) -> torch.dtype:
+    """The mixed-precision dtype for ``device``: float16 on CUDA (with a GradScaler), bfloat16 on CPU.
+
+    bfloat16 has float32's exponent range, so gradients do not underflow and need no scaler.
+    """
+    return torch.float16 if torch.device(device).type == "cuda" else torch.bfloat16
+
+
+def send(xb: torch.Tensor, wire: str, device) -> torch.Tensor:
+    """Moves a uint8 batch to ``device`` the ``wire`` way; the result goes into :class:`Normalize`.
+
+    ``"uint8"``: copy the bytes (non-blocking from pinned memory), convert on the device (inside
+    the model). ``"float16"``/``"float32"``: convert on the host, then copy 2 or 4 times the bytes.
+    """
+    if wire == "uint8":
+        return xb.to(device, non_blocking=xb.is_pinned())
+    if wire in ("float16", "float32"):
+        return xb.to(getattr(torch, wire)).to(device)  # a fresh, pageable tensor: copied synchronously
+    raise ValueError(f"wire must be one of {WIRES} (got {wire!r})")
+
+
+def train_epoch(batch: int, size: tuple[int, int], wire: str, device, epoch_images: int, amp: bool = True,
+                repeats: int = 3, warmup: int = 1, num_classes: int = 10, name: str = "") -> Measurement:
+    """Times one epoch of ResNet-18 training steps, the batch sent the ``wire`` way.
+
+    An epoch is ``max(1, epoch_images // batch)`` steps over batches prepared in advance (pinned
+    where CUDA exists), so only the transfer, the conversion and the step are timed, not a loader.
+    Mixed precision: ``autocast`` in :func:`autocast_dtype`, with a ``GradScaler`` on CUDA.
+
+    Returns:
+        A :class:`Measurement` of seconds per epoch, named ``name`` or ``"<wire> on the wire"``;
+        ``items`` are images, ``params`` hold
+        ``size``, ``batch``, ``wire``, ``amp``, ``steps`` and ``device``.
+    """
+    device = torch.device(device)
+    cuda = device.type == "cuda"
+    model = resnet18_with_normalize(num_classes).to(device)
+    if cuda:
+        model = model.to(memory_format=torch.channels_last)  # Tensor Cores prefer NHWC for convs
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    scaler = torch.amp.GradScaler("cuda", enabled=amp and cuda)
+    steps = max(1, epoch_images // batch)
+    g = torch.Generator().manual_seed(0)
+    w, h = size
+    batches = [torch.randint(0, 256, (batch, 3, h, w), dtype=torch.uint8, generator=g) for _ in range(steps)]
+    batches = [b.pin_memory() for b in batches] if cuda else batches
+    labels = [torch.randint(0, num_classes, (batch,), generator=g).to(device) for _ in range(steps)]
+    ctx = (lambda: torch.autocast(device.type, dtype=autocast_dtype(device))) if amp else nullcontext
+
+    def epoch():
+        for xb, yb in zip(batches, labels):
+            x = send(xb, wire, device)
+            with ctx():
+                loss = nn.functional.cross_entropy(model(x), yb)
+            opt.zero_grad(set_to_none=True)
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+
+    model.train()
+    return benchmark(epoch, name=name or f"{wire} on the wire", repeats=repeats, warmup=warmup, items=steps * batch,
+                     params={"size": size_name(size), "batch": batch, "wire": wire, "amp": amp,
+                             "steps": steps, "device": str(device)})

@@ -1,0 +1,208 @@
+"""Dtypes on the wire and the order of ``.to(device)`` and ``.half()``: bytes, variants, sweeps.
+
+A batch of images leaves the loader as ``uint8`` (1 byte per channel value). Converting it to
+``float16`` (2 bytes) or ``float32`` (4 bytes) *before* the copy multiplies the bytes that cross
+the bus and adds a conversion on the CPU; converting *after* the copy sends the fewest bytes and
+converts on the GPU, which does it almost for free. Taught in ``notebooks/03_dtypes.ipynb``; the
+training-step benchmark is in :mod:`gpufeed.course.training`.
+
+Example:
+    >>> batch_bytes(64, (640, 480), torch.uint8), batch_bytes(64, (640, 480), torch.float32)
+    (58982400, 235929600)
+    >>> x = torch.randint(0, 256, (2, 3, 8, 8), dtype=torch.uint8)
+    >>> outs = [v.fn(x, "cpu") for v in order_variants()]
+    >>> all(torch.equal(outs[0], o) for o in outs), outs[0].dtype
+    (True, torch.float16)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from gpufeed.measure.harness import Measurement, benchmark
+
+#: The image sizes of the course (width, height), from the talks it grew from.
+SIZES: tuple[tuple[int, int], ...] = ((384, 384), (640, 480), (1280, 960))
+#: The batch sizes the lesson sweeps.
+BATCHES: tuple[int, ...] = (8, 16, 32, 64)
+#: The dtypes a batch may travel in.
+DTYPES: tuple[torch.dtype, ...] = (torch.uint8, torch.float16, torch.float32)
+
+
+def size_name(size: tuple[int, int]) -> str:
+    """``(640, 480)`` to ``"640x480"`` (width first)."""
+    return f"{size[0]}x{size[1]}"
+
+
+def batch_bytes(batch: int, size: tuple[int, int], dtype: torch.dtype, channels: int = 3) -> int:
+    """Bytes of one ``[batch, channels, height, width]`` batch in ``dtype``."""
+    w, h = size
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    return batch * channels * h * w * itemsize
+
+
+def wire_table(sizes: Iterable[tuple[int, int]] = SIZES, batches: Iterable[int] = BATCHES,
+               dtypes: Sequence[torch.dtype] = DTYPES) -> str:
+    """A text table of MB per batch (10^6 bytes) for each image size, batch size and dtype.
+
+    Example:
+        >>> print(wire_table([(384, 384)], [8]))  # doctest: +NORMALIZE_WHITESPACE
+        size     batch  uint8 MB  float16 MB  float32 MB
+        384x384  8      3.54      7.08        14.2
+    """
+    names = [str(d).removeprefix("torch.") for d in dtypes]
+    rows = [["size", "batch", *(f"{n} MB" for n in names)]]
+    for size in sizes:
+        for b in batches:
+            rows.append([size_name(size), str(b), *(f"{batch_bytes(b, size, d) / 1e6:.3g}" for d in dtypes)])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way to get a ``uint8`` batch onto ``device`` as another dtype.
+
+    Attributes:
+        name: the code as a reader would write it, e.g. ``"x.to(dev).half()"``.
+        fn: ``fn(x, device) -> tensor`` on ``device`` in the target dtype.
+        pinned: the input must be in pinned (page-locked) memory (for ``non_blocking=True``).
+        where: where the conversion runs: ``"host"`` or ``"device"``.
+    """
+
+    name: str
+    fn: Callable[[torch.Tensor, object], torch.Tensor]
+    pinned: bool = False
+    where: str = "host"
+
+
+def order_variants(dtype: torch.dtype = torch.float16) -> list[Variant]:
+    """The transfer orders the lesson compares; the first (convert on the host) is the baseline.
+
+    All of them give bit-identical results: every uint8 value is exact in float16 and float32.
+    ``where`` for ``x.to(dev, dtype)`` follows ATen's CUDA copy kernel (``Copy.cu``) in recent
+    releases: a blocking host-to-device copy converts on the CPU first, a non-blocking one copies
+    the uint8 bytes and converts on the GPU. The timings are what tell.
+    """
+    short = {torch.float16: "half()", torch.float32: "float()", torch.bfloat16: "bfloat16()"}
+    conv = short.get(dtype, f"to({dtype})")
+    d = str(dtype).removeprefix("torch.")
+    return [
+        Variant(f"x.{conv}.to(dev)", lambda x, dev: x.to(dtype).to(dev), where="host"),
+        Variant(f"x.to(dev).{conv}", lambda x, dev: x.to(dev).to(dtype), where="device"),
+        Variant(f"x.to(dev, {d})", lambda x, dev: x.to(dev, dtype), where="host"),
+        Variant(f"pinned x.to(dev, non_blocking=True).{conv}",
+                lambda x, dev: x.to(dev, non_blocking=True).to(dtype), pinned=True, where="device"),
+        Variant(f"pinned x.to(dev, {d}, non_blocking=True)",
+                lambda x, dev: x.to(dev, dtype, non_blocking=True), pinned=True, where="device"),
+    ]
+
+
+def conversion_variants() -> list[Variant]:
+    """What a CPU-only machine can measure: the host's cost to touch and to convert a batch.
+
+    ``x.clone()`` is a plain uint8 copy (the cost of touching every byte once); the others are
+    the conversions that ``x.half().to(dev)`` and ``x.float().to(dev)`` pay on the host.
+    """
+    return [
+        Variant("x.clone() (uint8 copy)", lambda x, dev: x.clone()),
+        Variant("x.half()", lambda x, dev: x.half()),
+        Variant("x.float()", lambda x, dev: x.float()),
+    ]
+
+
+def random_batch(batch: int, size: tuple[int, int], pinned: bool = False, seed: int = 0) -> torch.Tensor:
+    """A ``uint8 [batch, 3, H, W]`` batch of random pixels (what a loader hands over)."""
+    w, h = size
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(0, 256, (batch, 3, h, w), dtype=torch.uint8, generator=g)
+    return x.pin_memory() if pinned else x
+
+
+def sweep(variants: Sequence[Variant], device, sizes: Iterable[tuple[int, int]] = SIZES,
+          batches: Iterable[int] = BATCHES, repeats: int = 10, warmup: int = 2) -> list[Measurement]:
+    """Times every variant for every (size, batch); one :class:`Measurement` each.
+
+    Each measurement's ``params`` hold ``size`` (e.g. ``"640x480"``), ``batch``, ``variant`` and
+    ``device``; ``nbytes`` is the uint8 batch's size, so ``gb_per_s`` reads as image bytes moved.
+    Pinned variants get their own pinned copy of the batch (only where CUDA exists: pinning
+    needs the CUDA driver).
+    """
+    device = torch.device(device)
+    out = []
+    can_pin = torch.cuda.is_available()
+    for size in sizes:
+        for b in batches:
+            x = random_batch(b, size)
+            xp = x.pin_memory() if can_pin and any(v.pinned for v in variants) else x
+            for v in variants:
+                src = xp if v.pinned else x
+                m = benchmark(lambda v=v, src=src: v.fn(src, device), name=v.name, repeats=repeats,
+                              warmup=warmup, items=b, nbytes=x.numel(),
+                              params={"size": size_name(size), "batch": b, "variant": v.name,
+                                      "device": str(device), "where": v.where})
+                out.append(m)
+            del x, xp
+    return out
+
+
+def at_largest(ms: Sequence[Measurement], key: str | None = None) -> dict[str, Measurement]:
+    """The measurements at the largest image size (in pixels) and, there, the largest batch.
+
+    Keyed by name, or by ``params[key]`` when ``key`` is given; what a lesson's sentence reads.
+
+    Example:
+        >>> ms = [Measurement(n, [t], params={"size": s, "batch": b})
+        ...       for n, t, s, b in [("a", 1, "8x8", 4), ("a", 2, "16x8", 4), ("b", 3, "16x8", 4), ("a", 9, "16x8", 2)]]
+        >>> {k: m.median for k, m in at_largest(ms).items()}
+        {'a': 2, 'b': 3}
+    """
+    size = max((m.params["size"] for m in ms), key=lambda s: math.prod(int(v) for v in s.split("x")))
+    batch = max(m.params["batch"] for m in ms if m.params["size"] == size)
+    return {(m.params[key] if key else m.name): m for m in ms
+            if m.params["size"] == size and m.params["batch"] == batch}
+
+
+def plot_sweep(ms: Sequence[Measurement], baseline: str, machine: dict | None = None, title: str = "",
+               ylabel: str = "time per batch (ms)", scale: float = 1e3):
+    """Time against batch size, one panel per image size, one line per measurement name.
+
+    The legend gives each line's speed against ``baseline`` at the largest batch
+    (``baseline time / its time``: above 1 is faster). ``scale`` turns seconds into the unit of
+    ``ylabel`` (1e3 for ms, 1 for s). Returns ``(figure, axes)``.
+    """
+    import matplotlib.pyplot as plt
+
+    from gpufeed.measure.plotting import COLORS, caption, ratio_label
+
+    sizes = list(dict.fromkeys(m.params["size"] for m in ms))
+    names = list(dict.fromkeys(m.name for m in ms))
+    others = iter(COLORS[k] for k in ("copy", "decode", "compute", "other", "collate", "read", "pin"))
+    palette = [COLORS["baseline"] if n == baseline else next(others) for n in names]  # grey = baseline
+    fig, axes = plt.subplots(1, len(sizes), figsize=(4.2 * len(sizes), 3.6), squeeze=False)
+    for ax, size in zip(axes[0], sizes):
+        cell = [m for m in ms if m.params["size"] == size]
+        top = max(m.params["batch"] for m in cell)
+        base = next(m for m in cell if m.name == baseline and m.params["batch"] == top)
+        for name, color in zip(names, palette):
+            line = sorted((m for m in cell if m.name == name), key=lambda m: m.params["batch"])
+            last = line[-1]
+            ax.plot([m.params["batch"] for m in line], [m.median * scale for m in line], "o-", color=color,
+                    label=ratio_label(name, base.median / last.median))
+        ax.set_xscale("log", base=2)
+        ticks = sorted({m.params["batch"] for m in cell})
+        ax.set_xticks(ticks, [str(b) for b in ticks])
+        ax.minorticks_off()
+        ax.set_xlabel("batch size (images)")
+        ax.set_ylabel(ylabel)
+        ax.set_title(size)
+        ax.legend(fontsize=7, title=f"vs baseline at batch {top}", title_fontsize=7)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    caption(fig, machine if machine is not None else ms[0].machine)
+    return fig, axes[0]

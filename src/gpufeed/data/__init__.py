@@ -1,0 +1,31 @@
+"""gpufeed.data: the library, the part you copy into your own training.
+
+Each module holds one piece; none needs the lessons to be used safely:
+
+* :mod:`~gpufeed.data.folder`: a folder of images (ImageFolder layout) as a Dataset, with the one
+  resize policy; :mod:`~gpufeed.data.jpeg`: the JPEG decoders.
+* :mod:`~gpufeed.data.memmap`: the memmap format (atomic build, load); :mod:`~gpufeed.data.staging`:
+  folders that appear all at once or not at all; :mod:`~gpufeed.data.arrays`: the same arrays with
+  NumPy alone.
+* :mod:`~gpufeed.data.loader`: batched loading (one gather per batch), seeded, sharded.
+* :mod:`~gpufeed.data.prefetch`: prefetchers (a CUDA side stream; a thread on the CPU).
+* :mod:`~gpufeed.data.movers`: moving nested batches to a device.
+* :mod:`~gpufeed.data.augment`: per-sample augmentation of whole batches, on any device.
+
+It imports nothing from :mod:`gpufeed.measure` or :mod:`gpufeed.course`, and no plotting library
+(``tests/test_layout.py`` checks it).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_MODULES = {'loader', 'augment', 'memmap', 'prefetch', 'staging', 'arrays', 'jpeg', 'movers', 'folder'}
+
+__all__ = sorted(_MODULES)
+
+
+def __getattr__(name: str):
+    if name in _MODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

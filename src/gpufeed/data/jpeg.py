@@ -1,0 +1,128 @@
+"""JPEG decoding with the decoders a learner is likely to have: Pillow, torchvision, TorchCodec.
+
+All decoders take the file's bytes (already in memory, so that decode time is not disk time) and
+return a ``uint8`` tensor ``[3, H, W]`` (channels first, as torchvision models expect).
+
+torchvision 0.29+ deprecates its ``torchvision.io`` image decoders in favour of TorchCodec
+(``torchcodec.decoders.decode_jpeg``); :func:`decode_jpeg` uses TorchCodec where it imports and
+falls back to torchvision otherwise, so course code keeps working on both. Taught in
+``notebooks/00_setup.ipynb`` (decode speed per core) and ``notebooks/04`` (decoders compared).
+
+Example:
+    >>> from gpufeed.measure.synth import SynthSpec, render, encode_jpeg
+    >>> data = encode_jpeg(render(SynthSpec(n=1, width=64, height=48), 0), quality=90)
+    >>> decode_pil(data).shape, decode_pil(data).dtype
+    (torch.Size([3, 48, 64]), torch.uint8)
+    >>> "pil" in available_decoders() and "torchvision" in available_decoders()
+    True
+    >>> (decode_torchvision(data).float() - decode_pil(data).float()).abs().mean().item() < 2.0
+    True
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+from collections.abc import Callable
+from functools import lru_cache
+
+import numpy as np
+import torch
+
+
+def decode_pil(data: bytes) -> torch.Tensor:
+    """Pillow (libjpeg-turbo inside its wheels) to ``uint8 [3, H, W]``."""
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as im:
+        a = np.array(im.convert("RGB"))  # [H, W, 3], writable (torch warns on read-only arrays)
+    return torch.from_numpy(a).permute(2, 0, 1)  # a view: no copy, just strides
+
+
+def _tv_decode():
+    from torchvision.io import decode_jpeg
+
+    return decode_jpeg
+
+
+def decode_torchvision(data: bytes, device: str = "cpu") -> torch.Tensor:
+    """``torchvision.io.decode_jpeg`` (libjpeg-turbo on CPU, nvJPEG with ``device="cuda"``)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", (DeprecationWarning, UserWarning))  # 0.29+ points to TorchCodec
+        return _tv_decode()(torch.frombuffer(bytearray(data), dtype=torch.uint8), device=device)
+
+
+@lru_cache(maxsize=1)
+def _torchcodec_decode() -> Callable | None:
+    """TorchCodec's JPEG decoder, or None when TorchCodec or its FFmpeg libraries are missing."""
+    try:
+        from torchcodec.decoders import decode_jpeg
+    except Exception:  # ImportError, or a RuntimeError when FFmpeg's libraries are absent
+        return None
+    return decode_jpeg
+
+
+def decode_torchcodec(data: bytes, device: str = "cpu") -> torch.Tensor:
+    """TorchCodec's ``decode_jpeg``; raises ImportError with a hint when it is not installed."""
+    fn = _torchcodec_decode()
+    if fn is None:
+        raise ImportError("TorchCodec is not usable here: `pip install torchcodec` (it needs FFmpeg's libraries)")
+    return fn(torch.frombuffer(bytearray(data), dtype=torch.uint8), device=device)
+
+
+def decode_jpeg(data: bytes, device: str = "cpu") -> torch.Tensor:
+    """The current recommended decoder: TorchCodec where it works, torchvision.io otherwise."""
+    if _torchcodec_decode() is not None:
+        return decode_torchcodec(data, device)
+    return decode_torchvision(data, device)
+
+
+def decode_batch(datas: list[bytes], device: str = "cpu") -> list[torch.Tensor]:
+    """Decodes many JPEGs in one call of ``torchvision.io.decode_jpeg(list, device=...)``.
+
+    On CUDA the list goes to nvJPEG's batched decoder, which decodes the whole batch with few
+    kernel launches: far faster than one call per image. On the CPU it equals a loop. Returns
+    ``uint8 [3, H, W]`` tensors on ``device``.
+
+    Raises:
+        RuntimeError: ``device`` is CUDA and this machine has none.
+
+    Example:
+        >>> from gpufeed.measure.synth import SynthSpec, render, encode_jpeg
+        >>> datas = [encode_jpeg(render(SynthSpec(n=2, width=32, height=24), i), 90) for i in range(2)]
+        >>> [tuple(t.shape) for t in decode_batch(datas)]
+        [(3, 24, 32), (3, 24, 32)]
+    """
+    if not datas:
+        raise ValueError("decode_batch needs at least one JPEG")
+    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("decode_batch(device='cuda') needs a CUDA GPU; use device='cpu' here")
+    from torchvision.io import ImageReadMode
+
+    tensors = [torch.frombuffer(bytearray(d), dtype=torch.uint8) for d in datas]  # inputs stay on the CPU
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", (DeprecationWarning, UserWarning))  # 0.29+ points to TorchCodec
+        return _tv_decode()(tensors, mode=ImageReadMode.RGB, device=device)
+
+
+def available_decoders() -> dict[str, Callable[[bytes], torch.Tensor]]:
+    """Name to CPU decode function, for every decoder that works on this machine."""
+    found = {"pil": decode_pil}
+    try:
+        _tv_decode()
+        found["torchvision"] = decode_torchvision
+    except ImportError:
+        pass
+    if _torchcodec_decode() is not None:
+        found["torchcodec"] = decode_torchcodec
+    return found
+
+
+def pillow_uses_turbo() -> bool | None:
+    """Whether Pillow was built with libjpeg-turbo (the fast libjpeg); None if Pillow cannot say."""
+    from PIL import features
+
+    try:
+        return bool(features.check_feature("libjpeg_turbo"))
+    except (ValueError, KeyError):  # Pillow < 9 does not know the feature
+        return None

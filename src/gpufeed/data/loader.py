@@ -1,0 +1,338 @@
+"""Batched fetching: one index operation per batch instead of one Python call per sample.
+
+:class:`FastLoader` is the course's minimal fast loader. Each epoch it draws a permutation of the
+sample indices (seeded by ``seed`` and the epoch, so every epoch has a new order and the same seed
+gives the same orders), cuts it into slices of ``batch_size``, and fetches each slice with one
+``torch.index_select`` per field (:func:`gather`). It works on the memmap dataset
+(:class:`gpufeed.data.memmap.ImageData`), on in-memory tensors, tuples or dicts of tensors, TensorDicts
+and NumPy arrays (``np.memmap`` included). ``rank``/``world_size`` give each process a disjoint
+shard of every epoch (lesson 12), and ``group_size`` switches to a grouped shuffle
+(:func:`grouped_permutation`). Taught in ``notebooks/06_batched.ipynb``; used in 05 and later.
+
+Example:
+    >>> x, y = torch.arange(10) * 10, torch.arange(10)  # 10 samples: features x, labels y
+    >>> loader = FastLoader((x, y), batch_size=4, seed=0)
+    >>> epoch0 = [yb for xb, yb in loader]
+    >>> [len(yb) for yb in epoch0], sorted(torch.cat(epoch0).tolist()) == list(range(10))
+    ([4, 4, 2], True)
+    >>> epoch1 = torch.cat([yb for xb, yb in loader])  # the next epoch: a new order
+    >>> torch.equal(torch.cat(epoch0), epoch1)
+    False
+    >>> again = FastLoader((x, y), batch_size=4, seed=0)  # same seed: same order
+    >>> torch.equal(torch.cat([yb for xb, yb in again]), torch.cat(epoch0))
+    True
+    >>> len(FastLoader((x, y), batch_size=4, drop_last=True))
+    2
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+import warnings
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import torch
+
+
+def _seed(*key: int) -> int:
+    """A 63-bit seed from a tuple of ints (seed, epoch) via NumPy's SeedSequence, which spreads
+    nearby keys far apart: (0, 1) and (1, 0) give unrelated streams."""
+    return int(np.random.SeedSequence([k & 0xFFFFFFFF for k in key]).generate_state(1, np.uint64)[0] >> 1)
+
+
+def _generator(*key: int) -> torch.Generator:
+    return torch.Generator().manual_seed(_seed(*key))
+
+
+def permutation(n: int, seed: int = 0, epoch: int = 0) -> torch.Tensor:
+    """A random order of ``range(n)`` (``int64 [n]``), the same for the same ``(seed, epoch)``."""
+    return torch.randperm(n, generator=_generator(seed, epoch))
+
+
+def grouped_permutation(n: int, group: int, seed: int = 0, epoch: int = 0) -> torch.Tensor:
+    """A grouped shuffle of ``range(n)``: blocks of ``group`` neighbouring indices in a random
+    order, each block shuffled within itself.
+
+    Cheaper than :func:`permutation` for large ``n`` (each block's shuffle fits in the CPU cache,
+    and a loader can make the blocks one at a time), and reads stay within one region of the file
+    at a time. The price is randomness: a batch holds samples from only a few blocks, so samples
+    stored near each other (e.g. the same class, in a folder-ordered dataset) land in the same
+    batches. Store the data in a random order once, at build time, before relying on it.
+
+    Example:
+        >>> p = grouped_permutation(12, group=4, seed=0)
+        >>> sorted(p.tolist()) == list(range(12))  # every index once
+        True
+        >>> len({i // 4 for i in p[:4].tolist()})  # the first 4 all come from one block
+        1
+    """
+    return torch.cat(list(_grouped_chunks(n, group, seed, epoch, 0, n)))
+
+
+def _grouped_chunks(n: int, group: int, seed: int, epoch: int, lo: int, hi: int) -> Iterator[torch.Tensor]:
+    """Positions ``lo..hi-1`` of the grouped order, one block at a time. Each block is shuffled by
+    its own generator (seed, epoch, block), so every rank computes only the blocks it needs."""
+    base = _seed(seed, epoch)
+    blocks = torch.randperm(math.ceil(n / group), generator=torch.Generator().manual_seed(base)).tolist()
+    gen = torch.Generator()
+    pos = 0  # position in the global order where the current block starts
+    for b in blocks:
+        start, length = b * group, min(group, n - b * group)
+        if pos + length > lo and pos < hi:
+            gen.manual_seed((base + b + 1) % 2**63)  # block b's own stream: any rank can make it alone
+            order = start + torch.randperm(length, generator=gen)
+            yield order[max(0, lo - pos):hi - pos]
+        pos += length
+        if pos >= hi:
+            return
+
+
+class _Fields:
+    """``data`` as named tensors sharing their first dimension, and how to rebuild a batch of the
+    same kind: a tensor, a tuple/list or dict of tensors, a TensorDict or a tensorclass."""
+
+    def __init__(self, data):
+        self.kind, self.cls = "tensor", None
+        td = sys.modules.get("tensordict")  # if tensordict is not imported, data is none of its kinds
+        if td is not None and td.is_tensorclass(data):
+            self.kind, self.cls = "tensorclass", type(data)
+            names = [f.name for f in dataclasses.fields(data)]
+            tensors = {k: getattr(data, k) for k in names if isinstance(getattr(data, k), torch.Tensor)}
+        elif td is not None and isinstance(data, td.TensorDictBase):
+            self.kind, tensors = "tensordict", dict(data.items())
+        elif isinstance(data, dict):
+            self.kind, tensors = "dict", dict(data)
+        elif isinstance(data, (tuple, list)):
+            self.kind, tensors = "sequence", {str(i): t for i, t in enumerate(data)}
+        else:
+            tensors = {"": data}
+        self.tensors = {k: _as_tensor(v, k) for k, v in tensors.items()}
+        if not self.tensors:
+            raise ValueError("FastLoader: data holds no tensors")
+        lengths = {k: len(v) for k, v in self.tensors.items()}
+        if len(set(lengths.values())) != 1:
+            raise ValueError(f"FastLoader: every field must have the same length along dim 0, got {lengths}")
+        self.n = next(iter(lengths.values()))
+
+    def build(self, fields: dict[str, torch.Tensor], b: int):
+        if self.kind == "tensor":
+            return fields[""]
+        if self.kind == "sequence":
+            return tuple(fields.values())  # built in the order of self.tensors
+        if self.kind == "dict":
+            return fields
+        if self.kind == "tensordict":
+            from tensordict import TensorDict
+
+            return TensorDict(fields, batch_size=[b])
+        return self.cls(**fields, batch_size=[b])
+
+
+def _as_tensor(value, name: str) -> torch.Tensor:
+    if isinstance(value, np.ndarray):
+        with warnings.catch_warnings():  # a read-only np.memmap: we only ever read it
+            warnings.simplefilter("ignore", UserWarning)
+            value = torch.from_numpy(value)
+    if not isinstance(value, torch.Tensor) or value.dim() == 0:
+        raise TypeError(f"FastLoader: field {name!r} must be a tensor or array with a first (sample) "
+                        f"dimension, got {type(value).__name__}")
+    return value.as_subclass(torch.Tensor)  # a plain view: no subclass dispatch on every batch
+
+
+def gather(data, idx, out: dict[str, torch.Tensor] | None = None):
+    """Rows ``idx`` of every field of ``data``, as a batch of the same kind as ``data``.
+
+    One ``torch.index_select`` per field: a tight copy loop in C++, 10 times and more faster than
+    ``data[idx]`` on large rows, which goes through torch's general advanced indexing.
+
+    Args:
+        data: a tensor, tuple/list/dict of tensors, TensorDict, tensorclass or NumPy array.
+        idx: indices (a tensor, list or array of ints).
+        out: optional buffers per field (``[len(idx), ...]``) to write into instead of allocating.
+
+    Example:
+        >>> gather((torch.arange(5) * 2, torch.arange(5)), [4, 0])
+        (tensor([8, 0]), tensor([4, 0]))
+    """
+    fields = data if isinstance(data, _Fields) else _Fields(data)
+    idx = torch.as_tensor(idx, dtype=torch.int64)
+    got = {k: torch.index_select(t, 0, idx, out=None if out is None else out[k]) for k, t in fields.tensors.items()}
+    return fields.build(got, len(idx))
+
+
+class FastLoader:
+    """Shuffled index permutation + slicing + one gather per batch; seeded, reshuffled each epoch.
+
+    Args:
+        data: what :func:`gather` accepts; all fields share their first dimension (a tensorclass:
+            its tensor fields).
+        batch_size: samples per batch.
+        shuffle: a new random order each epoch; False keeps ``0..n-1``.
+        seed: the order of epoch ``e`` depends only on ``(seed, e)``: the same on every rank.
+        drop_last: drop the last, short batch (with ``world_size > 1``: every rank then yields the
+            same number of batches, which DistributedDataParallel needs).
+        rank, world_size: this process's shard: the epoch's order is cut into ``world_size``
+            contiguous, disjoint parts that together cover it (sizes differ by at most one).
+        group_size: use the grouped shuffle (:func:`grouped_permutation`) with blocks of this size.
+        sort_indices: sort the indices within each batch. The batch holds the same samples (the
+            mean loss and its gradient are unchanged) and reads go forward through the file,
+            which helps a cold page cache; but a batch is no longer in random order, so code that
+            splits it (micro-batches, ``DataParallel``) gets index-ordered, often class-ordered, parts.
+        device: ``"cuda"``: gather into pinned buffers and copy each batch whole with
+            ``non_blocking=True``; the batch you get lives on the device.
+        reuse_buffers: on the CPU, gather into this many preallocated buffers in turn instead of
+            fresh memory (fresh memory costs a page fault per 4 KiB page on first touch). A batch
+            is then overwritten ``reuse_buffers`` batches later: use or copy it before that.
+    """
+
+    def __init__(self, data, batch_size: int, *, shuffle: bool = True, seed: int = 0, drop_last: bool = False,
+                 rank: int = 0, world_size: int = 1, group_size: int | None = None, sort_indices: bool = False,
+                 device=None, reuse_buffers: int = 0):
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"FastLoader: batch_size must be a whole number, at least 1 (got {batch_size!r})")
+        if not (isinstance(world_size, int) and world_size >= 1 and isinstance(rank, int) and 0 <= rank < world_size):
+            raise ValueError(f"FastLoader: need 0 <= rank < world_size (got rank={rank}, world_size={world_size})")
+        if group_size is not None and (not isinstance(group_size, int) or group_size < 1):
+            raise ValueError(f"FastLoader: group_size must be None or a whole number, at least 1 (got {group_size!r})")
+        self.data, self.fields = data, _Fields(data)
+        self.batch_size, self.shuffle, self.seed, self.drop_last = batch_size, shuffle, seed, drop_last
+        self.rank, self.world_size, self.group_size = rank, world_size, group_size
+        self.sort_indices, self.reuse_buffers = sort_indices, reuse_buffers
+        self.device = torch.device(device) if device is not None else None
+        if self.device is not None and self.device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError("FastLoader: device='cuda' but torch sees no GPU; pass device=None to stay on the CPU")
+        self.epoch = 0
+        self._ring: list[dict[str, torch.Tensor]] = []
+        self._events: list = []
+        self._slot = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch the next iteration uses (each iteration then moves on by one)."""
+        self.epoch = epoch
+
+    def _bounds(self) -> tuple[int, int]:
+        """This rank's part ``[lo, hi)`` of the epoch's order: ``torch.tensor_split`` sizes."""
+        base, extra = divmod(self.fields.n, self.world_size)
+        lo = self.rank * base + min(self.rank, extra)
+        return lo, lo + base + (self.rank < extra)
+
+    def __len__(self) -> int:
+        lo, hi = self._bounds()
+        if self.drop_last:  # the smallest shard sets the count, so every rank yields as many
+            return (self.fields.n // self.world_size) // self.batch_size
+        return math.ceil((hi - lo) / self.batch_size)
+
+    def _chunks(self, epoch: int) -> Iterator[torch.Tensor]:
+        lo, hi = self._bounds()
+        n = self.fields.n
+        if not self.shuffle:
+            yield torch.arange(lo, hi)
+        elif self.group_size is None:
+            yield permutation(n, self.seed, epoch)[lo:hi]
+        else:
+            yield from _grouped_chunks(n, self.group_size, self.seed, epoch, lo, hi)
+
+    def indices(self, epoch: int | None = None) -> list[torch.Tensor]:
+        """The index batches of an epoch (default: the next one) on this rank, without fetching."""
+        return list(self._index_batches(self.epoch if epoch is None else epoch))
+
+    def _index_batches(self, epoch: int) -> Iterator[torch.Tensor]:
+        bs, left = self.batch_size, len(self)
+        if self.group_size is None:  # one chunk: split it into views, one torch call per epoch
+            (order,) = self._chunks(epoch)
+            yield from order.split(bs)[:left]
+            return
+        pending: list[torch.Tensor] = []  # grouped: blocks of any size, re-cut into batches
+        have = 0
+        for chunk in self._chunks(epoch):
+            while chunk.numel() and left:
+                take = min(bs - have, chunk.numel())
+                pending.append(chunk[:take])
+                have, chunk = have + take, chunk[take:]
+                if have == bs:
+                    yield pending[0] if len(pending) == 1 else torch.cat(pending)
+                    pending, have, left = [], 0, left - 1
+        if have and left:
+            yield torch.cat(pending)
+
+    def __iter__(self) -> Iterator:
+        epoch, self.epoch = self.epoch, self.epoch + 1  # now, not at the first next()
+        return self._epoch(epoch)
+
+    def _epoch(self, epoch: int) -> Iterator:
+        for idx in self._index_batches(epoch):
+            yield self._fetch(idx.sort().values if self.sort_indices else idx)
+
+    def _buffers(self, b: int) -> tuple[dict[str, torch.Tensor] | None, Callable[[], None]]:
+        """Output buffers for a batch of ``b`` (or None: fresh memory), and what to call once the
+        batch has been handed on (record the copy's event, move to the next slot)."""
+        cuda = self.device is not None and self.device.type == "cuda"
+        slots = self.reuse_buffers if self.reuse_buffers > 0 else (2 if cuda else 0)
+        if slots == 0:
+            return None, lambda: None
+        if not self._ring:
+            for _ in range(slots):
+                bufs = {k: torch.empty((self.batch_size, *t.shape[1:]), dtype=t.dtype, pin_memory=cuda)
+                        for k, t in self.fields.tensors.items()}
+                self._ring.append(bufs)
+                self._events.append(torch.cuda.Event() if cuda else None)
+        slot = self._slot
+        if self._events[slot] is not None:
+            self._events[slot].synchronize()  # the async copy out of this buffer must be done
+
+        def done():
+            if self._events[slot] is not None:
+                self._events[slot].record()
+            self._slot = (slot + 1) % len(self._ring)
+
+        return {k: v[:b] for k, v in self._ring[slot].items()}, done
+
+    def _fetch(self, idx: torch.Tensor):
+        b, tensors = idx.shape[0], self.fields.tensors
+        if self.device is None and not self.reuse_buffers:  # the plain CPU path: as little Python as can be
+            return self.fields.build({k: torch.index_select(t, 0, idx) for k, t in tensors.items()}, b)
+        out, done = self._buffers(b)
+        got = {k: torch.index_select(t, 0, idx, out=None if out is None else out[k]) for k, t in tensors.items()}
+        if self.device is not None and self.device.type != "cpu":
+            # Whole batch, one copy per field; from pinned memory it is asynchronous (lesson 03, 08).
+            got = {k: v.to(self.device, non_blocking=True) for k, v in got.items()}
+        done()
+        return self.fields.build(got, b)
+
+
+class BatchTensorDataset(torch.utils.data.Dataset):
+    """Tensors indexed together, fetched per sample (``ds[i]``) or per batch (``ds[[i, j, ...]]``
+    and ``__getitems__``): the map-style dataset of ``notebooks/06_batched.ipynb``.
+
+    A DataLoader calls ``__getitems__(indices)`` when it exists, then ``collate_fn`` on the result.
+    Ours returns the finished batch, so use ``collate_fn=no_collate``; or pass a ``BatchSampler``
+    as the sampler with ``batch_size=None``, which calls ``ds[indices]`` once per batch.
+
+    Example:
+        >>> ds = BatchTensorDataset(torch.arange(5) * 2, torch.arange(5))
+        >>> ds[3], ds[[3, 1]]
+        ((tensor(6), tensor(3)), (tensor([6, 2]), tensor([3, 1])))
+    """
+
+    def __init__(self, *tensors: torch.Tensor):
+        self.fields = _Fields(tensors)
+        self.tensors = tensors
+
+    def __len__(self) -> int:
+        return self.fields.n
+
+    def __getitem__(self, i):
+        if isinstance(i, (int, np.integer)):
+            return tuple(t[i] for t in self.tensors)
+        return gather(self.fields, i)
+
+    def __getitems__(self, indices):
+        return gather(self.fields, indices)
+
+
+def no_collate(batch):
+    """The collate function for datasets whose ``__getitems__`` already returns a whole batch."""
+    return batch

@@ -1,0 +1,336 @@
+"""The memmap dataset: a folder of images decoded once into one ``uint8`` array on disk.
+
+:class:`ImageData` is a tensordict ``@tensorclass`` holding ``images: uint8 [N, 3, H, W]`` and
+``targets: int64 [N]``, both memory-mapped files. :func:`build_memmap` writes it from an image
+folder (ImageFolder layout) through :class:`gpufeed.data.folder.ImageFolderDataset`, so every image
+gets the one resize policy (:func:`gpufeed.data.folder.fit`); :func:`load_memmap` maps it back in
+a few milliseconds whatever its size. A batch is then a slice or a gather of rows: no file to
+open, nothing to decode. Taught in ``notebooks/05_memmap.ipynb``; ``python -m gpufeed data
+memmap SRC DST`` is the command line.
+
+On disk, ``DST/`` holds ``gpufeed-memmap.json`` (the manifest: count, shapes, dtypes, source,
+classes, policy, format version) and ``data/`` (tensordict's memmap: ``meta.json`` and one raw
+file per field). The build is atomic (:mod:`gpufeed.data.staging`): a killed build leaves no ``DST``,
+and :func:`load_memmap` refuses a folder without a valid manifest.
+
+Example:
+    >>> import tempfile, pathlib
+    >>> from gpufeed.measure.synth import synth_folder
+    >>> tmp = pathlib.Path(tempfile.mkdtemp())
+    >>> src = synth_folder(tmp / "jpeg", n=6, size=(64, 48), classes=2, progress=False).path
+    >>> r = build_memmap(src, tmp / "mm", size=(32, 32), progress=False)
+    >>> data = load_memmap(tmp / "mm")
+    >>> data.images.shape, data.images.dtype, data.targets.tolist()
+    (torch.Size([6, 3, 32, 32]), torch.uint8, [0, 0, 0, 1, 1, 1])
+    >>> data[2:4].images.shape  # a batch is a slice: one memcpy from the page cache, no decoding
+    torch.Size([2, 3, 32, 32])
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from tensordict import tensorclass
+
+from gpufeed.data import staging
+from gpufeed.data.folder import POLICY, BadImageError, FolderError, ImageFolderDataset
+from gpufeed.data.staging import free_bytes  # tests point memmap.free_bytes at a tiny limit
+
+MANIFEST = "gpufeed-memmap.json"
+DATA = "data"  # the tensordict memmap folder inside DST
+FORMAT = "gpufeed-memmap"
+FORMAT_VERSION = 1
+MIN_SIDE, MAX_SIDE = 8, 16384
+
+
+class MemmapError(ValueError):
+    """Bad arguments, an unusable source or destination, or a folder that is not a complete
+    memmap dataset; the message says what to do."""
+
+
+@tensorclass
+class ImageData:
+    """A batch of images and labels; the whole dataset when memory-mapped.
+
+    Attributes:
+        images: ``uint8 [N, 3, H, W]``: RGB, channels first, as torch models take them (convert
+            to float on the device, lesson 03).
+        targets: ``int64 [N]``: class indices, into the manifest's ``classes``.
+    """
+
+    images: torch.Tensor
+    targets: torch.Tensor
+
+
+@dataclass
+class BuildResult:
+    """What :func:`build_memmap` did: where, how many images, which were skipped, how long."""
+
+    path: Path
+    n: int
+    size: tuple[int, int]
+    nbytes: int
+    seconds: float
+    reused: bool = False
+    skipped: list[dict] = field(default_factory=list)
+
+
+def dataset_bytes(n: int, size: tuple[int, int]) -> int:
+    """Bytes the dataset takes on disk: ``n x 3 x H x W`` (uint8 images) + ``8 n`` (int64 targets)."""
+    w, h = size
+    return n * 3 * h * w + 8 * n
+
+
+def read_manifest(folder: str | os.PathLike) -> dict | None:
+    """The manifest of a memmap dataset in ``folder``, or None if it has none (or a foreign one)."""
+    try:
+        doc = json.loads((Path(folder) / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) and doc.get("format") == FORMAT else None
+
+
+def _source_digest(samples: list[tuple[str, int]], root: Path) -> str:
+    """A fingerprint of the source: relative paths, labels and file sizes (no reading)."""
+    h = hashlib.sha256()
+    for path, target in samples:
+        h.update(f"{Path(path).relative_to(root).as_posix()}\t{target}\t{os.path.getsize(path)}\n".encode())
+    return h.hexdigest()[:16]
+
+
+class _Tolerant(torch.utils.data.Dataset):
+    """The folder dataset, with unreadable images returned as ``(None, path, reason)`` instead of
+    raised, so that one bad file neither kills a DataLoader worker nor loses the batch."""
+
+    def __init__(self, ds: ImageFolderDataset):
+        self.ds = ds
+
+    def __len__(self) -> int:
+        return len(self.ds)
+
+    def __getitem__(self, i):
+        try:
+            return self.ds[i]
+        except BadImageError as e:
+            return None, e.path, e.reason
+
+
+def _collate(items) -> tuple[torch.Tensor | None, torch.Tensor, list[dict]]:
+    """``(images [b, 3, H, W] or None, targets [b], bad)``: the good items stacked, the bad listed."""
+    good = [it for it in items if it[0] is not None]
+    bad = [{"path": it[1], "error": it[2]} for it in items if it[0] is None]
+    images = torch.stack([img for img, _ in good]) if good else None
+    return images, torch.tensor([t for _, t in good], dtype=torch.int64), bad
+
+
+def _check_destination(dst: Path, src: Path, overwrite: bool) -> dict | None:
+    """The manifest already in ``dst`` (None if ``dst`` is new or empty); raises if ``dst`` is
+    unusable: a file, inside the source, or holding anything but a memmap dataset."""
+    if dst.exists() and not dst.is_dir():
+        raise MemmapError(f"DST {dst} is a file; give a folder path (the folder will be created)")
+    if dst == src or src in dst.parents:
+        raise MemmapError(f"DST {dst} is inside SRC {src}; choose a folder outside the image folder")
+    if not dst.exists() or not any(dst.iterdir()):
+        return None
+    manifest = read_manifest(dst)
+    if manifest is None:
+        raise MemmapError(f"DST {dst} already holds files that gpufeed did not write; choose a new folder")
+    return manifest
+
+
+def build_memmap(
+    src: str | os.PathLike,
+    dst: str | os.PathLike,
+    size: tuple[int, int] = (224, 224),
+    *,
+    workers: int = 1,
+    skip_bad: bool = False,
+    overwrite: bool = False,
+    reuse: bool = False,
+    progress: bool = True,
+    batch_size: int = 64,
+) -> BuildResult:
+    """Decodes every image of ``src`` once into a memory-mapped :class:`ImageData` at ``dst``.
+
+    Args:
+        src: an image folder, ``src/<class>/<image>``.
+        dst: the destination folder; created with its parents; must be new or empty, or hold a
+            memmap dataset (then see ``overwrite`` and ``reuse``).
+        size: (width, height) every image is brought to by :func:`gpufeed.data.folder.fit`.
+        workers: processes that decode (DataLoader workers); 1 decodes in this process.
+        skip_bad: skip unreadable images (listed in the result and the manifest) instead of stopping.
+        overwrite: replace a memmap dataset already at ``dst``.
+        reuse: if ``dst`` already holds this very dataset (same source files and size), return at
+            once with ``reused=True`` (what the notebooks do on a second run).
+        progress: show a progress bar.
+        batch_size: images decoded and written per step.
+
+    Raises:
+        MemmapError: bad arguments, an unusable source or destination, too little disk space, or
+            an unreadable image (without ``skip_bad``); nothing is left behind.
+    """
+    w, h = int(size[0]), int(size[1])
+    if not (MIN_SIDE <= w <= MAX_SIDE and MIN_SIDE <= h <= MAX_SIDE):
+        raise MemmapError(f"--size must be between {MIN_SIDE} and {MAX_SIDE} pixels a side (got {w}x{h}); try 224x224")
+    src, dst = Path(src).expanduser().absolute(), Path(dst).expanduser().absolute()
+    t0 = time.perf_counter()
+    try:
+        folder = ImageFolderDataset(src, (w, h))
+    except FolderError as e:
+        raise MemmapError(f"SRC: {e}") from None
+    digest = _source_digest(folder.samples, src)
+    existing = _check_destination(dst, src, overwrite)
+    if existing is not None:
+        same = existing.get("source_digest") == digest and existing.get("size") == [w, h]
+        if reuse and same:
+            return BuildResult(dst, existing["count"], (w, h), existing["bytes"], time.perf_counter() - t0,
+                               reused=True, skipped=existing.get("skipped", []))
+        if not overwrite:
+            raise MemmapError(f"DST {dst} already holds a memmap dataset ({existing.get('count')} images "
+                              f"from {existing.get('source')}); pass --overwrite to replace it, or choose a new folder")
+    n = len(folder)
+    need = dataset_bytes(n, (w, h))
+    staging.prepare_parent(dst, MemmapError, "DST")
+    staging.check_space(need + (1 << 20), free_bytes(dst.parent), dst.parent, MemmapError,
+                        "choose a smaller --size or another DST")
+    with staging.staged(dst, MemmapError, "DST") as tmp:
+        data, skipped = _fill(folder, tmp / DATA, workers, skip_bad, progress, batch_size)
+        manifest = {
+            "format": FORMAT, "version": FORMAT_VERSION, "count": len(data),
+            "images": {"shape": list(data.images.shape), "dtype": "uint8"},
+            "targets": {"shape": list(data.targets.shape), "dtype": "int64"},
+            "size": [w, h], "policy": POLICY, "source": str(src), "source_digest": digest,
+            "classes": folder.classes, "skipped": skipped, "bytes": dataset_bytes(len(data), (w, h)),
+            "tensordict": _tensordict_version(),
+        }
+        del data  # unmap before the rename
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")  # written last
+    return BuildResult(dst, manifest["count"], (w, h), manifest["bytes"], time.perf_counter() - t0, skipped=skipped)
+
+
+def _fill(folder: ImageFolderDataset, prefix: Path, workers: int, skip_bad: bool, progress: bool,
+          batch_size: int) -> tuple[ImageData, list[dict]]:
+    """Preallocates the memmap at ``prefix``, fills it by slices in folder order, and returns it
+    (shrunk to the good images when some were skipped) with the list of skipped files."""
+    from torch.utils.data import DataLoader
+    from tqdm.auto import tqdm
+
+    n, (w, h) = len(folder), folder.size
+    # Preallocate: memmap_like makes files of the final size from a template that only carries
+    # shapes and dtypes (expanded zeros: no memory), filled below one slice at a time.
+    template = ImageData(images=torch.zeros((), dtype=torch.uint8).expand(n, 3, h, w),
+                         targets=torch.zeros((), dtype=torch.int64).expand(n), batch_size=[n])
+    data = template.memmap_like(prefix=prefix)
+    _reserve(prefix)
+    loader = DataLoader(_Tolerant(folder), batch_size=batch_size, num_workers=workers if workers > 1 else 0,
+                        collate_fn=_collate)
+    skipped: list[dict] = []
+    k = 0  # images written so far: bad ones leave no hole
+    with tqdm(total=n, unit="img", desc=f"memmap {w}x{h}", disable=not progress) as bar:
+        for images, targets, bad in loader:
+            if bad and not skip_bad:
+                raise MemmapError(f"cannot read image {bad[0]['path']}: {bad[0]['error']}; fix or remove it, "
+                                  "or pass --skip-bad to leave unreadable images out")
+            skipped += bad
+            if images is not None:
+                b = len(targets)
+                data[k:k + b] = ImageData(images=images, targets=targets, batch_size=[b])
+                k += b
+            bar.update(len(targets) + len(bad))
+    if k == 0:
+        raise MemmapError(f"SRC {folder.root}: none of its {n} images could be read")
+    if k < n:  # compact: copy the good rows into files of the right size, drop the long ones
+        rows = ImageData(images=data.images[:k].as_subclass(torch.Tensor),  # plain views: a copy, not a
+                         targets=data.targets[:k].as_subclass(torch.Tensor), batch_size=[k])  # re-link
+        compact = rows.memmap(prefix=prefix.with_name(prefix.name + "-compact"))
+        del data, rows
+        shutil.rmtree(prefix)
+        prefix.with_name(prefix.name + "-compact").rename(prefix)
+        del compact
+        data = ImageData.load_memmap(prefix)
+    _sync(prefix)
+    return data, skipped
+
+
+def _reserve(prefix: Path) -> None:
+    """Allocates the disk blocks of the (sparse) memmap files now. Writing through a mapping onto a
+    full disk kills the process with SIGBUS; reserving first turns that into a clean ENOSPC here."""
+    if not hasattr(os, "posix_fallocate"):
+        return
+    for f in prefix.rglob("*.memmap"):
+        fd = os.open(f, os.O_RDWR)
+        try:
+            size = os.fstat(fd).st_size
+            if size:
+                try:
+                    os.posix_fallocate(fd, 0, size)
+                except OSError as e:
+                    if e.errno not in (95, 22):  # EOPNOTSUPP / EINVAL: the file system cannot; go on
+                        raise
+        finally:
+            os.close(fd)
+
+
+def _sync(prefix: Path) -> None:
+    """Flushes the written pages to the disk before the manifest is written (a power cut after the
+    rename must not leave a manifest in front of zeros)."""
+    for f in prefix.rglob("*"):
+        if f.is_file():
+            fd = os.open(f, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+
+def _tensordict_version() -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version("tensordict")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def load_memmap(path: str | os.PathLike) -> ImageData:
+    """Maps a dataset written by :func:`build_memmap`: an :class:`ImageData` of memory-mapped tensors.
+
+    Nothing is read yet: pages come from the disk (or the page cache) when a batch touches them.
+
+    Raises:
+        MemmapError: ``path`` is missing, incomplete (an interrupted build), foreign, of another
+            format version, or does not match its manifest.
+    """
+    path = Path(path).expanduser().absolute()
+    rebuild = f"build it with `python -m gpufeed data memmap SRC {path}`"
+    if not path.is_dir():
+        partial = sorted(path.parent.glob(f".{path.name}.partial-*"))
+        if partial:
+            raise MemmapError(f"{path} does not exist; {partial[0].name} beside it is an incomplete build "
+                              f"(interrupted, or still running): {rebuild} again")
+        raise MemmapError(f"{path} does not exist; {rebuild}")
+    raw = (path / MANIFEST).is_file()
+    manifest = read_manifest(path)
+    if manifest is None:
+        what = f"its {MANIFEST} is unreadable or not gpufeed's" if raw else f"it has no {MANIFEST}"
+        raise MemmapError(f"{path} is not a complete gpufeed memmap dataset ({what}): an incomplete build "
+                          f"or a foreign folder; {rebuild}")
+    if manifest.get("version") != FORMAT_VERSION:
+        raise MemmapError(f"{path} has format version {manifest.get('version')}, this gpufeed reads "
+                          f"version {FORMAT_VERSION}; rebuild it with --overwrite")
+    try:
+        data = ImageData.load_memmap(path / DATA)
+    except Exception as e:  # tensordict's own errors vary by version: say what to do in one line
+        raise MemmapError(f"{path} is damaged ({type(e).__name__}: {e}); rebuild it with --overwrite") from e
+    shape = [list(data.images.shape), list(data.targets.shape)]
+    if shape != [manifest["images"]["shape"], manifest["targets"]["shape"]] or data.images.dtype != torch.uint8:
+        raise MemmapError(f"{path} is damaged: it holds images {shape[0]} but its manifest says "
+                          f"{manifest['images']['shape']}; rebuild it with --overwrite")
+    return data

@@ -1,0 +1,134 @@
+"""Folders that appear all at once or not at all: the atomic-write pattern the dataset writers share.
+
+A writer fills a hidden *staging* folder beside its destination, ``.<name>.partial-<pid>``, writes
+its manifest last, and renames the staging folder into place. A rename within one file system is
+atomic, so a reader sees either no folder or a complete one; a run that is killed (even with
+SIGKILL, which no ``finally`` survives) leaves only a hidden staging folder without a manifest,
+which the next run removes. Used by :mod:`gpufeed.measure.synth` and :mod:`gpufeed.data.memmap`
+(``notebooks/05_memmap.ipynb`` explains it).
+
+Example:
+    >>> import tempfile, pathlib
+    >>> out = pathlib.Path(tempfile.mkdtemp()) / "data"
+    >>> with staged(out, error=ValueError) as tmp:
+    ...     _ = (tmp / "manifest.json").write_text("{}")  # write everything, the manifest last
+    ...     out.exists()
+    False
+    >>> sorted(p.name for p in out.iterdir()), sorted(p.name for p in out.parent.iterdir())
+    (['manifest.json'], ['data'])
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+def free_bytes(path: str | os.PathLike) -> int:
+    """Free bytes on the file system holding ``path``, capped by ``GPUFEED_FREE_BYTES_LIMIT``.
+
+    The cap lets a test (or a careful learner) play a small disk: with
+    ``GPUFEED_FREE_BYTES_LIMIT=1000000`` every writer behaves as if only 1 MB were free.
+    """
+    free = shutil.disk_usage(path).free
+    limit = os.environ.get("GPUFEED_FREE_BYTES_LIMIT", "").strip()
+    if limit:
+        try:
+            free = min(free, int(limit))
+        except ValueError:
+            raise ValueError(f"GPUFEED_FREE_BYTES_LIMIT={limit!r} is not a number of bytes") from None
+    return free
+
+
+def staging_path(out: Path) -> Path:
+    """The hidden folder this process fills before renaming it to ``out``."""
+    return out.parent / f".{out.name}.partial-{os.getpid()}"
+
+
+def stale_staging(out: Path) -> list[Path]:
+    """Staging folders for ``out`` left by runs that were killed (their process no longer exists)."""
+    stale = []
+    for candidate in out.parent.glob(f".{out.name}.partial-*"):
+        pid = candidate.name.rsplit("-", 1)[-1]
+        try:
+            os.kill(int(pid), 0)
+            continue  # that run is still going
+        except (ValueError, ProcessLookupError):
+            stale.append(candidate)
+        except PermissionError:
+            continue  # a live process of another user
+    return stale
+
+
+def remove_stale_staging(out: Path) -> list[Path]:
+    """Removes what :func:`stale_staging` finds (a live run's staging folder is left alone) and
+    returns what it removed."""
+    stale = stale_staging(out)
+    for folder in stale:
+        shutil.rmtree(folder, ignore_errors=True)
+    return stale
+
+
+def prepare_parent(out: Path, error: type[Exception], flag: str) -> None:
+    """Creates ``out``'s parent folder and checks that it is writable, or raises ``error``."""
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise error(f"cannot create {out.parent}: {e.strerror}; choose another {flag}") from e
+    if not os.access(out.parent, os.W_OK | os.X_OK):
+        raise error(f"cannot write to {out.parent}: permission denied; choose another {flag} or fix its permissions")
+
+
+def check_space(need: int, free: int, where: Path, error: type[Exception], hint: str) -> None:
+    """Raises ``error`` when ``need`` bytes do not fit in ``free`` bytes; ``hint`` says what to shrink."""
+    if need > free:
+        raise error(
+            f"not enough disk space in {where}: the dataset needs about {need / 1e6:.0f} MB, "
+            f"{free / 1e6:.0f} MB are free; free some space, or {hint}"
+        )
+
+
+def replace_folder(staging: Path, out: Path) -> None:
+    """Renames ``staging`` to ``out``; an existing ``out`` (empty, or being overwritten) is moved
+    aside first and deleted after, so ``out`` is never missing its manifest."""
+    if out.exists():
+        trash = out.parent / f".{out.name}.old-{os.getpid()}"
+        out.rename(trash)
+        staging.rename(out)
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        staging.rename(out)
+
+
+@contextmanager
+def staged(out: Path, error: type[Exception], flag: str = "--out") -> Iterator[Path]:
+    """Yields a fresh staging folder for ``out``; renames it into place when the block ends cleanly.
+
+    On any exception (Ctrl-C included) the staging folder is deleted and nothing is kept. A full
+    disk or a permission problem becomes ``error`` with a message that says what to do.
+    """
+    removed = remove_stale_staging(out)
+    if removed:  # say so: the learner should know the earlier run did not finish
+        names = ", ".join(p.name for p in removed)
+        print(f"note: an earlier run for {out} was interrupted; removed its leftovers ({names}) "
+              "and starting clean", file=sys.stderr)
+    staging = staging_path(out)
+    try:
+        staging.mkdir()
+        yield staging
+        replace_folder(staging, out)
+    except OSError as e:
+        shutil.rmtree(staging, ignore_errors=True)
+        if e.errno == errno.ENOSPC:
+            raise error(f"the disk holding {out.parent} filled up; nothing was kept. Free some space and run again") from e
+        if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise error(f"cannot write to {out.parent}: {e.strerror}; choose another {flag}") from e
+        raise
+    except BaseException:  # Ctrl-C included: leave nothing half-written behind
+        shutil.rmtree(staging, ignore_errors=True)
+        raise

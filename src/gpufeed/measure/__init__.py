@@ -1,0 +1,28 @@
+"""gpufeed.measure: measuring, honestly.
+
+* :mod:`~gpufeed.measure.harness`: warm up, sync CUDA, keep every sample, median and spread.
+* :mod:`~gpufeed.measure.machine`: what a measurement ran on; :mod:`~gpufeed.measure.results`:
+  where measurements are kept, this machine's and the committed GPU references.
+* :mod:`~gpufeed.measure.ceilings`: the fastest any pipeline on this machine can go.
+* :mod:`~gpufeed.measure.synth` and :mod:`~gpufeed.measure.photos`: the generated datasets every
+  measurement reads.
+* :mod:`~gpufeed.measure.pipelines`, :mod:`~gpufeed.measure.suite` and :mod:`~gpufeed.measure.dali`:
+  ``python -m gpufeed bench``, every input pipeline side by side.
+* :mod:`~gpufeed.measure.plotting`: the plot style of every result (units, ratios, "measured on").
+
+It may import :mod:`gpufeed.data`, never :mod:`gpufeed.course`.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_MODULES = {'ceilings', 'pipelines', 'suite', 'synth', 'machine', 'harness', 'plotting', 'dali', 'results', 'photos'}
+
+__all__ = sorted(_MODULES)
+
+
+def __getattr__(name: str):
+    if name in _MODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

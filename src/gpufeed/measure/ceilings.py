@@ -1,0 +1,158 @@
+"""The ceilings of this machine: the fastest any image pipeline on it can possibly go.
+
+* **memcpy**: bytes copied per second in RAM, the bound for anything that touches every byte;
+* **host to device**: pageable vs pinned (page-locked) memory over PCIe/NVLink, where CUDA exists;
+* **JPEG decode**: images per second on one core, the usual bound of a JPEG folder loader;
+* **file read**: a file read with a cold page cache (from the disk) and a warm one (from RAM).
+
+Each function returns a :class:`gpufeed.measure.harness.Measurement`. ``notebooks/00_setup.ipynb`` does
+the memcpy one by hand first; ``python -m gpufeed bench`` runs them all.
+
+Example:
+    >>> m = memcpy(1 << 20, repeats=5)
+    >>> m.gb_per_s > 0 and m.nbytes == 1 << 20
+    True
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+
+from gpufeed.data.folder import drop_page_cache
+from gpufeed.measure.harness import Measurement, benchmark
+
+MB = 1 << 20
+
+
+def memcpy(nbytes: int, repeats: int = 10, threads: int | None = None) -> Measurement:
+    """RAM to RAM copy of ``nbytes`` (uint8 tensors, ``dst.copy_(src)``), in GB/s copied.
+
+    Each copied byte is read once and written once, so the memory bus moves twice ``nbytes``.
+    ``threads`` caps torch's intra-op threads (large copies are split across cores).
+    """
+    src = torch.randint(0, 256, (nbytes,), dtype=torch.uint8)
+    dst = torch.empty_like(src)
+    old = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        return benchmark(lambda: dst.copy_(src), name=f"memcpy {_mb(nbytes)}", repeats=repeats,
+                         warmup=2, nbytes=nbytes, params={"nbytes": nbytes, "threads": torch.get_num_threads()})
+    finally:
+        torch.set_num_threads(old)
+
+
+def host_to_device(nbytes: int, pinned: bool, repeats: int = 10, device: str = "cuda") -> Measurement:
+    """Host-to-device copy of ``nbytes`` from pageable or pinned memory, in GB/s.
+
+    From pageable memory the driver first copies into a pinned staging buffer of its own, then
+    DMAs that; from pinned memory the copy engine reads the buffer directly, and the copy can be
+    asynchronous (``non_blocking=True``). Needs CUDA.
+    """
+    if not torch.cuda.is_available():
+        raise RuntimeError("host_to_device needs a CUDA GPU; see the reference results instead")
+    src = torch.randint(0, 256, (nbytes,), dtype=torch.uint8)
+    if pinned:
+        src = src.pin_memory()
+    dst = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    kind = "pinned" if pinned else "pageable"
+    return benchmark(lambda: dst.copy_(src, non_blocking=pinned), name=f"H2D {kind} {_mb(nbytes)}",
+                     repeats=repeats, warmup=3, nbytes=nbytes, params={"nbytes": nbytes, "pinned": pinned})
+
+
+def decode_rate(jpegs: Sequence[bytes], decode: Callable[[bytes], torch.Tensor], name: str,
+                repeats: int = 5, threads: int = 1) -> Measurement:
+    """Images per second decoding ``jpegs`` (already in memory) on ``threads`` torch threads.
+
+    One thread gives the rate *per core*: a DataLoader worker decodes on one core, so a folder
+    loader's best case is roughly this rate times the number of workers.
+    """
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return benchmark(lambda: [decode(b) for b in jpegs], name=name, repeats=repeats, warmup=1,
+                         items=len(jpegs), nbytes=sum(map(len, jpegs)), params={"threads": threads})
+    finally:
+        torch.set_num_threads(old)
+
+
+def make_file(path: str | Path, nbytes: int) -> Path:
+    """A file of ``nbytes`` random bytes (random: no file system can compress it away).
+
+    Kept if it already has the right size; written beside and renamed otherwise, so a killed run
+    never leaves a short file that looks finished.
+    """
+    path = Path(path)
+    if path.is_file() and path.stat().st_size == nbytes:
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    rng = torch.Generator().manual_seed(0)
+    try:
+        with open(tmp, "wb") as f:
+            for start in range(0, nbytes, 16 * MB):
+                n = min(16 * MB, nbytes - start)
+                f.write(torch.randint(0, 256, (n,), dtype=torch.uint8, generator=rng).numpy().tobytes())
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def read_file(path: str | Path, chunk: int = 8 * MB) -> int:
+    """Reads a whole file into one reused buffer (no allocation per chunk); returns bytes read."""
+    buf = bytearray(chunk)
+    view = memoryview(buf)
+    total = 0
+    with open(path, "rb", buffering=0) as f:
+        while n := f.readinto(view):
+            total += n
+    return total
+
+
+def file_read(path: str | Path, cold: bool, repeats: int = 5) -> Measurement:
+    """GB/s reading ``path`` whole, with the page cache dropped before each read (``cold``) or not."""
+    path = Path(path)
+    size = path.stat().st_size
+    setup = (lambda: drop_page_cache(path)) if cold else None
+    return benchmark(lambda: read_file(path), name=f"read {'cold' if cold else 'warm'} {_mb(size)}",
+                     repeats=repeats, warmup=1, nbytes=size, setup=setup,
+                     params={"nbytes": size, "cold": cold, "fadvise": hasattr(os, "posix_fadvise")})
+
+
+def _mb(nbytes: int) -> str:
+    return f"{nbytes / MB:g} MB"
+
+
+def all_ceilings(workdir: str | Path, quick: bool, device: str = "auto") -> list[Measurement]:
+    """Every ceiling, at sizes fit for ``quick`` mode or full mode (what ``gpufeed bench`` runs).
+
+    Args:
+        workdir: a folder for the generated JPEGs and the read-test file (kept for next time).
+        quick: tiny sizes (CI) instead of the full ones.
+        device: ``"cuda"`` to require the host-to-device ceilings, ``"cpu"`` to skip them,
+            ``"auto"`` to measure them where CUDA exists.
+    """
+    from gpufeed.data.jpeg import available_decoders
+    from gpufeed.measure.synth import synth_folder
+
+    workdir = Path(workdir)
+    size = 8 * MB if quick else 256 * MB
+    out = [memcpy(size)]
+    if device == "cuda" or (device == "auto" and torch.cuda.is_available()):
+        out += [host_to_device(size, pinned=False), host_to_device(size, pinned=True)]
+    for w, h in ((224, 224), (640, 480)):
+        folder = synth_folder(workdir / f"jpeg-{w}x{h}-q90", n=16 if quick else 128, size=(w, h),
+                              quality=90, progress=False).path
+        jpegs = [p.read_bytes() for p in sorted(folder.rglob("*.jpg"))]
+        for dec_name, decode in available_decoders().items():
+            m = decode_rate(jpegs, decode, name=f"decode {dec_name} {w}x{h}", repeats=3 if quick else 7)
+            m.params.update(width=w, height=h, decoder=dec_name)
+            out.append(m)
+    path = make_file(workdir / f"read-test-{size // MB}MB.bin", size)
+    out += [file_read(path, cold=True, repeats=3 if quick else 5), file_read(path, cold=False, repeats=3 if quick else 5)]
+    return out

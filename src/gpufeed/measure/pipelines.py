@@ -1,0 +1,323 @@
+"""The input pipelines that ``python -m gpufeed bench`` and ``notebooks/11_together.ipynb`` compare.
+
+Every pipeline reads the same generated dataset and yields the same thing: ``(images, targets)``
+with ``images`` ``float32 [B, 3, crop, crop]`` normalised with ImageNet's mean and std, and
+``targets`` ``int64 [B]``, both on the device the model runs on. The augmentation is the same
+too: resize the short side to ``resize``, a random ``crop x crop`` window, a random horizontal flip.
+
+* :func:`naive`: torchvision's ``ImageFolder`` of JPEGs, Pillow decode, ``Resize``, ``RandomCrop``,
+  ``RandomHorizontalFlip``, ``ToTensor`` and ``Normalize`` per sample on the CPU, a ``DataLoader``
+  with its defaults (no workers), float32 batches sent to the device (lesson 01's "naive").
+* :func:`tuned`: the same JPEGs with the lessons 03-07 fixes: torchvision's decoder, ``uint8``
+  until the device (4x fewer bytes to collate, pin and copy), one worker per core, pinned memory
+  where CUDA exists, conversion and normalisation on the device.
+* :func:`course`: decoded and resized once into a memmap (lesson 05), fetched a batch at a time
+  (lesson 06), prefetched (lesson 08), cropped, flipped and normalised per sample in one batched
+  step on the device (lesson 09): :class:`DeviceAugment`.
+* :func:`dali`: DALI reads, decodes, crops, flips and normalises (lesson 10), where installed.
+* :func:`resident`: batches already on the device: the ceiling every loader is measured against.
+
+The memmap stores the centre ``resize x resize`` square; the JPEG pipelines crop anywhere in the
+resized image (a little wider for non-square photos). That is the one difference in what they see.
+
+Example:
+    >>> x = torch.arange(2 * 3 * 4 * 5, dtype=torch.uint8).view(2, 3, 4, 5)
+    >>> boxes = torch.tensor([[0, 1], [1, 0]]); flips = torch.tensor([False, True])
+    >>> out = crop_flip(x, boxes, flips, 3)
+    >>> torch.equal(out[1], x[1, :, 1:4, 0:3].flip(-1)), out.shape
+    (True, torch.Size([2, 3, 3, 3]))
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from gpufeed.data.augment import IMAGENET_MEAN, IMAGENET_STD
+from gpufeed.data.prefetch import normalize
+
+#: The pipelines in the order the course builds them.
+ORDER = ("naive", "tuned", "course", "dali")
+
+
+class PipelineError(ValueError):
+    """The benchmark's dataset could not be made or read; the message names the folder and what to do."""
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What every pipeline reads and makes: one dataset, one augmentation, one batch size.
+
+    Attributes:
+        n: images in the dataset. jpeg_size: (width, height) of the JPEGs. quality: their JPEG quality.
+        resize: the short side after resizing (and the memmap's square side). crop: the model's input side.
+        batch: images per batch. classes: class folders.
+    """
+
+    n: int
+    jpeg_size: tuple[int, int]
+    resize: int
+    crop: int
+    batch: int
+    quality: int = 90
+    classes: int = 10
+
+    def __post_init__(self):
+        if not 0 < self.crop <= self.resize <= min(self.jpeg_size):
+            raise ValueError(f"Workload: need 0 < crop <= resize <= the JPEGs' short side (got crop={self.crop}, "
+                             f"resize={self.resize}, jpeg_size={self.jpeg_size})")
+        if self.batch < 1 or self.n < self.batch:
+            raise ValueError(f"Workload: need 1 <= batch <= n (got batch={self.batch}, n={self.n})")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+#: Sizes: a test's few images; the 2-core CI run; a learner's CPU; a GPU (the talks' 640x480 JPEGs, 224 crops).
+TINY = Workload(n=16, jpeg_size=(64, 48), resize=40, crop=32, batch=4, classes=2)
+QUICK = Workload(n=256, jpeg_size=(320, 240), resize=128, crop=112, batch=32)
+FULL_CPU = Workload(n=1024, jpeg_size=(640, 480), resize=256, crop=224, batch=64)
+FULL_GPU = Workload(n=8192, jpeg_size=(640, 480), resize=256, crop=224, batch=256)
+
+
+def workload(quick: bool, device) -> Workload:
+    """The workload for this run: :data:`QUICK`, or the full size for the device's kind."""
+    if quick:
+        return QUICK
+    return FULL_GPU if torch.device(device).type == "cuda" else FULL_CPU
+
+
+@dataclass
+class Data:
+    """Where a workload's dataset lives: the JPEG folder, the memmap made from it, and build times (s)."""
+
+    jpeg: Path
+    memmap: Path
+    synth_s: float
+    memmap_s: float
+
+
+def prepare(w: Workload, root: str | os.PathLike, *, workers: int = 1, progress: bool = False) -> Data:
+    """Generates the JPEG folder and the memmap made from it under ``root``; a second call reuses them.
+
+    The memmap build is the one-off price of the course pipeline (decode and resize once); it is
+    reported beside the throughputs, not hidden.
+    """
+    from gpufeed.data.memmap import MemmapError, build_memmap
+    from gpufeed.measure.synth import SynthError, synth_folder
+
+    root = Path(root)
+    (jw, jh), r = w.jpeg_size, w.resize
+    try:
+        jpeg = synth_folder(root / f"jpeg-{jw}x{jh}-q{w.quality}-n{w.n}-c{w.classes}", n=w.n, size=(jw, jh),
+                            quality=w.quality, classes=w.classes, workers=workers, progress=progress)
+        mm = build_memmap(jpeg.path, root / f"memmap-{r}-{jpeg.path.name}", size=(r, r), workers=workers,
+                          reuse=True, progress=progress)
+    except (SynthError, MemmapError) as e:
+        raise PipelineError(f"cannot prepare the benchmark's dataset under {root}: {e}") from None
+    return Data(Path(jpeg.path), Path(mm.path), 0.0 if jpeg.reused else jpeg.seconds,
+                0.0 if mm.reused else mm.seconds)
+
+
+def draw_crops(n: int, in_hw: tuple[int, int], crop: int, generator: torch.Generator | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-sample random crop corners ``int64 [n, 2]`` (top, left) and flips ``bool [n]``, on the CPU."""
+    h, w = in_hw
+    corners = torch.stack([torch.randint(0, h - crop + 1, (n,), generator=generator),
+                           torch.randint(0, w - crop + 1, (n,), generator=generator)], dim=1)
+    return corners, torch.rand(n, generator=generator) < 0.5
+
+
+def crop_flip(x: torch.Tensor, corners: torch.Tensor, flips: torch.Tensor, crop: int,
+              out: torch.Tensor | None = None) -> torch.Tensor:
+    """Sample ``i`` of ``x`` ``[N, C, H, W]`` cropped to ``crop x crop`` at ``corners[i]``, flipped if ``flips[i]``.
+
+    Two ways to the same values: on a GPU :func:`gather_crops`, one kernel for the whole batch; on
+    the CPU :func:`copy_crops`, one slice copy per sample (on a 2-core EPYC, 64 crops of 224: the
+    gather took about 40x longer, its index arithmetic costing more than the bytes). ``out``
+    (``[N, C, crop, crop]``, any dtype) receives the result: a reused buffer, since fresh memory on
+    the CPU costs a page fault per 4 KiB.
+    """
+    return (gather_crops if x.is_cuda else copy_crops)(x, corners, flips, crop, out)
+
+
+def gather_crops(x: torch.Tensor, corners: torch.Tensor, flips: torch.Tensor, crop: int,
+                 out: torch.Tensor | None = None) -> torch.Tensor:
+    """:func:`crop_flip` as one gather: per-sample row and column indices, the flip folded into
+    the column order. One kernel for the batch on a GPU; slow on a CPU (index arithmetic per byte)."""
+    n, ar = x.shape[0], torch.arange(crop, device=x.device)
+    corners, flips = corners.to(x.device), flips.to(x.device)
+    rows = corners[:, :1] + ar  # [N, crop]
+    cols = corners[:, 1:] + torch.where(flips[:, None], crop - 1 - ar, ar)  # [N, crop], reversed if flipped
+    got = x[torch.arange(n, device=x.device)[:, None, None], :, rows[:, :, None], cols[:, None, :]]
+    got = got.permute(0, 3, 1, 2)  # the advanced indices come first: [N, crop, crop, C] -> [N, C, crop, crop]
+    return got.contiguous() if out is None else out.copy_(got)
+
+
+def copy_crops(x: torch.Tensor, corners: torch.Tensor, flips: torch.Tensor, crop: int,
+               out: torch.Tensor | None = None) -> torch.Tensor:
+    """:func:`crop_flip` as one slice copy per sample: plain memory traffic, the CPU's fast way."""
+    out = torch.empty((x.shape[0], x.shape[1], crop, crop), dtype=x.dtype, device=x.device) if out is None else out
+    for i, ((top, left), flip) in enumerate(zip(corners.tolist(), flips.tolist())):
+        window = x[i, :, top:top + crop, left:left + crop]  # a view: no copy yet
+        out[i].copy_(window.flip(-1) if flip else window)  # the one copy (and dtype conversion)
+    return out
+
+
+class DeviceAugment:
+    """Random crop + flip + float + normalise of a whole ``uint8 [B, 3, H, W]`` batch where it lives.
+
+    Each sample gets its own crop and flip (drawn from a seeded generator, in batch order); on the
+    CPU the result is written into one of ``buffers`` reused float buffers, which a batch keeps
+    until ``buffers`` more have been made.
+
+    Example:
+        >>> aug = DeviceAugment(crop=4, seed=0)
+        >>> out = aug(torch.full((2, 3, 6, 6), 255, dtype=torch.uint8))
+        >>> out.shape, round(out[0, 0, 0, 0].item(), 3)
+        (torch.Size([2, 3, 4, 4]), 2.249)
+    """
+
+    def __init__(self, crop: int, seed: int = 0, mean=IMAGENET_MEAN, std=IMAGENET_STD, buffers: int = 3):
+        self.crop, self.mean, self.std = crop, tuple(mean), tuple(std)
+        self.generator = torch.Generator().manual_seed(seed)
+        self.buffers, self._ring, self._slot = buffers, [], 0
+
+    def params(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return draw_crops(x.shape[0], tuple(x.shape[-2:]), self.crop, self.generator)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        corners, flips = self.params(x)
+        if x.is_cuda:  # one gather, then one fused multiply-add into fresh (cached) GPU memory
+            return normalize(crop_flip(x, corners, flips, self.crop), torch.float32, self.mean, self.std)
+        shape = (x.shape[0], x.shape[1], self.crop, self.crop)
+        if len(self._ring) < self.buffers or self._ring[self._slot].shape != shape:
+            self._ring[self._slot:self._slot + 1] = [torch.empty(shape)]
+        buf = self._ring[self._slot]
+        self._slot = (self._slot + 1) % self.buffers
+        crop_flip(x, corners, flips, self.crop, out=buf)  # uint8 -> float32 in the copy
+        scale, shift = _affine_cpu(self.mean, self.std)
+        return buf.mul_(scale).add_(shift)  # in place: (x / 255 - mean) / std, no new memory
+
+
+def _affine_cpu(mean: tuple, std: tuple) -> tuple[torch.Tensor, torch.Tensor]:
+    from gpufeed.data.prefetch import _affine
+
+    return _affine(mean, std, torch.float32, torch.device("cpu"))
+
+
+def naive_transform(w: Workload):
+    """The per-sample transform everyone starts with (torchvision v1 API, Pillow images in, float out)."""
+    from torchvision import transforms as T
+
+    return T.Compose([T.Resize(w.resize), T.RandomCrop(w.crop), T.RandomHorizontalFlip(), T.ToTensor(),
+                      T.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+
+
+class JpegUint8:
+    """A picklable per-sample transform for JPEG files: decode (torchvision or TorchCodec), resize,
+    random crop and flip, all in ``uint8``; the float conversion waits for the device (lesson 03)."""
+
+    def __init__(self, w: Workload):
+        self.resize, self.crop = w.resize, w.crop
+
+    def __call__(self, path: str) -> torch.Tensor:
+        from torchvision.transforms import v2
+
+        from gpufeed.data.jpeg import decode_jpeg
+
+        with open(path, "rb") as f:
+            image = decode_jpeg(f.read())  # uint8 [3, H, W]
+        image = v2.functional.resize(image, [self.resize], antialias=True)
+        corners, flips = draw_crops(1, tuple(image.shape[-2:]), self.crop)
+        return crop_flip(image[None], corners, flips, self.crop)[0]
+
+
+def _jpeg_loader(path: str) -> str:
+    return path  # ImageFolder hands the path to the transform, which reads and decodes it
+
+
+def naive_loader(data: Data, w: Workload, workers: int = 0):
+    """The DataLoader of :func:`naive`: torchvision's defaults. With ``workers`` (the second rung
+    of lesson 11's ladder) the workers persist across epochs, as in :func:`tuned_loader`."""
+    from torch.utils.data import DataLoader
+    from torchvision.datasets import ImageFolder
+
+    return DataLoader(ImageFolder(str(data.jpeg), transform=naive_transform(w)), batch_size=w.batch,
+                      shuffle=True, drop_last=True, num_workers=workers, persistent_workers=workers > 0)
+
+
+def naive(data: Data, w: Workload, device, loader=None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Lesson 01's naive loop: default DataLoader, per-sample float transforms, float32 on the wire.
+    ``loader``: a :func:`naive_loader` to reuse (default: a new one, without workers)."""
+    for images, targets in naive_loader(data, w) if loader is None else loader:
+        yield images.to(device), targets.to(device)
+
+
+def tuned_loader(data: Data, w: Workload, device, workers: int, dataset=None):
+    """The DataLoader of :func:`tuned` (kept for reuse across epochs: its workers persist).
+
+    ``dataset``: another map-style dataset of ``uint8`` samples to load with the same settings
+    (lesson 11's ladder passes the memmap read per sample); default: the JPEG folder.
+    """
+    from torch.utils.data import DataLoader
+    from torchvision.datasets import ImageFolder
+
+    cuda = torch.device(device).type == "cuda"
+    if dataset is None:
+        dataset = ImageFolder(str(data.jpeg), transform=JpegUint8(w), loader=_jpeg_loader)
+    return DataLoader(dataset, batch_size=w.batch, shuffle=True, drop_last=True, num_workers=workers, pin_memory=cuda,
+                      persistent_workers=workers > 0, prefetch_factor=4 if workers else None)
+
+
+def tuned(loader, device) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """One epoch of :func:`tuned_loader`: uint8 batches, copied (asynchronously from pinned
+    memory on CUDA), then converted and normalised on the device."""
+    for images, targets in loader:
+        images = images.to(device, non_blocking=True)
+        yield normalize(images, torch.float32, IMAGENET_MEAN, IMAGENET_STD), targets.to(device, non_blocking=True)
+
+
+class Course:
+    """The course pipeline: memmap + :class:`~gpufeed.data.loader.FastLoader` + prefetcher + :class:`DeviceAugment`.
+
+    Each ``iter()`` is one epoch (reshuffled). On CUDA the loader gathers into pinned buffers and
+    copies each batch whole and asynchronously; on the CPU it gathers into reused buffers (no page
+    faults) on the prefetcher's thread while this thread augments the previous batch.
+    """
+
+    def __init__(self, data: Data, w: Workload, device, seed: int = 0):
+        from gpufeed.data.loader import FastLoader
+        from gpufeed.data.memmap import load_memmap
+
+        self.device = torch.device(device)
+        cuda = self.device.type == "cuda"
+        self.loader = FastLoader(load_memmap(data.memmap), w.batch, seed=seed, drop_last=True,
+                                 device=self.device if cuda else None, reuse_buffers=0 if cuda else 4)
+        self.augment = DeviceAugment(w.crop, seed=seed)
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        from gpufeed.data.prefetch import ThreadPrefetcher
+
+        # depth 2 < the loader's 4 CPU buffers: a batch is never overwritten while queued or in use
+        with ThreadPrefetcher(self.loader, depth=2) as batches:
+            for b in batches:
+                yield self.augment(b.images), b.targets
+
+
+def resident(w: Workload, device, batches: int = 4, seed: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """``batches`` ready batches already on the device: iterate over them to measure the model alone."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(batches):
+        x = torch.randint(0, 256, (w.batch, 3, w.crop, w.crop), dtype=torch.uint8, generator=g)
+        y = torch.randint(0, w.classes, (w.batch,), generator=g)
+        out.append((normalize(x.to(device), torch.float32, IMAGENET_MEAN, IMAGENET_STD), y.to(device)))
+    return out

@@ -1,0 +1,81 @@
+"""Where measurements are kept: this machine's, and the committed reference results of real GPUs.
+
+A lesson saves what it measured with :func:`save_lesson` (under :func:`gpufeed.config.results_dir`,
+one folder per machine), and a CPU-only machine shows a GPU's numbers with :func:`reference`,
+read from the repository's ``results/<machine>/`` (e.g. ``results/h200/lesson00.json``).
+
+Example:
+    >>> import os, tempfile
+    >>> from gpufeed.measure.harness import Measurement
+    >>> os.environ["GPUFEED_RESULTS"] = tempfile.mkdtemp()
+    >>> path = save_lesson("demo", [Measurement("a", [1.0, 1.1])])
+    >>> path.parent.parent == config.results_dir() and path.name
+    'demo.json'
+    >>> reference("no-such-lesson") is None
+    True
+    >>> gpu_reference("no-such-lesson") is None
+    No CUDA here, and no GPU reference is committed yet (results/<gpu>/no-such-lesson.json).
+    Run this notebook on a GPU with GPUFEED_RESULTS=results to add one.
+    True
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpufeed import config
+from gpufeed.measure import harness as bench
+from gpufeed.measure.machine import machine_info, slug
+
+
+def machine_dir(info: dict | None = None) -> Path:
+    """This machine's folder in the results directory, e.g. ``.../results/cpu-epyc-7b13``."""
+    return config.results_dir() / slug(info or machine_info())
+
+
+def save_lesson(name: str, measurements, **extra) -> Path:
+    """Saves a lesson's measurements as ``<results>/<machine>/<name>.json``; returns the path."""
+    return bench.save(machine_dir() / f"{name}.json", measurements, **extra)
+
+
+def reference_roots() -> list[Path]:
+    """Folders that may hold committed reference results (the checkout's ``results/``)."""
+    roots = []
+    root = config.repo_root()
+    if root is not None and (root / "results").is_dir():
+        roots.append(root / "results")
+    packaged = Path(__file__).with_name("_results")
+    if packaged.is_dir():
+        roots.append(packaged)
+    return roots
+
+
+def reference(name: str, need_gpu: bool = True):
+    """The committed reference for a lesson: ``(measurements, document)``, or None if none exists.
+
+    Args:
+        name: the file's stem, e.g. ``"lesson00"``.
+        need_gpu: only take results measured on a machine with a GPU (what CPU-only learners lack).
+    """
+    for root in reference_roots():
+        for path in sorted(root.glob(f"*/{name}.json")):
+            ms, doc = bench.load(path)
+            if need_gpu and not (doc.get("machine") or {}).get("gpu"):
+                continue
+            return ms, doc
+    return None
+
+
+def gpu_reference(name: str):
+    """What a CUDA-only cell shows on a machine without CUDA: the committed GPU reference.
+
+    Prints where the numbers come from (the GPU's name), or that no reference is committed yet
+    and how to make one, and returns :func:`reference`'s ``(measurements, document)`` or None.
+    """
+    ref = reference(name)
+    if ref is None:
+        print(f"No CUDA here, and no GPU reference is committed yet (results/<gpu>/{name}.json).\n"
+              "Run this notebook on a GPU with GPUFEED_RESULTS=results to add one.")
+    else:
+        print(f"No CUDA here: showing the reference measured on {ref[1]['machine'].get('gpu')}.")
+    return ref

@@ -1,0 +1,329 @@
+"""``python -m gpufeed bench``: every pipeline of :mod:`gpufeed.measure.pipelines`, side by side, in one run.
+
+For each pipeline two numbers, in images/s: the loader alone (batches made and left on the device),
+and the loader feeding a training step of a torchvision ResNet-18 with random weights. Beside them
+the ceilings: ``memcpy`` of the same bytes (a uint8 batch), the host-to-device copy of those bytes
+where CUDA exists, and the training step on batches already on the device (``resident``).
+*Loader efficiency* (lesson 11) is a pipeline's training throughput over the resident one.
+
+All numbers come from one process, one dataset and the same cores (a warm-up pass first, CUDA
+synchronised before every clock read, median and IQR of several passes; loaders one after the
+other, training passes in turns): ratios between them are what to quote. ``run`` writes ``results.json`` and two plots.
+
+Example:
+    >>> rows = records_from({"naive": 2.0, "course": 0.1}, {"naive": 4.0, "course": 3.0, "resident": 2.9},
+    ...                     images={"loader": 10, "train": 10}, loader_ceiling=1000.0)
+    >>> [(r["pipeline"], r["mode"], r["ratio_to_naive"]) for r in rows]
+    [('naive', 'loader', 1.0), ('course', 'loader', 20.0), ('naive', 'train', 1.0), ('course', 'train', 1.33), ('resident', 'train', 1.38)]
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import torch
+
+from gpufeed.measure import harness as bench
+from gpufeed.measure import pipelines
+from gpufeed.measure.pipelines import Workload
+
+FILE = "results.json"
+FORMAT = "gpufeed-pipeline-bench"
+
+
+def consume(batches: Iterable, limit: int) -> int:
+    """Takes up to ``limit`` batches; returns the number of images seen (the last value is kept
+    alive until here, so lazily computed GPU results are part of the timed work after the sync)."""
+    seen, last = 0, None
+    for images, _ in itertools.islice(batches, limit):
+        seen, last = seen + images.shape[0], images
+    del last
+    return seen
+
+
+def make_model(w: Workload, device) -> tuple[torch.nn.Module, Callable]:
+    """A torchvision ResNet-18 (random weights) and its training step ``step(images, targets)``.
+
+    On CUDA: channels-last and bfloat16 autocast (what a tuned training loop uses); on the CPU:
+    float32. SGD with momentum; the step returns nothing, so no ``.item()`` forces a sync.
+    """
+    import torchvision
+
+    device = torch.device(device)
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(weights=None, num_classes=w.classes).to(device)
+    cuda = device.type == "cuda"
+    if cuda:
+        model = model.to(memory_format=torch.channels_last)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    def step(images: torch.Tensor, targets: torch.Tensor) -> None:
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda):
+            loss = loss_fn(model(images), targets)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    return model, step
+
+
+def train(batches: Iterable, step: Callable, limit: int) -> int:
+    """Runs ``step`` on up to ``limit`` batches; returns the number of images trained on."""
+    seen = 0
+    for images, targets in itertools.islice(batches, limit):
+        step(images, targets)
+        seen += images.shape[0]
+    return seen
+
+
+def sources(data: pipelines.Data, w: Workload, device, *, workers: int, dali: bool) -> dict[str, Callable]:
+    """``name -> epoch()``: each call starts a new pass and returns an iterator of device batches."""
+    tuned_loader = pipelines.tuned_loader(data, w, device, workers)
+    course = pipelines.Course(data, w, device)
+    out = {"naive": lambda: pipelines.naive(data, w, device),
+           "tuned": lambda: pipelines.tuned(tuned_loader, device),
+           "course": lambda: iter(course)}
+    if dali:
+        out["dali"] = _dali_source(data, w, device, workers)
+    resident = pipelines.resident(w, device)
+    out["resident"] = lambda: iter(resident)
+    return out
+
+
+def _dali_source(data: pipelines.Data, w: Workload, device, threads: int) -> Callable:
+    """DALI's ``epoch()``. The pipeline is built at the first call, not before: its C++ threads
+    must not exist yet when a DataLoader forks its workers (a fork copies a lock that another
+    thread holds as held, forever)."""
+    from gpufeed.measure import dali as gdali
+
+    made = []
+
+    def epoch():  # with auto_reset, the iterator rewinds itself after each full epoch
+        if not made:
+            from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
+
+            pipe = gdali.train_pipeline(data.jpeg, w.resize, w.crop, batch_size=w.batch, num_threads=threads,
+                                        device_id=gdali.device_id())
+            made.append(DALIGenericIterator(pipe, ["images", "labels"], reader_name="reader",
+                                            last_batch_policy=LastBatchPolicy.DROP, auto_reset=True))
+        for batch in made[0]:
+            images, labels = gdali.unpack(batch)
+            yield images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+
+    return epoch
+
+
+def memmap_build_seconds(data: pipelines.Data, w: Workload, workers: int = 1) -> float:
+    """Seconds to build the course's memmap from the JPEGs: the one-off price of decoding once,
+    measured in this run (into a temporary folder, deleted after) when ``prepare`` reused one."""
+    import tempfile
+
+    from gpufeed.data.memmap import build_memmap
+
+    with tempfile.TemporaryDirectory(dir=data.memmap.parent, prefix=".build-time-") as tmp:
+        return build_memmap(data.jpeg, Path(tmp) / "mm", size=(w.resize, w.resize), workers=workers,
+                            progress=False).seconds
+
+
+def forever(epoch: Callable[[], Iterable]):
+    """One endless stream of batches: epoch after epoch of ``epoch()``, so that a pass can stop
+    anywhere (a few training steps) and the next one goes on where it stopped, as training does."""
+    while True:
+        yield from epoch()
+
+
+def records_from(loader_s: dict[str, float], train_s: dict[str, float], *, images: dict[str, int],
+                 loader_ceiling: float) -> list[dict]:
+    """One record per pipeline and mode from median seconds per pass: images/s, the ratio to
+    naive, and the fraction of the relevant ceiling (``loader_ceiling`` images/s for the loader
+    alone, the resident training throughput for training)."""
+    rows = []
+    for mode, times in (("loader", loader_s), ("train", train_s)):
+        base = images[mode] / times["naive"] if "naive" in times else None
+        ceiling = loader_ceiling if mode == "loader" else images[mode] / times.get("resident", math.inf)
+        for name, s in times.items():
+            rate = images[mode] / s
+            rows.append({"pipeline": name, "mode": mode, "images_per_s": round(rate, 1),
+                         "ratio_to_naive": round(rate / base, 2) if base else None,
+                         "fraction_of_ceiling": float(f"{rate / ceiling:.3g}") if ceiling else None})
+    return rows
+
+
+def run(out: str | Path, *, quick: bool, device, workload: Workload | None = None, repeats: int | None = None,
+        dali: bool | None = None, threads: int | None = None, log: Callable[[str], None] = print) -> Path:
+    """Measures every pipeline (loader alone, then with a training step) and writes ``out/results.json``.
+
+    Args:
+        out: the folder for ``results.json`` and the plots.
+        quick: the 2-core CI sizes (:data:`gpufeed.measure.pipelines.QUICK`) unless ``workload`` is given.
+        device: where batches end up and the model runs.
+        repeats: timed passes per case (default 5).
+        dali: include DALI (default: where it is installed).
+        threads: torch's intra-op threads in this process while measuring (default: 1 on the CPU,
+            torch's own choice on CUDA). Every pipeline brings its own parallelism (workers, DALI's
+            threads, the prefetch thread); torch's threads on top of those outnumber the cores, and
+            then each parallel op waits for a descheduled thread: measured here, 2 threads made the
+            naive loop 6x slower on a busy 2-core machine.
+    """
+    device = torch.device(device)
+    threads = threads or (1 if device.type == "cpu" else torch.get_num_threads())
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return _run(Path(out), quick, device, workload, repeats, dali, threads, log)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _run(out: Path, quick: bool, device: torch.device, workload: Workload | None, repeats: int | None,
+         dali: bool | None, threads: int, log: Callable[[str], None]) -> Path:
+    from gpufeed import config
+    from gpufeed.measure import dali as gdali
+    from gpufeed.measure.machine import usable_cores
+
+    w = workload or pipelines.workload(quick, device)
+    repeats = repeats or 5
+    dali = gdali.available() if dali is None else dali
+    workers = usable_cores()
+    data = pipelines.prepare(w, config.cache_dir() / "bench", workers=1 if quick else workers)
+    build_s = data.memmap_s or memmap_build_seconds(data, w, workers=1 if quick else workers)
+    log(f"dataset: {w.n} JPEGs {w.jpeg_size[0]}x{w.jpeg_size[1]} q{w.quality}, memmap {w.resize}x{w.resize} "
+        f"(built in {build_s:.1f} s); batches of {w.batch} at {w.crop}x{w.crop} on {device}")
+    streams = {name: forever(epoch) for name, epoch in sources(data, w, device, workers=workers, dali=dali).items()}
+    per_epoch = w.n // w.batch
+    steps = per_epoch if device.type == "cuda" else 2  # on a CPU one step takes seconds: two say enough
+    images = {"loader": per_epoch * w.batch, "train": steps * w.batch}
+    # Loader alone: one pipeline at a time, whole epochs back to back after a warm-up epoch. Timed
+    # in turns instead, a pipeline that reads ahead across epochs (DALI refills its queue as soon
+    # as an epoch ends) would get part of its next epoch made for free while another is timed.
+    # With the model: in turns (a, b, c, a, b, c...), so that a slow spell of a shared machine hits
+    # every pipeline alike; here any read-ahead is a few batches against seconds of training, and
+    # the passes go on along each pipeline's endless stream, as training does.
+    ms: list[bench.Measurement] = []
+    try:
+        for name, s in streams.items():
+            if name != "resident":
+                ms.append(bench.benchmark(lambda s=s: consume(s, per_epoch), name=f"{name} loader", warmup=1,
+                                          repeats=repeats, items=images["loader"],
+                                          params={"pipeline": name, "mode": "loader"}))
+                log(f"  {ms[-1]}")
+        _, step = make_model(w, device)
+        trained = bench.interleave({n: (lambda s=s: train(s, step, steps)) for n, s in streams.items()},
+                                   repeats=repeats, items=images["train"],
+                                   params={n: {"pipeline": n, "mode": "train"} for n in streams})
+        for m in trained:
+            m.name = f"{m.params['pipeline']} train"
+            log(f"  {m}")
+        ms += trained
+    finally:
+        for s in streams.values():
+            s.close()  # ends DataLoader workers and prefetch threads now, not at garbage collection
+    ceilings = _ceilings(w, device)
+    per_image = 3 * w.crop * w.crop  # bytes of one uint8 image on the wire
+    wire = ceilings[-1]  # H2D pinned on CUDA, memcpy on the CPU
+    loader_ceiling = wire.gb_per_s * 1e9 / per_image
+    medians = {mode: {m.params["pipeline"]: m.median for m in ms if m.params["mode"] == mode}
+               for mode in ("loader", "train")}
+    rows = records_from(medians["loader"], medians["train"], images=images, loader_ceiling=loader_ceiling)
+    by_case = {(m.params["pipeline"], m.params["mode"]): m for m in ms}
+    for row in rows:
+        m = by_case[row["pipeline"], row["mode"]]
+        q1, _, q3 = m.rate_quartiles()
+        row.update(median_s=m.median, iqr_s=m.iqr, images_per_s_iqr=[round(q1, 1), round(q3, 1)], noisy=m.noisy)
+    path = bench.save(out / FILE, ms + ceilings, kind=FORMAT, quick=quick, device=str(device),
+                      workload=w.to_dict(), workers=workers, threads=threads, records=rows,
+                      ceilings={"loader_images_per_s": round(loader_ceiling, 1), "wire": wire.name,
+                                "bytes_per_image": per_image},
+                      memmap_build_s=round(build_s, 3),
+                      dali=gdali.version() if dali else None, torch=torch.__version__)
+    plot(path)
+    return path
+
+
+def _ceilings(w: Workload, device) -> list[bench.Measurement]:
+    """memcpy of one uint8 batch, and on CUDA its host-to-device copy from pinned memory (last)."""
+    from gpufeed.measure import ceilings
+
+    nbytes = w.batch * 3 * w.crop * w.crop
+    ms = [ceilings.memcpy(nbytes)]
+    if torch.device(device).type == "cuda":
+        ms.append(ceilings.host_to_device(nbytes, pinned=True))
+    return ms
+
+
+def load(path: str | Path) -> dict:
+    """The document :func:`run` wrote (``records``, ``workload``, ``machine``...)."""
+    _, doc = bench.load(Path(path) / FILE if Path(path).is_dir() else path)
+    if doc.get("kind") != FORMAT:
+        raise ValueError(f"{path} is not a `gpufeed bench` results file")
+    return doc
+
+
+def summary(doc: dict) -> str:
+    """The records as a text table, one line per pipeline and mode."""
+    lines = [f"{'pipeline':10} {'mode':7} {'images/s':>10} {'vs naive':>9} {'of ceiling':>10}"]
+    for r in doc["records"]:
+        ratio = "-" if r["ratio_to_naive"] is None else f"{r['ratio_to_naive']:.2f}x"
+        frac = "-" if r["fraction_of_ceiling"] is None else f"{r['fraction_of_ceiling']:.1%}"
+        noisy = "  [noisy]" if r.get("noisy") else ""
+        lines.append(f"{r['pipeline']:10} {r['mode']:7} {r['images_per_s']:>10,.1f} {ratio:>9} {frac:>10}{noisy}")
+    return "\n".join(lines)
+
+
+def markdown(doc: dict) -> str:
+    """The records as a Markdown table with the machine and sizes named: what the README quotes
+    (a test keeps the README's copy equal to the committed file's)."""
+    from gpufeed.measure.machine import describe
+
+    w = doc["workload"]
+    head = (f"Measured on {describe(doc['machine'])}, device `{doc['device']}`, "
+            f"{'`--quick`' if doc['quick'] else 'full size'}: {w['n']} JPEGs of {w['jpeg_size'][0]}x{w['jpeg_size'][1]}, "
+            f"{w['crop']}x{w['crop']} crops in batches of {w['batch']}; memmap built once in "
+            f"{doc['memmap_build_s']:.1f} s.")
+    rows = ["| pipeline | loader alone, images/s | vs naive | with a ResNet-18 step, images/s | loader efficiency |",
+            "|---|---:|---:|---:|---:|"]
+    by = {(r["pipeline"], r["mode"]): r for r in doc["records"]}
+    for name in [r["pipeline"] for r in doc["records"] if r["mode"] == "train"]:
+        loader, train = by.get((name, "loader")), by[name, "train"]
+        rate, ratio = (f"{loader['images_per_s']:,.0f}", f"{loader['ratio_to_naive']:.2f}x") if loader else ("-", "-")
+        rows.append(f"| {name} | {rate} | {ratio} | {train['images_per_s']:,.1f} | {train['fraction_of_ceiling']:.2f} |")
+    return head + "\n\n" + "\n".join(rows)
+
+
+def plot(path: str | Path) -> list[Path]:
+    """``bench-loader.png`` and ``bench-train.png`` beside ``results.json``: images/s per pipeline
+    with its ratio to naive, and the ceiling drawn as a line."""
+    import matplotlib.pyplot as plt
+
+    from gpufeed.measure import plotting
+
+    path = Path(path)
+    doc = load(path)
+    written = []
+    for mode, title, ceiling_label in (("loader", "loader alone", f"ceiling: {doc['ceilings']['wire']}"),
+                                       ("train", "loader + ResNet-18 training step", "data already on the device")):
+        rows = [r for r in doc["records"] if r["mode"] == mode]
+        shown = [r for r in rows if r["pipeline"] != "resident"]
+        fig, ax = plt.subplots(figsize=(7, 3.2))
+        labels = [plotting.ratio_label(r["pipeline"], r["ratio_to_naive"] or 1.0) for r in shown]
+        colors = [plotting.COLORS["baseline"] if r["pipeline"] == "naive" else plotting.COLORS["compute"] for r in shown]
+        rates = [r["images_per_s"] for r in shown]
+        spread = [[max(0.0, v - r["images_per_s_iqr"][0]) for v, r in zip(rates, shown)],
+                  [max(0.0, r["images_per_s_iqr"][1] - v) for v, r in zip(rates, shown)]]
+        ax.barh(labels, rates, color=colors, xerr=spread, capsize=3)  # whiskers: the IQR of the passes
+        ceiling = doc["ceilings"]["loader_images_per_s"] if mode == "loader" else next(
+            (r["images_per_s"] for r in rows if r["pipeline"] == "resident"), None)
+        if ceiling and (mode == "train" or ceiling < 20 * max(rates)):
+            ax.axvline(ceiling, color="k", ls="--", lw=1, label=ceiling_label)
+            ax.legend(loc="lower right", fontsize=8)
+        ax.invert_yaxis()
+        ax.set_xlabel("images/s (higher is better)")
+        ax.set_title(f"{title}, {doc['workload']['crop']}px batches of {doc['workload']['batch']} on {doc['device']}")
+        plotting.caption(fig, doc["machine"], "quick mode (--quick)" if doc["quick"] else "")
+        written.append(plotting.save(fig, path.parent / f"bench-{mode}.png"))
+        plt.close(fig)
+    return written

@@ -1,0 +1,82 @@
+"""The package's three rooms, and which way imports go between them.
+
+``gpufeed.data`` (the library a learner takes home) imports neither ``gpufeed.measure`` nor
+``gpufeed.course`` nor a plotting library; ``gpufeed.measure`` never imports ``gpufeed.course``.
+Checked on the source (every import statement, at any depth) and in a fresh interpreter (what
+importing the library actually loads).
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parents[1] / "src" / "gpufeed"
+#: room -> the roots its modules must never import
+FORBIDDEN = {
+    "data": ("gpufeed.measure", "gpufeed.course", "gpufeed.config", "gpufeed.cli", "matplotlib", "ipywidgets"),
+    "measure": ("gpufeed.course", "gpufeed.cli"),
+}
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module an import statement in ``path`` names (relative imports resolved)."""
+    tree = ast.parse(path.read_text())
+    package = ".".join(("gpufeed", *path.relative_to(PKG).parent.parts))
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
+            out |= {base} | {f"{base}.{a.name}" for a in node.names}
+    return out
+
+
+def violations(room: str) -> list[str]:
+    bad = []
+    for path in sorted((PKG / room).rglob("*.py")):
+        for name in sorted(imported_modules(path)):
+            if any(name == f or name.startswith(f + ".") for f in FORBIDDEN[room]):
+                bad.append(f"{path.relative_to(PKG)} imports {name}")
+    return bad
+
+
+@pytest.mark.parametrize("room", sorted(FORBIDDEN))
+def test_imports_go_one_way(room):
+    assert violations(room) == []
+
+
+def test_the_check_finds_a_forbidden_import(tmp_path, monkeypatch):
+    fake = tmp_path / "gpufeed"
+    (fake / "data").mkdir(parents=True)
+    (fake / "data" / "bad.py").write_text("def f():\n    from gpufeed.course import ladder\n    import matplotlib.pyplot\n")
+    monkeypatch.setattr(sys.modules[__name__], "PKG", fake)
+    assert violations("data") == ["data/bad.py imports gpufeed.course", "data/bad.py imports gpufeed.course.ladder",
+                                  "data/bad.py imports matplotlib.pyplot"]
+
+
+def test_every_module_lives_in_a_room():
+    loose = sorted(p.name for p in PKG.glob("*.py"))
+    assert loose == ["__init__.py", "__main__.py", "cli.py", "config.py"]
+    for room in ("data", "measure", "course"):
+        listed = __import__(f"gpufeed.{room}", fromlist=["_MODULES"])._MODULES
+        assert listed == {p.stem for p in (PKG / room).glob("*.py")} - {"__init__"}, f"gpufeed.{room}._MODULES"
+
+
+def test_importing_the_whole_library_loads_no_other_room():
+    code = ("import importlib, pkgutil, sys, gpufeed.data as d\n"
+            "for m in pkgutil.iter_modules(d.__path__):\n"
+            "    importlib.import_module('gpufeed.data.' + m.name)\n"
+            "bad = sorted(n for n in sys.modules if n.startswith(('gpufeed.measure', 'gpufeed.course', 'matplotlib')))\n"
+            "print(bad)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"
