@@ -70,11 +70,12 @@ else:
 #
 # Two datasets of the same images: a folder of JPEGs (`gpufeed.data.folder.ImageFolderDataset`: open,
 # decode, resize per sample) and the memmap of lesson 05 built from it, served to workers a batch
-# at a time by `gpufeed.course.knobs.MemmapDataset` (one `index_select` per batch, lesson 06).
+# at a time by `gpufeed.data.arrays.MemmapDataset` (one `index_select` per batch, lesson 06).
 
 # %%
 from gpufeed.data.folder import ImageFolderDataset
-from gpufeed.course.knobs import MemmapDataset, worker_counts
+from gpufeed.course.knobs import worker_counts
+from gpufeed.data.arrays import MemmapDataset
 from gpufeed.measure.machine import usable_cores
 from gpufeed.data.memmap import build_memmap
 from gpufeed.measure.synth import synth_folder

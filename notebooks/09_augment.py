@@ -53,16 +53,17 @@ print(f"{n_images} images, uint8 {tuple(data.images.shape[1:])} each; augmented 
 # %% [markdown]
 # **The usual pipeline**, with torchvision's v2 transforms on `uint8` tensors (`ToDtype` with
 # `scale=True` does what `ToTensor` did for PIL images). It lives in `gpufeed.data.augment`, since
-# DataLoader workers must pickle it, and `MemmapSamples` serves the memmap one image at a time:
+# DataLoader workers must pickle it, and `gpufeed.data.arrays.MemmapDataset` serves the memmap one image at a time:
 
 # %%
 from torch.utils.data import DataLoader
 
-from gpufeed.data.augment import MemmapSamples, cpu_transform
+from gpufeed.data.arrays import MemmapDataset
+from gpufeed.data.augment import cpu_transform
 
 per_sample = cpu_transform(out_size)
 print(per_sample)
-loaders = {"usual": DataLoader(MemmapSamples(mm_dir, per_sample), batch_size=batch_size, shuffle=True,
+loaders = {"usual": DataLoader(MemmapDataset(mm_dir, per_sample, batched=False), batch_size=batch_size, shuffle=True,
                                num_workers=cores, persistent_workers=True, pin_memory=S.cuda)}
 
 
@@ -251,8 +252,9 @@ late = cpu_transform(out_size, to_float=False)(image)  # uint8 [3, h, w]
 assert torch.allclose(finish(late[None])[0], usual, atol=1e-6)
 values = batch_size * 3 * out_size[0] * out_size[1]
 print(f"one batch leaves the workers as {values * 4 / 1e6:.1f} MB of float32, or {values / 1e6:.1f} MB of uint8; same values")
-loaders["both"] = DataLoader(MemmapSamples(mm_dir, cpu_transform(out_size, to_float=False)), batch_size=batch_size,
-                             shuffle=True, num_workers=cores, persistent_workers=True, pin_memory=S.cuda)
+loaders["both"] = DataLoader(MemmapDataset(mm_dir, cpu_transform(out_size, to_float=False), batched=False),
+                             batch_size=batch_size, shuffle=True, num_workers=cores, persistent_workers=True,
+                             pin_memory=S.cuda)
 
 
 def both_epoch():

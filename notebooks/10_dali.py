@@ -59,7 +59,8 @@ import torchvision
 from torch.utils.data import DataLoader
 
 from gpufeed import config
-from gpufeed.data.augment import MemmapSamples, cpu_transform
+from gpufeed.data.arrays import MemmapDataset
+from gpufeed.data.augment import cpu_transform
 from gpufeed.measure.machine import usable_cores
 from gpufeed.data.memmap import build_memmap
 from gpufeed.measure.synth import synth_folder
@@ -73,7 +74,7 @@ mm_dir = build_memmap(jpeg_dir, config.cache_dir() / "lesson10" / f"mm-{stored[0
                       workers=cores, reuse=True, progress=False).path
 transform = cpu_transform(out_size)  # RandomResizedCrop, flip, ToImage, ToDtype(scale), Normalize
 datasets = {"JPEG folder": torchvision.datasets.ImageFolder(str(jpeg_dir), transform=transform),
-            "memmap": MemmapSamples(mm_dir, transform)}
+            "memmap": MemmapDataset(mm_dir, transform, batched=False)}
 print(f"{n_images} JPEGs of {jpeg_size[0]}x{jpeg_size[1]}, a memmap at {stored[0]}x{stored[1]}; crops of "
       f"{out_size[0]}x{out_size[1]}, batch {batch_size}, {cores} cores, device {S.device}")
 

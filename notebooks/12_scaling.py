@@ -50,29 +50,11 @@
 import matplotlib.pyplot as plt
 import numpy as np
 
+from gpufeed.course.shards import check_shards, plot_shards, shard
 from gpufeed.measure import plotting
-from gpufeed.course.shards import check_shards, shard
 
 n_demo, world_demo, epochs_demo = 10, 3, 3
-rank_colors = [plotting.COLORS[c] for c in ("copy", "read", "collate")]
-fig, axes = plt.subplots(1, 2, figsize=(9, 2.6), sharey=True)
-for ax, kind, title in zip(axes, ("fast", "sampler"), ("FastLoader", "DistributedSampler")):
-    for epoch in range(epochs_demo):
-        shards = [shard(n_demo, r, world_demo, epoch, kind=kind) for r in range(world_demo)]
-        counts = np.bincount(np.concatenate([s.numpy() for s in shards]), minlength=n_demo)
-        for r, s in enumerate(shards):
-            for i in s.tolist():
-                ax.add_patch(plt.Rectangle((i, epoch), 0.9, 0.8, color=rank_colors[r]))
-        dup = np.flatnonzero(counts > 1)
-        ax.plot(dup + 0.45, [epoch + 0.4] * len(dup), "ko", ms=5)
-    ax.set_xlim(0, n_demo)
-    ax.set_ylim(epochs_demo, 0)
-    ax.set_xlabel("sample index")
-    ax.set_title(title)
-axes[0].set_ylabel("epoch")
-axes[0].set_yticks([e + 0.4 for e in range(epochs_demo)], range(epochs_demo))
-axes[1].legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in rank_colors],
-               labels=[f"rank {r}" for r in range(world_demo)], loc="upper left", bbox_to_anchor=(1, 1))
+fig, axes = plot_shards(n_demo, world_demo, epochs_demo, figsize=(9, 2.6))  # FastLoader | DistributedSampler
 plt.show()
 
 # %%

@@ -1,14 +1,11 @@
-import pickle
 
 import pytest
 import torch
-from torch.utils.data import DataLoader
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as F
 
 from gpufeed.data.augment import (
     TOLERANCE,
-    MemmapSamples,
     augment,
     augment_one,
     color_jitter,
@@ -20,8 +17,6 @@ from gpufeed.data.augment import (
     flip,
     resample_weights,
 )
-from gpufeed.data.memmap import MemmapError, build_memmap
-from gpufeed.measure.synth import synth_folder
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 JITTER = {"brightness": 0.4, "contrast": 0.4, "saturation": 0.4}
@@ -129,21 +124,6 @@ def test_bad_input_is_refused_with_a_clear_message():
         draw_params(0, (8, 8), (4, 4))
     with pytest.raises(ValueError, match=r"\[N, C, H, W\]"):
         crop_resize(torch.zeros(3, 8, 8), torch.zeros(1, 4, dtype=torch.long), (4, 4))
-    with pytest.raises(MemmapError, match="no memmap dataset"):
-        MemmapSamples("/nonexistent/folder")
-
-
-def test_cpu_pipeline_pickles_and_runs_in_dataloader_workers(tmp_path):
-    src = synth_folder(tmp_path / "jpeg", n=6, size=(48, 40), classes=2, progress=False).path
-    mm = build_memmap(src, tmp_path / "mm", size=(32, 32), progress=False).path
-    ds = MemmapSamples(mm, cpu_transform((16, 16), **JITTER))
-    assert ds[0][0].shape == (3, 16, 16) and ds._data is not None
-    state = pickle.loads(pickle.dumps(ds))
-    assert state._data is None and len(state) == 6  # only the path travels to a worker
-    images, targets = next(iter(DataLoader(ds, batch_size=6, num_workers=1)))
-    assert images.shape == (6, 3, 16, 16) and images.dtype == torch.float32 and targets.tolist() == [0, 0, 0, 1, 1, 1]
-    plain = MemmapSamples(mm)[5][0]  # no transform: the stored uint8 pixels
-    assert plain.dtype == torch.uint8 and plain.shape == (3, 32, 32)
 
 
 def test_uint8_in_workers_then_finish_on_the_device_equals_the_usual_pipeline():

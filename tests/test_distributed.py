@@ -215,3 +215,26 @@ def test_two_gloo_processes_under_torchrun_read_disjoint_covering_shards(mm, tmp
     by = {m.name: m for m in ms}
     assert by["load, rank 0"].items == 11 and by["load, rank 1"].items == 10
     assert by["load, 2 processes"].items == 21 and all(m.items_per_s > 0 for m in ms)
+
+
+def test_plot_shards_draws_what_each_rank_reads():
+    """Lesson 12's plot and the deck's come from one function, drawn from shard() itself."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from gpufeed.course.shards import plot_shards, shard
+
+    fig, axes = plot_shards(10, 3, 2)
+    assert [ax.get_title() for ax in axes] == ["FastLoader", "DistributedSampler"]
+    for ax, kind in zip(axes, ("fast", "sampler")):
+        cells = sorted((int(p.get_y()), int(p.get_x())) for p in ax.patches)
+        want = sorted((e, i) for e in range(2) for r in range(3) for i in shard(10, r, 3, e, kind=kind).tolist())
+        assert cells == want  # the sampler pads: a sample twice, so two cells on top of each other
+    dots = axes[1].get_lines()[0].get_xdata()  # epoch 0's samples read twice
+    assert len(dots) == 2 and len(axes[0].get_lines()[0].get_xdata()) == 0
+    plt.close(fig)
+    fig, (ax,) = plot_shards(8, 2, 1, kinds=("fast",), batch_size=2)
+    assert sorted(t.get_text() for t in ax.texts) == ["b0"] * 4 + ["b1"] * 4
+    plt.close(fig)

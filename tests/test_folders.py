@@ -68,3 +68,26 @@ def test_bad_folders_get_clear_errors(tmp_path, made):
         folders.ImageFiles(made["npy"], fmt="png")
     with pytest.raises(ValueError, match="fmt must be"):
         folders.export_folder(tmp_path / "x", n=2, size=SIZE, fmt="jpeg")
+
+
+def test_export_goes_through_the_shared_staging(tmp_path, monkeypatch):
+    """An interrupted export leaves nothing; too little space is one line before anything is written."""
+    real, calls = folders.synth.render, []
+
+    def render_then_stop(spec, i):
+        calls.append(i)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(spec, i)
+
+    monkeypatch.setattr(folders.synth, "render", render_then_stop)
+    with pytest.raises(KeyboardInterrupt):
+        folders.export_folder(tmp_path / "png", n=N, size=SIZE, fmt="png", classes=3)
+    assert list(tmp_path.iterdir()) == []  # no folder, no hidden staging folder
+    monkeypatch.setattr(folders.synth, "render", real)
+    monkeypatch.setenv("GPUFEED_FREE_BYTES_LIMIT", "1000")
+    with pytest.raises(folders.synth.SynthError, match="not enough disk space.*choose a smaller n or size"):
+        folders.export_folder(tmp_path / "png", n=N, size=SIZE, fmt="png", classes=3)
+    monkeypatch.delenv("GPUFEED_FREE_BYTES_LIMIT")
+    out = folders.export_folder(tmp_path / "png", n=N, size=SIZE, fmt="npy", classes=3)
+    assert len(folders.ImageFiles(out)) == N and [p.name for p in tmp_path.iterdir()] == ["png"]

@@ -1,12 +1,10 @@
 import os
-import pickle
 
 import pytest
 import torch
 from torch.utils.data import Dataset
 
 from gpufeed.course.knobs import (
-    MemmapDataset,
     first_batch,
     grid,
     heatmap,
@@ -15,6 +13,7 @@ from gpufeed.course.knobs import (
     sweep,
     worker_counts,
 )
+from gpufeed.data.arrays import MemmapDataset
 from gpufeed.data.memmap import build_memmap, load_memmap
 from gpufeed.data.movers import DetectionDataset, detection_collate, equal
 from gpufeed.measure.harness import Measurement
@@ -37,21 +36,6 @@ def test_worker_counts_go_past_the_cores():
 def test_labels():
     assert label({"num_workers": 0, "prefetch_factor": 2, "persistent_workers": True}) == "0 workers"
     assert label({"num_workers": 1, "pin_memory": True}) == "1 worker, pinned"
-
-
-def test_memmap_dataset_serves_the_memmap_by_batch_and_by_sample(memmap_dir):
-    data = load_memmap(memmap_dir)
-    ds = MemmapDataset(memmap_dir)
-    assert len(ds) == 10
-    images, targets = ds.__getitems__([7, 2, 2])
-    assert torch.equal(images, data.images[[7, 2, 2]]) and torch.equal(targets, data.targets[[7, 2, 2]])
-    image, target = ds[3]
-    assert torch.equal(image, data.images[3]) and target == int(data.targets[3])
-    clone = pickle.loads(pickle.dumps(ds))  # what spawn sends a worker: the path, not the mapping
-    assert clone._fields is None and len(pickle.dumps(ds)) < 1000
-    assert torch.equal(clone.__getitems__([1])[0], data.images[[1]])
-    with pytest.raises(ValueError, match="build_memmap"):
-        MemmapDataset(memmap_dir.parent)
 
 
 @pytest.mark.parametrize("workers", [0, 1])

@@ -85,9 +85,9 @@ def test_course_yields_the_memmap_images_in_the_loaders_order(square):
 
 @pytest.mark.skipif(not gdali.available(), reason="DALI is not installed")
 def test_dali_yields_the_same_images_as_naive(square):
-    from gpufeed.measure.suite import _dali_source
+    from gpufeed.measure.suite import dali_source
 
-    source = _dali_source(square, SQUARE, "cpu", threads=1)
+    source = dali_source(square, SQUARE, "cpu", threads=1)
     match_epoch(source(), *reference(square), tolerance=2.0)
     match_epoch(source(), *reference(square), tolerance=2.0)  # the next epoch too (auto_reset)
 

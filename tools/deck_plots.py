@@ -278,30 +278,11 @@ def lesson11_efficiency():
 
 
 def lesson12_shards():
-    """Which rank gets which sample: FastLoader(rank, world_size) over 24 samples, two epochs."""
-    from matplotlib.patches import Patch
-
-    from gpufeed.data.loader import FastLoader
+    """Which rank gets which sample: FastLoader(rank, world_size) over 24 samples, two epochs (lesson 12's plot)."""
+    from gpufeed.course.shards import plot_shards
 
     n, world, batch = 24, 3, 4
-    colors = (plotting.COLORS["copy"], plotting.COLORS["read"], plotting.COLORS["collate"])
-    fig, ax = plt.subplots(figsize=(10, 2.2))
-    for epoch in range(2):
-        for rank in range(world):
-            loader = FastLoader(torch.arange(n), batch, rank=rank, world_size=world, seed=0)
-            for b, idx in enumerate(loader.indices(epoch)):
-                for i in idx.tolist():
-                    ax.broken_barh([(i, 0.92)], (epoch, 0.9), facecolors=colors[rank])
-                    ax.text(i + 0.46, epoch + 0.45, f"b{b}", ha="center", va="center", fontsize=7, color="white")
-    ax.set_xlim(0, n)
-    ax.set_ylim(2, 0)
-    ax.set_yticks([0.45, 1.45], ["epoch 0", "epoch 1"])
-    ax.set_xticks([i + 0.46 for i in range(0, n, 2)], [str(i) for i in range(0, n, 2)])
-    ax.spines[:].set_visible(False)
-    ax.set_xlabel("sample index (b: the batch it lands in on its rank)")
-    ax.grid(False)
-    ax.legend(handles=[Patch(color=c, label=f"rank {r}") for r, c in enumerate(colors)], loc="upper left",
-              bbox_to_anchor=(1.0, 1.0), fontsize=8)
+    fig, (ax,) = plot_shards(n, world, 2, kinds=("fast",), batch_size=batch, figsize=(10, 2.2), titles={"fast": ""})
     ax.set_title(f"FastLoader(data, {batch}, rank=r, world_size={world}, seed=0): disjoint, new each epoch",
                  loc="left", fontsize=10)
     return fig

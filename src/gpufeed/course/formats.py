@@ -23,18 +23,18 @@ from __future__ import annotations
 import io
 import json
 import os
-import shutil
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from gpufeed.data import jpeg
+from gpufeed.data import jpeg, staging
 from gpufeed.measure import synth
 
 #: File suffix to format name.
 SUFFIXES = {".png": "png", ".jpg": "jpeg", ".jpeg": "jpeg", ".npy": "npy"}
 MANIFEST = "gpufeed-export.json"
+EXPORT_FORMAT = "gpufeed-export"
 
 
 def _encode(img, fmt: str) -> bytes:
@@ -54,50 +54,46 @@ def export_folder(out: str | os.PathLike, n: int, size: tuple[int, int], fmt: st
                   seed: int = 0) -> Path:
     """Writes the originals of ``synth_folder(..., n, size, classes=classes, seed=seed)`` as ``fmt``.
 
-    Files go to ``out/class_XX/NNNNNN.png`` (or ``.npy``). The folder is built under a temporary
-    name and renamed into place, so an interrupted run leaves nothing that looks finished; a
-    second call with the same arguments finds the manifest and returns at once.
+    Files go to ``out/class_XX/NNNNNN.png`` (or ``.npy``). The folder is built through the shared
+    atomic staging (:func:`gpufeed.data.staging.staged`: a hidden folder beside ``out``, the
+    manifest written last, one rename), so an interrupted run leaves nothing that looks finished;
+    a second call with the same arguments finds the manifest and returns at once.
 
     Returns:
         The folder.
+
+    Raises:
+        ValueError: ``fmt`` is not ``"png"`` or ``"npy"``, or bad ``n``/``size``/``classes``.
+        FileExistsError: ``out`` already holds other files.
+        gpufeed.measure.synth.SynthError: too little disk space, a full disk, or ``out`` not writable.
     """
+    if fmt not in ("png", "npy"):
+        raise ValueError(f"fmt must be 'png' or 'npy' (got {fmt!r}); JPEG folders come from gpufeed.measure.synth.synth_folder")
     if classes is None:
         classes = min(10, n)
     spec = synth.SynthSpec(n, size[0], size[1], 100, classes, seed).validate()
     out = Path(out).expanduser().absolute()
-    want = {"format": "gpufeed-export", "fmt": fmt, "n": n, "size": list(size), "classes": classes, "seed": seed}
+    want = {"format": EXPORT_FORMAT, "fmt": fmt, "n": n, "size": list(size), "classes": classes, "seed": seed}
     if _manifest(out) == want:
         return out
-    if out.exists() and any(out.iterdir()):
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise FileExistsError(f"{out} already holds other files; delete it or choose another folder")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = out.parent / f".{out.name}.partial-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    try:
+    staging.prepare_parent(out, synth.SynthError, "out")
+    # Raw CHW uint8 per image plus headers; Pillow's PNG of noisy photos is never larger than that.
+    staging.check_space(n * (3 * size[0] * size[1] + 4096), staging.free_bytes(out.parent), out.parent,
+                        synth.SynthError, "choose a smaller n or size")
+    with staging.staged(out, synth.SynthError, "out") as tmp:
+        for c in range(spec.classes):
+            (tmp / synth.class_name(c)).mkdir()
         for i in range(n):
-            path = staging / synth.relative_path(spec, i).replace(".jpg", "." + fmt)
-            path.parent.mkdir(parents=True, exist_ok=True)
+            path = tmp / synth.relative_path(spec, i).replace(".jpg", "." + fmt)
             path.write_bytes(_encode(synth.render(spec, i), fmt))
-        (staging / MANIFEST).write_text(json.dumps(want) + "\n")  # written last: marks it complete
-        if out.exists():
-            out.rmdir()  # empty (checked above)
-        staging.rename(out)
-    except OSError:
-        shutil.rmtree(staging, ignore_errors=True)
-        if _manifest(out) == want:  # another process finished the same export first
-            return out
-        raise
-    except BaseException:  # Ctrl-C included: leave nothing half-written behind
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+        (tmp / MANIFEST).write_text(json.dumps(want) + "\n")  # written last: marks it complete
     return out
 
 
 def _manifest(folder: Path) -> dict | None:
-    try:
-        return json.loads((folder / MANIFEST).read_text())
-    except (OSError, ValueError):
-        return None
+    return staging.read_manifest(folder, MANIFEST, EXPORT_FORMAT)
 
 
 def folder_bytes(folder: str | os.PathLike) -> int:

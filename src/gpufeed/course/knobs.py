@@ -1,10 +1,11 @@
-"""DataLoader knobs: the sweep runner, its heatmap, a memmap dataset for workers, start-method trials.
+"""DataLoader knobs: the sweep runner, its heatmap, start-method trials.
 
 Taught in ``notebooks/07_dataloader.ipynb``. :func:`sweep` times whole epochs of a DataLoader for
 each combination of ``num_workers``, ``pin_memory``, ``prefetch_factor`` and
 ``persistent_workers`` asked for, and :func:`heatmap` draws images/s against two of them.
-:class:`MemmapDataset` serves the memmap dataset of lesson 05 to DataLoader workers (a batch per
-call, opened lazily in each process, so that it pickles as a path under ``spawn``).
+The memmap dataset of lesson 05 reaches the workers through the library's
+:class:`gpufeed.data.arrays.MemmapDataset` (a batch per call, opened lazily in each process, so
+that it pickles as a path under ``spawn``).
 :func:`first_batch` starts one worker with a given start method (fork, spawn, forkserver) and
 reports what happened, the worker's own last line of error included, without ever hanging.
 
@@ -29,7 +30,6 @@ import warnings
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from torch.utils.data import DataLoader, Dataset
@@ -57,53 +57,6 @@ def label(config: dict) -> str:
     if config.get("pin_memory"):
         parts.append("pinned")
     return ", ".join(parts)
-
-
-class MemmapDataset(Dataset):
-    """A memmap dataset (``gpufeed.data.memmap``) for DataLoader workers: a whole batch per call.
-
-    The DataLoader calls ``__getitems__(indices)`` when it exists: one ``index_select`` per field
-    instead of one ``__getitem__`` per sample (lesson 06), so pass ``collate_fn=no_collate``
-    (:func:`loader` does). The files are mapped on first use in each process; pickling (``spawn``,
-    ``forkserver``) sends only the path.
-
-    Args:
-        path: a folder written by :func:`gpufeed.data.memmap.build_memmap`.
-    """
-
-    def __init__(self, path: str | os.PathLike):
-        from gpufeed.data.memmap import read_manifest
-
-        self.path = Path(path)
-        manifest = read_manifest(self.path)
-        if manifest is None:
-            raise ValueError(f"MemmapDataset: {self.path} is not a memmap dataset; build one with "
-                             "gpufeed.data.memmap.build_memmap(src, dst, size)")
-        self.n = int(manifest["count"])
-        self._fields: tuple[torch.Tensor, torch.Tensor] | None = None
-
-    def _open(self) -> tuple[torch.Tensor, torch.Tensor]:
-        if self._fields is None:
-            from gpufeed.data.memmap import load_memmap
-
-            data = load_memmap(self.path)  # plain views: no subclass dispatch per batch
-            self._fields = (data.images.as_subclass(torch.Tensor), data.targets.as_subclass(torch.Tensor))
-        return self._fields
-
-    def __getstate__(self) -> dict:
-        return {**self.__dict__, "_fields": None}  # a worker maps the files itself
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
-        images, targets = self._open()
-        return images[i], int(targets[i])
-
-    def __getitems__(self, indices) -> tuple[torch.Tensor, torch.Tensor]:
-        images, targets = self._open()
-        idx = torch.as_tensor(indices, dtype=torch.int64)
-        return torch.index_select(images, 0, idx), torch.index_select(targets, 0, idx)
 
 
 def loader(dataset: Dataset, batch_size: int, *, num_workers: int = 0, pin_memory: bool = False,

@@ -92,9 +92,9 @@ class CropFlip:
 
 def memmap_samples(data: Data, w: Workload):
     """The memmap dataset read one sample at a time, each cropped and flipped by :class:`CropFlip`."""
-    from gpufeed.data.augment import MemmapSamples
+    from gpufeed.data.arrays import MemmapDataset
 
-    return MemmapSamples(data.memmap, CropFlip(w.crop))
+    return MemmapDataset(data.memmap, CropFlip(w.crop), batched=False)  # the DataLoader collates samples
 
 
 class HostCrops:
@@ -158,13 +158,13 @@ def rungs(data: Data, w: Workload, device, *, workers: int, dali: bool = False) 
 def _lazy_dali(data: Data, w: Workload, device, threads: int) -> Callable[[], Iterator]:
     """DALI's epoch, its pipeline built at the first call: after the DataLoaders timed before it
     have forked their workers (a fork while DALI's C++ threads may hold a lock can hang the child)."""
-    from gpufeed.measure.suite import _dali_source
+    from gpufeed.measure.suite import dali_source
 
     made: list[Callable[[], Iterator]] = []
 
     def epoch() -> Iterator:
         if not made:
-            made.append(_dali_source(data, w, device, threads))
+            made.append(dali_source(data, w, device, threads))
         return made[0]()
 
     return epoch

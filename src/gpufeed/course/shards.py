@@ -4,7 +4,8 @@ In data-parallel training every process (*rank*) reads its own part of each epoc
 not overlap (no sample twice per epoch), must together cover the epoch, and must change every
 epoch in the same way on every rank, which a shared seed gives without any communication.
 :func:`make_loader` builds a rank's loader, :func:`shard` lists what it reads, :func:`check_shards`
-says whether a set of shards is disjoint and complete. Used by :mod:`gpufeed.course.distributed`; taught
+says whether a set of shards is disjoint and complete, :func:`plot_shards` draws who reads what
+(lesson 12 and the deck, ``tools/deck_plots.py``). Used by :mod:`gpufeed.course.distributed`; taught
 in ``notebooks/12_scaling.ipynb``.
 
 The two ways cut an epoch differently (here 10 samples, 3 ranks, no shuffle): the fast loader
@@ -119,3 +120,47 @@ def coverage(counts: torch.Tensor) -> dict:
     read, covered = int(counts.sum()), int((counts > 0).sum())
     return {"n": len(counts), "read": read, "covered": covered, "duplicates": read - covered,
             "disjoint": read == covered, "complete": covered == len(counts)}
+
+
+def plot_shards(n: int, world_size: int, epochs: int, kinds=KINDS, *, batch_size: int = 1, seed: int = 0,
+                titles: dict | None = None, figsize=None):
+    """Which rank reads which sample, epoch by epoch: one panel per kind of loader.
+
+    Each cell is a sample (x) in an epoch (y), coloured by the rank that reads it; a black dot
+    marks a sample read twice in that epoch. With ``batch_size > 1`` each cell is labelled with the
+    batch it lands in on its rank (``b0``, ``b1``, ...). Drawn from :func:`shard`, i.e. from the
+    loaders themselves. Returns ``(fig, axes)`` (a list, one axis per kind).
+    """
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from gpufeed.measure.plotting import COLORS
+
+    titles = {"fast": "FastLoader", "sampler": "DistributedSampler", **(titles or {})}
+    colors = [COLORS[c] for c in ("copy", "read", "collate", "decode", "compute", "pin")][:world_size]
+    fig, axes = plt.subplots(1, len(kinds), figsize=figsize or (4.5 * len(kinds), 0.5 + 0.7 * epochs),
+                             sharey=True, squeeze=False)
+    axes = list(axes[0])
+    for ax, kind in zip(axes, kinds):
+        for epoch in range(epochs):
+            shards = [shard(n, r, world_size, epoch, kind=kind, seed=seed, batch_size=batch_size)
+                      for r in range(world_size)]
+            counts = np.bincount(np.concatenate([s.numpy() for s in shards]), minlength=n)
+            for r, s in enumerate(shards):
+                for pos, i in enumerate(s.tolist()):
+                    ax.add_patch(plt.Rectangle((i, epoch), 0.9, 0.8, color=colors[r]))
+                    if batch_size > 1:  # the batch this sample lands in on rank r
+                        ax.text(i + 0.45, epoch + 0.4, f"b{pos // batch_size}", ha="center", va="center",
+                                fontsize=7, color="white")
+            dup = np.flatnonzero(counts > 1)
+            ax.plot(dup + 0.45, [epoch + 0.4] * len(dup), "ko", ms=5)
+        ax.set_xlim(0, n)
+        ax.set_ylim(epochs, 0)
+        ax.set_xlabel("sample index" + (" (b: the batch it lands in on its rank)" if batch_size > 1 else ""))
+        ax.set_title(titles.get(kind, kind))
+        ax.grid(False)
+    axes[0].set_ylabel("epoch")
+    axes[0].set_yticks([e + 0.4 for e in range(epochs)], range(epochs))
+    axes[-1].legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in colors],
+                    labels=[f"rank {r}" for r in range(world_size)], loc="upper left", bbox_to_anchor=(1, 1))
+    return fig, axes

@@ -1,17 +1,22 @@
-"""The memmap dataset's two arrays, mapped with NumPy alone: for processes that must start fast.
+"""The memmap format's light half: its names, its manifest, NumPy mapping, and the worker dataset.
 
 :func:`gpufeed.data.memmap.load_memmap` returns a tensordict ``@tensorclass``; importing tensordict
-takes seconds (it imports ``torch._dynamo``), and a data-parallel job pays that in every rank on
-every start. :func:`open_arrays` reads the dataset's manifest, finds its ``images.memmap`` and
-``targets.memmap`` files, checks their sizes against the manifest's shapes, and maps them with
-``numpy.memmap`` as torch tensors, sharing the same page cache as any other mapping of the files.
-When anything does not match (a missing or damaged folder, another tensordict layout) it falls
-back to :func:`~gpufeed.data.memmap.load_memmap`, which says what is wrong and how to fix it. Used by
-:mod:`gpufeed.course.distributed`; taught in ``notebooks/12_scaling.ipynb``.
+takes seconds (it imports ``torch._dynamo``), and a data-parallel job or a spawned DataLoader worker
+pays that on every start. This module needs only NumPy and torch:
+
+* :func:`read_manifest`: the dataset's manifest (format checked; version too where asked);
+* :func:`open_arrays`: the two arrays, ``images.memmap`` and ``targets.memmap``, checked against the
+  manifest's shapes and mapped with ``numpy.memmap`` as torch tensors (the same page cache as any
+  other mapping of the files). When anything does not match (a missing or damaged folder, another
+  tensordict layout) it falls back to :func:`~gpufeed.data.memmap.load_memmap`, which says what is
+  wrong and how to fix it;
+* :class:`MemmapDataset`: the dataset for DataLoader workers, per sample or a batch per call.
+
+Used by :mod:`gpufeed.course.distributed` (``notebooks/12_scaling.ipynb``) and lessons 07, 09-11.
 
 Example:
     >>> import tempfile, torch
-    >>> from gpufeed.data.memmap import ImageData, MANIFEST, DATA
+    >>> from gpufeed.data.memmap import ImageData
     >>> root = Path(tempfile.mkdtemp())
     >>> data = ImageData(images=torch.arange(2 * 3 * 4 * 5, dtype=torch.uint8).view(2, 3, 4, 5),
     ...                  targets=torch.tensor([1, 0]), batch_size=[2]).memmap(prefix=root / DATA)
@@ -25,30 +30,51 @@ Example:
 
 from __future__ import annotations
 
-import json
+import json  # noqa: F401  (the example above)
 import os
 import warnings
 from pathlib import Path
 
 import numpy as np
 import torch
+from torch.utils.data import Dataset
 
-_MANIFEST, _FORMAT, _VERSION = "gpufeed-memmap.json", "gpufeed-memmap", 1  # as in gpufeed.data.memmap
+from gpufeed.data import staging
+
+MANIFEST = "gpufeed-memmap.json"
+DATA = "data"  # the tensordict memmap folder inside the dataset folder
+FORMAT = "gpufeed-memmap"
+FORMAT_VERSION = 1
 _DTYPES = {"uint8": np.uint8, "int64": np.int64}
+
+
+class MemmapError(ValueError):
+    """Bad arguments, an unusable source or destination, or a folder that is not a complete
+    memmap dataset; the message says what to do."""
+
+
+def read_manifest(folder: str | os.PathLike, *, check_version: bool = False) -> dict | None:
+    """The manifest of a memmap dataset in ``folder``, or None if it has none (or a foreign one).
+
+    With ``check_version``, a manifest of another format version raises :class:`MemmapError`
+    saying to rebuild.
+    """
+    return staging.read_manifest(folder, MANIFEST, FORMAT, version=FORMAT_VERSION if check_version else None,
+                                 error=MemmapError, hint="rebuild it with --overwrite")
 
 
 def _fast(folder: Path) -> tuple[torch.Tensor, torch.Tensor, dict] | None:
     """The mapped arrays and the manifest, or None if anything is not as expected."""
     try:
-        manifest = json.loads((folder / _MANIFEST).read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(manifest, dict) or manifest.get("format") != _FORMAT or manifest.get("version") != _VERSION:
+        manifest = read_manifest(folder, check_version=True)
+    except MemmapError:
+        return None  # load_memmap says which version and what to do
+    if manifest is None:
         return None
     out = []
     for name in ("images", "targets"):
         spec = manifest.get(name) or {}
-        files = list((folder / "data").rglob(f"{name}.memmap"))
+        files = list((folder / DATA).rglob(f"{name}.memmap"))
         dtype = _DTYPES.get(spec.get("dtype"))
         if len(files) != 1 or dtype is None or not spec.get("shape"):
             return None
@@ -67,17 +93,97 @@ def open_arrays(folder: str | os.PathLike) -> tuple[torch.Tensor, torch.Tensor, 
     """``(images uint8 [N, 3, H, W], targets int64 [N], manifest)`` of a memmap dataset folder.
 
     Nothing is read yet: pages come in from the page cache (or the disk) when a batch touches them.
+    The tensors are read-only mappings: copy (``clone``, ``index_select``) before writing.
 
     Raises:
-        gpufeed.data.memmap.MemmapError: the folder is missing, incomplete or damaged; the message says
-            how to build or rebuild it.
+        gpufeed.data.arrays.MemmapError: the folder is missing, incomplete or damaged; the message
+            says how to build or rebuild it.
     """
     folder = Path(folder).expanduser().absolute()
     got = _fast(folder)
     if got is not None:
         return got
-    from gpufeed.data.memmap import load_memmap, read_manifest  # the slow import, only on this path
+    from gpufeed.data.memmap import load_memmap  # the slow import, only on this path
 
     data = load_memmap(folder)  # raises with the reason and the fix
     images, targets = (t.as_subclass(torch.Tensor) for t in (data.images, data.targets))
     return images, targets, read_manifest(folder)
+
+
+class MemmapDataset(Dataset):
+    """A memmap dataset (:func:`gpufeed.data.memmap.build_memmap`) for DataLoader workers.
+
+    ``ds[i]`` is ``(image, target)``: ``transform(images[i])``, or a ``uint8 [3, H, W]`` copy
+    without a transform, and an ``int``. ``ds.__getitems__(indices)``, which a DataLoader calls
+    with each batch's indices, depends on ``batched``:
+
+    * ``batched=True``: the finished batch ``(images [B, ...], int64 [B])``: without a transform,
+      one ``index_select`` per field (lesson 06: one gather instead of B copies), with one, each
+      sample transformed and the results stacked. Pass ``collate_fn=no_collate``
+      (:func:`gpufeed.data.loader.no_collate`): the batch is already made.
+    * ``batched=False``: the samples as a list, as torch datasets do, for the DataLoader's default
+      collate (the usual per-sample pipeline of lessons 09-11).
+
+    The files are mapped on first use in each process, with NumPy alone (:func:`open_arrays`: no
+    tensordict import in a spawned worker); pickling (``spawn``, ``forkserver``) sends the path
+    and the transform, never the mapping.
+
+    Args:
+        path: a folder written by :func:`gpufeed.data.memmap.build_memmap`.
+        transform: a picklable callable on one ``uint8 [3, H, W]`` image (e.g.
+            :func:`gpufeed.data.augment.cpu_transform`); None: the stored pixels.
+        batched: what ``__getitems__`` returns, as above.
+
+    Raises:
+        MemmapError: ``path`` is not a complete memmap dataset (the message says how to build one).
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> from torch.utils.data import DataLoader
+        >>> from gpufeed.data.loader import no_collate
+        >>> from gpufeed.measure.synth import synth_folder
+        >>> from gpufeed.data.memmap import build_memmap
+        >>> tmp = pathlib.Path(tempfile.mkdtemp())
+        >>> src = synth_folder(tmp / "jpeg", n=4, size=(48, 40), classes=2, progress=False).path
+        >>> mm = build_memmap(src, tmp / "mm", size=(32, 32), progress=False).path
+        >>> ds = MemmapDataset(mm)
+        >>> image, target = ds[1]
+        >>> image.shape, image.dtype, target
+        (torch.Size([3, 32, 32]), torch.uint8, 0)
+        >>> images, targets = next(iter(DataLoader(ds, batch_size=3, collate_fn=no_collate)))
+        >>> images.shape, targets.tolist()
+        (torch.Size([3, 3, 32, 32]), [0, 0, 1])
+        >>> images, targets = next(iter(DataLoader(MemmapDataset(mm, batched=False), batch_size=3)))
+        >>> images.shape, targets.tolist()  # the default collate stacked the samples
+        (torch.Size([3, 3, 32, 32]), [0, 0, 1])
+    """
+
+    def __init__(self, path: str | os.PathLike, transform=None, *, batched: bool = True):
+        self.path, self.transform, self.batched = Path(path).expanduser().absolute(), transform, bool(batched)
+        self._arrays: tuple[torch.Tensor, torch.Tensor] | None = open_arrays(self.path)[:2]  # checks it now
+        self.n = len(self._arrays[1])
+
+    def _open(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._arrays is None:
+            self._arrays = open_arrays(self.path)[:2]
+        return self._arrays
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_arrays": None}  # a worker maps the files itself (free; shared page cache)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        images, targets = self._open()
+        image = images[i]  # uint8 [3, H, W], a read-only view of the mapped file
+        return (self.transform(image) if self.transform is not None else image.clone()), int(targets[i])
+
+    def __getitems__(self, indices) -> tuple[torch.Tensor, torch.Tensor] | list[tuple[torch.Tensor, int]]:
+        if not self.batched:
+            return [self[i] for i in indices]
+        images, targets = self._open()
+        idx = torch.as_tensor(indices, dtype=torch.int64)
+        if self.transform is None:
+            return torch.index_select(images, 0, idx), torch.index_select(targets, 0, idx)
+        return torch.stack([self.transform(images[i]) for i in idx.tolist()]), torch.index_select(targets, 0, idx)

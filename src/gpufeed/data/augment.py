@@ -15,8 +15,9 @@ whole batch (every image flipped, or none). Here the parameters are drawn per sa
 
 :func:`augment_one` is the reference: torchvision's ``v2.functional`` ops on one image with the same
 parameters. ``augment(x, p)[i]`` equals ``augment_one(x[i], p.sample(i))`` to float rounding
-(``TOLERANCE``), which the tests check. :func:`cpu_transform` and :class:`MemmapSamples` are the
-usual per-sample CPU pipeline that DataLoader workers pickle. Taught in
+(``TOLERANCE``), which the tests check. :func:`cpu_transform` with
+:class:`gpufeed.data.arrays.MemmapDataset` is the usual per-sample CPU pipeline that DataLoader
+workers pickle. Taught in
 ``notebooks/09_augment.ipynb``.
 
 Example:
@@ -32,11 +33,9 @@ Example:
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, fields
 
 import torch
-from torch.utils.data import Dataset
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -311,46 +310,3 @@ def cpu_transform(size: tuple[int, int], *, scale=(0.08, 1.0), ratio=(3 / 4, 4 /
     if to_float:
         steps += [v2.ToDtype(torch.float32, scale=True), v2.Normalize(list(mean), list(std))]
     return v2.Compose(steps)
-
-
-class MemmapSamples(Dataset):
-    """A memmap dataset (:mod:`gpufeed.data.memmap`) read one sample at a time, each through ``transform``.
-
-    Item ``i`` is ``(transform(images[i]), target)``. Only the path is pickled; every DataLoader
-    worker maps the files itself on first use (mapping is free; the page cache is shared).
-
-    Example:
-        >>> import tempfile, pathlib
-        >>> from gpufeed.measure.synth import synth_folder
-        >>> from gpufeed.data.memmap import build_memmap
-        >>> tmp = pathlib.Path(tempfile.mkdtemp())
-        >>> src = synth_folder(tmp / "jpeg", n=2, size=(48, 40), progress=False).path
-        >>> mm = build_memmap(src, tmp / "mm", size=(32, 32), progress=False).path
-        >>> image, target = MemmapSamples(mm, cpu_transform((16, 16)))[1]
-        >>> image.shape, image.dtype
-        (torch.Size([3, 16, 16]), torch.float32)
-    """
-
-    def __init__(self, path: str | os.PathLike, transform=None):
-        from gpufeed.data.memmap import MemmapError, read_manifest
-
-        manifest = read_manifest(path)
-        if manifest is None:
-            raise MemmapError(f"{path} holds no memmap dataset; build one with gpufeed.data.memmap.build_memmap")
-        self.path, self.transform, self.n = str(path), transform, int(manifest["count"])
-        self._data = None
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i: int):
-        if self._data is None:
-            from gpufeed.data.memmap import load_memmap
-
-            self._data = load_memmap(self.path)
-        image = self._data.images[i]  # uint8 [3, H, W], a view of the mapped file
-        image = self.transform(image) if self.transform is not None else image.clone()
-        return image, int(self._data.targets[i])
-
-    def __getstate__(self):
-        return {**self.__dict__, "_data": None}  # the mapping stays behind; the worker maps its own

@@ -11,7 +11,10 @@ memmap SRC DST`` is the command line.
 On disk, ``DST/`` holds ``gpufeed-memmap.json`` (the manifest: count, shapes, dtypes, source,
 classes, policy, format version) and ``data/`` (tensordict's memmap: ``meta.json`` and one raw
 file per field). The build is atomic (:mod:`gpufeed.data.staging`): a killed build leaves no ``DST``,
-and :func:`load_memmap` refuses a folder without a valid manifest.
+and :func:`load_memmap` refuses a folder without a valid manifest. The format's names, its manifest
+reader, the NumPy-only opener (:func:`gpufeed.data.arrays.open_arrays`) and the dataset for
+DataLoader workers (:class:`gpufeed.data.arrays.MemmapDataset`) live in :mod:`gpufeed.data.arrays`,
+which starts without tensordict.
 
 Example:
     >>> import tempfile, pathlib
@@ -40,19 +43,11 @@ import torch
 from tensordict import tensorclass
 
 from gpufeed.data import staging
+from gpufeed.data.arrays import DATA, FORMAT, FORMAT_VERSION, MANIFEST, MemmapError, read_manifest  # noqa: F401
 from gpufeed.data.folder import POLICY, BadImageError, FolderError, ImageFolderDataset
 from gpufeed.data.staging import free_bytes  # tests point memmap.free_bytes at a tiny limit
 
-MANIFEST = "gpufeed-memmap.json"
-DATA = "data"  # the tensordict memmap folder inside DST
-FORMAT = "gpufeed-memmap"
-FORMAT_VERSION = 1
 MIN_SIDE, MAX_SIDE = 8, 16384
-
-
-class MemmapError(ValueError):
-    """Bad arguments, an unusable source or destination, or a folder that is not a complete
-    memmap dataset; the message says what to do."""
 
 
 @tensorclass
@@ -86,15 +81,6 @@ def dataset_bytes(n: int, size: tuple[int, int]) -> int:
     """Bytes the dataset takes on disk: ``n x 3 x H x W`` (uint8 images) + ``8 n`` (int64 targets)."""
     w, h = size
     return n * 3 * h * w + 8 * n
-
-
-def read_manifest(folder: str | os.PathLike) -> dict | None:
-    """The manifest of a memmap dataset in ``folder``, or None if it has none (or a foreign one)."""
-    try:
-        doc = json.loads((Path(folder) / MANIFEST).read_text())
-    except (OSError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) and doc.get("format") == FORMAT else None
 
 
 def _source_digest(samples: list[tuple[str, int]], root: Path) -> str:
@@ -322,15 +308,15 @@ def load_memmap(path: str | os.PathLike) -> ImageData:
         what = f"its {MANIFEST} is unreadable or not gpufeed's" if raw else f"it has no {MANIFEST}"
         raise MemmapError(f"{path} is not a complete gpufeed memmap dataset ({what}): an incomplete build "
                           f"or a foreign folder; {rebuild}")
-    if manifest.get("version") != FORMAT_VERSION:
-        raise MemmapError(f"{path} has format version {manifest.get('version')}, this gpufeed reads "
-                          f"version {FORMAT_VERSION}; rebuild it with --overwrite")
+    read_manifest(path, check_version=True)  # another format version: raises, saying to rebuild
+    overwrite = f"rebuild it with `python -m gpufeed data memmap {manifest.get('source', 'SRC')} {path} --overwrite`"
     try:
         data = ImageData.load_memmap(path / DATA)
     except Exception as e:  # tensordict's own errors vary by version: say what to do in one line
-        raise MemmapError(f"{path} is damaged ({type(e).__name__}: {e}); rebuild it with --overwrite") from e
+        why = " ".join(f"{type(e).__name__}: {e}".split())  # one line, whatever tensordict wrote
+        raise MemmapError(f"{path} is damaged or was written by another gpufeed/tensordict ({why}); {overwrite}") from e
     shape = [list(data.images.shape), list(data.targets.shape)]
     if shape != [manifest["images"]["shape"], manifest["targets"]["shape"]] or data.images.dtype != torch.uint8:
         raise MemmapError(f"{path} is damaged: it holds images {shape[0]} but its manifest says "
-                          f"{manifest['images']['shape']}; rebuild it with --overwrite")
+                          f"{manifest['images']['shape']}; {overwrite}")
     return data

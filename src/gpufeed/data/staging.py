@@ -4,8 +4,9 @@ A writer fills a hidden *staging* folder beside its destination, ``.<name>.parti
 its manifest last, and renames the staging folder into place. A rename within one file system is
 atomic, so a reader sees either no folder or a complete one; a run that is killed (even with
 SIGKILL, which no ``finally`` survives) leaves only a hidden staging folder without a manifest,
-which the next run removes. Used by :mod:`gpufeed.measure.synth` and :mod:`gpufeed.data.memmap`
-(``notebooks/05_memmap.ipynb`` explains it).
+which the next run removes. :func:`read_manifest` reads a manifest back (every writer's format
+and version checked the same way). Used by :mod:`gpufeed.measure.synth` and :mod:`gpufeed.data.memmap`
+and :mod:`gpufeed.course.formats` (``notebooks/05_memmap.ipynb`` explains it).
 
 Example:
     >>> import tempfile, pathlib
@@ -21,6 +22,7 @@ Example:
 from __future__ import annotations
 
 import errno
+import json
 import os
 import shutil
 import sys
@@ -43,6 +45,41 @@ def free_bytes(path: str | os.PathLike) -> int:
         except ValueError:
             raise ValueError(f"GPUFEED_FREE_BYTES_LIMIT={limit!r} is not a number of bytes") from None
     return free
+
+
+def read_manifest(folder: str | os.PathLike, name: str, fmt: str, *, version: int | None = None,
+                  error: type[Exception] = ValueError, hint: str = "rebuild it") -> dict | None:
+    """The JSON manifest ``folder/name`` when it is an object whose ``"format"`` is ``fmt``, else None.
+
+    None means "not ours": no file, unreadable JSON, or another format (a staging folder before
+    its manifest is written, a foreign folder). A manifest of format ``fmt`` but another
+    ``version`` (when ``version`` is given) is ours and unusable: it raises ``error``, one line
+    ending with ``hint``.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> d = pathlib.Path(tempfile.mkdtemp())
+        >>> read_manifest(d, "m.json", "demo") is None  # no manifest yet
+        True
+        >>> _ = (d / "m.json").write_text('{"format": "demo", "version": 2}')
+        >>> read_manifest(d, "m.json", "demo")["version"], read_manifest(d, "m.json", "other")
+        (2, None)
+        >>> read_manifest(d, "m.json", "demo", version=1, hint="rebuild it with --overwrite")
+        Traceback (most recent call last):
+        ...
+        ValueError: ... has format version 2, this gpufeed reads version 1; rebuild it with --overwrite
+    """
+    path = Path(folder) / name
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):  # missing, unreadable, or not JSON (UnicodeDecodeError is a ValueError)
+        return None
+    if not isinstance(doc, dict) or doc.get("format") != fmt:
+        return None
+    if version is not None and doc.get("version") != version:
+        raise error(f"{Path(folder)} has format version {doc.get('version')}, this gpufeed reads version "
+                    f"{version}; {hint}")
+    return doc
 
 
 def staging_path(out: Path) -> Path:

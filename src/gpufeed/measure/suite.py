@@ -88,13 +88,13 @@ def sources(data: pipelines.Data, w: Workload, device, *, workers: int, dali: bo
            "tuned": lambda: pipelines.tuned(tuned_loader, device),
            "course": lambda: iter(course)}
     if dali:
-        out["dali"] = _dali_source(data, w, device, workers)
+        out["dali"] = dali_source(data, w, device, workers)
     resident = pipelines.resident(w, device)
     out["resident"] = lambda: iter(resident)
     return out
 
 
-def _dali_source(data: pipelines.Data, w: Workload, device, threads: int) -> Callable:
+def dali_source(data: pipelines.Data, w: Workload, device, threads: int) -> Callable:
     """DALI's ``epoch()``. The pipeline is built at the first call, not before: its C++ threads
     must not exist yet when a DataLoader forks its workers (a fork copies a lock that another
     thread holds as held, forever)."""

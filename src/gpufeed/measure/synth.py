@@ -166,11 +166,7 @@ def estimate_bytes(spec: SynthSpec) -> int:
 
 def read_manifest(folder: Path) -> dict | None:
     """The generator's manifest in ``folder``, or None if there is none or it is unreadable."""
-    try:
-        doc = json.loads((Path(folder) / MANIFEST).read_text())
-    except (OSError, ValueError):
-        return None
-    return doc if doc.get("format") == "gpufeed-synth" else None
+    return staging.read_manifest(folder, MANIFEST, "gpufeed-synth")
 
 
 def _check_destination(out: Path, spec: SynthSpec, overwrite: bool) -> bool:
