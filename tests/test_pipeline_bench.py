@@ -30,18 +30,29 @@ def test_writes_one_record_per_pipeline_and_mode(tiny_run):
         assert r["fraction_of_ceiling"] > 0
         assert r["ratio_to_naive"] == pytest.approx(
             r["images_per_s"] / next(b["images_per_s"] for b in doc["records"]
-                                     if b["pipeline"] == "naive" and b["mode"] == r["mode"]), rel=0.01)
+                                     if b["pipeline"] == "naive" and b["mode"] == r["mode"]), rel=0.01, abs=0.005)  # rounded to 0.01
     resident = next(r for r in doc["records"] if r["pipeline"] == "resident")
     assert resident["fraction_of_ceiling"] == 1.0
     assert doc["ceilings"]["loader_images_per_s"] > 0 and doc["ceilings"]["wire"].startswith("memcpy")
     assert doc["memmap_build_s"] > 0
+    stream, fetch = doc["ceilings"]["memcpy_stream_images_per_s"], doc["ceilings"]["batch_fetch_images_per_s"]
+    assert stream > 0 and fetch > 0 and doc["peers"] == []
+    for r in doc["records"]:
+        if r["mode"] == "loader":  # every loader as a fraction of both honest bounds, its memory beside
+            assert r["fraction_of_memcpy_stream"] == pytest.approx(r["images_per_s"] / stream, rel=0.01)
+            assert r["fraction_of_batch_fetch"] == pytest.approx(r["images_per_s"] / fetch, rel=0.01)
+            assert r["peak_pss_mb"] is None or r["peak_pss_mb"] > 10
 
 
 def test_plots_and_summary(tiny_run, capsys):
     assert (tiny_run / "bench-loader.png").stat().st_size > 10_000
     assert (tiny_run / "bench-train.png").stat().st_size > 10_000
+    assert (tiny_run / "bench-memory.png").stat().st_size > 10_000
     table = pb.summary(pb.load(tiny_run))
     assert table.splitlines()[0].split()[:2] == ["pipeline", "mode"] and "course" in table
+    assert "memcpy stream" in table.splitlines()[-1]
+    md = pb.markdown(pb.load(tiny_run))
+    assert "| of memcpy stream | of raw fetch | peak memory (PSS), MB |" in md and "| course |" in md
 
 
 def test_load_refuses_other_files(tmp_path):

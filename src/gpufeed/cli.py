@@ -66,6 +66,9 @@ def _parser() -> argparse.ArgumentParser:
                         "tiny: seconds, for tests)")
     b.add_argument("--repeats", type=int, default=None, help="timed passes per case (default 5)")
     b.add_argument("--no-dali", action="store_true", help="leave DALI out even where it is installed")
+    b.add_argument("--peers", action="store_true",
+                   help="add FFCV (raw and JPEG), SPDL and torchdata.nodes where installed (`make peers-deps`), "
+                        "each in its own process, timed in turns with the loader alone")
     b.add_argument("--ceilings", action="store_true",
                    help="measure this machine's ceilings instead (memcpy, copies, JPEG decode, disk): ceilings.json")
     return p
@@ -154,7 +157,8 @@ def _bench(args) -> int:
     size = args.size or ("quick" if quick else "full")
     workload = pipelines.TINY if size == "tiny" else pipelines.workload(size == "quick", device)
     path, status = _guarded(lambda: pipeline_bench.run(out, quick=size != "full", device=device, workload=workload,
-                                                       repeats=args.repeats, dali=False if args.no_dali else None),
+                                                       repeats=args.repeats, dali=False if args.no_dali else None,
+                                                       peers=args.peers),
                             PipelineError)
     if status:
         return status

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import importlib
 
-_MODULES = {'loader', 'augment', 'memmap', 'prefetch', 'staging', 'arrays', 'jpeg', 'movers', 'folder'}
+_MODULES = {'loader', 'augment', 'memmap', 'prefetch', 'staging', 'arrays', 'jpeg', 'movers', 'folder', 'fetch'}
 
 __all__ = sorted(_MODULES)
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import importlib
 
-_MODULES = {'ceilings', 'pipelines', 'suite', 'synth', 'machine', 'harness', 'plotting', 'dali', 'results', 'photos'}
+_MODULES = {'ceilings', 'pipelines', 'suite', 'synth', 'machine', 'harness', 'plotting', 'dali', 'results', 'photos',
+            'memory', 'peers'}
 
 __all__ = sorted(_MODULES)
 

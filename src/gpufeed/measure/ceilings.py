@@ -46,6 +46,42 @@ def memcpy(nbytes: int, repeats: int = 10, threads: int | None = None) -> Measur
         torch.set_num_threads(old)
 
 
+def memcpy_stream(images: torch.Tensor, batch: int, repeats: int = 5) -> Measurement:
+    """One epoch of ``images`` (``[N, ...]``, e.g. the memmap) copied in file order, ``batch`` rows at
+    a time, into one reused buffer: the honest bound for fetching those images, in images/s.
+
+    Every image is distinct and comes from the mapping (the page cache), as a loader's do; unlike
+    :func:`memcpy`, whose one small buffer stays in the CPU cache and bounds nothing.
+    """
+    buf = torch.empty((batch, *images.shape[1:]), dtype=images.dtype)
+    n = images.shape[0] // batch * batch
+
+    def epoch():
+        for start in range(0, n, batch):
+            buf.copy_(images[start:start + batch])
+
+    row = images[0].numel() * images.element_size()
+    return benchmark(epoch, name=f"memcpy stream {batch}x{_mb(row)}", repeats=repeats, warmup=1, items=n,
+                     nbytes=n * row, params={"ceiling": "memcpy_stream", "batch": batch, "row_bytes": row})
+
+
+def batch_fetch(images: torch.Tensor, batch: int, repeats: int = 5, seed: int = 0) -> Measurement:
+    """One epoch of shuffled batches of ``images`` gathered by :class:`~gpufeed.data.loader.FastLoader`
+    (``torch.index_select`` into its reused buffers), nothing else: the course pipeline's raw fetch."""
+    from gpufeed.data.loader import FastLoader
+
+    loader = FastLoader(images, batch, seed=seed, drop_last=True, reuse_buffers=4)
+    n = len(loader) * batch
+    row = images[0].numel() * images.element_size()
+
+    def epoch():
+        for _ in loader:
+            pass
+
+    return benchmark(epoch, name=f"batch fetch {batch}x{_mb(row)}", repeats=repeats, warmup=1, items=n,
+                     nbytes=n * row, params={"ceiling": "batch_fetch", "batch": batch, "row_bytes": row})
+
+
 def host_to_device(nbytes: int, pinned: bool, repeats: int = 10, device: str = "cuda") -> Measurement:
     """Host-to-device copy of ``nbytes`` from pageable or pinned memory, in GB/s.
 

@@ -3,7 +3,12 @@
 For each pipeline two numbers, in images/s: the loader alone (batches made and left on the device),
 and the loader feeding a training step of a torchvision ResNet-18 with random weights. Beside them
 the ceilings: ``memcpy`` of the same bytes (a uint8 batch), the host-to-device copy of those bytes
-where CUDA exists, and the training step on batches already on the device (``resident``).
+where CUDA exists, and the training step on batches already on the device (``resident``); and two
+honest bounds for the loader alone, each pipeline reported as a fraction of both: ``memcpy_stream``,
+the memmap's distinct images copied in file order into one buffer, and ``batch_fetch``, the course's
+raw shuffled gather (FastLoader alone). Each loader's peak memory (PSS of the process and its
+workers, :mod:`gpufeed.measure.memory`) sits beside its speed. ``--peers`` adds FFCV, SPDL and
+torchdata.nodes where installed (:mod:`gpufeed.measure.peers`), each in its own process.
 *Loader efficiency* (lesson 11) is a pipeline's training throughput over the resident one.
 
 All numbers come from one process, one dataset and the same cores (a warm-up pass first, CUDA
@@ -154,7 +159,8 @@ def records_from(loader_s: dict[str, float], train_s: dict[str, float], *, image
 
 
 def run(out: str | Path, *, quick: bool, device, workload: Workload | None = None, repeats: int | None = None,
-        dali: bool | None = None, threads: int | None = None, log: Callable[[str], None] = print) -> Path:
+        dali: bool | None = None, threads: int | None = None, peers: bool = False,
+        log: Callable[[str], None] = print) -> Path:
     """Measures every pipeline (loader alone, then with a training step) and writes ``out/results.json``.
 
     Args:
@@ -163,6 +169,7 @@ def run(out: str | Path, *, quick: bool, device, workload: Workload | None = Non
         device: where batches end up and the model runs.
         repeats: timed passes per case (default 5).
         dali: include DALI (default: where it is installed).
+        peers: add the other loaders :mod:`gpufeed.measure.peers` finds installed (loader alone only).
         threads: torch's intra-op threads in this process while measuring (default: 1 on the CPU,
             torch's own choice on CUDA). Every pipeline brings its own parallelism (workers, DALI's
             threads, the prefetch thread); torch's threads on top of those outnumber the cores, and
@@ -174,16 +181,17 @@ def run(out: str | Path, *, quick: bool, device, workload: Workload | None = Non
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        return _run(Path(out), quick, device, workload, repeats, dali, threads, log)
+        return _run(Path(out), quick, device, workload, repeats, dali, threads, peers, log)
     finally:
         torch.set_num_threads(before)
 
 
 def _run(out: Path, quick: bool, device: torch.device, workload: Workload | None, repeats: int | None,
-         dali: bool | None, threads: int, log: Callable[[str], None]) -> Path:
+         dali: bool | None, threads: int, peers: bool, log: Callable[[str], None]) -> Path:
     from gpufeed import config
     from gpufeed.measure import dali as gdali
     from gpufeed.measure.machine import usable_cores
+    from gpufeed.measure.memory import PeakPss
 
     w = workload or pipelines.workload(quick, device)
     repeats = repeats or 5
@@ -204,12 +212,15 @@ def _run(out: Path, quick: bool, device: torch.device, workload: Workload | None
     # every pipeline alike; here any read-ahead is a few batches against seconds of training, and
     # the passes go on along each pipeline's endless stream, as training does.
     ms: list[bench.Measurement] = []
+    peak: dict[str, int | None] = {}  # bytes: PSS of this process and its workers while a pipeline ran
     try:
         for name, s in streams.items():
             if name != "resident":
-                ms.append(bench.benchmark(lambda s=s: consume(s, per_epoch), name=f"{name} loader", warmup=1,
-                                          repeats=repeats, items=images["loader"],
-                                          params={"pipeline": name, "mode": "loader"}))
+                with PeakPss() as p:
+                    ms.append(bench.benchmark(lambda s=s: consume(s, per_epoch), name=f"{name} loader", warmup=1,
+                                              repeats=repeats, items=images["loader"],
+                                              params={"pipeline": name, "mode": "loader"}))
+                peak[name] = p.peak
                 log(f"  {ms[-1]}")
         _, step = make_model(w, device)
         trained = bench.interleave({n: (lambda s=s: train(s, step, steps)) for n, s in streams.items()},
@@ -222,26 +233,52 @@ def _run(out: Path, quick: bool, device: torch.device, workload: Workload | None
     finally:
         for s in streams.values():
             s.close()  # ends DataLoader workers and prefetch threads now, not at garbage collection
+    bounds = _loader_bounds(data, w, repeats)  # memcpy_stream, batch_fetch: images/s
+    for m in bounds:
+        log(f"  {m}")
+    peer_ms: list[bench.Measurement] = []
+    if peers:
+        from gpufeed.measure import peers as gpeers
+
+        peer_ms = gpeers.measure_all(data, w, threads=workers, repeats=repeats, log=log)
+        for m in peer_ms:
+            peak[m.params["pipeline"]] = m.params.pop("peak_pss")
     ceilings = _ceilings(w, device)
     per_image = 3 * w.crop * w.crop  # bytes of one uint8 image on the wire
     wire = ceilings[-1]  # H2D pinned on CUDA, memcpy on the CPU
     loader_ceiling = wire.gb_per_s * 1e9 / per_image
     medians = {mode: {m.params["pipeline"]: m.median for m in ms if m.params["mode"] == mode}
                for mode in ("loader", "train")}
+    medians["loader"].update({m.params["pipeline"]: m.median for m in peer_ms})
     rows = records_from(medians["loader"], medians["train"], images=images, loader_ceiling=loader_ceiling)
-    by_case = {(m.params["pipeline"], m.params["mode"]): m for m in ms}
+    by_case = {(m.params["pipeline"], m.params["mode"]): m for m in ms + peer_ms}
+    bound_rates = {m.params["ceiling"]: m.items_per_s for m in bounds}
     for row in rows:
         m = by_case[row["pipeline"], row["mode"]]
         q1, _, q3 = m.rate_quartiles()
         row.update(median_s=m.median, iqr_s=m.iqr, images_per_s_iqr=[round(q1, 1), round(q3, 1)], noisy=m.noisy)
-    path = bench.save(out / FILE, ms + ceilings, kind=FORMAT, quick=quick, device=str(device),
+        if row["mode"] == "loader":
+            row.update({f"fraction_of_{k}": float(f"{row['images_per_s'] / v:.3g}") for k, v in bound_rates.items()})
+            row["peak_pss_mb"] = None if peak.get(row["pipeline"]) is None else round(peak[row["pipeline"]] / 2**20, 1)
+    path = bench.save(out / FILE, ms + peer_ms + bounds + ceilings, kind=FORMAT, quick=quick, device=str(device),
                       workload=w.to_dict(), workers=workers, threads=threads, records=rows,
                       ceilings={"loader_images_per_s": round(loader_ceiling, 1), "wire": wire.name,
-                                "bytes_per_image": per_image},
+                                "bytes_per_image": per_image,
+                                **{f"{k}_images_per_s": round(v, 1) for k, v in bound_rates.items()}},
+                      peers=sorted(m.params["pipeline"] for m in peer_ms),
                       memmap_build_s=round(build_s, 3),
                       dali=gdali.version() if dali else None, torch=torch.__version__)
     plot(path)
     return path
+
+
+def _loader_bounds(data: pipelines.Data, w: Workload, repeats: int) -> list[bench.Measurement]:
+    """The loader's two honest bounds on the memmap's images: a streaming copy, and the raw gather."""
+    from gpufeed.data.memmap import load_memmap
+    from gpufeed.measure import ceilings
+
+    images = load_memmap(data.memmap).images
+    return [ceilings.memcpy_stream(images, w.batch, repeats=repeats), ceilings.batch_fetch(images, w.batch, repeats=repeats)]
 
 
 def _ceilings(w: Workload, device) -> list[bench.Measurement]:
@@ -265,12 +302,20 @@ def load(path: str | Path) -> dict:
 
 def summary(doc: dict) -> str:
     """The records as a text table, one line per pipeline and mode."""
-    lines = [f"{'pipeline':10} {'mode':7} {'images/s':>10} {'vs naive':>9} {'of ceiling':>10}"]
+    lines = [f"{'pipeline':14} {'mode':7} {'images/s':>10} {'vs naive':>9} {'of ceiling':>10} "
+             f"{'of stream':>9} {'of fetch':>8} {'peak MB':>8}"]
+    pct = lambda v: "-" if v is None else f"{v:.1%}"  # noqa: E731
     for r in doc["records"]:
         ratio = "-" if r["ratio_to_naive"] is None else f"{r['ratio_to_naive']:.2f}x"
-        frac = "-" if r["fraction_of_ceiling"] is None else f"{r['fraction_of_ceiling']:.1%}"
+        mb = "-" if r.get("peak_pss_mb") is None else f"{r['peak_pss_mb']:,.0f}"
         noisy = "  [noisy]" if r.get("noisy") else ""
-        lines.append(f"{r['pipeline']:10} {r['mode']:7} {r['images_per_s']:>10,.1f} {ratio:>9} {frac:>10}{noisy}")
+        lines.append(f"{r['pipeline']:14} {r['mode']:7} {r['images_per_s']:>10,.1f} {ratio:>9} "
+                     f"{pct(r['fraction_of_ceiling']):>10} {pct(r.get('fraction_of_memcpy_stream')):>9} "
+                     f"{pct(r.get('fraction_of_batch_fetch')):>8} {mb:>8}{noisy}")
+    c = doc["ceilings"]
+    if "memcpy_stream_images_per_s" in c:
+        lines.append(f"ceilings: memcpy stream {c['memcpy_stream_images_per_s']:,.0f} images/s, "
+                     f"raw batch fetch {c['batch_fetch_images_per_s']:,.0f} images/s")
     return "\n".join(lines)
 
 
@@ -284,13 +329,34 @@ def markdown(doc: dict) -> str:
             f"{'`--quick`' if doc['quick'] else 'full size'}: {w['n']} JPEGs of {w['jpeg_size'][0]}x{w['jpeg_size'][1]}, "
             f"{w['crop']}x{w['crop']} crops in batches of {w['batch']}; memmap built once in "
             f"{doc['memmap_build_s']:.1f} s.")
-    rows = ["| pipeline | loader alone, images/s | vs naive | with a ResNet-18 step, images/s | loader efficiency |",
-            "|---|---:|---:|---:|---:|"]
     by = {(r["pipeline"], r["mode"]): r for r in doc["records"]}
-    for name in [r["pipeline"] for r in doc["records"] if r["mode"] == "train"]:
-        loader, train = by.get((name, "loader")), by[name, "train"]
-        rate, ratio = (f"{loader['images_per_s']:,.0f}", f"{loader['ratio_to_naive']:.2f}x") if loader else ("-", "-")
-        rows.append(f"| {name} | {rate} | {ratio} | {train['images_per_s']:,.1f} | {train['fraction_of_ceiling']:.2f} |")
+    c = doc["ceilings"]
+    if "memcpy_stream_images_per_s" not in c:  # a file from before the honest ceilings: its old table
+        rows = ["| pipeline | loader alone, images/s | vs naive | with a ResNet-18 step, images/s | loader efficiency |",
+                "|---|---:|---:|---:|---:|"]
+        for name in [r["pipeline"] for r in doc["records"] if r["mode"] == "train"]:
+            loader, train = by.get((name, "loader")), by[name, "train"]
+            rate, ratio = (f"{loader['images_per_s']:,.0f}", f"{loader['ratio_to_naive']:.2f}x") if loader else ("-", "-")
+            rows.append(f"| {name} | {rate} | {ratio} | {train['images_per_s']:,.1f} | {train['fraction_of_ceiling']:.2f} |")
+        return head + "\n\n" + "\n".join(rows)
+    head += (f" Ceilings for the loader alone: the memmap's images streamed by memcpy, "
+             f"{c['memcpy_stream_images_per_s']:,.0f} images/s; the raw batch fetch (FastLoader's gather alone), "
+             f"{c['batch_fetch_images_per_s']:,.0f} images/s.")
+    rows = ["| pipeline | loader alone, images/s | vs naive | of memcpy stream | of raw fetch | peak memory (PSS), MB "
+            "| with a ResNet-18 step, images/s | loader efficiency |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    names = list(dict.fromkeys(r["pipeline"] for r in doc["records"]))
+    for name in names:
+        loader, train = by.get((name, "loader")), by.get((name, "train"))
+        cells = ["-"] * 7
+        if loader:
+            mb = loader.get("peak_pss_mb")
+            cells[:5] = [f"{loader['images_per_s']:,.0f}",
+                         "-" if loader["ratio_to_naive"] is None else f"{loader['ratio_to_naive']:.2f}x",
+                         f"{loader['fraction_of_memcpy_stream']:.2f}", f"{loader['fraction_of_batch_fetch']:.2f}",
+                         "-" if mb is None else f"{mb:,.0f}"]
+        if train:
+            cells[5:] = [f"{train['images_per_s']:,.1f}", f"{train['fraction_of_ceiling']:.2f}"]
+        rows.append(f"| {name} | " + " | ".join(cells) + " |")
     return head + "\n\n" + "\n".join(rows)
 
 
@@ -317,13 +383,28 @@ def plot(path: str | Path) -> list[Path]:
         ax.barh(labels, rates, color=colors, xerr=spread, capsize=3)  # whiskers: the IQR of the passes
         ceiling = doc["ceilings"]["loader_images_per_s"] if mode == "loader" else next(
             (r["images_per_s"] for r in rows if r["pipeline"] == "resident"), None)
-        if ceiling and (mode == "train" or ceiling < 20 * max(rates)):
-            ax.axvline(ceiling, color="k", ls="--", lw=1, label=ceiling_label)
+        lines = [(ceiling, "k", "--", ceiling_label)] if ceiling and (mode == "train" or ceiling < 20 * max(rates)) else []
+        if mode == "loader" and "memcpy_stream_images_per_s" in doc["ceilings"]:
+            lines += [(doc["ceilings"]["memcpy_stream_images_per_s"], "tab:red", ":", "memcpy stream of the memmap"),
+                      (doc["ceilings"]["batch_fetch_images_per_s"], "tab:purple", "-.", "raw batch fetch")]
+        for x, color, style, label in lines:
+            ax.axvline(x, color=color, ls=style, lw=1, label=label)
+        if lines:
             ax.legend(loc="lower right", fontsize=8)
         ax.invert_yaxis()
         ax.set_xlabel("images/s (higher is better)")
         ax.set_title(f"{title}, {doc['workload']['crop']}px batches of {doc['workload']['batch']} on {doc['device']}")
         plotting.caption(fig, doc["machine"], "quick mode (--quick)" if doc["quick"] else "")
         written.append(plotting.save(fig, path.parent / f"bench-{mode}.png"))
+        plt.close(fig)
+    mem = [r for r in doc["records"] if r["mode"] == "loader" and r.get("peak_pss_mb") is not None]
+    if mem:  # memory beside speed: the peak PSS of each loader's process and workers
+        fig, ax = plt.subplots(figsize=(7, 3.2))
+        ax.barh([r["pipeline"] for r in mem], [r["peak_pss_mb"] for r in mem], color=plotting.COLORS["compute"])
+        ax.invert_yaxis()
+        ax.set_xlabel("peak memory, MB (PSS of the process and its workers; lower is better)")
+        ax.set_title(f"loader alone: peak memory, {doc['workload']['crop']}px batches on {doc['device']}")
+        plotting.caption(fig, doc["machine"], "quick mode (--quick)" if doc["quick"] else "")
+        written.append(plotting.save(fig, path.parent / "bench-memory.png"))
         plt.close(fig)
     return written

@@ -1,0 +1,37 @@
+"""Peak PSS: a process that touches more memory reads more; workers are counted."""
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from gpufeed.measure import memory
+
+pytestmark = pytest.mark.skipif(memory.pss(1) is None and memory.tree_pss() is None, reason="needs /proc smaps_rollup")
+
+
+def test_peak_grows_with_touched_memory():
+    with memory.PeakPss() as small:
+        pass
+    with memory.PeakPss() as big:
+        block = bytearray(64 << 20)
+        big.sample()  # the sampler thread may not have run yet
+        del block
+    assert big.peak > small.peak + (32 << 20)
+
+
+def test_children_are_counted():
+    code = "b = bytearray(48 << 20); import time; time.sleep(30)"
+    child = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        time.sleep(1.5)
+        assert child.pid in memory.children(memory.os.getpid())
+        assert memory.tree_pss() > memory.pss(memory.os.getpid()) + (40 << 20)
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_missing_process_reads_none():
+    assert memory.pss(2**22 + 12345) is None
