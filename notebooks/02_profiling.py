@@ -377,7 +377,8 @@ print(f"saved to {saved}")
 # 2. Move `prof.step()` out of the loop (call it once after the loop). What happens to the trace
 #    and why?
 # 3. Time `iter(loader)` alone, then `next(iter(loader))`, for `num_workers=0` and `2`. Which of
-#    the three mistakes does each number show?
+#    the three mistakes does each number show? Why is `iter(loader)` nearly free with 0 workers
+#    but not with 2 (section 7)?
 
 # %%
 # Self-check for exercise 1: fill in your answer, a list such as [3, 7]: for each run of

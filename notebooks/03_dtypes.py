@@ -285,7 +285,7 @@ print(f"saved to {saved}")
 # ## Key takeaways
 #
 # * Send `uint8` and convert on the device: `float16` doubles and `float32` quadruples the bytes
-#   on the wire, and the host's conversion runs on a CPU core before the copy can start.
+#   on the wire, and the host's conversion runs on the CPU's few cores before the copy can start.
 # * `x.to(dev, dtype)` is not a shortcut for `x.to(dev).to(dtype)`: a blocking copy converts on
 #   the CPU first. Send `uint8` explicitly, then convert.
 # * Put `Normalize` in the model (`nn.Sequential(Normalize(...), model)`): the pipeline stays
