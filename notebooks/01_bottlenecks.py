@@ -179,10 +179,9 @@ from gpufeed.course.simulator import Costs
 measured_costs = Costs.from_stage_means(means, batch_size=B)
 predicted = simulate(Pipeline(batch_size=B, costs=measured_costs), n_batches=20)
 ratio = predicted.images_per_s / rec.images_per_s
-print(f"predicted {predicted.images_per_s:,.0f} images/s, measured {rec.images_per_s:,.0f}: "
-      f"predicted / measured = {ratio:.2f}")
-print(f"The recorded stages cover {total / rec.ms_per_batch:.1%} of each batch's time; the rest is the gaps "
-      f"between them, which the model does not know about.")
+say(f"Predicted {predicted.images_per_s:,.0f} images/s, measured {rec.images_per_s:,.0f}: "
+    f"predicted / measured = **{ratio:.2f}**. The recorded stages cover {total / rec.ms_per_batch:.1%} of each "
+    "batch's time; the rest is the gaps between them, which the model does not know about.")
 
 # %% [markdown]
 # With the measured costs, the simulator can answer *what if*: what would the other presets give
@@ -196,8 +195,8 @@ what_if = {name: simulate(preset(name, costs=measured_costs, batch_size=B)).imag
 for name, rate in what_if.items():
     print(f"{name:>12}: {rate:8,.0f} images/s predicted ({rate / what_if['naive']:.2f}x naive)")
 if not S.cuda:
-    print(f"Careful: without a GPU the model step runs on the same {S.machine['cores']} cores as the workers, "
-          "while the simulator gives it a resource of its own: these what-ifs are optimistic here.")
+    say(f"Careful: without a GPU the model step runs on the same {S.machine['cores']} cores as the workers, "
+        "while the simulator gives it a resource of its own: these what-ifs are optimistic here.")
 
 # %% [markdown]
 # ## 6. Saved, and the reference from a GPU
