@@ -79,25 +79,32 @@ plt.show()
 # %%
 ram = sweep[-1]
 image_bytes = 3 * 224 * 224  # one 224x224 RGB image as uint8
-print(f"Copying {sizes[-1] / 2**20:.0f} MiB runs at {ram.gb_per_s:.1f} GB/s: a step that touches every "
-      f"byte once cannot go faster, which is {ram.gb_per_s * 1e9 / image_bytes:,.0f} 224x224 uint8 images/s.")
+from gpufeed.course.prose import say
+
+say(f"Copying {sizes[-1] / 2**20:.0f} MiB runs at **{ram.gb_per_s:.1f} GB/s**: a step that touches every "
+    f"byte once cannot go faster, which is {ram.gb_per_s * 1e9 / image_bytes:,.0f} 224x224 uint8 images/s.")
 
 # %% [markdown]
-# ## 4. Host to device: pageable vs pinned memory
+# ## 4. Host to device: pageable, pinned, and pin-then-copy
 #
-# A GPU's copy engine can only read *page-locked* (pinned) host memory. From ordinary (pageable)
-# memory, the driver first copies into a pinned staging buffer of its own, then across the bus:
-# two copies, and the call cannot return before the first is done. From pinned memory there is
-# one copy, and with `non_blocking=True` it overlaps with compute (lesson 08). This cell needs
-# CUDA; without it, it shows the committed measurement from a real GPU.
+# A GPU's copy engine reads *page-locked* (pinned) host memory. From ordinary (pageable) memory,
+# the driver first copies into a pinned staging buffer of its own, then across the bus: two
+# copies, and the call returns only when they are done. From pinned memory there is one copy, and
+# with `non_blocking=True` the host goes on while it runs (lesson 08 overlaps it with compute).
+# `non_blocking=True` from pageable memory is safe too: it just behaves like a blocking copy.
+#
+# Pinning is not free: page-locking memory, or copying a batch into an already pinned buffer,
+# costs time too. So three series: **pageable** (`dst.copy_(x)`), **pinned** (`x` pinned once,
+# before the timing; the copy alone) and **pin+copy** (`dst.copy_(x.pin_memory(), non_blocking=True)`,
+# all timed: what a loop that pins each batch pays). This cell needs CUDA; without it, it shows
+# the committed measurement from a real GPU, or says that none is committed.
 
 # %%
 from gpufeed.measure import results
 
 h2d = []
 if S.cuda:
-    for n in [1 << p for p in range(20, (25 if S.quick else 29), 2)]:  # 1 MiB .. 256 MiB
-        h2d += [ceilings.host_to_device(n, pinned=False), ceilings.host_to_device(n, pinned=True)]
+    h2d = ceilings.h2d_series([1 << p for p in range(20, (25 if S.quick else 29), 2)])  # 1 MiB .. 256 MiB
     h2d_machine = S.machine
 else:
     ref = results.gpu_reference("lesson00")  # says where the numbers come from
@@ -107,21 +114,37 @@ else:
 
 # %%
 if h2d:
+    series = {src: [m for m in h2d if ceilings.h2d_source(m) == src] for src in ceilings.H2D_SOURCES}
+    largest = {src: ms[-1] for src, ms in series.items() if ms}  # each series' largest copy
+    colors = {"pageable": plotting.COLORS["baseline"], "pinned": plotting.COLORS["copy"], "pin+copy": "tab:purple"}
     fig, ax = plt.subplots()
-    for pinned, color in ((False, plotting.COLORS["baseline"]), (True, plotting.COLORS["copy"])):
-        ms = [m for m in h2d if m.params["pinned"] == pinned]
-        ax.plot([m.params["nbytes"] / 2**20 for m in ms], [m.gb_per_s for m in ms], "o-", color=color,
-                label=plotting.ratio_label("pinned" if pinned else "pageable",
-                                           ms[-1].gb_per_s / [m for m in h2d if not m.params["pinned"]][-1].gb_per_s))
+    for src, ms in series.items():
+        if ms:
+            ax.plot([m.params["nbytes"] / 2**20 for m in ms], [m.gb_per_s for m in ms], "o-", color=colors[src],
+                    label=plotting.ratio_label(src, ms[-1].gb_per_s / largest["pageable"].gb_per_s))
     ax.set_xscale("log")
     ax.set_xlabel("copy size (MiB)")
     ax.set_ylabel("host to device (GB/s)")
     ax.legend(title="largest size, vs pageable")
     plotting.caption(fig, h2d_machine)
     plt.show()
-    pageable, pinned = (max((m for m in h2d if m.params["pinned"] == p), key=lambda m: m.params["nbytes"]) for p in (False, True))
-    print(f"Pinned memory reaches {pinned.gb_per_s:.1f} GB/s, {pinned.gb_per_s / pageable.gb_per_s:.1f}x "
-          f"the {pageable.gb_per_s:.1f} GB/s from pageable memory, on {h2d_machine.get('gpu')}.")
+
+# %%
+if h2d:
+    pageable, pinned = largest["pageable"], largest["pinned"]
+    text = (f"From memory pinned beforehand, the copy reaches **{pinned.gb_per_s:.1f} GB/s**, "
+            f"{pinned.gb_per_s / pageable.gb_per_s:.1f}x the {pageable.gb_per_s:.1f} GB/s from pageable "
+            f"memory, on {h2d_machine.get('gpu')}.")
+    if "pin+copy" in largest:
+        both = largest["pin+copy"]
+        text += (f" Pinning each batch first and then copying runs at {both.gb_per_s:.1f} GB/s, "
+                 f"{both.gb_per_s / pageable.gb_per_s:.2f}x pageable: "
+                 + ("pinning pays for itself even in a serial loop here." if both.gb_per_s > pageable.gb_per_s
+                    else "in a serial loop, pinning costs what the faster copy saves; it pays off only "
+                         "when the pin runs on another thread and the copy overlaps compute (lessons 07-08)."))
+    else:
+        text += " This reference predates the pin+copy series: run this cell on a GPU to see what the pin costs."
+    say(text)
 
 # %% [markdown]
 # ## 5. JPEG decode: images per second on one core
@@ -146,14 +169,26 @@ print(f"Pillow uses libjpeg-turbo: {jpeg.pillow_uses_turbo()}")
 for m in decode_ms:
     print(m)
 
+# %% [markdown]
+# Ratios only compare decoders on the same images: a 640x480 image has 6x the pixels of a
+# 224x224 one, so each size gets its own chart, with ratios to the first decoder at that size.
+
 # %%
-fig, ax = plotting.bars(decode_ms, machine=S.machine, title="JPEG decode on one core (ratios vs the first)")
+sizes_wh = ((224, 224), (640, 480))
+fig, axes = plt.subplots(len(sizes_wh), 1, figsize=(7, 1 + 0.9 * len(decode_ms)))
+for ax, (w, h) in zip(axes, sizes_wh):
+    plotting.bars([m for m in decode_ms if m.name.endswith(f"{w}x{h}")], ax=ax, machine=S.machine,
+                  title=f"JPEG decode of {w}x{h} on one core (ratios vs the first at this size)")
+fig.tight_layout()
 plt.show()
-for w, h in ((224, 224), (640, 480)):
+cores = S.machine["cores"]
+lines = []
+for w, h in sizes_wh:
     best = max((m for m in decode_ms if m.name.endswith(f"{w}x{h}")), key=lambda m: m.items_per_s)
-    cores = S.machine["cores"]
-    print(f"{w}x{h}: the fastest decoder here ({best.name.split()[0]}) does {best.items_per_s:,.0f} images/s "
-          f"per core; all {cores} cores together at most about {best.items_per_s * cores:,.0f} images/s.")
+    lines.append(f"- {w}x{h}: the fastest decoder here ({best.name.split()[0]}) does "
+                 f"**{best.items_per_s:,.0f} images/s** per core; all {cores} cores together at most about "
+                 f"{best.items_per_s * cores:,.0f} images/s.")
+say("\n".join(lines))
 
 # %% [markdown]
 # ## 6. Reading files: cold vs warm page cache
@@ -172,10 +207,9 @@ warm = ceilings.file_read(path, cold=False, repeats=3 if S.quick else 5)
 fig, ax = plotting.bars([cold, warm], rate="bytes", machine=S.machine, title="reading one file")
 plt.show()
 speedup = warm.gb_per_s / cold.gb_per_s
-print(f"cold {cold.gb_per_s:.2f} GB/s, warm {warm.gb_per_s:.2f} GB/s: the page cache is {speedup:.1f}x faster.")
-if speedup < 1.5:
-    print("Cold is barely slower than warm: this file system kept the file cached despite the request "
-          "(or the disk is as fast as RAM), so this 'cold' number does not show the disk.")
+say(f"Cold {cold.gb_per_s:.2f} GB/s, warm {warm.gb_per_s:.2f} GB/s: the page cache is **{speedup:.1f}x** faster."
+    + (" Cold is barely slower than warm: this file system kept the file cached despite the request "
+       "(or the disk is as fast as RAM), so this 'cold' number does not show the disk." if speedup < 1.5 else ""))
 
 # %% [markdown]
 # ## 7. This machine's ceilings, saved
@@ -188,7 +222,7 @@ from gpufeed.measure.harness import compare
 
 everything = [ram, *h2d, *decode_ms, cold, warm] if S.cuda else [ram, *decode_ms, cold, warm]
 saved = results.save_lesson("lesson00", everything)
-print(compare([ram, cold, warm, *([] if not S.cuda else h2d[-2:])], rate="bytes"))
+print(compare([ram, cold, warm, *([] if not S.cuda else h2d[-3:])], rate="bytes"))
 print(f"\nsaved to {saved}")
 
 # %% [markdown]
@@ -196,7 +230,8 @@ print(f"\nsaved to {saved}")
 #
 # * Every pipeline has ceilings: RAM copy rate, host-to-device rate, decode rate per core, disk
 #   rate. Measure them first; they tell you which optimisation can possibly pay off.
-# * On a GPU, pinned memory is what makes host-to-device copies fast and asynchronous.
+# * On a GPU, a copy from pinned memory is faster and can be asynchronous; pinning itself costs
+#   time, so it pays when the pin runs off the critical path (a pin-memory thread, lesson 07).
 # * JPEG decode is usually the lowest ceiling of a folder of images: images/s per core times the
 #   number of cores. Lessons 04-06 show how to lift it (smaller JPEGs, or decode once and memmap).
 #

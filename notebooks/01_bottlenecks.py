@@ -106,15 +106,20 @@ for before, after in zip(names, names[1:]):
           f"GPU busy {b.utilisation()['GPU']:.0%}")
 
 # %%
+from gpufeed.course.prose import say
+
 pinned_gain = runs["pinned"].images_per_s / runs["naive"].images_per_s - 1
+copy_share = costs.copy_pageable_ms / runs["naive"].ms_per_batch
+saved = costs.copy_pageable_ms - costs.copy_pinned_ms
 stage, ms = slowest_stage(runs["GPU prefetch"].pipeline)
 best = runs["GPU prefetch"]
-print(f"Pinning alone gains only {pinned_gain:.1%}: in a serial loop the pin ({costs.pin_ms} ms) costs most of what "
-      f"the faster copy saves ({costs.copy_pageable_ms - costs.copy_pinned_ms:.1f} ms). It pays later, because "
-      "only a copy from pinned memory can run asynchronously, which GPU prefetch needs.")
-print(f"Workers and prefetch give the big steps. With GPU prefetch the slowest stage is {stage} "
-      f"({ms:.1f} ms per batch) and the loop reaches {ms / best.ms_per_batch:.0%} of its "
-      f"rate: the GPU is the bottleneck, which is where you want it.")
+say(f"Pinning alone gains only **{pinned_gain:.1%}**: the copy is {copy_share:.1%} of a serial batch "
+    f"({costs.copy_pageable_ms} of {runs['naive'].ms_per_batch:.0f} ms), so making it {saved:.1f} ms faster "
+    f"cannot change much, and the pin adds {costs.pin_ms} ms back. Pinning pays later: only a copy from "
+    "pinned memory can run asynchronously, which GPU prefetch needs.\n\n"
+    f"Workers and prefetch give the big steps. With GPU prefetch the slowest stage is {stage} "
+    f"({ms:.1f} ms per batch) and the loop reaches {ms / best.ms_per_batch:.0%} of its "
+    "rate: the GPU is the bottleneck, which is where you want it.")
 
 # %% [markdown]
 # ## 4. Explore: change the costs and the knobs
@@ -174,22 +179,24 @@ from gpufeed.course.simulator import Costs
 measured_costs = Costs.from_stage_means(means, batch_size=B)
 predicted = simulate(Pipeline(batch_size=B, costs=measured_costs), n_batches=20)
 ratio = predicted.images_per_s / rec.images_per_s
-print(f"predicted {predicted.images_per_s:,.0f} images/s, measured {rec.images_per_s:,.0f}: "
-      f"predicted / measured = {ratio:.2f}")
-print(f"The recorded stages cover {total / rec.ms_per_batch:.1%} of each batch's time; the rest is the gaps "
-      f"between them, which the model does not know about.")
+say(f"Predicted {predicted.images_per_s:,.0f} images/s, measured {rec.images_per_s:,.0f}: "
+    f"predicted / measured = **{ratio:.2f}**. The recorded stages cover {total / rec.ms_per_batch:.1%} of each "
+    "batch's time; the rest is the gaps between them, which the model does not know about.")
 
 # %% [markdown]
 # With the measured costs, the simulator can answer *what if*: what would the other presets give
-# on this machine? (Pinned costs are not measured here, so the defaults stand in for them.)
+# on this machine? The loop copies from pageable memory and never pins, so the pin and the pinned
+# copy are not measured: the simulator scales them from the measured pageable copy, keeping the
+# defaults' ratios (a pin costs 1/3 of it, a pinned copy 0.27), so a uint8 batch gets uint8-sized
+# pinned costs.
 
 # %%
 what_if = {name: simulate(preset(name, costs=measured_costs, batch_size=B)).images_per_s for name in PRESETS}
 for name, rate in what_if.items():
     print(f"{name:>12}: {rate:8,.0f} images/s predicted ({rate / what_if['naive']:.2f}x naive)")
 if not S.cuda:
-    print(f"Careful: without a GPU the model step runs on the same {S.machine['cores']} cores as the workers, "
-          "while the simulator gives it a resource of its own: these what-ifs are optimistic here.")
+    say(f"Careful: without a GPU the model step runs on the same {S.machine['cores']} cores as the workers, "
+        "while the simulator gives it a resource of its own: these what-ifs are optimistic here.")
 
 # %% [markdown]
 # ## 6. Saved, and the reference from a GPU

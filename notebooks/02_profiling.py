@@ -74,6 +74,10 @@ def one_step(b):
 #
 # So 1 + 2 x (1 + 1 + 3) = 11 steps, 6 of them recorded, in 2 traces. With CUDA, the GPU's
 # kernels and copies are recorded too.
+#
+# The schedule counts calls of `prof.step()`: it is the only clock it has. The talk's snippet
+# passes `schedule(...)` to `profile` but never calls `prof.step()`, so the profiler stays in its
+# first state (skipping) for the whole run: it records nothing and `on_trace_ready` never runs.
 
 # %%
 activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if S.cuda else [])
@@ -125,14 +129,19 @@ print(table)
 # The same numbers are there to compute with, per event name:
 
 # %%
-events = {e.key: e for e in prof.key_averages()}
+from gpufeed.course.prose import say
+from gpufeed.course.trace import cpu_rows
+
+# With CUDA, a range that launches GPU work has a second, GPU-side row of the same key whose
+# cpu_time_total is 0; cpu_rows keeps the CPU rows only, so no stage (or step) reads as 0.
+events = cpu_rows(prof.key_averages())
 stages = ["read", "decode", "collate", "copy", "compute"]
 step_us = events["ProfilerStep*"].cpu_time_total
 for name in stages:
     e = events[name]
     print(f"{name:>8}: {e.cpu_time_total / e.count / 1000:8.2f} ms per step, {e.cpu_time_total / step_us:5.1%} of the step")
 slowest = max(stages, key=lambda s: events[s].cpu_time_total)
-print(f"The profiler points at {slowest}: {events[slowest].cpu_time_total / step_us:.0%} of each profiled step.")
+say(f"The profiler points at **{slowest}**: {events[slowest].cpu_time_total / step_us:.0%} of each profiled step.")
 
 # %% [markdown]
 # ## 5. The chrome trace
@@ -191,8 +200,11 @@ if not S.cuda:
 #
 # ### Mistake 1: timing a lazy iterator
 #
-# `map`, generators and `iter(dataloader)` do no work when created: the work happens when you
-# take items out. Timing the creation measures nothing.
+# `map` and generators do no work when created: the work happens when you take items out.
+# Timing the creation measures nothing. (`iter(dataloader)` is different: with `num_workers > 0`
+# it starts the worker processes and has them queue `prefetch_factor x num_workers` batches,
+# 2 x 2 = 4 by default here, so creating it costs the start-up and work begins in the background;
+# with `num_workers=0` it does no work. Exercise 3 times both.)
 
 # %%
 import time
@@ -204,8 +216,8 @@ lazy_s = time.perf_counter() - start
 start = time.perf_counter()
 decoded = list(map(decode_pil, blobs))  # list() takes every item out: now they are decoded
 eager_s = time.perf_counter() - start
-print(f"'decoding' {B} images lazily: {lazy_s * 1e6:.1f} us. Really decoding them: {eager_s * 1e3:.1f} ms, "
-      f"{eager_s / lazy_s:,.0f}x longer.")
+say(f"'Decoding' {B} images lazily: {lazy_s * 1e6:.1f} us. Really decoding them: {eager_s * 1e3:.1f} ms, "
+    f"**{eager_s / lazy_s:,.0f}x** longer.")
 
 # %% [markdown]
 # ### Mistake 2: no warm-up
@@ -222,7 +234,7 @@ from gpufeed.measure.harness import benchmark
 loader = DataLoader(TensorDataset(torch.arange(64 * B)), batch_size=B, num_workers=2)
 start = time.perf_counter()
 batches = iter(loader)
-next(batches)  # the first batch waits for two worker processes to start
+next(batches)  # iter() started two workers; the first batch waits for them to start and load it
 first_batch_s = time.perf_counter() - start
 start = time.perf_counter()
 rest = sum(1 for _ in batches)
@@ -359,15 +371,18 @@ print(f"saved to {saved}")
 # ## Exercises
 #
 # 1. With `schedule(skip_first=2, wait=1, warmup=1, active=2, repeat=3)` and 20 calls of
-#    `prof.step()`, how many times does `on_trace_ready` run, and after which steps? Work it out,
-#    then check with the cell below.
+#    `prof.step()`, how many times does `on_trace_ready` run, and when? Give, for each time, how
+#    many `prof.step()` calls had been made when it ran (1 for the first call; that is
+#    `prof.step_num` inside `on_trace_ready`). Work it out, then check with the cell below.
 # 2. Move `prof.step()` out of the loop (call it once after the loop). What happens to the trace
 #    and why?
 # 3. Time `iter(loader)` alone, then `next(iter(loader))`, for `num_workers=0` and `2`. Which of
-#    the three mistakes does each number show?
+#    the three mistakes does each number show? Why is `iter(loader)` nearly free with 0 workers
+#    but not with 2 (section 7)?
 
 # %%
-# Self-check for exercise 1: fill in your answer, a list of the step numbers after which it runs.
+# Self-check for exercise 1: fill in your answer, a list such as [3, 7]: for each run of
+# on_trace_ready, how many prof.step() calls had been made (prof.step_num) when it ran.
 my_answer = None
 ready_at = []
 with profile(activities=[ProfilerActivity.CPU], on_trace_ready=lambda p: ready_at.append(p.step_num),

@@ -17,9 +17,13 @@
 # the arithmetic:
 #
 # ```
-# x.half().to(dev):  loader ─uint8─> CPU converts (1 core, 2 B/value) ──2x bytes──> GPU
-# x.to(dev).half():  loader ─uint8──────────────────────1x bytes──> GPU converts (thousands of cores)
+# x.half().to(dev):  loader ─uint8─> CPU converts (a few cores, 2 B/value) ──2x bytes──> GPU
+# x.to(dev).half():  loader ─uint8───────────────────────────1x bytes──> GPU converts (thousands of cores)
 # ```
+#
+# In the main process, `x.half()` runs on torch's intra-op thread pool (`torch.get_num_threads()`,
+# usually every core) for large tensors; inside a DataLoader worker, torch uses one thread. Either
+# way the host converts with a handful of cores, the GPU with thousands.
 #
 # The talk this course grew from put it as *"uint8 first, convert on the GPU; the bigger the
 # image, the bigger the gain"*. We check that claim with numbers.
@@ -50,7 +54,9 @@ print(f"A batch of {top} images of {transfer.size_name(big)} is {u8 / 1e6:.0f} M
 #
 # Before timing anything, check that the variants agree (lesson 02: *assert, then time*). Every
 # `uint8` value 0..255 is exact in `float16`, so the order cannot change a single bit. The pinned
-# variants use `non_blocking=True`, which is only safe from pinned memory (lesson 07).
+# variants use `non_blocking=True`. It is safe from pageable memory too (the copy is then simply
+# synchronous); from pinned memory it returns at once, and the hazard is the other direction:
+# reading a device-to-host `non_blocking` result on the CPU before a sync (lesson 07).
 #
 # Where does `x.to(dev, torch.float16)` convert? In recent PyTorch releases, the CUDA copy kernel
 # (`Copy.cu` in ATen) converts on the **CPU** when the host-to-device copy is blocking, and copies
@@ -90,17 +96,20 @@ fig, axes = transfer.plot_sweep(order_ms, baseline=baseline, machine=S.machine,
 # %%
 last = transfer.at_largest(order_ms)  # name -> measurement at 1280x960 and the largest batch
 where = f"a batch of {max(batches)} at {transfer.size_name(big)}"
+from gpufeed.course.prose import say
+
 if S.cuda:
     slow, fast = last["x.half().to(dev)"], last["x.to(dev).half()"]
-    print(f"For {where}, x.to(dev).half() takes {fast.median * 1e3:.2f} ms, x.half().to(dev) "
-          f"{slow.median * 1e3:.2f} ms: sending uint8 is {slow.median / fast.median:.1f}x faster.")
+    say(f"For {where}, x.to(dev).half() takes {fast.median * 1e3:.2f} ms, x.half().to(dev) "
+        f"{slow.median * 1e3:.2f} ms: sending uint8 is **{slow.median / fast.median:.1f}x** faster. By image size, "
+        f"at the largest batch: {transfer.read_trend(transfer.gains_by_size(order_ms, 'x.half().to(dev)', 'x.to(dev).half()'))}")
 else:
     copy, half, flt = last["x.clone() (uint8 copy)"], last["x.half()"], last["x.float()"]
-    print(f"On this CPU, x.half() on {where} takes {half.median * 1e3:.1f} ms, {half.median / copy.median:.1f}x "
-          f"a plain uint8 copy ({copy.median * 1e3:.1f} ms): time the host spends before x.half().to(dev) can start "
-          "a copy that is then twice as large.")
-    print(f"x.float() takes {flt.median * 1e3:.1f} ms ({flt.median / half.median:.2f}x x.half()) and writes 4 bytes per "
-          "value instead of 2: the host's cost and the bytes to send both grow with the dtype.")
+    say(f"On this CPU, x.half() on {where} takes {half.median * 1e3:.1f} ms, **{half.median / copy.median:.1f}x** "
+        f"a plain uint8 copy ({copy.median * 1e3:.1f} ms): time the host spends before x.half().to(dev) can start "
+        "a copy that is then twice as large. "
+        f"x.float() takes {flt.median * 1e3:.1f} ms ({flt.median / half.median:.2f}x x.half()) and writes 4 bytes per "
+        "value instead of 2: the host's cost and the bytes to send both grow with the dtype.")
 
 # %% [markdown]
 # ### The GPU reference
@@ -123,8 +132,10 @@ else:
                                     title="reference: uint8 to float16 and to the device")
     top_ref = transfer.at_largest(ref_order)
     slow, fast = top_ref["x.half().to(dev)"], top_ref["x.to(dev).half()"]
-    print(f"On {ref_doc['machine']['gpu']}, {fast.params['size']} batch {fast.params['batch']}: sending uint8 "
-          f"and converting on the GPU is {slow.median / fast.median:.1f}x faster than converting on the host.")
+    say(f"On {ref_doc['machine']['gpu']}, {fast.params['size']} batch {fast.params['batch']}: sending uint8 "
+        f"and converting on the GPU is **{slow.median / fast.median:.1f}x** faster than converting on the host. "
+        "The talk's *the bigger the image, the bigger the gain*, read over the sizes at the largest batch: "
+        + transfer.read_trend(transfer.gains_by_size(ref_order, "x.half().to(dev)", "x.to(dev).half()")))
 
 # %% [markdown]
 # ## 5. In a training loop
@@ -136,19 +147,29 @@ else:
 # advance (pinned where CUDA exists) and sent either as `uint8` (converted on the device by the
 # model's first layer, section 6) or converted on the host first (`float16` or `float32`).
 #
+# This compares the two loops as they are usually written, not like for like: the `uint8` batch
+# is pinned and copied `non_blocking` (what a DataLoader with `pin_memory=True` hands over), while
+# `x.half()` makes a fresh pageable tensor whose copy is synchronous. So on a GPU the float wires
+# pay for 2-4x the bytes *and* for a pageable copy; lesson 00 measures pinned vs pageable alone.
+#
 # First, is mixed precision even a good idea on this machine? GPUs have Tensor Cores for it; many
 # CPUs have no native `bfloat16` arithmetic, and then autocast is *slower*.
 
 # %%
 from gpufeed.course import training
 
-tiny, tb = config.pick(quick=((32, 32), 2), full=((128, 128), 8))
+# On a big GPU a tiny probe only measures kernel launches (the GPU finishes each kernel before the
+# CPU launches the next), which autocast does not speed up; full mode on CUDA probes a real batch.
+tiny, tb = config.pick(quick=((32, 32), 2), full=((224, 224), 64) if S.cuda else ((128, 128), 8))
 probe = {amp: training.train_epoch(tb, tiny, "uint8", S.device, epoch_images=tb, amp=amp, name=f"probe, amp={amp}",
                                    repeats=config.pick(quick=1, full=3 if S.cuda else 1)) for amp in (False, True)}
 speedup = probe[False].median / probe[True].median
 kind = "float16 + GradScaler" if S.cuda else "bfloat16"
-print(f"{kind} autocast: {probe[True].median * 1e3:.0f} ms per step vs {probe[False].median * 1e3:.0f} ms in float32: "
-      + (f"{speedup:.2f}x faster" if speedup > 1 else f"{1 / speedup:.1f}x slower") + " on this machine.")
+say(f"{kind} autocast: {probe[True].median * 1e3:.0f} ms per step vs {probe[False].median * 1e3:.0f} ms in float32: "
+    + (f"**{speedup:.2f}x faster**" if speedup > 1 else f"**{1 / speedup:.1f}x slower**")
+    + f" on this machine (batch {tb} at {transfer.size_name(tiny)}"
+    + ("; a probe this small is launch-bound on a GPU, so autocast cannot show its gain)." if S.cuda and tiny[0] < 128
+       else ")."))
 use_amp = S.cuda or speedup > 1
 if not use_amp:
     print("Mixed precision is slower on this CPU, so the sweep below runs in float32. (CPUs without native bfloat16 "
@@ -161,20 +182,27 @@ else:
     sizes, tbatches = config.pick(quick=([(32, 32)], (2, 4)), full=([(128, 128), (224, 224)], (8, 16)))
 wires = config.pick(quick=("uint8", "float16"), full=training.WIRES)
 epoch_images = config.pick(quick=4, full=256 if S.cuda else 16)
+# 1280x960 at batch 64 needs ~48 GB on a GPU (Colab's T4 has 15 GB): cases that do not fit in the
+# free device memory (torch.cuda.mem_get_info) are skipped, and said so.
+cases = [(size, b) for size in sizes for b in tbatches]
+skipped = [(size, b) for size, b in cases if not training.fits(b, size, S.device)]
 train_ms = [training.train_epoch(b, size, wire, S.device, epoch_images, amp=use_amp,
                                  repeats=config.pick(quick=1, full=3 if S.cuda else 2))
-            for size in sizes for b in tbatches for wire in wires]
+            for size, b in cases if (size, b) not in skipped for wire in wires]
+if skipped:
+    print("skipped, too big for this GPU's free memory: "
+          + ", ".join(f"{transfer.size_name(size)} batch {b}" for size, b in skipped))
 fig, axes = transfer.plot_sweep(train_ms, baseline="float16 on the wire", machine=S.machine, ylabel="time per epoch (s)",
                                 scale=1.0, title=f"ResNet-18, {epoch_images} images per epoch")
 
 # %%
 top_train = transfer.at_largest(train_ms, key="wire")
 gain = top_train["float16"].median / top_train["uint8"].median
-print(f"{transfer.size_name(sizes[-1])}, batch {max(tbatches)}: an epoch takes {top_train['uint8'].median:.2f} s with "
-      f"uint8 on the wire and {top_train['float16'].median:.2f} s converting to float16 on the host ({gain:.2f}x).")
-if not S.cuda:
-    print("Without a GPU both paths convert on the same CPU and nothing crosses a bus, so any difference here is "
-          "noise and the cost of one extra conversion; the reference below shows a GPU.")
+u8 = top_train["uint8"]
+say(f"{u8.params['size']}, batch {u8.params['batch']}: an epoch takes {u8.median:.2f} s with "
+    f"uint8 on the wire and {top_train['float16'].median:.2f} s converting to float16 on the host (**{gain:.2f}x**)."
+    + ("" if S.cuda else " Without a GPU both paths convert on the same CPU and nothing crosses a bus, so any "
+       "difference here is noise and the cost of one extra conversion; the reference below shows a GPU."))
 
 # %%
 if not S.cuda and ref is not None:
@@ -194,6 +222,12 @@ elif not S.cuda:
 # floats: it hands over `uint8`, the bytes cross the bus, and the GPU normalises. An exported
 # model then carries its own preprocessing, so a serving system cannot forget it. `Normalize` in
 # `gpufeed.course.training` is ten lines; we prove it matches normalising on the host.
+#
+# Watch the scale. The talk's snippet applies torchvision's `T.Normalize(mean, std)` with
+# ImageNet's statistics (0.485, 0.229, ...) to images still in 0..255: that is a bug, not a
+# shortcut. Those statistics are for values in [0, 1], so the inputs come out ~255x too large
+# (a white pixel becomes ~1,100 instead of ~2.2). Divide by 255 first (`ToDtype(float32,
+# scale=True)`), or do as `Normalize` here does, `(x / 255 - mean) / std`.
 
 # %%
 from torch import nn
@@ -251,7 +285,7 @@ print(f"saved to {saved}")
 # ## Key takeaways
 #
 # * Send `uint8` and convert on the device: `float16` doubles and `float32` quadruples the bytes
-#   on the wire, and the host's conversion runs on a CPU core before the copy can start.
+#   on the wire, and the host's conversion runs on the CPU's few cores before the copy can start.
 # * `x.to(dev, dtype)` is not a shortcut for `x.to(dev).to(dtype)`: a blocking copy converts on
 #   the CPU first. Send `uint8` explicitly, then convert.
 # * Put `Normalize` in the model (`nn.Sequential(Normalize(...), model)`): the pipeline stays

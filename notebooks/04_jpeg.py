@@ -13,8 +13,9 @@
 # %% [markdown]
 # ## 1. The idea
 #
-# A JPEG encoder converts RGB to YCbCr, halves the colour resolution (Pillow does this below
-# quality 95: "4:2:0"), cuts each channel into 8x8 blocks, takes their discrete cosine transform
+# A JPEG encoder converts RGB to YCbCr, halves the colour resolution in both directions ("4:2:0"
+# chroma subsampling; Pillow does this at *every* quality, 95 and 100 included, unless you pass
+# `subsampling=0` for "4:4:4"), cuts each channel into 8x8 blocks, takes their discrete cosine transform
 # and divides the 64 coefficients by a *quantisation table*, rounding to integers. The quality
 # setting scales that table: low quality divides by large numbers, so most coefficients round to
 # zero and cost almost no bits. The decoder undoes it: entropy decoding (work grows with the
@@ -61,6 +62,8 @@ print(f"JPEG q50:     PSNR {quality.psnr(x, q50):.2f} dB, SSIM {quality.ssim(x, 
 # Each generated image (the original, before any JPEG) is encoded at qualities from 10 to 100 with
 # Pillow; we record the mean file size, PSNR and SSIM against the original, and the time to decode
 # one image with `gpufeed.data.jpeg.decode_jpeg` (TorchCodec where installed, else torchvision).
+# At the largest size a second series keeps full colour resolution (`subsampling="4:4:4"`), to
+# show what Pillow's default 4:2:0 costs at the top of the scale.
 
 # %%
 from gpufeed.course import transfer
@@ -73,9 +76,12 @@ for w, h in sizes:
     spec = SynthSpec(n=n_images, width=w, height=h)
     originals = [render(spec, i) for i in range(n_images)]
     sweep += quality.quality_sweep(originals, qualities, decode=jpeg.decode_jpeg, repeats=config.pick(quick=3, full=5))
-print(f"{'size':9s} {'q':>3s} {'KB':>7s} {'bits/px':>7s} {'PSNR dB':>7s} {'SSIM':>6s} {'decode ms':>9s}")
+sweep += quality.quality_sweep(originals, qualities, decode=jpeg.decode_jpeg, repeats=config.pick(quick=3, full=5),
+                               subsampling="4:4:4")  # the largest size (the last loop's originals), full colour
+print(f"{'size':9s} {'chroma':6s} {'q':>3s} {'KB':>7s} {'bits/px':>7s} {'PSNR dB':>7s} {'SSIM':>6s} {'decode ms':>9s}")
 for r in sweep:
-    print(f"{r.size:9s} {r.quality:3d} {r.bytes / 1e3:7.1f} {r.bits_per_pixel:7.2f} {r.psnr:7.2f} {r.ssim:6.4f} {r.decode_ms:9.2f}")
+    print(f"{r.size:9s} {r.subsampling:6s} {r.quality:3d} {r.bytes / 1e3:7.1f} {r.bits_per_pixel:7.2f} {r.psnr:7.2f} "
+          f"{r.ssim:6.4f} {r.decode_ms:9.2f}")
 
 # %%
 import matplotlib.pyplot as plt
@@ -86,9 +92,11 @@ fig, axes = plt.subplots(2, 2, figsize=(9, 6), sharex=True)
 panels = [("bytes", 1e-3, "file size (KB)"), ("psnr", 1, "PSNR (dB)"), ("ssim", 1, "SSIM"), ("decode_ms", 1, "decode (ms per image)")]
 for ax, (field, scale, label) in zip(axes.flat, panels):
     for (w, h), color in zip(sizes, ("decode", "copy", "compute")):
-        rows = [r for r in sweep if r.size == f"{w}x{h}"]
-        ax.plot([r.quality for r in rows], [getattr(r, field) * scale for r in rows], "o-", ms=3,
-                color=plotting.COLORS[color], label=f"{w}x{h}")
+        for sub, style in (("4:2:0", "o-"), ("4:4:4", "s--")):
+            rows = [r for r in sweep if r.size == f"{w}x{h}" and r.subsampling == sub]
+            if rows:
+                ax.plot([r.quality for r in rows], [getattr(r, field) * scale for r in rows], style, ms=3,
+                        color=plotting.COLORS[color], label=f"{w}x{h} {sub}")
     ax.set_ylabel(label)
 axes[0, 0].set_yscale("log")
 axes[0, 0].legend()
@@ -99,18 +107,23 @@ plotting.caption(fig, S.machine)
 plt.show()
 
 # %%
-def row(size, q):
-    return next(r for r in sweep if r.size == size and r.quality == q)
+from gpufeed.course.prose import say
+
+
+def row(size, q, sub="4:2:0"):
+    return next(r for r in sweep if r.size == size and r.quality == q and r.subsampling == sub)
 
 
 largest = transfer.size_name(sizes[-1])
 hi, mid = row(largest, 90), row(largest, 50)
-print(f"{largest}: quality 90 -> 50 makes files {hi.bytes / mid.bytes:.1f}x smaller ({hi.bytes / 1e3:.0f} -> {mid.bytes / 1e3:.0f} KB), "
-      f"PSNR drops from {hi.psnr:.1f} to {mid.psnr:.1f} dB, SSIM from {hi.ssim:.3f} to {mid.ssim:.3f}, and decoding "
-      f"takes {mid.decode_ms / hi.decode_ms:.2f}x the time ({hi.decode_ms:.2f} -> {mid.decode_ms:.2f} ms).")
-top = row(largest, 100)
-print(f"Quality 100 is {top.bytes / hi.bytes:.1f}x the bytes of quality 90 for {top.psnr - hi.psnr:.1f} dB more: "
-      "the last few quality points are the most expensive ones.")
+top, top444 = row(largest, 100), row(largest, 100, "4:4:4")
+say(f"{largest}: quality 90 -> 50 makes files **{hi.bytes / mid.bytes:.1f}x smaller** ({hi.bytes / 1e3:.0f} -> "
+    f"{mid.bytes / 1e3:.0f} KB), PSNR drops from {hi.psnr:.1f} to {mid.psnr:.1f} dB, SSIM from {hi.ssim:.3f} to "
+    f"{mid.ssim:.3f}, and decoding takes {mid.decode_ms / hi.decode_ms:.2f}x the time ({hi.decode_ms:.2f} -> "
+    f"{mid.decode_ms:.2f} ms).\n\n"
+    f"Quality 100 is {top.bytes / hi.bytes:.1f}x the bytes of quality 90 for {top.psnr - hi.psnr:+.1f} dB. With "
+    f"Pillow's default 4:2:0 it stops at {top.psnr:.1f} dB: the halved colour planes are lost whatever the quality. "
+    f"Keeping them (4:4:4) reaches {top444.psnr:.1f} dB at quality 100, for {top444.bytes / top.bytes:.2f}x the bytes.")
 
 # %% [markdown]
 # ## 4. Which decoder? Is Pillow using libjpeg-turbo?
@@ -142,24 +155,41 @@ for w, h in sizes:
         m = ceilings.decode_rate(jpegs, decode, name=f"{dec_name} {w}x{h}", repeats=config.pick(3, 7))
         m.params.update(size=f"{w}x{h}", decoder=dec_name, device="cpu")
         decode_ms.append(m)
-fig, ax = plotting.bars(decode_ms, machine=S.machine, title="JPEG q90 decode on one core (ratios vs the first)")
-plt.show()
 
 # %%
+def bars_by_size(ms, machine, title):
+    """One bar chart per image size: ratios only compare decoders on the same images."""
+    here = [sz for sz in dict.fromkeys(m.params["size"] for m in ms)]
+    fig, axes = plt.subplots(len(here), 1, figsize=(7, 0.8 + 0.5 * len(ms)), squeeze=False)
+    for ax, sz in zip(axes[:, 0], here):
+        plotting.bars([m for m in ms if m.params["size"] == sz], ax=ax, machine=machine,
+                      title=f"{title}, {sz} (ratios vs the first at this size)")
+    fig.tight_layout()
+    plt.show()
+
+
+bars_by_size(decode_ms, S.machine, "JPEG q90 decode on one core")
+lines = []
 for w, h in sizes:
     here = [m for m in decode_ms if m.params["size"] == f"{w}x{h}"]
     best, worst = max(here, key=lambda m: m.items_per_s), min(here, key=lambda m: m.items_per_s)
-    print(f"{w}x{h}: {best.params['decoder']} decodes {best.items_per_s:,.0f} images/s per core, "
-          f"{best.items_per_s / worst.items_per_s:.2f}x {worst.params['decoder']}; {S.machine['cores']} cores: "
-          f"at most about {best.items_per_s * S.machine['cores']:,.0f} images/s.")
+    lines.append(f"- {w}x{h}: **{best.params['decoder']}** decodes {best.items_per_s:,.0f} images/s per core, "
+                 f"{best.items_per_s / worst.items_per_s:.2f}x {worst.params['decoder']}; {S.machine['cores']} cores: "
+                 f"at most about {best.items_per_s * S.machine['cores']:,.0f} images/s.")
+winners = {max((m for m in decode_ms if m.params["size"] == f"{w}x{h}"), key=lambda m: m.items_per_s).params["decoder"]
+           for w, h in sizes}
+lines.append(f"On this machine, use **{winners.pop()}**: it was the fastest at every size." if len(winners) == 1 else
+             "No decoder was the fastest at every size here: pick by the size your dataset has.")
+say("\n".join(lines))
 
 # %% [markdown]
 # ### Batched decoding on the GPU
 #
 # nvJPEG decodes on the GPU; `torchvision.io.decode_jpeg(list_of_tensors, device="cuda")` hands it
 # the whole batch at once (`gpufeed.data.jpeg.decode_batch`), which amortises the launches. The decoded
-# images are then already on the GPU, as `uint8`. This needs CUDA; without it, the committed
-# reference is shown.
+# images are then already on the GPU, as `uint8`. The same images are decoded by the CPU decoders
+# of section 4 (on one core), so each size's chart compares nvJPEG with them. This needs CUDA;
+# without it, the committed reference is shown.
 
 # %%
 from gpufeed.measure import results
@@ -183,11 +213,29 @@ else:
     print("No CUDA here" + (f": showing the reference measured on {gpu_machine['gpu']}." if gpu_ms else
           ", and no GPU reference is committed yet (results/<gpu>/lesson04.json); run this notebook on a GPU "
           "with GPUFEED_RESULTS=results to add one."))
+# %%
+# The CPU decoders at the same sizes, measured on the same machine as the nvJPEG numbers.
+cpu_same = decode_ms if S.cuda else ([m for m in ref[0] if m.params.get("device") == "cpu" and "decoder" in m.params]
+                                      if gpu_ms else [])
 if gpu_ms:
-    fig, ax = plotting.bars(gpu_ms, machine=gpu_machine, title="JPEG q90 decode with nvJPEG (ratios vs the first)")
-    plt.show()
-    fast = max(gpu_ms, key=lambda m: m.items_per_s)
-    print(f"{fast.name}: {fast.items_per_s:,.0f} images/s on {gpu_machine['gpu']}, and the images are already on the GPU.")
+    both = [m for sz in dict.fromkeys(m.params["size"] for m in gpu_ms)
+            for m in [*(c for c in cpu_same if c.params["size"] == sz), *(g for g in gpu_ms if g.params["size"] == sz)]]
+    bars_by_size(both, gpu_machine, "JPEG q90 decode, CPU (one core) and nvJPEG")
+    lines = []
+    for sz in dict.fromkeys(m.params["size"] for m in gpu_ms):
+        fast = max((g for g in gpu_ms if g.params["size"] == sz), key=lambda m: m.items_per_s)
+        cpus = [c for c in cpu_same if c.params["size"] == sz]
+        if cpus:
+            cpu = max(cpus, key=lambda m: m.items_per_s)
+            cores = gpu_machine.get("cores") or 1
+            lines.append(f"- {sz}: {fast.params['decoder']} decodes {fast.items_per_s:,.0f} images/s, "
+                         f"**{fast.items_per_s / cpu.items_per_s:.1f}x** {cpu.params['decoder']} on one core "
+                         f"({fast.items_per_s / (cpu.items_per_s * cores):.1f}x all {cores} cores, at best), "
+                         "and the images are already on the GPU.")
+        else:
+            lines.append(f"- {sz}: {fast.params['decoder']} decodes {fast.items_per_s:,.0f} images/s; this reference "
+                         "has no CPU decoder at this size to compare with.")
+    say(f"On {gpu_machine['gpu']}:\n" + "\n".join(lines))
 
 # %% [markdown]
 # ## 5. Can you spot the difference?
@@ -237,24 +285,27 @@ print(f"Mean error {diff.mean():.2f} grey levels; {(diff > 8).float().mean():.1%
 # ### `ffmpeg -q:v` in Pillow's terms
 #
 # FFmpeg's MJPEG encoder takes `-q:v` from 2 (best) to 31 (worst), a different scale from
-# Pillow's 1-100. With ffmpeg installed, we encode the same image at several `-q:v` values and
-# find the Pillow quality that gives the same file size. (The notebook never installs ffmpeg:
-# `apt install ffmpeg` or `conda install ffmpeg` does.)
+# Pillow's 1-100. We encode the same image at several `-q:v` values and find the Pillow quality
+# that gives the same file size. The ffmpeg binary comes with the course's environment (the
+# `imageio-ffmpeg` package ships one), so this runs everywhere, quick mode included. From an RGB
+# image ffmpeg keeps full colour resolution (4:4:4), so the match is made with Pillow at 4:4:4 too.
 
 # %%
-import shutil
-
 ffmpeg_map = []
-if shutil.which("ffmpeg") is None:
-    print("ffmpeg is not installed here, so the -q:v mapping is skipped (install ffmpeg and re-run this cell).")
+if quality.ffmpeg_exe() is None:
+    print("No ffmpeg here (imageio-ffmpeg is missing): `pip install imageio-ffmpeg`, then re-run this cell.")
 else:
     for qv in (2, 3, 5, 8, 12, 20, 31):
         size = len(quality.ffmpeg_jpeg(original, qv))
-        q = quality.matching_quality(original, size)
+        q = quality.matching_quality(original, size, subsampling="4:4:4")
         ffmpeg_map.append({"qv": qv, "bytes": size, "pillow_quality": q})
-        print(f"-q:v {qv:2d}: {size / 2**10:6.0f} KiB, like Pillow quality {q}")
+        print(f"-q:v {qv:2d}: {size / 2**10:6.0f} KiB, like Pillow quality {q} at 4:4:4")
     q3 = next(r for r in ffmpeg_map if r["qv"] == 3)
-    print(f"-q:v 3 takes the raw {raw / 2**20:.1f} MiB frame to {q3['bytes'] / 2**10:.0f} KiB ({raw / q3['bytes']:.0f}x smaller).")
+    q3_img = jpeg.decode_pil(quality.ffmpeg_jpeg(original, 3))
+    say(f"`-q:v 3` takes the raw {raw / 2**20:.1f} MiB frame to **{q3['bytes'] / 2**10:.0f} KiB** "
+        f"({raw / q3['bytes']:.0f}x smaller; PSNR {quality.psnr(a, q3_img):.1f} dB, SSIM {quality.ssim(a, q3_img):.3f}). "
+        f"The talk's frame went from 3.5 MB to 207 KB ({3.5e6 / 207e3:.0f}x): the ratio depends on the picture, "
+        "so this generated frame gives its own.")
 
 # %% [markdown]
 # ## 6. The format and the DataLoader
@@ -309,8 +360,11 @@ print(f"saved to {saved}")
 #   little PSNR; in the middle, files shrink several-fold while SSIM stays high.
 # * Decoding gets somewhat faster at lower quality (fewer coefficients to entropy-decode), but
 #   the per-pixel work stays: a smaller image is the bigger lever.
-# * Check that Pillow uses libjpeg-turbo; prefer TorchCodec's or torchvision's decoder to
-#   Pillow's + NumPy, and on a GPU decode whole batches with nvJPEG.
+# * Check that Pillow uses libjpeg-turbo, and pick the decoder by measuring it on your images:
+#   section 4 says which one was fastest here. On a GPU, compare nvJPEG's batched decode with
+#   the CPU decoders at the same size (and the cores you would give them) before moving decode.
+# * Pillow subsamples colour (4:2:0) at every quality unless told `subsampling=0`: at the top of
+#   the scale that, not the quality, bounds the error.
 # * Raw `uint8` skips decoding but multiplies the bytes; that pays only when the bytes are cheap
 #   to read (page cache, memory map: lesson 05).
 #
@@ -327,6 +381,6 @@ print(f"saved to {saved}")
 # Self-check for exercise 3: your predicted quality (one of the sweep's qualities).
 my_quality = None
 target = row(largest, 90).bytes / 2
-closest = min((r for r in sweep if r.size == largest), key=lambda r: abs(r.bytes - target))
+closest = min((r for r in sweep if r.size == largest and r.subsampling == "4:2:0"), key=lambda r: abs(r.bytes - target))
 if my_quality is not None:
     print("right!" if my_quality == closest.quality else f"not quite: look for about {target / 1e3:.0f} KB in the table")

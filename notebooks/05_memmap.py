@@ -88,14 +88,22 @@ for name, r in rows.items():
     print(f"{name:>5}: {r['major']:6,} major, {r['minor']:6,} minor faults, {r['ms']:7.1f} ms")
 
 # %%
+from gpufeed.course.prose import say
+
 cold, warm, again = rows["cold"], rows["warm"], rows["again"]
-print(f"Cold, touching {n_pages:,} pages took {cold['ms'] / warm['ms']:.0f}x as long as warm "
-      f"({cold['ms']:.1f} vs {warm['ms']:.1f} ms). There are far fewer faults than pages: the kernel "
-      f"reads ahead and maps up to {n_pages / max(1, warm['minor']):.0f} neighbouring pages per fault. "
-      f"The same mapping touched again caused {again['major'] + again['minor']} faults: mapped pages are plain memory.")
-if not dropped or cold["ms"] < 1.5 * warm["ms"]:
-    print("Here cold is not much slower than warm: this OS or file system kept the file cached "
-          "(or the disk is as fast as RAM), so the 'cold' rows do not show the disk.")
+per_fault = n_pages / max(1, warm["minor"] + warm["major"])
+say(f"Cold, touching {n_pages:,} pages took **{cold['ms'] / warm['ms']:.0f}x** as long as warm "
+    f"({cold['ms']:.1f} vs {warm['ms']:.1f} ms). "
+    + (f"Warm, there were far fewer faults than pages, {per_fault:.0f} pages per fault: on a fault, the kernel also "
+       "maps the neighbouring pages that are already in the page cache (*fault-around*, up to `fault_around_bytes`, "
+       "64 KiB = 16 pages by default). Readahead is another mechanism: on the cold pass it reads the pages that "
+       "follow from the disk into the page cache, before they are asked for. " if per_fault > 1.5 else
+       "Warm, there was about one fault per page: fault-around (mapping cached neighbours on a fault) did not "
+       "help on this system. ")
+    + f"The same mapping touched again caused {again['major'] + again['minor']} faults: mapped pages are plain memory."
+    + (" Here cold is not much slower than warm: this OS or file system kept the file cached "
+       "(or the disk is as fast as RAM), so the 'cold' rows do not show the disk."
+       if not dropped or cold["ms"] < 1.5 * warm["ms"] else ""))
 
 # %% [markdown]
 # ## 2. A memory-mapped array by hand, then with tensordict
@@ -173,8 +181,9 @@ del data, batch
 # The baseline is the usual pipeline: a `DataLoader` with one worker per core, each opening,
 # decoding and resizing one JPEG per `__getitem__`, then stacking them. The memmap side is
 # `gpufeed.data.loader.FastLoader` (lesson 06 builds it): a shuffled index permutation cut into slices,
-# one gather per batch. Both get the same cores, batch size and shuffling; where CUDA exists both
-# move each batch to the GPU whole, from pinned memory with `non_blocking=True`. The JPEGs are
+# one gather per batch. Both get the same batch size and shuffling, but not the same cores: the
+# folder gets one worker process per core, the memmap side one thread (see below why); where CUDA
+# exists both move each batch to the GPU whole, from pinned memory with `non_blocking=True`. The JPEGs are
 # stored at 224x224 already, the folder's *best* case: it decodes but never resizes.
 
 # %%
@@ -208,7 +217,7 @@ print(f"{n_images} images, {epoch_bytes / 1e6:.0f} MB per epoch as uint8; {cores
 # that a process has mapped. So the cold case reloads the dataset before each epoch. We also try
 # `sort_indices=True`, which sorts the indices *within* each batch (same samples, so the same
 # gradient) so that a cold read moves forward through the file. The memmap side runs on **one**
-# core (one torch thread), fewer than the folder's workers: on a busy machine, torch's parallel
+# thread (one torch thread), fewer than the folder's workers, so the comparison favours the folder: on a busy machine, torch's parallel
 # copies can lose more to waiting threads than they gain.
 
 # %%

@@ -236,8 +236,17 @@ for name, lab in (("class order", labels), ("stored shuffled", stored_shuffled))
     full_c = classes_per_batch(lab, permutation(len(lab)))
     grouped_c = classes_per_batch(lab, grouped_permutation(len(lab), group))
     print(f"{name:>15}: {full_c:5.1f} classes per batch with a full shuffle, {grouped_c:5.1f} with a grouped one")
-print(f"With data in class order, a grouped shuffle puts about {classes_per_batch(labels, grouped_permutation(len(labels), group)):.0f} "
-      f"classes in a batch of {B}: store the data shuffled once, then the grouped shuffle is as random as a full one.")
+from gpufeed.course.prose import say
+
+in_order = classes_per_batch(labels, grouped_permutation(len(labels), group))
+stored_full = classes_per_batch(stored_shuffled, permutation(len(labels)))
+stored_grouped = classes_per_batch(stored_shuffled, grouped_permutation(len(labels), group))
+say(f"With data in class order, a grouped shuffle puts about **{in_order:.0f}** classes in a batch of {B}. Stored "
+    f"shuffled once, it puts {stored_grouped:.0f} (a full shuffle: {stored_full:.0f}), so the batches mix classes "
+    + ("about as well. " if stored_grouped >= 0.95 * stored_full else "less well. ")
+    + f"It is still not as random as a full shuffle: the blocks of {group:,} are the same every epoch (only their "
+    "order and the order inside them change), so a sample only ever shares a batch with the samples of its own "
+    "block (or of the next one, at a block's edge), epoch after epoch.")
 
 # %% [markdown]
 # ## 4. Quiz: which loop finishes first?
@@ -323,8 +332,11 @@ fig, ax = plotting.bars(quiz, baseline=order[-1], unit="samples/s", machine=S.ma
                         title=f"the quiz: epochs of {N:,} samples at batch {B} ({cores} workers)")
 ax.set_xscale("log")
 plt.show()
-print(f"The DataLoader pays for {B} __getitem__ calls, a collate and an inter-process transfer per batch; "
-      f"its {cores} workers cannot make up for that. NumPy does one call per batch, in C.")
+dl, np_rate = (next(m for m in quiz if m.name == n).items_per_s for n in ("DataLoader with workers", "NumPy"))
+say(f"The DataLoader pays for {B} __getitem__ calls, a collate and an inter-process transfer per batch; "
+    + (f"its {cores} workers, which at best divide that by {cores}, leave it **{np_rate / dl:.0f}x** slower than NumPy, "
+       if dl < np_rate else f"with {cores} workers it still kept up with NumPy here ({dl / np_rate:.2f}x), ")
+    + "which does one call per batch, in C.")
 from gpufeed.measure import results
 
 saved = results.save_lesson("lesson06", [*ms, *gathers, *full, *grouped, *quiz], batch_size=B, n=N,
@@ -340,8 +352,11 @@ print(f"saved to {saved}")
 # * A fast loader is a seeded permutation per epoch, sliced, and one `index_select` per field;
 #   reuse its output buffers where the batch is consumed at once.
 # * Shuffling millions of indices is not free; a grouped shuffle is cheaper and reads nearby
-#   data together, but only as random as the order the data is stored in.
-# * Workers do not fix per-sample overhead; they multiply it by the number of cores at best.
+#   data together, but it is only as random as the order the data is stored in, and its blocks
+#   stay the same every epoch: samples meet the same neighbours in every epoch.
+# * Workers do not remove per-sample overhead; at best they divide it by the number of workers
+#   (each pays it for its own samples), and they add their own: a collate and an inter-process
+#   transfer per batch.
 #
 # ## Exercises
 #

@@ -50,4 +50,25 @@ def test_host_to_device_without_cuda_says_so():
 def test_host_to_device_on_cuda():
     pageable = ceilings.host_to_device(1 << 24, pinned=False, repeats=3)
     pinned = ceilings.host_to_device(1 << 24, pinned=True, repeats=3)
-    assert pageable.gb_per_s > 0 and pinned.gb_per_s > 0
+    pin_copy = ceilings.host_to_device(1 << 24, source="pin+copy", repeats=3)
+    assert pageable.gb_per_s > 0 and pinned.gb_per_s > 0 and pin_copy.gb_per_s > 0
+    assert [ceilings.h2d_source(m) for m in (pageable, pinned, pin_copy)] == list(ceilings.H2D_SOURCES)
+
+
+def test_h2d_series_has_three_sources_per_size():
+    from gpufeed.measure.harness import Measurement
+
+    def fake(nbytes, repeats, source):  # host_to_device needs CUDA; this records what it was asked
+        return Measurement(f"H2D {source}", [nbytes / 1e9], nbytes=nbytes,
+                           params={"nbytes": nbytes, "pinned": source != "pageable", "source": source})
+
+    ms = ceilings.h2d_series([1 << 20, 1 << 22], repeats=2, measure=fake)
+    assert [(m.params["nbytes"], ceilings.h2d_source(m)) for m in ms] == [
+        (n, s) for n in (1 << 20, 1 << 22) for s in ("pageable", "pinned", "pin+copy")]
+    old = Measurement("H2D pinned", [1.0], params={"pinned": True})  # a reference saved before "source"
+    assert ceilings.h2d_source(old) == "pinned"
+
+
+def test_host_to_device_rejects_an_unknown_source():
+    with pytest.raises(ValueError, match="choose one of"):
+        ceilings.host_to_device(1 << 20, source="mapped")

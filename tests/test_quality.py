@@ -1,3 +1,4 @@
+import io
 import math
 
 import numpy as np
@@ -118,6 +119,37 @@ def test_matching_quality_finds_the_size():
 
 
 def test_ffmpeg_missing_says_how_to_install(monkeypatch):
-    monkeypatch.setattr(quality.shutil, "which", lambda name: None)
+    monkeypatch.setattr(quality, "ffmpeg_exe", lambda: None)
     with pytest.raises(FileNotFoundError, match="install"):
         quality.ffmpeg_jpeg(render(SynthSpec(n=1, width=32, height=32), 0), 3)
+
+
+def test_the_ffmpeg_claim_runs_with_the_bundled_ffmpeg():
+    """Lesson 04's -q:v 3 claim runs everywhere: imageio-ffmpeg ships the binary (quick-mode sizes)."""
+    from PIL import Image
+
+    exe = quality.ffmpeg_exe()
+    assert exe is not None, "imageio-ffmpeg is a course dependency: it provides ffmpeg"
+    img = render(SynthSpec(n=1, width=160, height=120, seed=3), 0)
+    sizes = {qv: len(quality.ffmpeg_jpeg(img, qv)) for qv in (3, 31)}
+    assert sizes[3] > sizes[31] > 0  # -q:v 3 keeps more than -q:v 31
+    out = Image.open(io.BytesIO(quality.ffmpeg_jpeg(img, 3)))
+    assert out.format == "JPEG" and out.size == (160, 120)
+    q = quality.matching_quality(img, sizes[3], subsampling="4:4:4")
+    assert 1 <= q <= 100
+
+
+def test_pillow_subsamples_chroma_unless_told():
+    from PIL import Image, JpegImagePlugin
+
+    from gpufeed.measure.synth import encode_jpeg
+
+    img = render(SynthSpec(n=1, width=64, height=48), 0)
+    for q in (50, 95, 100):  # Pillow's default is 4:2:0 at every quality
+        assert JpegImagePlugin.get_sampling(Image.open(io.BytesIO(encode_jpeg(img, q)))) == 2
+    assert JpegImagePlugin.get_sampling(Image.open(io.BytesIO(encode_jpeg(img, 95, "4:4:4")))) == 0
+    with pytest.raises(ValueError, match="subsampling"):
+        encode_jpeg(img, 95, "4:1:1")
+    rows = quality.quality_sweep([img], [95], subsampling="4:4:4", repeats=1)
+    full = quality.quality_sweep([img], [95], repeats=1)
+    assert rows[0].subsampling == "4:4:4" and full[0].subsampling == "4:2:0" and rows[0].psnr > full[0].psnr

@@ -97,9 +97,21 @@ def test_utilisation_names_the_bottleneck():
 def test_costs_from_measured_stage_means():
     c = Costs.from_stage_means({"read": 16.0, "decode": 48.0, "collate": 3.0, "copy": 1.5,
                                 "compute": 9.0, "unknown": 1.0}, batch_size=16)
-    assert (c.read_ms, c.decode_ms, c.collate_ms, c.copy_pageable_ms, c.copy_pinned_ms, c.compute_ms) == (
-        1.0, 3.0, 3.0, 1.5, 1.5, 9.0)
-    assert c.pin_ms == Costs().pin_ms
+    assert (c.read_ms, c.decode_ms, c.collate_ms, c.copy_pageable_ms, c.compute_ms) == (1.0, 3.0, 3.0, 1.5, 9.0)
+    d = Costs()  # pin and pinned copy keep their ratio to the measured pageable copy
+    assert c.pin_ms == pytest.approx(d.pin_ms * 1.5 / d.copy_pageable_ms)
+    assert c.copy_pinned_ms == pytest.approx(d.copy_pinned_ms * 1.5 / d.copy_pageable_ms)
+    given = Costs.from_stage_means({"copy": 1.5, "pin": 0.7, "copy_pinned": 0.4}, batch_size=16)
+    assert (given.pin_ms, given.copy_pinned_ms) == (0.7, 0.4)
+
+
+@pytest.mark.parametrize("copy", [0.0, 0.05, 1.5, 40.0])
+def test_pinned_what_if_from_measured_costs_is_not_slower_than_naive(copy):
+    measured = Costs.from_stage_means({"read": 2.0, "decode": 30.0, "collate": 0.5, "copy": copy,
+                                       "compute": 4.0}, batch_size=8)
+    naive = simulate(preset("naive", costs=measured, batch_size=8))
+    pinned = simulate(preset("pinned", costs=measured, batch_size=8))
+    assert pinned.images_per_s >= naive.images_per_s * (1 - 1e-9)
 
 
 def test_bad_input_is_named():

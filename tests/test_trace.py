@@ -93,3 +93,26 @@ def test_gzipped_traces_and_bad_files(tmp_path):
         trace.load({"events": []})
     with pytest.raises(ValueError, match="no complete events"):
         trace.window_us({"traceEvents": []})
+
+
+def test_cpu_rows_ignore_gpu_rows_of_the_same_key():
+    from types import SimpleNamespace as Row
+
+    from torch.autograd import DeviceType
+
+    def row(key, device, us):  # what key_averages() gives on CUDA: a CPU row, then a GPU row
+        return Row(key=key, device_type=device, cpu_time_total=us, count=3)
+
+    averages = [row("ProfilerStep*", DeviceType.CPU, 9000.0), row("copy", DeviceType.CPU, 300.0),
+                row("ProfilerStep*", DeviceType.CUDA, 0.0), row("copy", DeviceType.CUDA, 0.0)]
+    assert {e.key: e for e in averages}["ProfilerStep*"].cpu_time_total == 0.0  # the bug
+    events = trace.cpu_rows(averages)
+    step_us = events["ProfilerStep*"].cpu_time_total
+    assert step_us == 9000.0 and events["copy"].cpu_time_total / step_us == pytest.approx(300 / 9000)
+
+
+def test_cpu_rows_of_a_real_cpu_profile():
+    with profile(activities=[ProfilerActivity.CPU]) as prof, record_function("decode"):
+        torch.ones(8).sum()
+    rows = trace.cpu_rows(prof.key_averages())
+    assert rows["decode"].count == 1 and rows["decode"].cpu_time_total > 0

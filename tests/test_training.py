@@ -65,3 +65,19 @@ def test_a_training_step_changes_the_weights():
     nn.functional.cross_entropy(model(x), torch.tensor([0, 1])).backward()
     opt.step()
     assert not torch.equal(before, model[1].fc.weight)
+
+
+def test_the_memory_guard_reads_free_device_memory():
+    asked = []
+
+    def t4(device):  # a fake torch.cuda.mem_get_info: Colab's T4, 15 GB free
+        asked.append(device)
+        return 15 << 30, 16 << 30
+
+    assert training.fits(64, (1280, 960), "cuda", mem_get_info=t4) is False
+    assert training.fits(8, (384, 384), "cuda", mem_get_info=t4) is True
+    assert asked == [torch.device("cuda")] * 2
+    big = lambda d: (140 << 30, 141 << 30)  # noqa: E731
+    assert training.fits(64, (1280, 960), "cuda:0", mem_get_info=big) is True
+    assert training.fits(10**6, (1280, 960), "cpu", mem_get_info=t4) is True and len(asked) == 2  # CPU: not asked
+    assert training.train_bytes(16, (640, 480)) < training.train_bytes(32, (640, 480))

@@ -59,3 +59,15 @@ def test_sweep_records_every_case_and_plots(tmp_path):
     labels = [t.get_text() for t in axes[0].get_legend().get_texts()]
     assert labels[0] == f"{variants[0].name} (1.00x)" and len(labels) == len(variants)
     assert axes[0].get_ylabel() == "time per batch (ms)"
+
+
+def test_gains_by_size_reads_a_trend_at_each_largest_batch():
+    from gpufeed.measure.harness import Measurement
+
+    cases = [("slow", 4, "384x384", 8), ("fast", 2, "384x384", 8), ("slow", 99, "384x384", 4),
+             ("slow", 9, "1280x960", 8), ("fast", 3, "1280x960", 8), ("slow", 5, "640x480", 8), ("fast", 2, "640x480", 8)]
+    ms = [Measurement(n, [t], params={"size": s, "batch": b}) for n, t, s, b in cases]
+    gains = transfer.gains_by_size(ms, "slow", "fast")
+    assert gains == {"384x384": 2.0, "640x480": 2.5, "1280x960": 3.0}
+    assert transfer.read_trend(gains).endswith("grows with the image size.")
+    assert "does not grow" in transfer.read_trend({"a": 3.0, "b": 2.0, "c": 4.0})

@@ -146,13 +146,14 @@ class QualityPoint:
     psnr: float  # dB, mean over images
     ssim: float
     decode_ms: float  # median time to decode one image, in milliseconds
+    subsampling: str = "4:2:0"  # chroma subsampling of the JPEGs (Pillow's default: 4:2:0)
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
 def quality_sweep(images: Sequence, qualities: Sequence[int], decode: Callable[[bytes], torch.Tensor] | None = None,
-                  repeats: int = 5, luma: bool = False) -> list[QualityPoint]:
+                  repeats: int = 5, luma: bool = False, subsampling: str | None = None) -> list[QualityPoint]:
     """Encodes every image at every quality; file size, PSNR, SSIM and decode time per quality.
 
     Args:
@@ -161,6 +162,8 @@ def quality_sweep(images: Sequence, qualities: Sequence[int], decode: Callable[[
         decode: bytes to ``uint8 [3, H, W]``; default :func:`gpufeed.data.jpeg.decode_pil`.
         repeats: timed decode passes over all the images (the median is kept).
         luma: SSIM on luma instead of per channel.
+        subsampling: ``"4:4:4"`` to keep full colour resolution; None: Pillow's default, 4:2:0 at
+            every quality (see :func:`gpufeed.measure.synth.encode_jpeg`).
     """
     from gpufeed.data.jpeg import decode_pil
     from gpufeed.measure.harness import benchmark
@@ -173,7 +176,7 @@ def quality_sweep(images: Sequence, qualities: Sequence[int], decode: Callable[[
     originals = [to_tensor(im) for im in images]
     rows = []
     for q in qualities:
-        data = [encode_jpeg(im, q) for im in images]
+        data = [encode_jpeg(im, q, subsampling) for im in images]
         decoded = [decode(d) for d in data]
         m = benchmark(lambda data=data: [decode(d) for d in data], repeats=repeats, warmup=1, with_machine=False)
         mean_bytes = statistics.fmean(len(d) for d in data)
@@ -181,18 +184,19 @@ def quality_sweep(images: Sequence, qualities: Sequence[int], decode: Callable[[
             size=f"{w}x{h}", quality=int(q), bytes=mean_bytes, bits_per_pixel=8 * mean_bytes / (w * h),
             psnr=statistics.fmean(psnr(o, d) for o, d in zip(originals, decoded)),
             ssim=statistics.fmean(ssim(o, d, luma=luma) for o, d in zip(originals, decoded)),
-            decode_ms=m.median / len(data) * 1e3))
+            decode_ms=m.median / len(data) * 1e3, subsampling=subsampling or "4:2:0"))
     return rows
 
 
-def matching_quality(img, target_bytes: int) -> int:
+def matching_quality(img, target_bytes: int, subsampling: str | None = None) -> int:
     """The Pillow quality whose JPEG of ``img`` is closest in size to ``target_bytes``.
 
     Bisection on quality 1..100 (file size grows with quality), then the closer neighbour.
+    ``subsampling`` as in :func:`gpufeed.measure.synth.encode_jpeg` (``"4:4:4"`` to match ffmpeg).
     """
     from gpufeed.measure.synth import encode_jpeg
 
-    size = lambda q: len(encode_jpeg(img, q))  # noqa: E731
+    size = lambda q: len(encode_jpeg(img, q, subsampling))  # noqa: E731
     lo, hi = 1, 100
     while lo < hi:
         mid = (lo + hi) // 2
@@ -203,16 +207,33 @@ def matching_quality(img, target_bytes: int) -> int:
     return min({max(1, lo - 1), lo}, key=lambda q: abs(size(q) - target_bytes))
 
 
+def ffmpeg_exe() -> str | None:
+    """The ffmpeg binary: the one imageio-ffmpeg ships with the course's environment, else PATH's.
+
+    imageio-ffmpeg is a dependency of the course, so every learner has the same ffmpeg (and so
+    measures the same ``-q:v`` mapping); ``None`` if neither exists.
+    """
+    try:
+        import imageio_ffmpeg
+
+        return imageio_ffmpeg.get_ffmpeg_exe()
+    except (ImportError, RuntimeError):  # not installed, or no binary for this platform
+        return shutil.which("ffmpeg")
+
+
 def ffmpeg_jpeg(img, qv: int, ffmpeg: str | None = None) -> bytes:
     """``img`` encoded by ``ffmpeg -q:v qv`` (its MJPEG scale: 2 best, 31 worst).
 
+    From an RGB image ffmpeg's MJPEG encoder keeps full colour resolution (4:4:4), unlike Pillow's
+    default 4:2:0: compare it with ``encode_jpeg(img, q, "4:4:4")``.
+
     Raises:
-        FileNotFoundError: ffmpeg is not on PATH (check with ``shutil.which("ffmpeg")``).
+        FileNotFoundError: no ffmpeg (see :func:`ffmpeg_exe`).
     """
-    exe = ffmpeg or shutil.which("ffmpeg")
+    exe = ffmpeg or ffmpeg_exe()
     if exe is None:
-        raise FileNotFoundError("ffmpeg is not installed: install it (e.g. `apt install ffmpeg` or "
-                                "`conda install ffmpeg`) to map -q:v to a Pillow quality")
+        raise FileNotFoundError("ffmpeg is not installed: `pip install imageio-ffmpeg` (a course dependency) "
+                                "or install ffmpeg (`apt install ffmpeg`) to map -q:v to a Pillow quality")
     with tempfile.TemporaryDirectory() as tmp:
         src, dst = Path(tmp) / "in.png", Path(tmp) / "out.jpg"
         img.save(src)

@@ -47,7 +47,7 @@ class Costs:
     """What each stage costs, in milliseconds. The defaults are illustrative.
 
     They are order-of-magnitude figures for a batch of 32 images of 224x224 RGB that a naive loop
-    sends as float32 (``ToTensor``): 19 MB per batch. Section 4 of ``notebooks/01_bottlenecks``
+    sends as float32 (``ToTensor``): 19 MB per batch. Section 5 of ``notebooks/01_bottlenecks``
     measures the real ones on the learner's machine and feeds them back in.
 
     Attributes:
@@ -81,16 +81,25 @@ class Costs:
     def from_stage_means(cls, per_batch_ms: dict, batch_size: int, base: Costs | None = None) -> Costs:
         """Costs from measured mean milliseconds *per batch* of each stage (e.g. a measured loop).
 
-        ``read`` and ``decode`` are divided by ``batch_size`` (the model takes them per sample);
-        ``copy`` sets both copy costs; stages not measured keep ``base``'s (default) costs.
+        ``read`` and ``decode`` are divided by ``batch_size`` (the model takes them per sample).
+        ``copy`` is a copy from *pageable* memory (what a naive loop does): it sets
+        ``copy_pageable_ms``. The pinned costs were not measured, so unless ``pin`` or
+        ``copy_pinned`` are given they are scaled with it: ``pin_ms`` and ``copy_pinned_ms`` keep
+        their ratio to ``base``'s pageable copy (with the defaults, a pin costs 1/3 and a pinned
+        copy 0.27 of a pageable copy of the same batch). A batch of uint8 images then gets a pin
+        sized for uint8, not base's 19 MB float32 batch. Stages not measured keep ``base``'s costs.
 
         Example:
             >>> Costs.from_stage_means({"read": 8.0, "decode": 40.0, "compute": 5.0}, batch_size=8).decode_ms
             5.0
+            >>> c = Costs.from_stage_means({"copy": 0.6}, batch_size=8)  # a tenth of the default copy
+            >>> round(c.pin_ms, 2), round(c.copy_pinned_ms, 2)
+            (0.2, 0.16)
         """
         base = base or cls()
         per_sample = {"read": "read_ms", "decode": "decode_ms"}
-        per_batch = {"collate": "collate_ms", "pin": "pin_ms", "compute": "compute_ms"}
+        per_batch = {"collate": "collate_ms", "pin": "pin_ms", "compute": "compute_ms",
+                     "copy_pinned": "copy_pinned_ms"}
         changes = {}
         for stage, ms in per_batch_ms.items():
             if stage in per_sample:
@@ -98,7 +107,13 @@ class Costs:
             elif stage in per_batch:
                 changes[per_batch[stage]] = ms
             elif stage == "copy":
-                changes.update(copy_pageable_ms=ms, copy_pinned_ms=ms)
+                changes["copy_pageable_ms"] = ms
+                scale = ms / base.copy_pageable_ms if base.copy_pageable_ms else 1.0
+                for name in ("pin_ms", "copy_pinned_ms"):  # measured values (if any) win below
+                    changes.setdefault(name, getattr(base, name) * scale)
+        for stage, name in (("pin", "pin_ms"), ("copy_pinned", "copy_pinned_ms")):
+            if stage in per_batch_ms:
+                changes[name] = per_batch_ms[stage]
         return dataclasses.replace(base, **changes)
 
 

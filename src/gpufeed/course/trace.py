@@ -58,6 +58,31 @@ class StageTime:
     share: float
 
 
+def cpu_rows(averages) -> dict:
+    """``prof.key_averages()`` as a dict ``key -> row``, keeping only the CPU-side rows.
+
+    With CUDA activity, a ``record_function`` range that launches GPU work comes back twice: a
+    CPU row and a GPU row of the same key (``device_type`` CUDA) whose ``cpu_time_total`` is 0. A
+    plain ``{e.key: e for e in averages}`` keeps whichever comes last, so a stage (or
+    ``ProfilerStep*``) could read as 0 us. As :func:`stage_times` does for traces, each range
+    counts once, on the CPU.
+
+    Args:
+        averages: what ``prof.key_averages()`` returns (rows with ``key`` and ``device_type``).
+
+    Example:
+        >>> from types import SimpleNamespace as Row
+        >>> from torch.autograd import DeviceType
+        >>> rows = [Row(key="copy", device_type=DeviceType.CPU, cpu_time_total=120.0),
+        ...         Row(key="copy", device_type=DeviceType.CUDA, cpu_time_total=0.0)]
+        >>> cpu_rows(rows)["copy"].cpu_time_total
+        120.0
+    """
+    from torch.autograd import DeviceType
+
+    return {e.key: e for e in averages if getattr(e, "device_type", DeviceType.CPU) == DeviceType.CPU}
+
+
 def load(trace) -> dict:
     """The trace document from a path (``.json`` or ``.json.gz``) or an already loaded dict."""
     if isinstance(trace, dict):

@@ -88,12 +88,60 @@ def send(xb: torch.Tensor, wire: str, device) -> torch.Tensor:
 
     ``"uint8"``: copy the bytes (non-blocking from pinned memory), convert on the device (inside
     the model). ``"float16"``/``"float32"``: convert on the host, then copy 2 or 4 times the bytes.
+
+    The two are not like for like on purpose: this is what each loop does as usually written. A
+    uint8 batch from a loader with ``pin_memory=True`` is pinned; ``x.half()`` makes a fresh
+    *pageable* tensor, so its copy goes through the driver's staging buffer and holds the host
+    (``non_blocking`` would not change that). The float wires' cost includes that, on top of 2-4x the bytes.
     """
     if wire == "uint8":
         return xb.to(device, non_blocking=xb.is_pinned())
     if wire in ("float16", "float32"):
         return xb.to(getattr(torch, wire)).to(device)  # a fresh, pageable tensor: copied synchronously
     raise ValueError(f"wire must be one of {WIRES} (got {wire!r})")
+
+
+#: Bytes of device memory per input pixel per image for a ResNet-18 training step under autocast
+#: (activations kept for backward, in float16 and float32, with a margin): ~110 saved values per
+#: input pixel at 2-4 bytes each. A 1280x960 image then needs ~0.7 GB, so batch 64 needs ~45 GB.
+TRAIN_BYTES_PER_PIXEL = 600
+#: Device memory for the model, its gradients, the optimiser's momentum and cuDNN workspaces.
+TRAIN_FIXED_BYTES = 512 << 20
+
+
+def train_bytes(batch: int, size: tuple[int, int]) -> int:
+    """Estimated device memory of one ResNet-18 training step on ``batch`` images of ``size``.
+
+    Example:
+        >>> round(train_bytes(64, (1280, 960)) / 1e9)
+        48
+    """
+    pixels = size[0] * size[1]
+    return batch * pixels * (TRAIN_BYTES_PER_PIXEL + 3) + TRAIN_FIXED_BYTES  # + 3: the uint8 input
+
+
+def fits(batch: int, size: tuple[int, int], device, mem_get_info=None, headroom: float = 0.8) -> bool:
+    """Whether a training step on ``batch`` images of ``size`` fits in ``device``'s free memory.
+
+    Always True off CUDA (host memory is not checked). On CUDA the estimate :func:`train_bytes`
+    must stay under ``headroom`` of the free bytes that ``torch.cuda.mem_get_info`` reports
+    (Colab's T4 has 15 GB; full mode's 1280x960 at batch 64 would need ~48 GB).
+
+    Args:
+        mem_get_info: ``device -> (free, total)`` bytes; default ``torch.cuda.mem_get_info``
+            (tests pass a fake one).
+
+    Example:
+        >>> fits(64, (1280, 960), "cuda", mem_get_info=lambda d: (15 << 30, 16 << 30))
+        False
+        >>> fits(8, (384, 384), "cuda", mem_get_info=lambda d: (15 << 30, 16 << 30))
+        True
+    """
+    device = torch.device(device)
+    if device.type != "cuda":
+        return True
+    free, _total = (mem_get_info or torch.cuda.mem_get_info)(device)
+    return train_bytes(batch, size) <= headroom * free
 
 
 def train_epoch(batch: int, size: tuple[int, int], wire: str, device, epoch_images: int, amp: bool = True,

@@ -167,6 +167,47 @@ def at_largest(ms: Sequence[Measurement], key: str | None = None) -> dict[str, M
             if m.params["size"] == size and m.params["batch"] == batch}
 
 
+def gains_by_size(ms: Sequence[Measurement], slow: str, fast: str, key: str | None = None) -> dict[str, float]:
+    """``slow / fast`` time at the largest batch of each image size, smallest size first.
+
+    What "the bigger the image, the bigger the gain" is read from: a trend over the sizes, not one
+    ratio. ``slow`` and ``fast`` are names, or values of ``params[key]`` when ``key`` is given.
+
+    Example:
+        >>> ms = [Measurement(n, [t], params={"size": s, "batch": 8})
+        ...       for n, t, s in [("a", 2, "8x8", ), ("b", 1, "8x8"), ("a", 9, "16x16"), ("b", 3, "16x16")]]
+        >>> gains_by_size(ms, "a", "b")
+        {'8x8': 2.0, '16x16': 3.0}
+    """
+    def pixels(size: str) -> int:
+        return math.prod(int(v) for v in size.split("x"))
+
+    out = {}
+    for size in sorted({m.params["size"] for m in ms}, key=pixels):
+        at = [m for m in ms if m.params["size"] == size]
+        batch = max(m.params["batch"] for m in at)
+        pair = {(m.params[key] if key else m.name): m for m in at if m.params["batch"] == batch}
+        if slow in pair and fast in pair:
+            out[size] = pair[slow].median / pair[fast].median
+    return out
+
+
+def read_trend(gains: dict[str, float]) -> str:
+    """One sentence: whether the gains of :func:`gains_by_size` grow with the image size.
+
+    Example:
+        >>> read_trend({"8x8": 1.5, "16x16": 2.5})
+        '8x8 1.50x, 16x16 2.50x: the gain grows with the image size.'
+    """
+    values = list(gains.values())
+    listed = ", ".join(f"{s} {g:.2f}x" for s, g in gains.items())
+    if len(values) < 2:
+        return f"{listed}: one size only, so no trend to read."
+    if all(b > a for a, b in zip(values, values[1:])):
+        return f"{listed}: the gain grows with the image size."
+    return f"{listed}: the gain does not grow steadily with the image size here."
+
+
 def plot_sweep(ms: Sequence[Measurement], baseline: str, machine: dict | None = None, title: str = "",
                ylabel: str = "time per batch (ms)", scale: float = 1e3):
     """Time against batch size, one panel per image size, one line per measurement name.

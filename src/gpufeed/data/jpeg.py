@@ -4,8 +4,9 @@ All decoders take the file's bytes (already in memory, so that decode time is no
 return a ``uint8`` tensor ``[3, H, W]`` (channels first, as torchvision models expect).
 
 torchvision 0.29+ deprecates its ``torchvision.io`` image decoders in favour of TorchCodec
-(``torchcodec.decoders.decode_jpeg``); :func:`decode_jpeg` uses TorchCodec where it imports and
-falls back to torchvision otherwise, so course code keeps working on both. Taught in
+(``torchcodec.decoders.decode_jpeg``, public since TorchCodec 0.16; earlier releases decode only
+video and audio); :func:`decode_jpeg` uses TorchCodec where it has ``decode_jpeg`` and falls back
+to torchvision otherwise, so course code keeps working on both. Taught in
 ``notebooks/00_setup.ipynb`` (decode speed per core) and ``notebooks/04`` (decoders compared).
 
 Example:
@@ -54,7 +55,7 @@ def decode_torchvision(data: bytes, device: str = "cpu") -> torch.Tensor:
 
 @lru_cache(maxsize=1)
 def _torchcodec_decode() -> Callable | None:
-    """TorchCodec's JPEG decoder, or None when TorchCodec or its FFmpeg libraries are missing."""
+    """TorchCodec's JPEG decoder, or None when TorchCodec is missing or older than 0.16 (no ``decode_jpeg``)."""
     try:
         from torchcodec.decoders import decode_jpeg
     except Exception:  # ImportError, or a RuntimeError when FFmpeg's libraries are absent

@@ -136,10 +136,29 @@ def render(spec: SynthSpec, index: int):
     return Image.fromarray(np.clip(a, 0, 255).astype(np.uint8), "RGB")
 
 
-def encode_jpeg(img, quality: int) -> bytes:
-    """JPEG bytes with Pillow's defaults otherwise (4:2:0 chroma subsampling below quality 95)."""
+#: Pillow's ``subsampling=`` values by name: 0 keeps full colour resolution, 2 halves it both ways.
+SUBSAMPLING = {"4:4:4": 0, "4:2:2": 1, "4:2:0": 2}
+
+
+def encode_jpeg(img, quality: int, subsampling: str | int | None = None) -> bytes:
+    """JPEG bytes of a PIL image at ``quality`` (1-100, Pillow's scale).
+
+    ``subsampling``: ``None`` keeps Pillow's default, which is **4:2:0 at every quality** (the
+    colour planes at half width and half height, even at 95 and 100: that caps the PSNR at the top
+    of the scale); ``"4:4:4"`` (or 0) keeps full colour resolution, like ``ffmpeg`` does from RGB.
+
+    Example:
+        >>> img = render(SynthSpec(n=1, width=64, height=48), 0)
+        >>> len(encode_jpeg(img, 95, "4:4:4")) > len(encode_jpeg(img, 95))
+        True
+    """
+    extra = {}
+    if subsampling is not None:
+        if subsampling not in SUBSAMPLING and subsampling not in SUBSAMPLING.values():
+            raise ValueError(f"encode_jpeg(subsampling={subsampling!r}): give one of {list(SUBSAMPLING)} or None")
+        extra["subsampling"] = SUBSAMPLING.get(subsampling, subsampling)
     buf = io.BytesIO()
-    img.save(buf, format="JPEG", quality=quality)
+    img.save(buf, format="JPEG", quality=quality, **extra)
     return buf.getvalue()
 
 

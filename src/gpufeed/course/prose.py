@@ -1,0 +1,36 @@
+"""Sentences that read a measurement, shown as prose: Markdown in a notebook, plain text elsewhere.
+
+A lesson's conclusion is a sentence built from the numbers just measured; in a notebook it should
+read as text, not as the output of a long ``print``. Used by every lesson's "what the number
+means" cells.
+
+Example:
+    >>> say("Pinned memory is **2.0x** pageable.")  # outside a notebook: printed
+    Pinned memory is **2.0x** pageable.
+"""
+
+from __future__ import annotations
+
+
+def in_notebook() -> bool:
+    """True inside a Jupyter kernel (JupyterLab, Colab, nbmake), False in a terminal or a script."""
+    try:
+        from IPython import get_ipython
+    except ImportError:  # IPython is not installed: certainly no notebook
+        return False
+    shell = get_ipython()
+    return shell is not None and any(c.__name__ == "ZMQInteractiveShell" for c in type(shell).__mro__)
+
+
+def say(text: str) -> None:
+    """Shows ``text`` (Markdown) rendered in a notebook, printed anywhere else.
+
+    Args:
+        text: one or a few sentences in Markdown; numbers already formatted.
+    """
+    if in_notebook():
+        from IPython.display import Markdown, display
+
+        display(Markdown(text))
+    else:
+        print(text)
