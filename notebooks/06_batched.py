@@ -227,26 +227,30 @@ print(f"Shuffling {sizes[-1]:,} indices takes {full[-1].median * 1e3:.0f} ms wit
 labels = torch.arange(1000).repeat_interleave(300)  # class order, like an image folder
 stored_shuffled = labels[permutation(len(labels), seed=123)]  # shuffled once, at build time
 
-
-def classes_per_batch(labels, order):
-    return sum(len(set(labels[order[s:s + B]].tolist())) for s in range(0, len(order), B)) / math.ceil(len(order) / B)
-
+from gpufeed.course.shuffles import classes_per_batch, plot_grouped  # distinct labels per batch
 
 for name, lab in (("class order", labels), ("stored shuffled", stored_shuffled)):
-    full_c = classes_per_batch(lab, permutation(len(lab)))
-    grouped_c = classes_per_batch(lab, grouped_permutation(len(lab), group))
+    full_c = classes_per_batch(lab, permutation(len(lab)), B)
+    grouped_c = classes_per_batch(lab, grouped_permutation(len(lab), group), B)
     print(f"{name:>15}: {full_c:5.1f} classes per batch with a full shuffle, {grouped_c:5.1f} with a grouped one")
 from gpufeed.course.prose import say
 
-in_order = classes_per_batch(labels, grouped_permutation(len(labels), group))
-stored_full = classes_per_batch(stored_shuffled, permutation(len(labels)))
-stored_grouped = classes_per_batch(stored_shuffled, grouped_permutation(len(labels), group))
+in_order = classes_per_batch(labels, grouped_permutation(len(labels), group), B)
+stored_full = classes_per_batch(stored_shuffled, permutation(len(labels)), B)
+stored_grouped = classes_per_batch(stored_shuffled, grouped_permutation(len(labels), group), B)
 say(f"With data in class order, a grouped shuffle puts about **{in_order:.0f}** classes in a batch of {B}. Stored "
     f"shuffled once, it puts {stored_grouped:.0f} (a full shuffle: {stored_full:.0f}), so the batches mix classes "
     + ("about as well. " if stored_grouped >= 0.95 * stored_full else "less well. ")
     + f"It is still not as random as a full shuffle: the blocks of {group:,} are the same every epoch (only their "
     "order and the order inside them change), so a sample only ever shares a batch with the samples of its own "
     "block (or of the next one, at a block's edge), epoch after epoch.")
+
+# %% [markdown]
+# The same count for other block sizes (`gpufeed.course.shuffles.plot_grouped`, which draws the
+# deck's slide too): larger blocks mix more classes into a batch from class-ordered data.
+
+# %%
+fig = plot_grouped(labels, batch=B, groups=[256, 1024, 4096, 16384, 65536])
 
 # %% [markdown]
 # ## 4. Quiz: which loop finishes first?
@@ -370,5 +374,5 @@ print(f"saved to {saved}")
 # Self-check for exercise 2: your group size (an int), checked on the class-ordered labels.
 my_group = None
 if my_group is not None:
-    found = classes_per_batch(labels, grouped_permutation(len(labels), my_group))
+    found = classes_per_batch(labels, grouped_permutation(len(labels), my_group), B)
     print(f"{found:.0f} classes per batch: " + ("yes, at least 100" if found >= 100 else "not yet: try larger blocks"))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib
 
-_MODULES = {'launch', 'prose', 'shards', 'quality', 'distributed', 'session', 'formats', 'explorer', 'efficiency', 'ladder', 'training', 'doctor', 'knobs', 'transfer', 'pagecache', 'timeline', 'trace', 'instrument', 'simulator'}
+_MODULES = {'launch', 'prose', 'shards', 'quality', 'distributed', 'session', 'formats', 'explorer', 'efficiency', 'ladder', 'training', 'doctor', 'knobs', 'transfer', 'pagecache', 'timeline', 'trace', 'instrument', 'simulator', 'shuffles'}
 
 __all__ = sorted(_MODULES)
 
