@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib
 
-_MODULES = {'launch', 'shards', 'quality', 'distributed', 'session', 'formats', 'explorer', 'efficiency', 'ladder', 'training', 'doctor', 'knobs', 'transfer', 'pagecache', 'timeline', 'trace', 'instrument', 'simulator'}
+_MODULES = {'collate', 'launch', 'shards', 'quality', 'distributed', 'session', 'formats', 'explorer', 'efficiency', 'ladder', 'training', 'doctor', 'knobs', 'transfer', 'pagecache', 'timeline', 'trace', 'instrument', 'simulator'}
 
 __all__ = sorted(_MODULES)
 
