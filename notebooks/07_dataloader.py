@@ -437,13 +437,15 @@ except RuntimeError as e:
     print(f"DataParallel's scatter of the batch as it is fails: {e} (the 0-d `image_id` tensors)")
 no_ids = {"images": batch["images"], "targets": [{k: v for k, v in t.items() if k != "image_id"} for t in batch["targets"]]}
 parts = dataparallel_split(no_ids, 2)
-first = no_ids["targets"][0]["boxes"].shape[0]
-display(Markdown(
-    f"Without the ids, DataParallel gives {len(parts)} GPU(s) {[p['images'].shape[0] for p in parts]} images each, "
-    f"but {[len(p['targets']) for p in parts]} targets each: image 0's {first} boxes arrive as "
-    f"{[p['targets'][0]['boxes'].shape[0] for p in parts]} on the GPUs. "
-    + ("A target with a single box would cut into one piece, and zip would drop every GPU but the first. "
-       "Nested targets need DDP, or your own split." if len(parts) == 2 else "")))
+fewest = min(t["boxes"].shape[0] for t in no_ids["targets"])
+text = (f"Without the ids, DataParallel's scatter over 2 GPUs makes {len(parts)} part(s), with "
+        f"{[p['images'].shape[0] for p in parts]} images and {[len(p['targets']) for p in parts]} targets: every part "
+        f"gets every image's targets, each cut along its boxes (image 0's {no_ids['targets'][0]['boxes'].shape[0]} boxes "
+        f"arrive as {[p['targets'][0]['boxes'].shape[0] for p in parts]}).")
+if len(parts) < 2:
+    text += (f" Worse, the smallest target has {fewest} box, which cannot be cut in two, and scatter zips the pieces: "
+             "the shortest wins, so the whole batch went to one GPU.")
+display(Markdown(text + " Nested per-sample targets need DDP, or a split of your own."))
 
 # %% [markdown]
 # ## 5. Start methods, CUDA, and why datasets live in `src/`

@@ -320,13 +320,14 @@ cores, load_avg = os.cpu_count(), os.getloadavg()[0]
 scale = {p: by[f"{p}, 2 processes"].items_per_s / by[f"{p}, 1 process"].items_per_s for p in ("load", "train")}
 verdict = ("slower than one process" if max(scale.values()) < 1 else
            "about the ideal 2x" if min(scale.values()) >= 1.9 else "short of the ideal 2x")
-print(f"Two processes load {scale['load']:.2f}x and train {scale['train']:.2f}x the images/s of one: {verdict}. "
-      f"Per rank, training runs at {by['train, rank 0'].items_per_s:,.0f} and {by['train, rank 1'].items_per_s:,.0f} "
-      f"images/s against {by['train, 1 process'].items_per_s:,.0f} alone.")
-print(f"What limits it here: {cores} cores shared by both ranks, torchrun's agent, this kernel and everything "
-      f"else running (load average {load_avg:.1f}), and the gloo all-reduce of the gradients over loopback in "
-      f"every step. With one GPU per rank, each rank has its own compute, and the all-reduce runs over whatever "
-      f"links the GPUs (NVLink where the machine has it, else PCIe; `nvidia-smi topo -m` shows which).")
+display(Markdown(
+    f"Two processes load {scale['load']:.2f}x and train {scale['train']:.2f}x the images/s of one: {verdict}. "
+    f"Per rank, training runs at {by['train, rank 0'].items_per_s:,.0f} and {by['train, rank 1'].items_per_s:,.0f} "
+    f"images/s against {by['train, 1 process'].items_per_s:,.0f} alone. What limits it here: {cores} cores shared by "
+    f"both ranks, torchrun's agent, this kernel and everything else running (load average {load_avg:.1f}), and the "
+    "gloo all-reduce of the gradients over loopback in every step. With one GPU per rank, each rank has its own "
+    "compute, and the all-reduce runs over whatever links the GPUs (NVLink where the machine has it, else PCIe; "
+    "`nvidia-smi topo -m` shows which)."))
 noisy = [m.name for m in one_ms + two_ms if m.noisy]
 if noisy or max(scale.values()) > 2.1:
     print(f"Caution: {len(noisy)} of {len(one_ms + two_ms)} measurements spread by more than 10%"
