@@ -234,7 +234,8 @@ def h2d_times(src, non_blocking, repeats=20):
 
 def pin_times(src, fresh, repeats=10):
     """Seconds per src.pin_memory(), and the pinned blocks the host allocator had to create."""
-    times, allocs = [], torch.cuda.host_memory_stats().get("num_host_alloc", 0)
+    blocks = getattr(torch.cuda, "host_memory_stats", dict)  # older torch: no host statistics, counts read 0
+    times, allocs = [], blocks().get("num_host_alloc", 0)
     for _ in range(repeats + 1):
         if fresh:  # free the cached pinned blocks (private API): the next call must allocate and lock pages
             torch.cuda.synchronize()
@@ -243,7 +244,7 @@ def pin_times(src, fresh, repeats=10):
         y = src.pin_memory()
         times.append(time.perf_counter() - t0)
         del y  # back to the cache, ready for the next call
-    return times[1:], torch.cuda.host_memory_stats().get("num_host_alloc", 0) - allocs
+    return times[1:], blocks().get("num_host_alloc", 0) - allocs
 
 # %%
 if S.cuda:
