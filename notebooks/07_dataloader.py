@@ -203,14 +203,20 @@ else:
 #   This is the unsafe direction: no error, just garbage.
 #
 # And `pin_memory()` itself is a copy into page-locked memory, plus an allocation the OS must lock;
-# it pays off only if it replaces the driver's own staging copy and lets work overlap. The cells
-# below measure all of this with CUDA, and show the committed reference from a GPU otherwise.
+# it pays off only if it replaces the driver's own staging copy and lets work overlap. Careful when
+# timing it: PyTorch's *caching host allocator* keeps pinned blocks once they are freed and hands
+# them out again, so in a loop only the first call locks pages; the others are a plain memcpy into
+# a cached block. The cells below time both (a cached block, and a fresh one with the cache emptied
+# before each call, counting the allocator's new blocks to show which was hit) with CUDA, and show
+# the committed reference from a GPU otherwise.
 
 # %%
+from IPython.display import Markdown, display
+
 from gpufeed.measure import results
 from gpufeed.measure.harness import Measurement
 
-nb_ms, unsafe = [], {}
+nb_ms, unsafe, pin_blocks = [], {}, {}
 x = torch.randint(0, 256, (64, 3, 224, 224), dtype=torch.uint8)  # 9.6 MB: one batch of 224x224 uint8
 
 
@@ -226,6 +232,21 @@ def h2d_times(src, non_blocking, repeats=20):
         done.append(time.perf_counter() - t0)
     return returns[2:], done[2:]  # the first two are warm-up
 
+
+def pin_times(src, fresh, repeats=10):
+    """Seconds per src.pin_memory(), and the pinned blocks the host allocator had to create."""
+    blocks = getattr(torch.cuda, "host_memory_stats", dict)  # older torch: no host statistics, counts read 0
+    times, allocs = [], blocks().get("num_host_alloc", 0)
+    for _ in range(repeats + 1):
+        if fresh:  # free the cached pinned blocks (private API): the next call must allocate and lock pages
+            torch.cuda.synchronize()
+            torch._C._host_emptyCache()
+        t0 = time.perf_counter()
+        y = src.pin_memory()
+        times.append(time.perf_counter() - t0)
+        del y  # back to the cache, ready for the next call
+    return times[1:], blocks().get("num_host_alloc", 0) - allocs
+
 # %%
 if S.cuda:
     pinned = x.pin_memory()
@@ -235,7 +256,14 @@ if S.cuda:
             name = f"{memory}, non_blocking={nb}"
             nb_ms += [Measurement(f"{name}: call returns", returns, nbytes=x.numel()),
                       Measurement(f"{name}: copy done", done, nbytes=x.numel())]
-    nb_ms.append(benchmark(lambda: x.pin_memory(), name="x.pin_memory()", nbytes=x.numel(), repeats=20))
+    pin_blocks = {}
+    for fresh in (False, True):
+        if fresh and not hasattr(torch._C, "_host_emptyCache"):
+            print("this torch cannot empty its pinned-memory cache: only the cached case is timed")
+            continue
+        name = f"x.pin_memory(), {'fresh' if fresh else 'cached'} block"
+        times, pin_blocks[name] = pin_times(x, fresh)
+        nb_ms.append(Measurement(name, times, nbytes=x.numel()))
     nb_ms.append(benchmark(lambda: x.clone(), name="x.clone() (pageable copy)", nbytes=x.numel(), repeats=20))
     for m in nb_ms:
         print(f"{m.name:>40}: {m.median * 1e3:7.3f} ms ({m.gb_per_s:6.1f} GB/s)")
@@ -274,15 +302,24 @@ elif ref is None:
 else:
     nb_show = [m for m in ref[0] if "non_blocking" in m.name or "pin_memory()" in m.name or "clone()" in m.name]
     unsafe, gpu = ref[1].get("unsafe", {}), ref[1]["machine"].get("gpu")
+    pin_blocks = ref[1].get("pin_blocks", {})
     print(f"The reference, measured on {gpu}:")
     for m in nb_show:
         print(f"{m.name:>40}: {m.median * 1e3:7.3f} ms ({m.gb_per_s:6.1f} GB/s)")
 if nb_show:
     t = {m.name: m.median for m in nb_show}
-    print(f"On {gpu}: from pinned memory, non_blocking returns after {t['pinned, non_blocking=True: call returns'] * 1e6:.0f} us "
-          f"of a {t['pinned, non_blocking=True: copy done'] * 1e3:.2f} ms copy; from pageable memory after "
-          f"{t['pageable, non_blocking=True: call returns'] * 1e3:.2f} ms of {t['pageable, non_blocking=True: copy done'] * 1e3:.2f}. "
-          f"pin_memory() itself costs {t['x.pin_memory()'] * 1e3:.2f} ms, {t['x.pin_memory()'] / t['x.clone() (pageable copy)']:.1f}x a plain copy.")
+    cached, fresh = (t.get(f"x.pin_memory(), {k} block") for k in ("cached", "fresh"))
+    plain = t["x.clone() (pageable copy)"]
+    text = (f"On {gpu}: from pinned memory, non_blocking returns after {t['pinned, non_blocking=True: call returns'] * 1e6:.0f} us "
+            f"of a {t['pinned, non_blocking=True: copy done'] * 1e3:.2f} ms copy; from pageable memory after "
+            f"{t['pageable, non_blocking=True: call returns'] * 1e3:.2f} ms of {t['pageable, non_blocking=True: copy done'] * 1e3:.2f}.")
+    if cached is not None:
+        text += (f" `pin_memory()` into a cached block costs {cached * 1e3:.2f} ms, {cached / plain:.1f}x a plain copy "
+                 f"({pin_blocks.get('x.pin_memory(), cached block', '?')} new pinned blocks in the whole series)")
+    if fresh is not None:
+        text += (f"; into a fresh block, allocated and locked each time, {fresh * 1e3:.2f} ms, {fresh / plain:.1f}x "
+                 f"({pin_blocks.get('x.pin_memory(), fresh block', '?')} new blocks).")
+    display(Markdown(text))
 if unsafe:
     print(f"Read before a sync, {max(unsafe['wrong_before_sync']):.0%} of the values were wrong in the worst trial; "
           f"after it, {max(unsafe['wrong_after_sync']):.0%}.")
@@ -370,6 +407,49 @@ if not S.cuda:
           "walking the structure, in Python or C++. With a GPU, the copies and their number count too.")
 
 # %% [markdown]
+# **Or let the model's wrapper move it.** `nn.DataParallel` and `DistributedDataParallel` move the
+# inputs of `forward` for you, nests included, but not in the same way:
+#
+# * `DistributedDataParallel(model, device_ids=[local_rank])` calls `_to_kwargs` on the inputs,
+#   which moves every tensor of the nest to that one GPU (on a side stream, ordered with
+#   `wait_stream` and kept alive with `record_stream`), and keeps the nest whole: each rank already
+#   has its own batch. Without `device_ids` (a CPU module, or one spread over several GPUs) it
+#   moves nothing. (`gpufeed.course.collate.ddp_move` calls the same function.)
+# * `nn.DataParallel(model)` *scatters*: every tensor in the nest, wherever it sits, is cut along
+#   dim 0 into one piece per GPU, and lists, tuples and dicts are rebuilt around the pieces. That
+#   is right for the stacked images, and wrong for a list of per-image targets: each GPU gets
+#   every image's targets, each cut in pieces. With no GPU, `DataParallel` just calls the model.
+#
+# `gpufeed.course.collate.dataparallel_split` runs torch's own `scatter` on the CPU, with only its
+# per-tensor CUDA copy replaced by the same `torch.chunk` split, on the detection batch:
+
+# %%
+from torch import nn
+
+from gpufeed.course.collate import dataparallel_split, ddp_move
+
+print(f"nn.DataParallel here uses GPUs {nn.DataParallel(nn.Identity()).device_ids} "
+      f"({'it scatters over them' if S.cuda else 'none: forward just calls the model'})")
+moved = ddp_move(batch, S.device)
+assert equal(moved, batch)
+print(f"DDP-style move to {S.device}: the same nest, {len(leaves(moved))} tensors, nothing split")
+try:
+    dataparallel_split(batch, 2)
+except RuntimeError as e:
+    print(f"DataParallel's scatter of the batch as it is fails: {e} (the 0-d `image_id` tensors)")
+no_ids = {"images": batch["images"], "targets": [{k: v for k, v in t.items() if k != "image_id"} for t in batch["targets"]]}
+parts = dataparallel_split(no_ids, 2)
+fewest = min(t["boxes"].shape[0] for t in no_ids["targets"])
+text = (f"Without the ids, DataParallel's scatter over 2 GPUs makes {len(parts)} part(s), with "
+        f"{[p['images'].shape[0] for p in parts]} images and {[len(p['targets']) for p in parts]} targets: every part "
+        f"gets every image's targets, each cut along its boxes (image 0's {no_ids['targets'][0]['boxes'].shape[0]} boxes "
+        f"arrive as {[p['targets'][0]['boxes'].shape[0] for p in parts]}).")
+if len(parts) < 2:
+    text += (f" Worse, the smallest target has {fewest} box, which cannot be cut in two, and scatter zips the pieces: "
+             "the shortest wins, so the whole batch went to one GPU.")
+display(Markdown(text + " Nested per-sample targets need DDP, or a split of your own."))
+
+# %% [markdown]
 # ## 5. Start methods, CUDA, and why datasets live in `src/`
 #
 # A worker is a new process, started one of three ways (`multiprocessing_context=` on the DataLoader):
@@ -436,11 +516,51 @@ elif ref is not None and ref[1].get("cuda_fork_error"):
 else:
     print("No CUDA here: a forked worker would fail with 'Cannot re-initialize CUDA in forked subprocess'.")
 
+# %% [markdown]
+# ## 6. Copying to the GPU in the workers: the seed talk's `Collate("cuda")`
+#
+# One talk pins and copies each batch *inside the workers*: a collate function that stacks the
+# samples, pins them and calls `.to("cuda")`, with `multiprocessing_context="spawn"` and
+# `persistent_workers=True` ("otherwise old processes may not release CUDA tensors"). Each piece has
+# its reason: a forked child cannot use CUDA (above); a CUDA tensor made in a worker reaches the main
+# process through CUDA IPC, and the worker that made it must stay alive while it is in use; and the
+# collate function must be importable, so it lives in `gpufeed.course.collate.DeviceCollate`. What
+# it costs: every worker opens a CUDA context of its own (hundreds of MiB of GPU memory each, and
+# seconds of start-up), in exchange for taking the pin copy off the main process's single pin
+# thread. `gpufeed.course.collate.worker_cuda_cost` builds both DataLoaders on the JPEG folder (same
+# spawn workers, persistent) and measures the time to the first batch, the time per epoch, and the
+# GPU memory in use while the workers live (`torch.cuda.mem_get_info`, which sees every process).
+
+# %%
+from gpufeed.course.collate import DeviceCollate, worker_cuda_cost
+
+print("collate_fn:", DeviceCollate("cuda"), "pickled as", pickle.dumps(DeviceCollate("cuda"))[:48])
+worker_collate = None
+if S.cuda:
+    worker_collate = worker_cuda_cost(datasets["JPEG folder"], batch_size=batch_size,
+                                      num_workers=config.pick(quick=2, full=cores), epochs=config.pick(quick=2, full=3))
+elif ref is not None and ref[1].get("worker_collate"):
+    worker_collate = ref[1]["worker_collate"]
+    print(f"No CUDA here: the reference, measured on {ref[1]['machine'].get('gpu')}:")
+else:
+    print("No CUDA here, and no GPU reference with these numbers is committed yet (results/<gpu>/lesson07.json). "
+          "On a GPU this cell measures, for both DataLoaders: seconds to the first batch, seconds per epoch, "
+          "and MiB of GPU memory per worker.")
+if worker_collate:
+    main, inside = worker_collate["main process"], worker_collate["in the workers"]
+    epoch = {k: sorted(v["epoch_s"])[len(v["epoch_s"]) // 2] for k, v in worker_collate.items()}  # median
+    display(Markdown(
+        f"Copying in the workers: first batch after {inside['first_batch_s']:.1f} s (main process: "
+        f"{main['first_batch_s']:.1f} s), an epoch in {epoch['in the workers'] / epoch['main process']:.2f}x the time, "
+        f"and {inside['gpu_mib_per_worker']:.0f} MiB of GPU memory per worker against "
+        f"{main['gpu_mib_per_worker']:.0f} (the CUDA contexts)."))
+
 # %%
 knob_ms = [m for name in datasets for m in factors[name] + persistence[name]]  # params say which dataset
 saved = results.save_lesson(
     "lesson07", [*threads_ms, *ms, *knob_ms, *nb_ms, *movers_ms], cores=cores, batch_size=batch_size, side=side, unsafe=unsafe, start_methods=[vars(r) for r in trials],
-    cuda_fork_error=cuda_fork.error if cuda_fork is not None else None)
+    cuda_fork_error=cuda_fork.error if cuda_fork is not None else None, pin_blocks=pin_blocks,
+    worker_collate=worker_collate)
 print(f"saved to {saved}")
 
 # %% [markdown]
@@ -451,8 +571,12 @@ print(f"saved to {saved}")
 # * Workers run one torch thread each; on a busy machine the main process should too.
 # * `persistent_workers=True` saves the worker start-up of every epoch; `prefetch_factor` helps when
 #   loading is uneven; `pin_memory` adds a copy on one thread and pays off only with a GPU.
-# * `non_blocking=True` is asynchronous only from pinned memory; device-to-host without a sync
-#   returns a tensor whose values have not arrived yet.
+# * `non_blocking=True` is asynchronous only from pinned memory (from pageable memory it is safe, but
+#   waits for the driver's staging copy); device-to-host without a sync returns a tensor whose
+#   values have not arrived yet. Time `pin_memory()` knowing whether the host cache served it.
+# * DDP (`device_ids=[i]`) moves a nested input whole; DataParallel cuts every tensor in it along
+#   dim 0, per-image targets included. Copying in the workers (`Collate("cuda")`) costs a CUDA
+#   context per worker: measure it before you adopt it.
 # * Move nested batches with one walker (pytree, optree, or your own); a consolidated TensorDict
 #   moves them in one copy.
 # * Datasets and collate functions live in an importable module: under spawn and forkserver

@@ -275,9 +275,13 @@ if not S.cuda and both.items_per_s < workers:
 # That last step is a chain of cheap **pointwise** steps: to float, divide by 255, brightness,
 # contrast, saturation, normalise. In eager mode each one reads and writes the whole batch in
 # `float32`. `torch.compile` generates code for this machine (Triton kernels on a GPU, C++ on a
-# CPU, which needs a C++ compiler) that fuses them: one reduction (the contrast's mean grey) and one
-# pass that reads `uint8` and writes `float32`. Compiling takes tens of seconds the first time, so
-# quick mode skips it on a CPU; a failure is reported, not raised.
+# CPU, which needs a C++ compiler) that can fuse them into far fewer passes; how many kernels each
+# version launches is counted below with the profiler rather than assumed. Fusion is not the only
+# difference: on a GPU the eager tail also makes host-device round trips (`normalize` builds its
+# mean and std with `torch.tensor(..., device=...)`, a blocking copy from pageable memory on every
+# call), which the compiled code bakes in as constants. So part of any gain is syncs removed, not
+# passes fused. Compiling takes tens of seconds the first time, so quick mode skips it on a CPU; a
+# failure is reported, not raised.
 
 # %%
 import time
@@ -310,14 +314,46 @@ torch.set_num_threads(threads)
 fig, ax = plotting.bars(tail, machine=S.machine,
                         title=f"uint8 crops to normalised float32 with jitter, batch {batch_size}, {S.device}")
 plt.show()
+
+# %% [markdown]
+# How many kernels (with CUDA) or operators (on a CPU) does one call of each tail run, and, on a
+# GPU, how many times does the host wait for the device? The profiler counts them:
+
+# %%
+from IPython.display import Markdown, display
+from torch.profiler import ProfilerActivity, profile
+
+
+def launches(fn):
+    """What one call of fn runs, from the profiler: kernels and syncs with CUDA, aten operators on a CPU."""
+    fn()  # warm: allocations, lazy initialisation
+    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if S.cuda else [])) as prof:
+        fn()
+        if S.cuda:
+            torch.cuda.synchronize()
+    events = prof.events()
+    if S.cuda:  # device-side events: kernels and copies; host-side waits: the syncs
+        return {"GPU kernels and copies": sum(e.device_type == torch.autograd.DeviceType.CUDA for e in events),
+                "host waits (cudaStreamSynchronize, cudaMemcpy)": max(0, sum(
+                    "Synchronize" in e.name or e.name == "cudaMemcpy" for e in events) - 1)}  # minus our own sync
+    return {"aten operator calls (nested ones included)": sum(e.name.startswith("aten::") for e in events)}
+
+
+# %%
+counts = {"eager": launches(lambda: finish(crops, *factors))}
+if compiled is not None:
+    counts["torch.compile"] = launches(lambda: compiled(crops, *factors))
+batch_mb = crops.numel() * 4 / 1e6  # the float32 batch each eager pass reads and writes
+text = "; ".join(f"{name}: " + ", ".join(f"{v} {k}" for k, v in c.items()) for name, c in counts.items())
 if compiled is not None:
     gain = tail[0].median / tail[1].median
-    print(f"Fusing the tail with torch.compile: {gain:.2f}x ({tail[0].items_per_s:,.0f} -> "
-          f"{tail[1].items_per_s:,.0f} images/s). " + (
-              "Not faster here: on a CPU a batch this size stays in the caches, so the eager passes are cheap."
-              if gain < 1.1 else "The eager tail's passes over memory were the cost."))
+    text += (f". The compiled tail runs at {gain:.2f}x the eager one ({tail[0].items_per_s:,.0f} -> "
+             f"{tail[1].items_per_s:,.0f} images/s), on a float32 batch of {batch_mb:.1f} MB per pass. ")
+    text += ("Not faster here." if gain < 1.1 else
+             "Fewer passes over memory and, on a GPU, the syncs it no longer makes: the counts above say how much of each.")
 else:
-    print(f"Eager tail: {tail[0].items_per_s:,.0f} images/s; torch.compile not measured ({compile_note}).")
+    text += f". Eager tail: {tail[0].items_per_s:,.0f} images/s; torch.compile not measured ({compile_note})."
+display(Markdown(text))
 
 # %% [markdown]
 # ## 4. On a GPU

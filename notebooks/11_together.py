@@ -386,9 +386,12 @@ print(f"saved to {saved}")
 #
 # 1. Compute, by hand from `rates`, `w` and `build_s`, after how many epochs the memmap pays for
 #    itself against the naive loop; check it with the cell below.
-# 2. Swap two rungs: build a ladder where prefetching comes before batched fetching (wrap the
-#    per-sample memmap DataLoader, `rungs["memmap"]`, in `gpufeed.data.prefetch.prefetch`). Does
-#    prefetching gain more there? Why?
+# 2. Swap two rungs: build a ladder where prefetching comes before batched fetching. A rung is a
+#    function that starts an epoch, and `gpufeed.data.prefetch.prefetch` needs the iterable itself,
+#    so build the per-sample memmap DataLoader (`pipelines.tuned_loader(data, w, S.device, cores,
+#    dataset=ladder.memmap_samples(data, w))`) and make the rung
+#    `lambda: iter(prefetch(loader, S.device, torch.float32, IMAGENET_MEAN, IMAGENET_STD))` (the
+#    same conversion and normalisation as the `memmap` rung). Does prefetching gain more there? Why?
 # 3. Make the model heavier (`torchvision.models.resnet50`) or lighter and measure the efficiency
 #    again. Which pipelines reach the target now, and what does that say about the loader's budget?
 

@@ -25,7 +25,7 @@
 # |---|---|---|
 # | processes | one, with a thread per GPU (they share one GIL) | one per GPU |
 # | loading | one loader for all GPUs; each batch is split up from GPU 0 | each process its own loader and shard |
-# | what travels each step | inputs scattered, outputs gathered, the model copied out again | gradients only: an all-reduce, bucket by bucket, overlapped with the backward pass |
+# | what travels each step | inputs scattered, outputs gathered, the model copied out again | the gradients (an all-reduce, bucket by bucket, overlapped with the backward pass), and rank 0's buffers (BatchNorm statistics) broadcast before each forward (`broadcast_buffers=True`, the default) |
 # | several machines | no | yes |
 #
 # PyTorch recommends DDP even on one machine. `torchrun` starts the processes and tells each who it
@@ -34,6 +34,32 @@
 # `LOCAL_WORLD_SIZE`, and `MASTER_ADDR`/`MASTER_PORT` (where the processes meet).
 # `torch.distributed.init_process_group("nccl")` reads them; `"gloo"` is the backend that also
 # runs on CPUs, which is what we use here.
+#
+# **The whole recipe.** Before the course's script, here is what every DDP training script comes
+# down to (run as `torchrun --nproc-per-node N train.py`; not run in this cell):
+#
+# ```python
+# import os, torch, torch.distributed as dist
+# from torch.nn.parallel import DistributedDataParallel as DDP
+# from torch.utils.data import DataLoader, DistributedSampler
+#
+# local_rank = int(os.environ["LOCAL_RANK"])         # set by torchrun
+# torch.cuda.set_device(local_rank)                  # this process's GPU, before anything touches CUDA
+# dist.init_process_group("nccl")                    # reads RANK, WORLD_SIZE, MASTER_ADDR/PORT
+# model = DDP(build_model().cuda(), device_ids=[local_rank])   # broadcasts rank 0's weights
+# sampler = DistributedSampler(dataset, shuffle=True, drop_last=True)  # this rank's shard
+# loader = DataLoader(dataset, batch_size=64, sampler=sampler, num_workers=8, pin_memory=True)
+# optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+# for epoch in range(epochs):
+#     sampler.set_epoch(epoch)                       # a new shuffle each epoch, the same on every rank
+#     for images, labels in loader:
+#         loss = loss_fn(model(images.cuda(non_blocking=True)), labels.cuda(non_blocking=True))
+#         optimizer.zero_grad(); loss.backward(); optimizer.step()   # backward all-reduces the gradients
+# dist.destroy_process_group()
+# ```
+#
+# The rest of this lesson looks at the data side of it: the shards, the steps per rank, the page
+# cache, and what `gpufeed.course.distributed` measures with the same pieces.
 
 # %% [markdown]
 # ## 2. Shards: who reads what
@@ -67,9 +93,24 @@ for kind in ("fast", "sampler"):
 # %% [markdown]
 # Both cover the epoch and reshuffle it every epoch. `FastLoader`'s shards never overlap, but
 # their sizes differ by one; `DistributedSampler`'s are equal, at the price of repeating
-# `(-n) % w` samples per epoch (harmless for 1.28 million images and 8 ranks: 7 repeats).
+# `(-n) % w` samples per epoch. For ImageNet-1k on 8 ranks, `DistributedSampler` itself says how
+# many:
+
+# %%
+from IPython.display import Markdown, display
+from torch.utils.data import DistributedSampler
+
+imagenet = 1_281_167  # ImageNet-1k's training images
+per_rank = len(DistributedSampler(range(imagenet), num_replicas=8, rank=0))  # no order is drawn: only the length
+display(Markdown(f"{imagenet:,} images over 8 ranks: {per_rank:,} per rank, so {per_rank * 8 - imagenet} "
+                 f"sample(s) read twice per epoch (`(-n) % w` = {(-imagenet) % 8})."))
+
+# %% [markdown]
 # Equal sizes matter for training: DDP all-reduces in every step, so every rank must take the
-# same number of steps, or the others wait forever for the one that has finished. With
+# same number of steps. A rank that runs out of batches stops calling the all-reduce that the
+# others are waiting in; they wait until the collective's timeout (`init_process_group(timeout=)`,
+# the script's `--timeout`; torch's default is ten minutes for nccl, thirty for gloo), then fail
+# with an error, or at once if the finished rank exits and closes their connection. With
 # `drop_last=True` both ways give every rank `n // w` samples in full batches:
 
 # %%
@@ -80,7 +121,27 @@ for kind in ("fast", "sampler"):
         steps = [len(make_loader((np.arange(11),), 2, kind, rank=r, world_size=3, drop_last=drop_last))
                  for r in range(3)]
         print(f"{kind:>7}, drop_last={drop_last!s:>5}: steps per rank {steps}"
-              + ("   <- a DDP job would hang" if len(set(steps)) > 1 else ""))
+              + ("   <- a DDP job would stall, then time out" if len(set(steps)) > 1 else ""))
+
+# %% [markdown]
+# When the shards cannot be equal (a dataset that streams, a filter that drops samples per rank),
+# `torch.distributed.algorithms.join.Join` lets the ranks finish at different steps: inside
+# `with Join([model]):`, a rank that has run out of batches keeps answering the others'
+# all-reduces with zero gradients until all are done. Two CPU processes (gloo) below, rank 0 with
+# one step and rank 1 with two, first without `Join`, then with it (`gpufeed.course.distributed.uneven_inputs`;
+# each run starts two fresh interpreters, a few seconds, and the first waits out a 3 s timeout):
+
+# %%
+from gpufeed.course.distributed import uneven_inputs
+
+for use_join in (False, True):
+    ranks = uneven_inputs((1, 2), join=use_join, timeout=3)
+    for r in ranks:
+        print(f"Join={use_join!s:>5}, rank {r['rank']}: {r['steps']} step(s), "
+              + (f"failed: {r['error'][:120]}" if r["error"] else "finished"))
+same = ranks[0]["weight"] == ranks[1]["weight"]
+display(Markdown(f"With `Join`, both ranks finished and their copies of the model are "
+                 f"{'identical' if same else '**not** identical'} after {ranks[1]['steps']} steps of rank 1."))
 
 # %% [markdown]
 # **The `set_epoch` trap.** `DistributedSampler` only knows the epoch you tell it. Forget
@@ -89,8 +150,6 @@ for kind in ("fast", "sampler"):
 # that wraps the sampler, move on by themselves each time you iterate.)
 
 # %%
-from torch.utils.data import DistributedSampler
-
 sampler = DistributedSampler(range(10), num_replicas=2, rank=0, shuffle=True, seed=0)
 forgot = [list(sampler) for _ in range(3)]
 told = []
@@ -243,12 +302,14 @@ cores, load_avg = os.cpu_count(), os.getloadavg()[0]
 scale = {p: by[f"{p}, 2 processes"].items_per_s / by[f"{p}, 1 process"].items_per_s for p in ("load", "train")}
 verdict = ("slower than one process" if max(scale.values()) < 1 else
            "about the ideal 2x" if min(scale.values()) >= 1.9 else "short of the ideal 2x")
-print(f"Two processes load {scale['load']:.2f}x and train {scale['train']:.2f}x the images/s of one: {verdict}. "
-      f"Per rank, training runs at {by['train, rank 0'].items_per_s:,.0f} and {by['train, rank 1'].items_per_s:,.0f} "
-      f"images/s against {by['train, 1 process'].items_per_s:,.0f} alone.")
-print(f"What limits it here: {cores} cores shared by both ranks, torchrun's agent, this kernel and everything "
-      f"else running (load average {load_avg:.1f}), and the gloo all-reduce of the gradients over loopback in "
-      f"every step. With one GPU per rank, each rank has its own compute, and the all-reduce runs over NVLink.")
+display(Markdown(
+    f"Two processes load {scale['load']:.2f}x and train {scale['train']:.2f}x the images/s of one: {verdict}. "
+    f"Per rank, training runs at {by['train, rank 0'].items_per_s:,.0f} and {by['train, rank 1'].items_per_s:,.0f} "
+    f"images/s against {by['train, 1 process'].items_per_s:,.0f} alone. What limits it here: {cores} cores shared by "
+    f"both ranks, torchrun's agent, this kernel and everything else running (load average {load_avg:.1f}), and the "
+    "gloo all-reduce of the gradients over loopback in every step. With one GPU per rank, each rank has its own "
+    "compute, and the all-reduce runs over whatever links the GPUs (NVLink where the machine has it, else PCIe; "
+    "`nvidia-smi topo -m` shows which)."))
 noisy = [m.name for m in one_ms + two_ms if m.noisy]
 if noisy or max(scale.values()) > 2.1:
     print(f"Caution: {len(noisy)} of {len(one_ms + two_ms)} measurements spread by more than 10%"
@@ -262,7 +323,10 @@ if noisy or max(scale.values()) > 2.1:
 # gpufeed.course.distributed ...`. Each rank takes GPU `LOCAL_RANK`, the backend is nccl, `FastLoader`
 # gathers each batch into pinned memory and copies it to the rank's GPU without blocking, and the
 # model (ResNet-18 here) trains in bfloat16. This cell needs CUDA; without it, it shows the committed
-# reference from a GPU machine.
+# reference from a GPU machine. On a machine with one GPU it runs as world size 1: one rank, no
+# all-reduce, so it measures one GPU's feed, not scaling. The batch per rank is 128, or less where
+# the dataset gives a rank fewer samples than that (quick mode: 256 images, so 85 on 3 GPUs):
+# training takes full batches only (`gpufeed.course.distributed.batch_per_rank`).
 
 # %%
 from gpufeed.measure import results
@@ -271,8 +335,10 @@ gpu_ms = []
 if S.cuda:
     import torch
 
+    from gpufeed.course.distributed import batch_per_rank
+
     gpus = torch.cuda.device_count()
-    gpu_args = ["--data", mm.path, "--batch-size", "128", "--epochs", str(config.pick(quick=3, full=5)),
+    gpu_args = ["--data", mm.path, "--batch-size", str(batch_per_rank(mm.n, gpus, 128)), "--epochs", str(config.pick(quick=3, full=5)),
                 "--train", "--model", "resnet18"]
     gpu_ms, gpu_doc = launch(gpus, gpu_args, work / "run-gpu.json", threads=max(1, cores // gpus))
     for m in gpu_ms:
@@ -318,10 +384,12 @@ print(f"saved to {saved}")
 # ## Key takeaways
 #
 # * One process per GPU (DDP), not one process driving all GPUs (DataParallel): each process has
-#   its own loader, and only gradients travel, overlapped with the backward pass.
+#   its own loader, and what travels is the gradients (overlapped with the backward pass) and the
+#   buffers, such as BatchNorm statistics, broadcast from rank 0.
 # * Each rank reads its own shard: disjoint, covering the epoch, reshuffled per epoch from a seed
 #   shared by all ranks. `DistributedSampler` pads with repeats for equal sizes and needs
-#   `set_epoch`; `FastLoader` never repeats; train with `drop_last` so every rank takes as many steps.
+#   `set_epoch`; `FastLoader` never repeats; train with `drop_last` so every rank takes as many steps,
+#   or with `Join` where they cannot.
 # * On one machine all ranks share one page cache: one copy of a memmap in RAM, read from disk once.
 # * Scaling needs resources per rank. On a small CPU-only machine the ranks share the cores and the
 #   gain stays below 2x; on GPUs each rank brings its own compute, and the loader must keep up with N

@@ -238,3 +238,35 @@ def test_plot_shards_draws_what_each_rank_reads():
     fig, (ax,) = plot_shards(8, 2, 1, kinds=("fast",), batch_size=2)
     assert sorted(t.get_text() for t in ax.texts) == ["b0"] * 4 + ["b1"] * 4
     plt.close(fig)
+
+
+# --- lesson 12: batch per rank, padding, uneven inputs --------------------------------------------
+
+def test_batch_per_rank_gives_every_rank_a_full_batch():
+    for world in range(1, 9):  # the notebook's quick mode: 256 images, batch 128 wanted, 1 to 8 GPUs
+        b = distributed.batch_per_rank(256, world, 128)
+        assert 1 <= b <= 128 and 256 // world >= b
+        steps = [len(make_loader((torch.arange(256),), b, "fast", rank=r, world_size=world, drop_last=True))
+                 for r in range(world)]
+        assert min(steps) >= 1 and len(set(steps)) == 1
+    assert distributed.batch_per_rank(256, 2, 128) == 128  # unchanged where it already worked
+    with pytest.raises(ValueError, match="3 samples over 4 ranks"):
+        distributed.batch_per_rank(3, 4, 128)
+
+
+def test_distributed_sampler_pads_imagenet_over_8_ranks_with_one_sample():
+    from torch.utils.data import DistributedSampler
+
+    n = 1_281_167  # ImageNet-1k's training set, as lesson 12 computes it
+    sampler = DistributedSampler(range(n), num_replicas=8, rank=0, shuffle=False)
+    assert len(sampler) * 8 - n == (-n) % 8 == 1
+    assert check_shards([shard(13, r, 8, kind="sampler") for r in range(8)], 13)["duplicates"] == (-13) % 8
+
+
+def test_uneven_inputs_fail_without_join_and_stay_equal_with_it():
+    without = distributed.uneven_inputs((1, 2), join=False, timeout=2)
+    assert without[0]["error"] is None and without[0]["steps"] == 1
+    assert without[1]["error"] is not None and without[1]["steps"] == 1  # stuck in its second all-reduce
+    joined = distributed.uneven_inputs((1, 2), join=True, timeout=2)
+    assert [r["steps"] for r in joined] == [1, 2] and all(r["error"] is None for r in joined)
+    assert joined[0]["weight"] == joined[1]["weight"]  # the copies of the model stayed equal

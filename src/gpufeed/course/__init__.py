@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib
 
-_MODULES = {'launch', 'prose', 'shards', 'quality', 'distributed', 'session', 'formats', 'explorer', 'efficiency', 'ladder', 'training', 'doctor', 'knobs', 'transfer', 'pagecache', 'timeline', 'trace', 'instrument', 'simulator', 'shuffles'}
+_MODULES = {'collate', 'distributed', 'doctor', 'efficiency', 'explorer', 'formats', 'instrument', 'knobs', 'ladder', 'launch', 'pagecache', 'prose', 'quality', 'session', 'shards', 'shuffles', 'simulator', 'timeline', 'trace', 'training', 'transfer'}
 
 __all__ = sorted(_MODULES)
 

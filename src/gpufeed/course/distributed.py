@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import queue
 import socket
 import sys
+import time
 import warnings
 from contextlib import contextmanager
 from datetime import timedelta
@@ -39,6 +41,26 @@ from gpufeed.measure.harness import Measurement, benchmark, save
 
 #: Up to this many samples, the JSON lists each rank's indices per epoch (beyond: digests only).
 RECORD_LIMIT = 4096
+
+
+def batch_per_rank(n: int, world_size: int, wanted: int) -> int:
+    """The largest batch up to ``wanted`` that gives each of ``world_size`` ranks one full batch of ``n`` samples.
+
+    Training uses full batches only (every rank must take as many steps), and each rank holds
+    ``n // world_size`` samples, so a batch larger than that leaves a rank with no step at all:
+    256 images in batches of 128 run on 1 or 2 GPUs, but not on 3 (85 samples a rank).
+
+    Raises:
+        ValueError: fewer samples than ranks (no batch size helps).
+
+    Example:
+        >>> batch_per_rank(256, 2, 128), batch_per_rank(256, 3, 128), batch_per_rank(256, 8, 128)
+        (128, 85, 32)
+    """
+    if n < world_size:
+        raise ValueError(f"{n} samples over {world_size} ranks leave a rank with none; use a larger dataset "
+                         "or fewer processes (--nproc-per-node)")
+    return max(1, min(wanted, n // world_size))
 
 
 def tiny_cnn(num_classes: int, seed: int = 0) -> torch.nn.Sequential:
@@ -312,3 +334,81 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# --- uneven inputs: what happens without Join, and with it (taught in lesson 12) ---------------
+
+def _uneven_worker(rank: int, world_size: int, steps: list[int], use_join: bool, init_method: str, timeout: float,
+                   results) -> None:
+    """One rank of :func:`uneven_inputs`: ``steps[rank]`` DDP steps of a linear model on gloo."""
+    from contextlib import nullcontext
+
+    import torch.distributed as dist
+    from torch.distributed.algorithms.join import Join
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.set_num_threads(1)
+    ifname = loopback_ifname()
+    if ifname:
+        os.environ["GLOO_SOCKET_IFNAME"] = ifname  # one machine: meet over loopback
+    dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world_size,
+                            timeout=timedelta(seconds=timeout))
+    torch.manual_seed(0)
+    model = DDP(torch.nn.Linear(4, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    out = {"rank": rank, "steps": 0, "error": None, "weight": None}
+    try:
+        with Join([model]) if use_join else nullcontext():  # Join: finished ranks shadow the others' all-reduces
+            for _ in range(steps[rank]):
+                loss = model(torch.randn(8, 4)).square().mean()
+                optimizer.zero_grad()
+                loss.backward()  # all-reduce of the gradients: every rank must take part
+                optimizer.step()
+                out["steps"] += 1
+            if not use_join:  # stay alive a while, as a rank busy evaluating would: the others meet the timeout
+                time.sleep(timeout + 1)
+        out["weight"] = model.module.weight.detach().flatten().tolist()
+    except Exception as e:  # the rank left waiting: a timeout, or the peer's closed connection
+        out["error"] = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:200]}"
+    results.put(out)
+    if out["error"] is None:
+        dist.destroy_process_group()
+
+
+def uneven_inputs(steps=(2, 4), *, join: bool = True, timeout: float = 5.0) -> list[dict]:
+    """Trains a linear model in DDP on ``len(steps)`` CPU processes (gloo), rank r taking ``steps[r]`` steps.
+
+    Without ``join``, a rank that runs out of batches stops calling the all-reduce that the others
+    still wait in: they fail once ``timeout`` seconds pass (here the finished rank stays alive that
+    long; had it exited, its closed connection would fail them at once). With ``join`` (``torch.distributed.algorithms.join.Join``),
+    finished ranks take part with zero gradients until every rank is done, and all the copies of
+    the model stay equal. Processes are started with ``spawn`` (a fresh interpreter each, a few
+    seconds).
+
+    Returns:
+        one dict per rank, by rank: ``steps`` taken, ``error`` (None or one line), ``weight`` (the
+        final weights, a list, None after an error).
+    """
+    ctx = torch.multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    init = f"tcp://127.0.0.1:{free_port()}"
+    procs = [ctx.Process(target=_uneven_worker, args=(r, len(steps), list(steps), join, init, timeout, results))
+             for r in range(len(steps))]
+    for p in procs:
+        p.start()
+    got, deadline = [], time.monotonic() + timeout + 120  # spawn start-up + the collective timeout
+    try:
+        while len(got) < len(procs):
+            try:
+                got.append(results.get(timeout=0.5))
+            except queue.Empty:
+                if time.monotonic() > deadline or not any(p.is_alive() for p in procs):
+                    raise RuntimeError(f"uneven_inputs: {len(procs) - len(got)} rank(s) died or hung without a "
+                                       "result; see their output above") from None
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():  # stuck in a collective that never returns: do not leave it behind
+                p.kill()
+                p.join()
+    return sorted(got, key=lambda r: r["rank"])

@@ -1,0 +1,74 @@
+"""gpufeed.course.collate: the worker-side DeviceCollate, DataParallel's split and DDP's move of nests (lesson 07)."""
+
+import pickle
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data._utils.collate import default_collate
+
+from gpufeed.course.collate import DeviceCollate, dataparallel_split, ddp_move, worker_cuda_cost
+from gpufeed.data.movers import DetectionDataset, detection_collate, equal, leaves
+
+
+def nest_samples(n=4):
+    return [{"image": torch.full((3, 2, 2), i, dtype=torch.uint8), "meta": (torch.tensor([i, -i]), f"id{i}")}
+            for i in range(n)]
+
+
+def test_device_collate_pickles_by_reference_and_collates_like_default_collate():
+    c = pickle.loads(pickle.dumps(DeviceCollate("cuda:1", non_blocking=False)))  # what a spawn worker receives
+    assert (c.device, c.non_blocking) == ("cuda:1", False)
+    assert b"gpufeed.course.collate" in pickle.dumps(DeviceCollate())  # importable by module and name
+    samples = nest_samples()
+    assert equal(DeviceCollate("cpu")(samples), default_collate(samples))
+
+
+def test_device_collate_in_spawned_workers_gives_the_same_batches():
+    data = TensorDataset(torch.arange(12).view(6, 2), torch.arange(6))
+    plain = list(DataLoader(data, batch_size=2))
+    spawned = list(DataLoader(data, batch_size=2, num_workers=1, multiprocessing_context="spawn",
+                              persistent_workers=True, collate_fn=DeviceCollate("cpu")))
+    assert len(plain) == len(spawned) and all(equal(a, b) for a, b in zip(plain, spawned))
+
+
+def test_dataparallel_split_cuts_every_tensor_in_the_nest_along_dim_0():
+    images = torch.zeros(4, 3, 8, 8)
+    targets = [{"boxes": torch.rand(k, 4), "labels": torch.arange(k)} for k in (2, 3, 4, 5)]
+    parts = dataparallel_split({"images": images, "targets": targets}, 2)
+    assert [p["images"].shape[0] for p in parts] == [2, 2]
+    for i, t in enumerate(targets):  # each replica gets every image's targets, each cut in two: not 2 images' worth
+        assert all(len(p["targets"]) == 4 for p in parts)
+        assert torch.equal(torch.cat([p["targets"][i]["boxes"] for p in parts]), t["boxes"])
+    one_box = dataparallel_split({"images": images, "targets": [{"boxes": torch.rand(1, 4)}] * 4}, 2)
+    assert len(one_box) == 1  # a tensor cut into fewer pieces than replicas: zip keeps only that many
+    ds = DetectionDataset(4, size=8)
+    with pytest.raises(RuntimeError, match="1-dimensional"):
+        dataparallel_split(detection_collate([ds[i] for i in range(4)]), 2)  # its 0-d image_id tensors
+
+
+def test_ddp_move_keeps_the_nest_whole():
+    ds = DetectionDataset(3, size=8)
+    batch = detection_collate([ds[i] for i in range(3)])
+    moved = ddp_move(batch, "cpu")
+    assert equal(moved, batch) and len(leaves(moved)) == len(leaves(batch))
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU here: the workers' copies need one")
+def test_device_collate_delivers_cuda_batches_from_spawned_workers():
+    data = TensorDataset(torch.arange(24, dtype=torch.float32).view(12, 2), torch.arange(12))
+    loader = DataLoader(data, batch_size=4, num_workers=2, multiprocessing_context="spawn", persistent_workers=True,
+                        collate_fn=DeviceCollate("cuda"))
+    got = list(loader)
+    assert all(t.is_cuda for b in got for t in b)
+    assert torch.equal(torch.cat([b[0].cpu() for b in got]), data.tensors[0])
+    cost = worker_cuda_cost(data, batch_size=4, num_workers=2, epochs=1)
+    assert set(cost) == {"main process", "in the workers"} and all(len(c["epoch_s"]) == 1 for c in cost.values())
+
+
+def test_worker_cuda_cost_says_it_needs_a_gpu():
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here")
+    with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
+        worker_cuda_cost(TensorDataset(torch.zeros(2)), batch_size=1, num_workers=1)
