@@ -80,7 +80,7 @@ def setup_source(number: str) -> str:
         '        f.write(f"torch=={torch.__version__}\\n")',
         f'    pip = [sys.executable, "-m", "pip", "install", "-q", "-c", "{COLAB_CONSTRAINTS}"]',
         f'    subprocess.run([*pip, "--no-deps", "gpufeed @ git+{repo_url()}@main"], check=True)',
-        '    subprocess.run([*pip, "tensordict"], check=True)',
+        '    subprocess.run([*pip, "tensordict", "imageio-ffmpeg"], check=True)',
     ]
     if "dali" in COLAB_EXTRAS.get(number, []):
         lines += [
