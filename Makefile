@@ -2,7 +2,10 @@
 #   make lab     JupyterLab on notebooks/ (LAB_ARGS=--no-browser to run headless)
 #   make test    lint, unit tests, doctests, notebook checks, every notebook in quick mode
 #   make bench   this machine's ceilings: JSON + plots under the results folder
-#   make test-gpu  every notebook in full mode on a CUDA GPU, results into results/ (fails without CUDA)
+#   make test-oldest  the unit tests, doctests and quick notebooks with the oldest torch pyproject allows
+#   make test-gpu  every notebook in full mode on a CUDA GPU, results into results/ (fails without CUDA);
+#                  LESSONS="03 08" runs only those lessons; offline with the wheelhouse when there is one
+#   make wheelhouse  (with internet) the wheels an offline GPU node lacks, into wheelhouse/
 #   make notebooks  regenerate notebooks/*.ipynb from their .py sources
 
 SHELL := /bin/bash
@@ -19,7 +22,7 @@ RUN := $(UV) run --no-sync
 # torchrun rank compiles torch from source on import (where PYTHONDONTWRITEBYTECODE is set, each did).
 SYNC := $(UV) sync --locked --extra dali --compile-bytecode
 
-.PHONY: env lab test test-gpu test-browser browser-deps peers-deps bench notebooks lint slides slides-deps clean
+.PHONY: env lab test test-oldest test-gpu node-env wheelhouse test-browser browser-deps peers-deps bench notebooks lint slides slides-deps clean
 
 $(CURDIR)/.uv/bin/uv:
 	$(PYTHON) -m venv $(CURDIR)/.uv
@@ -79,10 +82,54 @@ slides-deps:
 slides: slides-deps
 	cd slides && ./node_modules/.bin/slidev build --out dist --base ./
 
-test-gpu: env
-	$(RUN) python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'test-gpu: no CUDA GPU visible')"
+# The oldest versions pyproject.toml allows of what the course leans on most (tests/test_workflows.py
+# checks them against pyproject's floors), in a second venv beside .venv: the same tests as
+# `make test`, so that an API newer than the floor fails here rather than on a learner's machine.
+OLDEST := torch==2.11.* torchvision==0.26.* tensordict==0.10.*
+OLDEST_VENV ?= $(CURDIR)/.venv-oldest
+test-oldest: | $(UV)
+	$(UV) venv --quiet --allow-existing $(OLDEST_VENV)
+	$(UV) pip install --quiet --compile-bytecode --python $(OLDEST_VENV)/bin/python -e . --group dev $(foreach r,$(OLDEST),"$(r)")
+	$(OLDEST_VENV)/bin/python -c "import torch, torchvision, tensordict as t; print('test-oldest: torch', torch.__version__, 'torchvision', torchvision.__version__, 'tensordict', t.__version__)"
+	GPUFEED_QUICK=1 $(IN_NETNS) $(OLDEST_VENV)/bin/python -m pytest --nbmake --nbmake-timeout=900 -m "not browser" $(PYTEST_ARGS)
+
+# An offline GPU node (Python, torch and torchvision installed; no internet): on a machine with
+# internet, `make wheelhouse` collects the wheels the node lacks for its Python and platform
+# (WHEELHOUSE_ARGS="--python 3.12 --glibc 2.28 --have torch,torchvision,numpy,pillow,matplotlib
+# --dali"; see tools/wheelhouse.py), then copy the checkout with wheelhouse/ to the node.
+WHEELHOUSE ?= $(CURDIR)/wheelhouse
+WHEELHOUSE_ARGS ?=
+wheelhouse: env
+	$(RUN) python tools/wheelhouse.py collect --out $(WHEELHOUSE) --pip "$(UV) tool run pip" $(WHEELHOUSE_ARGS)
+
+# On the node: a venv that sees the node's own torch, the wheelhouse installed without an index,
+# and this checkout's src/ on the path (a .pth file: nothing to build).
+NODE_PYTHON ?= python3
+NODE_VENV ?= $(CURDIR)/.venv-node
+node-env: $(NODE_VENV)/.installed
+$(NODE_VENV)/.installed: $(WHEELHOUSE)/requirements.txt
+	$(NODE_PYTHON) -m venv --system-site-packages $(NODE_VENV)
+	$(NODE_VENV)/bin/python -m pip install --quiet --no-index --find-links $(WHEELHOUSE) -r $(WHEELHOUSE)/requirements.txt
+	echo "$(CURDIR)/src" > "$$($(NODE_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/gpufeed-checkout.pth"
+	touch $@
+
+# make test-gpu: with wheelhouse/ present, offline in the node's venv; else with uv and .venv.
+# LESSONS=all: the whole suite (the `cuda` tests included) and every notebook in full mode;
+# LESSONS="03 08": only those notebooks (a run of a few stays under ten minutes); "tests": only
+# the `cuda` tests. The check first prints torch, CUDA and the GPU, and stops without CUDA.
+LESSONS ?= all
+ifneq ($(wildcard $(WHEELHOUSE)/requirements.txt),)
+GPU_ENV := node-env
+GPU_PYTHON := $(NODE_VENV)/bin/python
+else
+GPU_ENV := env
+GPU_PYTHON := $(RUN) python
+endif
+GPU_TESTS := $(if $(filter all,$(LESSONS)),,$(foreach n,$(filter-out tests,$(LESSONS)),$(or $(wildcard notebooks/$(n)_*.ipynb),$(error LESSONS: no notebooks/$(n)_*.ipynb))) $(if $(filter tests,$(LESSONS)),-m cuda tests src))
+test-gpu: $(GPU_ENV)
+	$(GPU_PYTHON) tools/wheelhouse.py check
 	GPUFEED_QUICK=0 GPUFEED_REQUIRE_CUDA=1 GPUFEED_RESULTS=$(CURDIR)/results \
-		$(RUN) pytest --nbmake --nbmake-timeout=3600 $(PYTEST_ARGS)
+		$(GPU_PYTHON) -m pytest --nbmake --nbmake-timeout=3600 -m "not browser" $(GPU_TESTS) $(PYTEST_ARGS)
 
 bench: env
 	$(RUN) python -m gpufeed bench $(BENCH_ARGS)
@@ -91,4 +138,4 @@ notebooks: env
 	$(RUN) python tools/notebooks.py build
 
 clean:
-	rm -rf .venv .uv
+	rm -rf .venv .uv .venv-oldest .venv-node

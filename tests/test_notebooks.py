@@ -2,6 +2,7 @@
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -77,8 +78,34 @@ def test_cells_are_short(path):
             assert len(c["source"]) <= 40, f"{path.name}: a {len(c['source'])}-line cell; split it"
 
 
-def test_percent_parser_round_trip():
-    parsed = builder.parse_percent("# %% [markdown]\n# # 00 · T\n#\n# text\n\n# %%\nx = 1\n\n# %%\ny = 2\n")
-    assert parsed == [("markdown", "# 00 · T\n\ntext"), ("code", "x = 1"), ("code", "y = 2")]
-    with pytest.raises(ValueError):
-        builder.parse_percent("# %% [markdown]\nnot a comment\n")
+def test_the_builder_reads_sources_with_jupytext(tmp_path):
+    src = tmp_path / "00_t.py"
+    src.write_text("# %% [markdown]\n# # 00 · T\n#\n# text\n\n# %%\nx = 1\n\n# %%\ny = 2\n")
+    assert builder.read_cells(src) == [("markdown", "# 00 · T\n\ntext"), ("code", "x = 1"), ("code", "y = 2")]
+    src.write_text("# %%\nx = 1\n")
+    with pytest.raises(ValueError, match="first cell must be markdown"):
+        builder.build(src)
+
+
+def test_jupyterlab_opens_a_source_as_a_notebook_and_saves_it_unchanged(tmp_path):
+    """What `make lab` does with notebooks/NN_topic.py: jupytext's contents manager (its server
+    extension is installed with the environment) opens it as a notebook; saving it after a run
+    (outputs, kernel metadata, cell tags) writes back the same text, and no paired .ipynb."""
+    contents = pytest.importorskip("jupyter_server.services.contents.filemanager")
+    from jupytext.sync_contentsmanager import build_sync_jupytext_contents_manager_class
+
+    source = builder.sources()[0]
+    shutil.copy(ROOT / "notebooks" / "jupytext.toml", tmp_path)
+    shutil.copy(source, tmp_path)
+    manager = build_sync_jupytext_contents_manager_class(contents.FileContentsManager)(root_dir=str(tmp_path))
+    model = manager.get(source.name)
+    assert model["type"] == "notebook"
+    notebook = model["content"]
+    assert [(c.cell_type, c.source) for c in notebook.cells] == builder.read_cells(source)
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    code = next(c for c in notebook.cells if c.cell_type == "code")
+    code.outputs, code.execution_count = [{"output_type": "stream", "name": "stdout", "text": "1\n"}], 1
+    code.metadata["tags"] = ["ran"]
+    manager.save({"type": "notebook", "content": notebook}, source.name)
+    assert (tmp_path / source.name).read_text() == source.read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["jupytext.toml", source.name])

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from test_environment import pyproject_lists  # tests/test_environment.py
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOWS = ROOT / ".github" / "workflows"
@@ -52,7 +53,8 @@ def test_cpu_workflow_runs_ci_run_on_python_311_and_keeps_the_screenshots():
     assert str(job["env"]["UV_PYTHON"]) == "3.11", "uv builds .venv with that same Python"
     assert "bash .ci/run" in runs(doc), "CI runs what .ci/run runs"
     ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
-    assert ci[-2:] == ["make test", "make test-browser"], "the README's test command, then the browser tests"
+    assert ci[-3:] == ["make test", "make test-oldest", "make test-browser"], (
+        "the README's test command, the oldest supported versions, then the browser tests")
     assert "make test " in (ROOT / "README.md").read_text()
     assert [u["with"]["path"] for u in uploads(doc)] == ["out/test-artifacts"]
 
@@ -68,6 +70,15 @@ def test_gpu_workflow_runs_make_test_gpu_on_the_self_hosted_gpu_runner():
     assert [u["with"]["path"].rstrip("/") for u in uploads(doc)] == ["results"]
     makefile = (ROOT / "Makefile").read_text()
     target = makefile[makefile.index("\ntest-gpu:"):].split("\n\n")[0]
-    assert "torch.cuda.is_available()" in target and "GPUFEED_REQUIRE_CUDA=1" in target, (
+    assert "tools/wheelhouse.py check" in target and "GPUFEED_REQUIRE_CUDA=1" in target, (
         "make test-gpu fails without CUDA instead of running on the CPU")
     assert "GPUFEED_RESULTS=$(CURDIR)/results" in target, "make test-gpu writes the results it uploads"
+
+
+def test_make_test_oldest_installs_the_floors_of_pyproject():
+    """`make test-oldest` pins torch, torchvision and tensordict to the lowest versions pyproject allows."""
+    deps = pyproject_lists()[0]
+    floors = {m.group(1): m.group(2) for d in deps if (m := re.fullmatch(r"([\w-]+)>=([\d.]+)", d))}
+    makefile = (ROOT / "Makefile").read_text()
+    oldest = re.search(r"^OLDEST := (.*)$", makefile, re.M).group(1).split()
+    assert oldest == [f"{name}=={floors[name]}.*" for name in ("torch", "torchvision", "tensordict")]

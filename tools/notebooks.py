@@ -13,16 +13,21 @@ Usage::
     python tools/notebooks.py build    # write every .ipynb from its .py
     python tools/notebooks.py check    # exit 1 if any .ipynb is out of date (the tests run this)
 
-Source format (jupytext "percent"): ``# %%`` starts a code cell, ``# %% [markdown]`` a markdown cell
-whose lines start with ``# ``. The first cell is markdown and starts with ``# NN · Title``.
+Source format: jupytext's "percent" format, read with jupytext itself (``# %%`` starts a code cell,
+``# %% [markdown]`` a markdown cell whose lines start with ``# ``); the notebook is written with
+nbformat. The first cell is markdown and starts with ``# NN · Title``. JupyterLab opens the sources
+as notebooks through jupytext's contents manager (``notebooks/jupytext.toml``); the sources are not
+paired with the ``.ipynb`` files, which only this builder writes.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from pathlib import Path
+
+import jupytext
+import nbformat
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
@@ -80,7 +85,7 @@ def setup_source(number: str) -> str:
         '        f.write(f"torch=={torch.__version__}\\n")',
         f'    pip = [sys.executable, "-m", "pip", "install", "-q", "-c", "{COLAB_CONSTRAINTS}"]',
         f'    subprocess.run([*pip, "--no-deps", "gpufeed @ git+{repo_url()}@main"], check=True)',
-        '    subprocess.run([*pip, "tensordict", "imageio-ffmpeg"], check=True)',
+        '    subprocess.run([*pip, "tensordict", "imageio-ffmpeg"], check=True)  # ffmpeg for lesson 04',
     ]
     if "dali" in COLAB_EXTRAS.get(number, []):
         lines += [
@@ -102,30 +107,15 @@ def footer(path: Path) -> str:
     return "---\nThis is the last lesson of the course so far. Back to the [course overview](../README.md)."
 
 
-def parse_percent(text: str) -> list[tuple[str, str]]:
-    """``(cell_type, source)`` pairs from a percent-format script."""
-    cells: list[tuple[str, list[str]]] = []
-    for line in text.splitlines():
-        m = re.match(r"^# %%(.*)$", line)
-        if m:
-            cells.append(("markdown" if "[markdown]" in m.group(1) else "code", []))
-            continue
-        if not cells:
-            if line.strip():
-                raise ValueError(f"text before the first '# %%': {line!r}")
-            continue
-        kind, body = cells[-1]
-        if kind == "markdown":
-            if line.strip() and not line.startswith("#"):
-                raise ValueError(f"markdown line without '# ': {line!r}")
-            line = line[2:] if line.startswith("# ") else line[1:]
-        body.append(line)
-    return [(k, "\n".join(b).strip("\n")) for k, b in cells]
+def read_cells(source: Path) -> list[tuple[str, str]]:
+    """``(cell_type, source)`` pairs of a percent-format script, as jupytext reads it."""
+    notebook = jupytext.read(source, fmt="py:percent")
+    return [(cell.cell_type, cell.source) for cell in notebook.cells]
 
 
-def build(source: Path) -> dict:
-    """The notebook (as a JSON-ready dict) for one percent-format source."""
-    cells = parse_percent(source.read_text())
+def build(source: Path) -> nbformat.NotebookNode:
+    """The notebook for one percent-format source: its cells plus the badge, setup cell and footer."""
+    cells = read_cells(source)
     if not cells or cells[0][0] != "markdown" or not re.match(r"# \d\d · ", cells[0][1]):
         raise ValueError(f"{source}: the first cell must be markdown starting with '# NN · Title'")
     title, _, rest = cells[0][1].partition("\n")
@@ -136,25 +126,23 @@ def build(source: Path) -> dict:
         *cells[1:],
         ("markdown", footer(ipynb)),
     ]
-    out = []
-    for i, (kind, src) in enumerate(cells):
-        cell = {"cell_type": kind, "id": f"c{i:03d}", "metadata": {}, "source": src.splitlines(keepends=True)}
-        if kind == "code":
-            cell.update(execution_count=None, outputs=[])
-        out.append(cell)
-    return {
-        "cells": out,
-        "metadata": {
+    new = {"markdown": nbformat.v4.new_markdown_cell, "code": nbformat.v4.new_code_cell}
+    notebook = nbformat.v4.new_notebook(
+        cells=[new[kind](src, id=f"c{i:03d}") for i, (kind, src) in enumerate(cells)],
+        # No jupytext metadata: the notebook is not paired; the same kernel everywhere.
+        metadata={
             "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
             "language_info": {"name": "python"},
         },
-        "nbformat": 4,
-        "nbformat_minor": 5,
-    }
+    )
+    notebook.nbformat_minor = 5  # cell ids
+    nbformat.validate(notebook)
+    return notebook
 
 
 def render(source: Path) -> str:
-    return json.dumps(build(source), indent=1, ensure_ascii=False) + "\n"
+    """The ``.ipynb`` text for one source, as nbformat writes it (stable: sorted keys, indent 1)."""
+    return nbformat.writes(build(source)) + "\n"
 
 
 def sources() -> list[Path]:
