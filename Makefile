@@ -22,7 +22,7 @@ RUN := $(UV) run --no-sync
 # torchrun rank compiles torch from source on import (where PYTHONDONTWRITEBYTECODE is set, each did).
 SYNC := $(UV) sync --locked --extra dali --compile-bytecode
 
-.PHONY: env lab test test-oldest test-gpu node-env wheelhouse test-browser browser-deps peers-deps bench notebooks lint slides slides-deps clean
+.PHONY: env lab test test-oldest test-peers test-gpu node-env wheelhouse test-browser browser-deps peers-deps bench notebooks lint slides slides-deps clean
 
 $(CURDIR)/.uv/bin/uv:
 	$(PYTHON) -m venv $(CURDIR)/.uv
@@ -50,7 +50,6 @@ test: lint
 
 # Tests in a real browser (Debian's chromium, driven headless): the slide deck and JupyterLab.
 # Installs what they need first, so it needs the network (and root for apt) on a fresh machine.
-CHROMIUM ?= /usr/bin/chromium
 # The peer loaders of `gpufeed bench --peers` (FFCV, SPDL, torchdata) and the Debian libraries they
 # build or run against, installed with apt-get when root and missing; then the `peers` extra.
 PEERS_APT = libturbojpeg0-dev libopencv-dev pkg-config libavdevice59 libavfilter8 libavformat59 libavcodec59 libswscale6
@@ -59,8 +58,13 @@ peers-deps: env
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update && apt-get install -y --no-install-recommends $$missing; \
 	  else echo "peers-deps: install these Debian packages first (as root): $$missing"; exit 1; fi; fi
-	$(UV) pip install --python .venv -e '.[peers]'
+	$(SYNC) --extra peers
 
+# The peers' adapters, each run on a tiny dataset (tests/test_peers.py; skipped where a peer is missing).
+test-peers: peers-deps
+	GPUFEED_QUICK=1 GPUFEED_REQUIRE_PEERS=1 $(IN_NETNS) $(RUN) pytest tests/test_peers.py src/gpufeed/measure/peers.py $(PYTEST_ARGS)
+
+CHROMIUM ?= /usr/bin/chromium
 browser-deps:
 	@if [ ! -x "$(CHROMIUM)" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		echo "browser-deps: installing Debian's chromium with apt-get"; \

@@ -1,9 +1,20 @@
-"""Each peer loader, where installed, makes normalised float32 crops of the tiny dataset."""
+"""Each peer loader, where installed, makes normalised float32 crops of the tiny dataset.
+
+With ``GPUFEED_REQUIRE_PEERS=1`` (``make test-peers``, CI) a missing peer fails instead of skipping."""
+
+import os
 
 import pytest
 import torch
 
 from gpufeed.measure import peers, pipelines
+
+
+def need(name: str) -> None:
+    if not peers.available()[name]:
+        if os.environ.get("GPUFEED_REQUIRE_PEERS") == "1":
+            pytest.fail(f"{name} is not installed, and GPUFEED_REQUIRE_PEERS=1: run make peers-deps")
+        pytest.skip(f"{name} not installed (make peers-deps)")
 
 
 @pytest.fixture(scope="module")
@@ -14,8 +25,7 @@ def tiny(tmp_path_factory):
 
 @pytest.mark.parametrize("name", sorted(peers.PEERS))
 def test_peer_epoch_in_its_own_process(tiny, name):
-    if not peers.available()[name]:
-        pytest.skip(f"{name} not installed (make peers-deps)")
+    need(name)
     data, w = tiny
     logged = []
     (m,) = peers.measure_all(data, w, threads=1, repeats=1, names=[name], log=logged.append)
@@ -24,8 +34,7 @@ def test_peer_epoch_in_its_own_process(tiny, name):
 
 @pytest.mark.parametrize("name", sorted(peers.PEERS))
 def test_peer_epoch_makes_every_full_batch(tiny, name):
-    if not peers.available()[name]:
-        pytest.skip(f"{name} not installed (make peers-deps)")
+    need(name)
     data, w = tiny
     epoch = peers.make_epoch(name, data, w, threads=1)
     assert epoch() == w.n // w.batch * w.batch
