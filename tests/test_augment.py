@@ -17,10 +17,10 @@ from gpufeed.data.augment import (
     crop_resize,
     draw_params,
     finish,
-    flip,
     resample_weights,
 )
 from gpufeed.data.memmap import MemmapError, build_memmap
+from gpufeed.data.transforms import flip
 from gpufeed.measure.synth import synth_folder
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
