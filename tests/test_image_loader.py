@@ -182,3 +182,25 @@ def test_front_door_in_steady_state_never_syncs_the_host(mm):
     next(it)  # the first batch of an epoch: the producer thread starts, allocations
     with no_host_sync():
         assert consume_on_the_gpu(it) == len(loader) - 1
+
+
+def test_the_readme_example_runs(tmp_path, monkeypatch):
+    """README.md's "Use it in your own training" block, run as written on a tiny generated folder
+    (only the folder names and the sizes are swapped for small ones)."""
+    import pathlib
+    import re
+
+    readme = (pathlib.Path(__file__).parents[1] / "README.md").read_text()
+    section = readme.split("## Use it in your own training", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    assert 10 <= len(code.strip().splitlines()) <= 17
+    synth_folder(tmp_path / "my_images", n=6, size=(48, 40), classes=2, progress=False)
+    for old, new in {"size=(256, 256)": "size=(40, 40)", "batch_size=64": "batch_size=3", "crop=224": "crop=32",
+                     "range(2)": "range(1)"}.items():
+        assert old in code, f"the README example no longer has {old!r}: update this test"
+        code = code.replace(old, new)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    scope = {}
+    exec(compile(code, "README.md", "exec"), scope)
+    assert scope["loss"].isfinite() and scope["images"].shape == (3, 3, 32, 32)
