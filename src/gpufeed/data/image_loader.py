@@ -35,7 +35,7 @@ from collections.abc import Iterator
 
 import torch
 
-from gpufeed.data.loader import FastLoader, seeded_generator
+from gpufeed.data.loader import BufferRing, FastLoader, seeded_generator
 from gpufeed.data.memmap import load_memmap
 from gpufeed.data.prefetch import CudaPrefetcher, ThreadPrefetcher
 from gpufeed.data.transforms import IMAGENET_MEAN, IMAGENET_STD, DeviceAugment
@@ -106,15 +106,14 @@ class ImageLoader:
         self.cuda = self.device.type == "cuda"
         if self.cuda and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
-        # The gathered uint8 batches never reach the caller (the augmentation writes new memory),
-        # so on the CPU they can always be gathered into a ring: one in the queue per `depth`, one
-        # being gathered, one being augmented. On CUDA: fresh pinned memory from torch's caching
-        # host allocator, which keeps each block until the copy out of it is done.
-        ring = 0 if self.cuda else depth + 2
+        # CUDA: gathered into fresh pinned memory from torch's caching host allocator, which keeps
+        # each block until the copy out of it is done; CPU: into a ring (see _on_host).
         self.loader = FastLoader((data.images, data.targets), batch_size, shuffle=shuffle, seed=seed,
-                                 drop_last=drop_last, rank=rank, world_size=world_size, reuse_buffers=ring,
-                                 pin_memory=self.cuda)
+                                 drop_last=drop_last, rank=rank, world_size=world_size, pin_memory=self.cuda)
         self.epoch = 0
+        # CPU: (gather ring, augmentation) pairs of finished epochs, for the next ones: fresh memory
+        # costs a page fault per 4 KiB each epoch (buffers over 32 MiB go back to the OS when freed)
+        self._spare: list[tuple[BufferRing, DeviceAugment]] = []
 
     def __len__(self) -> int:
         """Batches per epoch on this rank."""
@@ -128,37 +127,50 @@ class ImageLoader:
         """The sample indices of each batch of an epoch (default: the next one) on this rank."""
         return self.loader.indices(self.epoch if epoch is None else epoch)
 
-    def augmentation(self, epoch: int) -> DeviceAugment:
-        """Epoch ``epoch``'s crop/flip/normalise, its generator seeded by ``(seed, epoch, rank)``."""
-        return DeviceAugment(self.crop, mean=self.mean, std=self.std, flip=self.flip, dtype=self.dtype,
-                             buffers=self.reuse_buffers, generator=seeded_generator(self.seed, epoch, self.rank, 1))
+    def augmentation(self, epoch: int, augment: DeviceAugment | None = None) -> DeviceAugment:
+        """Epoch ``epoch``'s crop/flip/normalise, its generator seeded by ``(seed, epoch, rank)``
+        (``augment``: one to reuse, with its buffers)."""
+        generator = seeded_generator(self.seed, epoch, self.rank, 1)
+        if augment is None:
+            return DeviceAugment(self.crop, mean=self.mean, std=self.std, flip=self.flip, dtype=self.dtype,
+                                 buffers=self.reuse_buffers, generator=generator)
+        augment.generator = generator
+        return augment
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         epoch, self.epoch = self.epoch, self.epoch + 1  # now, not at the first next()
-        self.loader.set_epoch(epoch)
-        augment = self.augmentation(epoch)
-        host = ThreadPrefetcher(self._gathered(iter(self.loader)), depth=self.depth)  # gathers on a thread
         if self.cuda:
+            augment = self.augmentation(epoch)
+            host = ThreadPrefetcher(self._gathered(self.loader.epoch_batches(epoch)), depth=self.depth)
+
             def on_gpu(batch):  # on the side stream, after the copy
                 images, targets = batch
                 return augment(images), targets
 
             return iter(CudaPrefetcher(host, self.device, depth=self.depth, pin_memory=False, transform=on_gpu))
-        return self._on_host(host, augment)
+        return self._on_host(epoch)
 
     def _gathered(self, batches: Iterator) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """The loader's batches, on the producer thread (whose current CUDA device is set first, as
+        """CUDA: the loader's batches, on the producer thread (whose current CUDA device is set first, as
         torch's pin-memory thread does: pinned memory then belongs to our device)."""
         if self.cuda:
             torch.cuda.set_device(self.device)
         yield from batches
 
-    def _on_host(self, host: ThreadPrefetcher, augment: DeviceAugment) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def _on_host(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        # The gathered uint8 batches never reach the caller (the augmentation writes other memory),
+        # so they are gathered into a ring: one batch per place in the queue (`depth`), one being
+        # gathered, one being augmented. The ring is this iterator's until it ends.
+        ring, augment = self._spare.pop() if self._spare else (BufferRing(self.loader, self.depth + 2), None)
+        augment = self.augmentation(epoch, augment)
         other = self.device.type != "cpu"  # another accelerator (e.g. mps): copy, then augment there
-        with host as batches:
-            for images, targets in batches:
-                if other:
-                    images, targets = images.to(self.device), targets.to(self.device)
-                else:
-                    targets = targets.clone()  # the gather buffer is reused: the caller gets its own copy
-                yield augment(images), targets
+        try:
+            with ThreadPrefetcher(self.loader.epoch_batches(epoch, ring), depth=self.depth) as batches:
+                for images, targets in batches:
+                    if other:
+                        images, targets = images.to(self.device), targets.to(self.device)
+                    else:
+                        targets = targets.clone()  # from the reused ring: the caller gets its own copy
+                    yield augment(images), targets
+        finally:  # the thread has stopped (the with block joined it): the next epoch may take them
+            self._spare.append((ring, augment))

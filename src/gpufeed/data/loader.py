@@ -216,6 +216,7 @@ class FastLoader:
         if self.device is not None and self.device.type == "cuda" and not torch.cuda.is_available():
             raise ValueError("FastLoader: device='cuda' but torch sees no GPU; pass device=None to stay on the CPU")
         self.epoch = 0
+        self._spare: list[BufferRing] = []  # rings of finished iterators, for the next ones
 
     def set_epoch(self, epoch: int) -> None:
         """The epoch the next iteration uses (each iteration then moves on by one)."""
@@ -277,14 +278,25 @@ class FastLoader:
         return torch.cuda.device(self.device) if cuda else contextlib.nullcontext()
 
     def _epoch(self, epoch: int) -> Iterator:
-        ring = None
-        if self.reuse_buffers:
-            with self._on_device():
-                ring = _Ring(self)  # this iterator's own buffers: two live iterators never share them
-        for idx in self._index_batches(epoch):
-            yield self._fetch(idx.sort().values if self.sort_indices else idx, ring)
+        return self.epoch_batches(epoch)
 
-    def _fetch(self, idx: torch.Tensor, ring: _Ring | None = None):
+    def epoch_batches(self, epoch: int, ring: BufferRing | None = None) -> Iterator:
+        """Epoch ``epoch``'s batches (``iter()`` is this for the next epoch), gathered into ``ring``
+        if given (its owner then says when they may be overwritten), else, with ``reuse_buffers``,
+        into a ring of this iterator's own: taken from the ones that finished iterators gave back
+        (no fresh memory, so no page faults, each epoch), or made; two live iterators never share one."""
+        own = ring is None and self.reuse_buffers > 0
+        if own:
+            with self._on_device():
+                ring = self._spare.pop() if self._spare else BufferRing(self, self.reuse_buffers)
+        try:
+            for idx in self._index_batches(epoch):
+                yield self._fetch(idx.sort().values if self.sort_indices else idx, ring)
+        finally:
+            if own:  # its slots go on in turn: the next epoch's first batch overwrites the oldest one
+                self._spare.append(ring)
+
+    def _fetch(self, idx: torch.Tensor, ring: BufferRing | None = None):
         b, tensors = idx.shape[0], self.fields.tensors
         cuda = self.device is not None and self.device.type == "cuda"
         if not cuda and not self.pin_memory and ring is None:  # the plain CPU path: as little Python as can be
@@ -306,15 +318,16 @@ class FastLoader:
         return self.fields.build(got, b)
 
 
-class _Ring:
-    """One iterator's ``reuse_buffers`` gather buffers, used in turn (pinned where the loader copies
-    to a GPU, each with the event of the last copy out of it)."""
+class BufferRing:
+    """``count`` gather buffers for ``loader``'s batches, used in turn (pinned where the loader
+    copies to a GPU or pins, each then with the event of the last copy out of it). One belongs to
+    one iterator at a time (:meth:`FastLoader.epoch_batches`)."""
 
-    def __init__(self, loader: FastLoader):
+    def __init__(self, loader: FastLoader, count: int):
         cuda = loader.device is not None and loader.device.type == "cuda"
         pinned = cuda or loader.pin_memory
         self.buffers = [{k: torch.empty((loader.batch_size, *t.shape[1:]), dtype=t.dtype, pin_memory=pinned)
-                         for k, t in loader.fields.tensors.items()} for _ in range(loader.reuse_buffers)]
+                         for k, t in loader.fields.tensors.items()} for _ in range(count)]
         self.events = [torch.cuda.Event() if cuda else None for _ in self.buffers]
         self.slot = -1
 
