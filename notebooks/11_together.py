@@ -125,7 +125,7 @@ def train_epoch(batches):
 # batched step (lesson 09). The training loop is the same `train_epoch`.
 
 # %%
-from gpufeed.data.loader import FastLoader
+from gpufeed.data.loader import FastLoader, seeded_generator
 from gpufeed.data.memmap import load_memmap
 from gpufeed.data.prefetch import ThreadPrefetcher
 from gpufeed.data.transforms import DeviceAugment
@@ -138,7 +138,9 @@ memmap = load_memmap(data.memmap)  # uint8 [N, 3, resize, resize] + int64 [N]: m
 fast = FastLoader(memmap, w.batch, seed=0, drop_last=True,
                   device=S.device if S.cuda else None,  # CUDA: gather into pinned memory, copy asynchronously
                   reuse_buffers=0 if S.cuda else 4)  # CPU: 4 reused buffers (a batch is overwritten 4 later)
-augment = DeviceAugment(w.crop, seed=0)  # per-sample crop + flip, then float and normalise: batched
+# per-sample crop + flip, then float and normalise: batched; its generator seeded as ImageLoader seeds
+# epoch 0 of rank 0 (seed, epoch, rank, 1), so that the check below can compare the two batch for batch
+augment = DeviceAugment(w.crop, generator=seeded_generator(0, 0, 0, 1))
 
 
 def course_epoch():
