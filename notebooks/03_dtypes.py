@@ -233,7 +233,8 @@ elif not S.cuda:
 from torch import nn
 from torchvision.models import resnet18
 
-from gpufeed.course.training import IMAGENET_MEAN, IMAGENET_STD, Normalize, normalize_host
+from gpufeed.course.training import Normalize
+from gpufeed.data.transforms import IMAGENET_MEAN, IMAGENET_STD, normalize  # the library's one normalise
 
 torch.manual_seed(0)
 net = resnet18(weights=None, num_classes=10).eval()
@@ -241,7 +242,7 @@ model = nn.Sequential(Normalize(IMAGENET_MEAN, IMAGENET_STD), net).eval()
 xb = torch.randint(0, 256, (2, 3, 64, 64), dtype=torch.uint8)
 with torch.no_grad():
     inside = model(xb)  # uint8 in
-    outside = net(normalize_host(xb, IMAGENET_MEAN, IMAGENET_STD))  # float32 in
+    outside = net(normalize(xb, torch.float32, IMAGENET_MEAN, IMAGENET_STD))  # float32 in
 torch.testing.assert_close(inside, outside)
 print(f"Normalize inside the model matches normalising on the host: max difference "
       f"{(inside - outside).abs().max().item():.1e} over logits of size {(outside.abs().max().item()):.2f}.")

@@ -85,13 +85,14 @@ def simple_prefetch(loader, device):
 # in flight (an event per batch rather than `wait_stream`, so that the consumer waits for its own
 # batch only), raises a loader's exception once after the batches before it, and can convert the
 # images on the side stream: `uint8` travels (4x fewer bytes than float32, lesson 03), float is
-# made on the GPU. That conversion is a pure function, `gpufeed.data.prefetch.normalize`, checked here
-# against the textbook formula on the CPU:
+# made on the GPU. That conversion is a pure function, the library's one normalise,
+# `gpufeed.data.transforms.normalize`, checked here against the textbook formula on the CPU:
 
 # %%
-from gpufeed.data.prefetch import normalize, prepare
+from gpufeed.data.prefetch import prepare
+from gpufeed.data.transforms import IMAGENET_MEAN, IMAGENET_STD, normalize
 
-MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)  # ImageNet's, on the [0, 1] scale
+MEAN, STD = IMAGENET_MEAN, IMAGENET_STD  # (0.485, 0.456, 0.406), (0.229, 0.224, 0.225): on the [0, 1] scale
 images = torch.randint(0, 256, (8, 3, 64, 64), dtype=torch.uint8)
 textbook = (images.double() / 255 - torch.tensor(MEAN).double().view(-1, 1, 1)) / torch.tensor(STD).double().view(-1, 1, 1)
 for dtype in (torch.float32, torch.float16):

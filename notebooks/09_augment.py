@@ -195,7 +195,7 @@ plt.show()
 # through `gpufeed.data.augment` with per-sample parameters:
 
 # %%
-from gpufeed.data.augment import IMAGENET_MEAN, IMAGENET_STD
+from gpufeed.data.transforms import IMAGENET_MEAN, IMAGENET_STD
 
 
 def to_display(images):  # normalised float [N, 3, h, w] -> [N, h, w, 3] in [0, 1]

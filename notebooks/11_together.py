@@ -95,7 +95,7 @@ from torch.utils.data import DataLoader
 from torchvision import datasets
 from torchvision import transforms as T
 
-from gpufeed.data.augment import IMAGENET_MEAN, IMAGENET_STD
+from gpufeed.data.transforms import IMAGENET_MEAN, IMAGENET_STD
 
 naive_transform = T.Compose([T.Resize(w.resize), T.RandomCrop(w.crop), T.RandomHorizontalFlip(), T.ToTensor(),
                              T.Normalize(IMAGENET_MEAN, IMAGENET_STD)])  # per image, on the CPU, float32 out
@@ -125,16 +125,22 @@ def train_epoch(batches):
 # batched step (lesson 09). The training loop is the same `train_epoch`.
 
 # %%
-from gpufeed.data.loader import FastLoader
+from gpufeed.data.loader import FastLoader, seeded_generator
 from gpufeed.data.memmap import load_memmap
-from gpufeed.measure.pipelines import DeviceAugment
 from gpufeed.data.prefetch import ThreadPrefetcher
+from gpufeed.data.transforms import DeviceAugment
+
+# The pieces, by hand, to see them. In your own training use the library's front door, which is this
+# composition made safe (on CUDA: copy and augmentation on a side stream; see README, "Use it in your
+# own training"): gpufeed.data.ImageLoader(data.memmap, w.batch, crop=w.crop, device=S.device, drop_last=True)
 
 memmap = load_memmap(data.memmap)  # uint8 [N, 3, resize, resize] + int64 [N]: mapped, not read
 fast = FastLoader(memmap, w.batch, seed=0, drop_last=True,
                   device=S.device if S.cuda else None,  # CUDA: gather into pinned memory, copy asynchronously
-                  reuse_buffers=0 if S.cuda else 4)  # CPU: 4 reused buffers, no page fault per 4 KiB
-augment = DeviceAugment(w.crop, seed=0)  # per-sample crop + flip, then float and normalise: batched
+                  reuse_buffers=0 if S.cuda else 4)  # CPU: 4 reused buffers (a batch is overwritten 4 later)
+# per-sample crop + flip, then float and normalise: batched; its generator seeded as ImageLoader seeds
+# epoch 0 of rank 0 (seed, epoch, rank, 1), so that the check below can compare the two batch for batch
+augment = DeviceAugment(w.crop, generator=seeded_generator(0, 0, 0, 1))
 
 
 def course_epoch():

@@ -14,9 +14,9 @@ from gpufeed.data.augment import (
     crop_resize,
     draw_params,
     finish,
-    flip,
     resample_weights,
 )
+from gpufeed.data.transforms import flip
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 JITTER = {"brightness": 0.4, "contrast": 0.4, "saturation": 0.4}

@@ -72,7 +72,7 @@ def test_external_source_pipeline_normalises_the_memmap_in_order(tmp_path, folde
     from nvidia.dali import fn, pipeline_def, types
     from nvidia.dali.plugin.pytorch import DALIGenericIterator
 
-    from gpufeed.data.augment import normalize
+    from gpufeed.data.transforms import IMAGENET_MEAN, IMAGENET_STD, normalize
 
     mm = build_memmap(folder, tmp_path / "mm", size=(40, 30), progress=False).path
     src = gdali.MemmapSource(mm, batch_size=8, seed=2)
@@ -93,7 +93,7 @@ def test_external_source_pipeline_normalises_the_memmap_in_order(tmp_path, folde
         images, labels = map(torch.cat, zip(*(gdali.unpack(b) for b in it)))
         order = torch.cat(src.loader.indices(e))
         assert torch.equal(labels, data.targets[order])
-        assert torch.allclose(images, normalize(data.images[order].float() / 255), atol=1e-5)
+        assert torch.allclose(images, normalize(data.images[order], torch.float32, IMAGENET_MEAN, IMAGENET_STD), atol=1e-5)
 
 
 @needs_dali

@@ -8,6 +8,7 @@ import torch
 from test_pipelines import SQUARE, grey_levels, match_epoch, normalised, reference
 
 from gpufeed.course import ladder
+from gpufeed.data import transforms as T
 from gpufeed.data.memmap import load_memmap
 from gpufeed.measure import dali as gdali
 from gpufeed.measure import pipelines as P
@@ -81,9 +82,9 @@ def test_host_crops_cut_the_windows_their_generator_draws(tiny):
     idx = crops.loader.indices(0)[0]
     images, targets = next(iter(crops))
     data = load_memmap(tiny.memmap)
-    corners, flips = P.draw_crops(P.TINY.batch, (P.TINY.resize, P.TINY.resize), P.TINY.crop,
+    corners, flips = T.draw_crops(P.TINY.batch, (P.TINY.resize, P.TINY.resize), P.TINY.crop,
                                   torch.Generator().manual_seed(1))
-    assert torch.equal(images, P.crop_flip(data.images[idx], corners, flips, P.TINY.crop))
+    assert torch.equal(images, T.crop_flip(data.images[idx], corners, flips, P.TINY.crop))
     assert torch.equal(targets, data.targets[idx])
 
 
@@ -100,7 +101,7 @@ def test_the_prefetched_rung_keeps_the_order_and_normalises(square):
 
 def test_crop_flip_transform_is_reproducible_with_a_seed():
     image = torch.randint(0, 256, (3, 10, 12), dtype=torch.uint8)
-    a, b = ladder.CropFlip(6, seed=4), ladder.CropFlip(6, seed=4)
+    a, b = T.CropFlip(6, seed=4), T.CropFlip(6, seed=4)
     assert all(torch.equal(a(image), b(image)) for _ in range(5))
     assert a(image).shape == (3, 6, 6)
 

@@ -106,6 +106,27 @@ def test_reused_buffers_give_the_same_batches_and_are_reused():
     assert len(set(ptrs)) == 2  # two buffers, in turn
 
 
+def test_two_live_iterators_keep_their_own_buffers():
+    x = torch.arange(40).view(20, 2)
+    want = [b.clone() for b in FastLoader(x, 4, seed=3, reuse_buffers=2)]
+    loader = FastLoader(x, 4, seed=3, reuse_buffers=2)
+    loader.set_epoch(0)
+    a = iter(loader)
+    loader.set_epoch(0)
+    b = iter(loader)
+    for wa in want:  # interleaved: each iterator's batch must survive the other's next batch
+        xa = next(a)
+        xb = next(b)
+        assert torch.equal(xa, wa) and torch.equal(xb, wa) and xa.data_ptr() != xb.data_ptr()
+
+
+def test_without_reuse_no_batch_aliases_another():
+    x = torch.arange(20)
+    for kwargs in ({}, {"pin_memory": False}):
+        got = list(FastLoader(x, 3, **kwargs))
+        assert len({b.data_ptr() for b in got}) == len(got)
+
+
 def test_all_kinds_of_data(tmp_path):
     n = 20
     x, y = torch.randn(n, 2, 3), torch.arange(n)
@@ -169,6 +190,20 @@ def test_batch_dataset_through_a_dataloader_matches_per_sample():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_batches_arrive_whole_and_right():
     x, y = torch.randn(100, 3, 8, 8), torch.arange(100)
-    loader = FastLoader((x, y), batch_size=16, seed=0, device="cuda")
-    for xb, yb in loader:
-        assert xb.is_cuda and torch.equal(xb.cpu(), x[yb.cpu()])
+    for reuse in (0, 2):
+        loader = FastLoader((x, y), batch_size=16, seed=0, device="cuda", reuse_buffers=reuse)
+        for xb, yb in loader:
+            assert xb.is_cuda and torch.equal(xb.cpu(), x[yb.cpu()])
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_copies_go_to_the_loaders_device_from_a_producer_thread():
+    from gpufeed.data.prefetch import ThreadPrefetcher
+
+    last = torch.device("cuda", torch.cuda.device_count() - 1)
+    x, y = torch.randn(64, 3, 8, 8), torch.arange(64)
+    got = list(ThreadPrefetcher(FastLoader((x, y), batch_size=16, seed=0, device=last, reuse_buffers=2), depth=2))
+    torch.cuda.synchronize(last)
+    for xb, yb in got:
+        assert xb.device == last and torch.equal(xb.cpu(), x[yb.cpu()])

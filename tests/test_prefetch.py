@@ -5,6 +5,7 @@ import traceback
 
 import pytest
 import torch
+from cudacheck import consume_on_the_gpu, no_host_sync
 from tensordict import TensorDict
 
 from gpufeed.data.memmap import ImageData
@@ -14,7 +15,6 @@ from gpufeed.data.prefetch import (
     CudaPrefetcher,
     Lookahead,
     ThreadPrefetcher,
-    normalize,
     prefetch,
     prepare,
 )
@@ -69,27 +69,7 @@ def naive_prepare(images, dtype=torch.float32, mean=None, std=None):
     return x.to(dtype)
 
 
-# --- the pure transform -----------------------------------------------------------------------
-
-@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.float16, 2e-3), (torch.bfloat16, 2e-2)])
-def test_normalize_matches_the_naive_formula(dtype, tol):
-    images = batches(1)[0][0]
-    for mean, std in ((None, None), (MEAN, STD)):
-        got = normalize(images, dtype, mean, std)
-        want = naive_prepare(images, dtype, mean, std)
-        assert got.dtype == dtype and got.shape == images.shape
-        assert torch.allclose(got.float(), want.float(), atol=tol * (10 if mean else 1), rtol=tol)
-
-
-def test_normalize_refuses_bad_arguments():
-    images = batches(1)[0][0]
-    with pytest.raises(ValueError, match="floating"):
-        normalize(images, torch.int32)
-    with pytest.raises(ValueError, match="both mean and std"):
-        normalize(images, mean=MEAN)
-    with pytest.raises(ValueError, match="one value per channel"):
-        normalize(images, mean=(0.5,), std=(0.5,))
-
+# --- the batch transform (normalise itself: tests/test_transforms.py) -----------------------------
 
 @pytest.mark.parametrize("kind", ["tuple", "nested", "tensordict", "tensorclass"])
 def test_prepare_converts_only_4d_uint8_images(kind):
@@ -282,6 +262,40 @@ def test_cuda_prefetcher_values_survive_work_on_the_default_stream():
         assert int(x.float().mean()) == i and int(y) == i
         x.fill_(255)
         del x
+
+
+@needs_cuda
+def test_cuda_prefetcher_fed_while_a_long_kernel_holds_the_current_stream_gives_the_cpu_values():
+    # Inputs already on the GPU, made on the current stream behind a long kernel: the side stream
+    # must wait for them (wait_stream) and keep them alive (record_stream), or it reads garbage.
+    data = batches(6)
+    want = list(prefetch(data, "cpu", dtype=torch.float32, mean=MEAN, std=STD))
+    base = [(x.cuda(), y.cuda()) for x, y in data]
+    for _ in range(2):
+        torch.cuda.synchronize()
+        torch.cuda._sleep(int(1e8))  # the current stream is busy for a good while
+        gpu = [(x.clone(), y.clone()) for x, y in base]  # queued behind it: the values exist only after it
+        got = [(a.cpu(), b.cpu()) for a, b in CudaPrefetcher(gpu, dtype=torch.float32, mean=MEAN, std=STD, depth=2)]
+        del gpu
+        assert all(torch.equal(a, c) and torch.equal(b, d) for (a, b), (c, d) in zip(got, want))
+
+
+@needs_cuda
+def test_cuda_prefetcher_in_steady_state_never_syncs_the_host():
+    data = [(x.pin_memory(), y.pin_memory()) for x, y in batches(8)]
+    p = CudaPrefetcher(data, dtype=torch.float32, mean=MEAN, std=STD, depth=2)
+    list(p)  # warm-up: the cached constants, the side stream
+    with no_host_sync():
+        assert consume_on_the_gpu(p) == 8
+
+
+def test_list_of_a_prefetched_loader_gives_distinct_batches():
+    from gpufeed.data.loader import FastLoader
+
+    x = torch.arange(10)
+    got = list(ThreadPrefetcher(FastLoader(x, 2), depth=2))
+    assert len({b.data_ptr() for b in got}) == len(got) == 5
+    assert sorted(torch.cat(got).tolist()) == list(range(10))
 
 
 @needs_cuda

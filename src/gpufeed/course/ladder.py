@@ -17,7 +17,8 @@ naive                     01       ImageFolder, Pillow, per-sample float transfo
 ========================  =======  ===============================================================
 
 DALI (lesson 10) is a side rung where it is installed. The pieces that DataLoader workers pickle
-(:class:`CropFlip`, :func:`memmap_samples`) live here; the rest comes from :mod:`gpufeed.measure.pipelines`.
+(:func:`memmap_samples`, with the library's :class:`~gpufeed.data.transforms.CropFlip`) live here;
+the rest comes from :mod:`gpufeed.measure.pipelines`.
 :func:`rows`, :func:`read` and :func:`plot` turn measured rates into the ladder's records, the
 sentences that read them and the chart; loader efficiency is in :mod:`gpufeed.course.efficiency`.
 
@@ -37,7 +38,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gpufeed.data.augment import IMAGENET_MEAN, IMAGENET_STD
+from gpufeed.data.transforms import IMAGENET_MEAN, IMAGENET_STD, CropFlip, crop_flip, draw_crops
 from gpufeed.measure import pipelines
 from gpufeed.measure.pipelines import Data, Workload
 
@@ -73,23 +74,6 @@ DALI = Rung("dali", "DALI (side rung)", "10", "DALI decodes every JPEG in every 
 RUNGS = {r.key: r for r in (*LADDER, DALI)}
 
 
-class CropFlip:
-    """A picklable per-sample transform: ``uint8 [3, H, W]`` -> a random ``crop x crop`` window,
-    flipped with probability 1/2, still ``uint8`` (the float conversion waits for the device).
-
-    ``seed``: a private generator (reproducible in one process); None draws from torch's global
-    generator, which each DataLoader worker seeds differently.
-    """
-
-    def __init__(self, crop: int, seed: int | None = None):
-        self.crop = crop
-        self.generator = None if seed is None else torch.Generator().manual_seed(seed)
-
-    def __call__(self, image: torch.Tensor) -> torch.Tensor:
-        corners, flips = pipelines.draw_crops(1, tuple(image.shape[-2:]), self.crop, self.generator)
-        return pipelines.crop_flip(image[None], corners, flips, self.crop)[0]  # a copy: the memmap stays untouched
-
-
 def memmap_samples(data: Data, w: Workload):
     """The memmap dataset read one sample at a time, each cropped and flipped by :class:`CropFlip`."""
     from gpufeed.data.arrays import MemmapDataset
@@ -120,10 +104,10 @@ class HostCrops:
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         for b in self.loader:
             n, c = b.images.shape[:2]
-            corners, flips = pipelines.draw_crops(n, tuple(b.images.shape[-2:]), self.crop, self.generator)
+            corners, flips = draw_crops(n, tuple(b.images.shape[-2:]), self.crop, self.generator)
             # a new batch each time: the consumer may hold it (and, on CUDA, copy from it) while we go on
             out = torch.empty((n, c, self.crop, self.crop), dtype=torch.uint8, pin_memory=self.pin)
-            yield pipelines.crop_flip(b.images, corners, flips, self.crop, out=out), b.targets.clone()
+            yield crop_flip(b.images, corners, flips, self.crop, out=out), b.targets.clone()
 
 
 def prefetched(batches, device):

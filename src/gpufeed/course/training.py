@@ -9,8 +9,9 @@ as ``uint8`` and converted on the device, or converted on the host first. Taught
 
 Example:
     >>> x = torch.randint(0, 256, (2, 3, 4, 4), dtype=torch.uint8)
+    >>> from gpufeed.data.transforms import normalize
     >>> norm = Normalize(IMAGENET_MEAN, IMAGENET_STD)
-    >>> torch.equal(norm(x), normalize_host(x, IMAGENET_MEAN, IMAGENET_STD))
+    >>> torch.equal(norm(x), normalize(x, torch.float32, IMAGENET_MEAN, IMAGENET_STD))
     True
 """
 
@@ -23,28 +24,19 @@ import torch
 from torch import nn
 
 from gpufeed.course.transfer import size_name
+from gpufeed.data.transforms import IMAGENET_MEAN, IMAGENET_STD, affine
 from gpufeed.measure.harness import Measurement, benchmark
 
-#: ImageNet's per-channel mean and standard deviation, for images scaled to [0, 1].
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 #: How a batch travels: ``uint8`` (convert on the device) or a float dtype (convert on the host).
 WIRES = ("uint8", "float16", "float32")
-
-
-def normalize_host(x: torch.Tensor, mean: Sequence[float], std: Sequence[float]) -> torch.Tensor:
-    """The usual preprocessing: ``(x / 255 - mean) / std`` in float32, ``x`` as ``[N, 3, H, W]``."""
-    m = torch.tensor(mean, dtype=torch.float32, device=x.device).view(1, -1, 1, 1)
-    s = torch.tensor(std, dtype=torch.float32, device=x.device).view(1, -1, 1, 1)
-    return (x.to(torch.float32) / 255.0 - m) / s
 
 
 class Normalize(nn.Module):
     """``(x / 255 - mean) / std`` as the first layer of a model; takes uint8 or float in [0, 255].
 
-    The same operations in the same order as :func:`normalize_host`, so both give the same
-    float32 values. mean and std are buffers: they move with ``model.to(device)`` and are saved
-    in the state dict and in exports.
+    The library's :func:`gpufeed.data.transforms.normalize` (one multiply-add with the same
+    constants), as a module: it gives the same float32 values, and its constants are buffers that
+    move with ``model.to(device)`` and are saved in the state dict and in exports.
 
     Args:
         mean: per-channel mean of images scaled to [0, 1].
@@ -57,14 +49,16 @@ class Normalize(nn.Module):
             raise ValueError(f"Normalize: mean has {len(mean)} channels but std has {len(std)}; give one value per channel")
         if any(s <= 0 for s in std):
             raise ValueError(f"Normalize: std must be positive (got {tuple(std)})")
-        self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1))
-        self.register_buffer("std", torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1))
+        self.mean, self.std = tuple(map(float, mean)), tuple(map(float, std))
+        scale, shift = affine(self.mean, self.std, torch.float32, torch.device("cpu"))
+        self.register_buffer("scale", scale.clone())  # [C, 1, 1]: x * scale + shift
+        self.register_buffer("shift", shift.clone())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return (x.to(torch.float32) / 255.0 - self.mean) / self.std
+        return torch.addcmul(self.shift, x.to(torch.float32), self.scale)  # as normalize: one multiply-add
 
     def extra_repr(self) -> str:
-        return f"mean={tuple(round(v, 4) for v in self.mean.flatten().tolist())}, std={tuple(round(v, 4) for v in self.std.flatten().tolist())}"
+        return f"mean={tuple(round(v, 4) for v in self.mean)}, std={tuple(round(v, 4) for v in self.std)}"
 
 
 def resnet18_with_normalize(num_classes: int = 10, seed: int = 0) -> nn.Sequential:

@@ -10,7 +10,11 @@ Each module holds one piece; none needs the lessons to be used safely:
 * :mod:`~gpufeed.data.loader`: batched loading (one gather per batch), seeded, sharded.
 * :mod:`~gpufeed.data.prefetch`: prefetchers (a CUDA side stream; a thread on the CPU).
 * :mod:`~gpufeed.data.movers`: moving nested batches to a device.
+* :mod:`~gpufeed.data.transforms`: the device transforms, each once: normalise, the ImageNet
+  constants, per-sample crop + flip, :class:`~gpufeed.data.transforms.DeviceAugment`.
 * :mod:`~gpufeed.data.augment`: per-sample augmentation of whole batches, on any device.
+* :mod:`~gpufeed.data.image_loader`: the front door, :class:`~gpufeed.data.ImageLoader`: a memmap
+  folder to shuffled, augmented, prefetched batches on the device, for your own training loop.
 
 It imports nothing from :mod:`gpufeed.measure` or :mod:`gpufeed.course`, and no plotting library
 (``tests/test_layout.py`` checks it).
@@ -20,12 +24,15 @@ from __future__ import annotations
 
 import importlib
 
-_MODULES = {'loader', 'augment', 'memmap', 'prefetch', 'staging', 'arrays', 'jpeg', 'movers', 'folder', 'fetch'}
+_MODULES = {'arrays', 'augment', 'folder', 'image_loader', 'jpeg', 'loader', 'memmap', 'movers', 'prefetch',
+            'staging', 'transforms'}
 
-__all__ = sorted(_MODULES)
+__all__ = sorted(_MODULES | {"ImageLoader"})
 
 
 def __getattr__(name: str):
     if name in _MODULES:
         return importlib.import_module(f"{__name__}.{name}")
+    if name == "ImageLoader":  # lazily: importing gpufeed.data stays cheap
+        return importlib.import_module(f"{__name__}.image_loader").ImageLoader
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -7,7 +7,8 @@ whole batch (every image flipped, or none). Here the parameters are drawn per sa
 * :func:`crop_resize`: every sample's crop box resized to one size by two batched matrix products
   (a resampling matrix per sample and axis, the very weights of torch's bilinear, antialiased
   ``interpolate``); a horizontal flip is folded into the same matrix for free;
-* :func:`flip`: flips by a boolean mask;
+* (flipping by a mask, :func:`~gpufeed.data.transforms.flip`, normalising and the ImageNet
+  constants are in :mod:`gpufeed.data.transforms`);
 * :func:`color_jitter`: brightness, contrast and saturation by per-sample factors (torchvision's
   formulas, with the factors broadcast over the batch);
 * :func:`augment`: all of it, then normalise; :func:`finish` is its pointwise tail (to float,
@@ -37,8 +38,13 @@ from dataclasses import dataclass, fields
 
 import torch
 
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
+from gpufeed.data.transforms import (  # the one copy of each
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    as_device,
+    normalize,
+)
+
 GRAY = (0.2989, 0.587, 0.114)  # torchvision's rgb_to_grayscale weights
 
 #: Largest |batched - reference| of :func:`augment`'s output (normalised units; 1e-4 is about
@@ -68,9 +74,10 @@ class AugParams:
         return len(self.boxes)
 
     def to(self, device) -> AugParams:
-        """The same parameters, as tensors on ``device``."""
+        """The same parameters, as tensors on ``device`` (to a GPU: pinned, then copied without
+        making the host wait, :func:`gpufeed.data.transforms.as_device`)."""
         moved = {f.name: getattr(self, f.name) for f in fields(self)}
-        return AugParams(**{k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in moved.items()})
+        return AugParams(**{k: as_device(v, device) if isinstance(v, torch.Tensor) else v for k, v in moved.items()})
 
     def sample(self, i: int) -> dict:
         """Sample ``i``'s parameters as Python numbers, for :func:`augment_one`."""
@@ -187,11 +194,11 @@ def crop_resize(x: torch.Tensor, boxes: torch.Tensor, size: tuple[int, int], *, 
     if x.dim() != 4 or boxes.shape != (x.shape[0], 4):
         raise ValueError(f"crop_resize: x must be [N, C, H, W] and boxes [N, 4] (got {tuple(x.shape)}, "
                          f"{tuple(boxes.shape)})")
-    boxes = boxes.to(x.device)
+    boxes = as_device(boxes, x.device)
     wy = resample_weights(boxes[:, 0], boxes[:, 2], x.shape[2], size[0], antialias)  # [N, h, H]
     wx = resample_weights(boxes[:, 1], boxes[:, 3], x.shape[3], size[1], antialias)  # [N, w, W]
     if flip is not None:
-        wx = torch.where(flip.to(x.device)[:, None, None], wx.flip(1), wx)  # output column j <- w - 1 - j
+        wx = torch.where(as_device(flip, x.device)[:, None, None], wx.flip(1), wx)  # output column j <- w - 1 - j
     n, c, height, width = x.shape
     xf = x if x.is_floating_point() else x.to(torch.float32)
     rows = torch.bmm(xf.reshape(n, c * height, width), wx.transpose(1, 2))  # [N, C H, W] @ [N, W, w]
@@ -201,18 +208,8 @@ def crop_resize(x: torch.Tensor, boxes: torch.Tensor, size: tuple[int, int], *, 
     return out.to(out_dtype)
 
 
-def flip(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Flips horizontally the samples of ``x`` ``[N, C, H, W]`` where ``mask`` (``bool [N]``) is True.
-
-    Example:
-        >>> flip(torch.arange(4).view(2, 1, 1, 2), torch.tensor([True, False])).flatten().tolist()
-        [1, 0, 2, 3]
-    """
-    return torch.where(mask.to(x.device).view(-1, 1, 1, 1), x.flip(-1), x)
-
-
 def _per_sample(f: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    return f.to(x.device, x.dtype).view(-1, 1, 1, 1)  # [N] -> [N, 1, 1, 1], broadcast over C, H, W
+    return as_device(f, x.device).to(x.dtype).view(-1, 1, 1, 1)  # [N] -> [N, 1, 1, 1], broadcast over C, H, W
 
 
 def _gray(x: torch.Tensor) -> torch.Tensor:
@@ -238,13 +235,6 @@ def color_jitter(x: torch.Tensor, brightness=None, contrast=None, saturation=Non
     return x
 
 
-def normalize(x: torch.Tensor, mean=IMAGENET_MEAN, std=IMAGENET_STD) -> torch.Tensor:
-    """``(x - mean) / std`` per channel, for ``x`` ``[N, 3, H, W]`` in ``[0, 1]``."""
-    m = torch.tensor(mean, device=x.device, dtype=x.dtype).view(1, -1, 1, 1)
-    s = torch.tensor(std, device=x.device, dtype=x.dtype).view(1, -1, 1, 1)
-    return (x - m) / s
-
-
 def finish(x: torch.Tensor, brightness=None, contrast=None, saturation=None, mean=IMAGENET_MEAN,
            std=IMAGENET_STD) -> torch.Tensor:
     """The pointwise tail: uint8 (or float in 0..255) to float in [0, 1], jitter, normalise.
@@ -252,7 +242,8 @@ def finish(x: torch.Tensor, brightness=None, contrast=None, saturation=None, mea
     In eager mode each step reads and writes the whole batch in float32; ``torch.compile(finish)``
     fuses them into a reduction (contrast's mean) and one pass that reads uint8 and writes float.
     """
-    return normalize(color_jitter(x.to(torch.float32) / 255, brightness, contrast, saturation), mean, std)
+    jittered = color_jitter(x.to(torch.float32) / 255, brightness, contrast, saturation)
+    return normalize(jittered, torch.float32, mean, std, max_value=1.0)
 
 
 def augment(x: torch.Tensor, p: AugParams, mean=IMAGENET_MEAN, std=IMAGENET_STD) -> torch.Tensor:

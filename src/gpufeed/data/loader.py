@@ -27,11 +27,12 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import sys
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -43,13 +44,14 @@ def _seed(*key: int) -> int:
     return int(np.random.SeedSequence([k & 0xFFFFFFFF for k in key]).generate_state(1, np.uint64)[0] >> 1)
 
 
-def _generator(*key: int) -> torch.Generator:
+def seeded_generator(*key: int) -> torch.Generator:
+    """A CPU ``torch.Generator`` seeded from a tuple of ints, e.g. ``(seed, epoch, rank)``."""
     return torch.Generator().manual_seed(_seed(*key))
 
 
 def permutation(n: int, seed: int = 0, epoch: int = 0) -> torch.Tensor:
     """A random order of ``range(n)`` (``int64 [n]``), the same for the same ``(seed, epoch)``."""
-    return torch.randperm(n, generator=_generator(seed, epoch))
+    return torch.randperm(n, generator=seeded_generator(seed, epoch))
 
 
 def grouped_permutation(n: int, group: int, seed: int = 0, epoch: int = 0) -> torch.Tensor:
@@ -181,16 +183,23 @@ class FastLoader:
             mean loss and its gradient are unchanged) and reads go forward through the file,
             which helps a cold page cache; but a batch is no longer in random order, so code that
             splits it (micro-batches, ``DataParallel``) gets index-ordered, often class-ordered, parts.
-        device: ``"cuda"``: gather into pinned buffers and copy each batch whole with
-            ``non_blocking=True``; the batch you get lives on the device.
-        reuse_buffers: on the CPU, gather into this many preallocated buffers in turn instead of
-            fresh memory (fresh memory costs a page fault per 4 KiB page on first touch). A batch
-            is then overwritten ``reuse_buffers`` batches later: use or copy it before that.
+        device: ``"cuda"``: gather into pinned memory and copy each batch whole with
+            ``non_blocking=True`` on the current stream of that device (whatever thread iterates);
+            the batch you get lives on the device, in new memory.
+        reuse_buffers: 0 (the default): every batch is new memory, so a batch stays valid however
+            long you keep it. ``k > 0``: gather into ``k`` preallocated buffers in turn (fresh memory
+            costs a page fault per 4 KiB page on first touch). **A batch is then overwritten ``k``
+            batches later** (on the CPU the batch *is* the buffer): use or copy it before that, and
+            keep ``k`` above the batches alive at once (a prefetcher's queue holds ``depth`` more).
+            The buffers belong to each ``iter()``: two live iterators never share them.
+        pin_memory: gather into pinned (page-locked) memory, so that a later ``.to("cuda",
+            non_blocking=True)`` is asynchronous; with ``reuse_buffers=0`` from torch's caching host
+            allocator, which does not reuse a block before the copies out of it are done.
     """
 
     def __init__(self, data, batch_size: int, *, shuffle: bool = True, seed: int = 0, drop_last: bool = False,
                  rank: int = 0, world_size: int = 1, group_size: int | None = None, sort_indices: bool = False,
-                 device=None, reuse_buffers: int = 0):
+                 device=None, reuse_buffers: int = 0, pin_memory: bool = False):
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"FastLoader: batch_size must be a whole number, at least 1 (got {batch_size!r})")
         if not (isinstance(world_size, int) and world_size >= 1 and isinstance(rank, int) and 0 <= rank < world_size):
@@ -200,14 +209,14 @@ class FastLoader:
         self.data, self.fields = data, _Fields(data)
         self.batch_size, self.shuffle, self.seed, self.drop_last = batch_size, shuffle, seed, drop_last
         self.rank, self.world_size, self.group_size = rank, world_size, group_size
-        self.sort_indices, self.reuse_buffers = sort_indices, reuse_buffers
+        if not isinstance(reuse_buffers, int) or reuse_buffers < 0:
+            raise ValueError(f"FastLoader: reuse_buffers must be a whole number >= 0 (got {reuse_buffers!r})")
+        self.sort_indices, self.reuse_buffers, self.pin_memory = sort_indices, reuse_buffers, pin_memory
         self.device = torch.device(device) if device is not None else None
         if self.device is not None and self.device.type == "cuda" and not torch.cuda.is_available():
             raise ValueError("FastLoader: device='cuda' but torch sees no GPU; pass device=None to stay on the CPU")
         self.epoch = 0
-        self._ring: list[dict[str, torch.Tensor]] = []
-        self._events: list = []
-        self._slot = 0
+        self._spare: list[BufferRing] = []  # rings of finished iterators, for the next ones
 
     def set_epoch(self, epoch: int) -> None:
         """The epoch the next iteration uses (each iteration then moves on by one)."""
@@ -262,45 +271,74 @@ class FastLoader:
         epoch, self.epoch = self.epoch, self.epoch + 1  # now, not at the first next()
         return self._epoch(epoch)
 
-    def _epoch(self, epoch: int) -> Iterator:
-        for idx in self._index_batches(epoch):
-            yield self._fetch(idx.sort().values if self.sort_indices else idx)
-
-    def _buffers(self, b: int) -> tuple[dict[str, torch.Tensor] | None, Callable[[], None]]:
-        """Output buffers for a batch of ``b`` (or None: fresh memory), and what to call once the
-        batch has been handed on (record the copy's event, move to the next slot)."""
+    def _on_device(self):
+        """On CUDA: make ``self.device`` this thread's current device (as torch's pin-memory thread
+        does), so pinned memory, the copy and its event all belong to it and its current stream."""
         cuda = self.device is not None and self.device.type == "cuda"
-        slots = self.reuse_buffers if self.reuse_buffers > 0 else (2 if cuda else 0)
-        if slots == 0:
-            return None, lambda: None
-        if not self._ring:
-            for _ in range(slots):
-                bufs = {k: torch.empty((self.batch_size, *t.shape[1:]), dtype=t.dtype, pin_memory=cuda)
-                        for k, t in self.fields.tensors.items()}
-                self._ring.append(bufs)
-                self._events.append(torch.cuda.Event() if cuda else None)
-        slot = self._slot
-        if self._events[slot] is not None:
-            self._events[slot].synchronize()  # the async copy out of this buffer must be done
+        return torch.cuda.device(self.device) if cuda else contextlib.nullcontext()
 
-        def done():
-            if self._events[slot] is not None:
-                self._events[slot].record()
-            self._slot = (slot + 1) % len(self._ring)
+    def _epoch(self, epoch: int) -> Iterator:
+        return self.epoch_batches(epoch)
 
-        return {k: v[:b] for k, v in self._ring[slot].items()}, done
+    def epoch_batches(self, epoch: int, ring: BufferRing | None = None) -> Iterator:
+        """Epoch ``epoch``'s batches (``iter()`` is this for the next epoch), gathered into ``ring``
+        if given (its owner then says when they may be overwritten), else, with ``reuse_buffers``,
+        into a ring of this iterator's own: taken from the ones that finished iterators gave back
+        (no fresh memory, so no page faults, each epoch), or made; two live iterators never share one."""
+        own = ring is None and self.reuse_buffers > 0
+        if own:
+            with self._on_device():
+                ring = self._spare.pop() if self._spare else BufferRing(self, self.reuse_buffers)
+        try:
+            for idx in self._index_batches(epoch):
+                yield self._fetch(idx.sort().values if self.sort_indices else idx, ring)
+        finally:
+            if own:  # its slots go on in turn: the next epoch's first batch overwrites the oldest one
+                self._spare.append(ring)
 
-    def _fetch(self, idx: torch.Tensor):
+    def _fetch(self, idx: torch.Tensor, ring: BufferRing | None = None):
         b, tensors = idx.shape[0], self.fields.tensors
-        if self.device is None and not self.reuse_buffers:  # the plain CPU path: as little Python as can be
+        cuda = self.device is not None and self.device.type == "cuda"
+        if not cuda and not self.pin_memory and ring is None:  # the plain CPU path: as little Python as can be
             return self.fields.build({k: torch.index_select(t, 0, idx) for k, t in tensors.items()}, b)
-        out, done = self._buffers(b)
-        got = {k: torch.index_select(t, 0, idx, out=None if out is None else out[k]) for k, t in tensors.items()}
-        if self.device is not None and self.device.type != "cpu":
-            # Whole batch, one copy per field; from pinned memory it is asynchronous (lesson 03, 08).
-            got = {k: v.to(self.device, non_blocking=True) for k, v in got.items()}
-        done()
+        with self._on_device():
+            if ring is not None:
+                out = ring.next(b)
+            elif cuda or self.pin_memory:  # fresh pinned memory from torch's caching host allocator,
+                # which keeps a block from reuse until the copies out of it are done: no event needed here
+                out = {k: torch.empty((b, *t.shape[1:]), dtype=t.dtype, pin_memory=True) for k, t in tensors.items()}
+            else:
+                out = None
+            got = {k: torch.index_select(t, 0, idx, out=None if out is None else out[k]) for k, t in tensors.items()}
+            if cuda:
+                # Whole batch, one copy per field; from pinned memory it is asynchronous (lesson 03, 08).
+                got = {k: v.to(self.device, non_blocking=True) for k, v in got.items()}
+                if ring is not None:
+                    ring.copied(torch.cuda.current_stream(self.device))
         return self.fields.build(got, b)
+
+
+class BufferRing:
+    """``count`` gather buffers for ``loader``'s batches, used in turn (pinned where the loader
+    copies to a GPU or pins, each then with the event of the last copy out of it). One belongs to
+    one iterator at a time (:meth:`FastLoader.epoch_batches`)."""
+
+    def __init__(self, loader: FastLoader, count: int):
+        cuda = loader.device is not None and loader.device.type == "cuda"
+        pinned = cuda or loader.pin_memory
+        self.buffers = [{k: torch.empty((loader.batch_size, *t.shape[1:]), dtype=t.dtype, pin_memory=pinned)
+                         for k, t in loader.fields.tensors.items()} for _ in range(count)]
+        self.events = [torch.cuda.Event() if cuda else None for _ in self.buffers]
+        self.slot = -1
+
+    def next(self, b: int) -> dict[str, torch.Tensor]:
+        self.slot = (self.slot + 1) % len(self.buffers)
+        if self.events[self.slot] is not None:
+            self.events[self.slot].synchronize()  # the async copy out of this buffer must be done
+        return {k: v[:b] for k, v in self.buffers[self.slot].items()}
+
+    def copied(self, stream) -> None:
+        self.events[self.slot].record(stream)
 
 
 class BatchTensorDataset(torch.utils.data.Dataset):

@@ -12,8 +12,8 @@
   with its traceback; ``break``, garbage collection, :meth:`~ThreadPrefetcher.close` and the end of
   the data all stop the thread (it never blocks for good on a full queue: it ``put`` s with a
   timeout and watches a stop event).
-* :func:`prefetch` picks one; :func:`normalize` and :func:`prepare` are the on-device transform,
-  pure functions tested on the CPU too.
+* :func:`prefetch` picks one; :func:`prepare` is the on-device transform (it applies
+  :func:`gpufeed.data.transforms.normalize` to the images of a batch), a pure function tested on the CPU too.
 
 Both wrap any iterable (a DataLoader, :class:`gpufeed.data.loader.FastLoader`, a generator) of tensors,
 tuples/lists/dicts of them, TensorDicts or tensorclasses; each ``iter()`` starts a new pass over
@@ -30,65 +30,25 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import functools
 import itertools
 import queue
 import threading
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 
 import torch
 
 from gpufeed.data.movers import leaves, pin, to_device, tree_map
+from gpufeed.data.transforms import normalize
 
 THREAD_PREFIX = "gpufeed-prefetch"
 _counter = itertools.count(1)
 _POLL_S = 0.05  # how often a blocked producer looks at its stop event
 
 
-def normalize(images: torch.Tensor, dtype: torch.dtype = torch.float32, mean: Sequence[float] | None = None,
-              std: Sequence[float] | None = None) -> torch.Tensor:
-    """``uint8 [..., C, H, W]`` images as ``dtype`` in [0, 1], then ``(x - mean) / std`` per channel.
-
-    ``mean`` and ``std`` are on the [0, 1] scale (torchvision's ImageNet values are
-    ``(0.485, 0.456, 0.406)`` and ``(0.229, 0.224, 0.225)``). Both steps are folded into one
-    multiply-add per element: ``x * (1 / (255 std)) - mean / std``. Run it where the images are: on
-    the GPU, uint8 travels (4x fewer bytes than float32) and the conversion is nearly free (lesson 03).
-
-    Example:
-        >>> x = torch.tensor([0, 255], dtype=torch.uint8).view(1, 1, 1, 2)
-        >>> normalize(x).flatten().tolist(), normalize(x, mean=[0.5], std=[0.5]).flatten().tolist()
-        ([0.0, 1.0], [-1.0, 1.0000001192092896])
-        >>> # 1.0000001: the folded multiply-add rounds differently from (x / 255 - mean) / std
-    """
-    if not dtype.is_floating_point:
-        raise ValueError(f"normalize: dtype must be a floating type such as torch.float16, got {dtype}")
-    if (mean is None) != (std is None):
-        raise ValueError("normalize: give both mean and std (per channel, on the [0, 1] scale), or neither")
-    x = images.to(dtype)
-    if mean is None:
-        return x.mul_(1.0 / 255)
-    channels = images.shape[-3] if images.dim() >= 3 else 0
-    if len(mean) != channels or len(std) != channels:
-        raise ValueError(f"normalize: mean and std need one value per channel ({channels}), "
-                         f"got {len(mean)} and {len(std)}")
-    scale, shift = _affine(tuple(map(float, mean)), tuple(map(float, std)), dtype, x.device)
-    return torch.addcmul(shift, x, scale)  # shift + x * scale, one kernel
-
-
-@functools.lru_cache(maxsize=32)
-def _affine(mean: tuple, std: tuple, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(scale, shift)``, each ``[C, 1, 1]`` on ``device``: made once, not copied to the GPU every batch
-    (a copy from pageable memory would make the host wait for the stream)."""
-    std_t = torch.tensor(std, dtype=torch.float64)
-    scale = (1.0 / (255.0 * std_t)).view(-1, 1, 1)
-    shift = (-torch.tensor(mean, dtype=torch.float64) / std_t).view(-1, 1, 1)
-    return scale.to(dtype=dtype, device=device), shift.to(dtype=dtype, device=device)
-
-
 def prepare(batch, dtype: torch.dtype | None = None, mean=None, std=None):
-    """:func:`normalize` applied to the images of a batch: every ``uint8`` tensor with 4 dimensions
+    """:func:`~gpufeed.data.transforms.normalize` applied to the images of a batch: every ``uint8`` tensor with 4 dimensions
     (``[B, C, H, W]``); labels, boxes and masks (fewer dimensions) pass unchanged. With neither
     ``dtype`` nor ``mean``/``std``, the batch is returned as it is.
 
@@ -134,6 +94,8 @@ class CudaPrefetcher(_Closable):
         device: the CUDA device.
         dtype, mean, std: convert and normalise the images on the GPU (:func:`prepare`), on the side
             stream; None leaves them as they came (``uint8`` stays ``uint8``).
+        transform: applied to each batch on the GPU, on the side stream, after the copy (and
+            :func:`prepare`), e.g. :class:`gpufeed.data.transforms.DeviceAugment`; None: nothing.
         depth: batches in flight ahead of the one in use (1: the classic apex prefetcher).
         pin_memory: pin batches that are not pinned yet (on this thread: better let the DataLoader's
             pin-memory thread do it with ``pin_memory=True``); from pageable memory a copy is not
@@ -144,7 +106,7 @@ class CudaPrefetcher(_Closable):
     """
 
     def __init__(self, loader: Iterable, device="cuda", dtype: torch.dtype | None = None, mean=None, std=None,
-                 depth: int = 1, pin_memory: bool = True):
+                 depth: int = 1, pin_memory: bool = True, transform: Callable | None = None):
         if not torch.cuda.is_available():
             raise RuntimeError("CudaPrefetcher needs a CUDA GPU and torch sees none; use "
                                "gpufeed.data.prefetch.prefetch(loader, device), which falls back to ThreadPrefetcher")
@@ -156,16 +118,27 @@ class CudaPrefetcher(_Closable):
         if not isinstance(depth, int) or depth < 1:
             raise ValueError(f"CudaPrefetcher: depth must be a whole number >= 1, got {depth!r}")
         self.loader, self.depth, self.pin_memory = loader, depth, pin_memory
-        self.dtype, self.mean, self.std = dtype, mean, std
+        self.dtype, self.mean, self.std, self.transform = dtype, mean, std, transform
         self.stream = torch.cuda.Stream(self.device)  # the side stream for copies and conversions
         self._iterators = weakref.WeakSet()
 
     def _start(self, batch):
         """Issues one batch's copy (and conversion) on the side stream; returns it and its event."""
-        with torch.cuda.stream(self.stream):
+        on_gpu = [t for t in leaves(batch) if t.is_cuda]
+        if on_gpu:
+            # Inputs already on the GPU were made on the current stream: the side stream must not
+            # read them before that work is done, and the allocator must not hand their memory to
+            # anyone else while the side stream still reads them.
+            self.stream.wait_stream(torch.cuda.current_stream(self.device))
+            for t in on_gpu:
+                t.record_stream(self.stream)
+        on_device = torch.cuda.device(self.device) if self.device.type == "cuda" else contextlib.nullcontext()
+        with on_device, torch.cuda.stream(self.stream):
             if self.pin_memory:
                 batch = pin(batch)
             batch = prepare(to_device(batch, self.device, non_blocking=True), self.dtype, self.mean, self.std)
+            if self.transform is not None:
+                batch = self.transform(batch)
             done = torch.cuda.Event()
             done.record(self.stream)
         return batch, done

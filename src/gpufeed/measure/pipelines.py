@@ -13,19 +13,19 @@ too: resize the short side to ``resize``, a random ``crop x crop`` window, a ran
   where CUDA exists, conversion and normalisation on the device.
 * :func:`course`: decoded and resized once into a memmap (lesson 05), fetched a batch at a time
   (lesson 06), prefetched (lesson 08), cropped, flipped and normalised per sample in one batched
-  step on the device (lesson 09): :class:`DeviceAugment`.
+  step on the device (lesson 09): :class:`Course`, which is the library's front door,
+  :class:`gpufeed.data.ImageLoader`, so the bench measures what the README tells learners to use.
 * :func:`dali`: DALI reads, decodes, crops, flips and normalises (lesson 10), where installed.
 * :func:`resident`: batches already on the device: the ceiling every loader is measured against.
 
 The memmap stores the centre ``resize x resize`` square; the JPEG pipelines crop anywhere in the
 resized image (a little wider for non-square photos). That is the one difference in what they see.
 
+The crop, flip and normalise are :mod:`gpufeed.data.transforms` (one implementation for all).
+
 Example:
-    >>> x = torch.arange(2 * 3 * 4 * 5, dtype=torch.uint8).view(2, 3, 4, 5)
-    >>> boxes = torch.tensor([[0, 1], [1, 0]]); flips = torch.tensor([False, True])
-    >>> out = crop_flip(x, boxes, flips, 3)
-    >>> torch.equal(out[1], x[1, :, 1:4, 0:3].flip(-1)), out.shape
-    (True, torch.Size([2, 3, 3, 3]))
+    >>> [w.crop for w in (TINY, QUICK, FULL_CPU, FULL_GPU)]
+    [32, 112, 224, 224]
 """
 
 from __future__ import annotations
@@ -37,8 +37,7 @@ from pathlib import Path
 
 import torch
 
-from gpufeed.data.augment import IMAGENET_MEAN, IMAGENET_STD
-from gpufeed.data.prefetch import normalize
+from gpufeed.data.transforms import IMAGENET_MEAN, IMAGENET_STD, CropFlip, normalize
 
 #: The pipelines in the order the course builds them.
 ORDER = ("naive", "tuned", "course", "dali")
@@ -123,93 +122,6 @@ def prepare(w: Workload, root: str | os.PathLike, *, workers: int = 1, progress:
                 0.0 if mm.reused else mm.seconds)
 
 
-def draw_crops(n: int, in_hw: tuple[int, int], crop: int, generator: torch.Generator | None = None
-               ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-sample random crop corners ``int64 [n, 2]`` (top, left) and flips ``bool [n]``, on the CPU."""
-    h, w = in_hw
-    corners = torch.stack([torch.randint(0, h - crop + 1, (n,), generator=generator),
-                           torch.randint(0, w - crop + 1, (n,), generator=generator)], dim=1)
-    return corners, torch.rand(n, generator=generator) < 0.5
-
-
-def crop_flip(x: torch.Tensor, corners: torch.Tensor, flips: torch.Tensor, crop: int,
-              out: torch.Tensor | None = None) -> torch.Tensor:
-    """Sample ``i`` of ``x`` ``[N, C, H, W]`` cropped to ``crop x crop`` at ``corners[i]``, flipped if ``flips[i]``.
-
-    Two ways to the same values: on a GPU :func:`gather_crops`, one kernel for the whole batch; on
-    the CPU :func:`copy_crops`, one slice copy per sample (on a 2-core EPYC, 64 crops of 224: the
-    gather took about 40x longer, its index arithmetic costing more than the bytes). ``out``
-    (``[N, C, crop, crop]``, any dtype) receives the result: a reused buffer, since fresh memory on
-    the CPU costs a page fault per 4 KiB.
-    """
-    return (gather_crops if x.is_cuda else copy_crops)(x, corners, flips, crop, out)
-
-
-def gather_crops(x: torch.Tensor, corners: torch.Tensor, flips: torch.Tensor, crop: int,
-                 out: torch.Tensor | None = None) -> torch.Tensor:
-    """:func:`crop_flip` as one gather: per-sample row and column indices, the flip folded into
-    the column order. One kernel for the batch on a GPU; slow on a CPU (index arithmetic per byte)."""
-    n, ar = x.shape[0], torch.arange(crop, device=x.device)
-    corners, flips = corners.to(x.device), flips.to(x.device)
-    rows = corners[:, :1] + ar  # [N, crop]
-    cols = corners[:, 1:] + torch.where(flips[:, None], crop - 1 - ar, ar)  # [N, crop], reversed if flipped
-    got = x[torch.arange(n, device=x.device)[:, None, None], :, rows[:, :, None], cols[:, None, :]]
-    got = got.permute(0, 3, 1, 2)  # the advanced indices come first: [N, crop, crop, C] -> [N, C, crop, crop]
-    return got.contiguous() if out is None else out.copy_(got)
-
-
-def copy_crops(x: torch.Tensor, corners: torch.Tensor, flips: torch.Tensor, crop: int,
-               out: torch.Tensor | None = None) -> torch.Tensor:
-    """:func:`crop_flip` as one slice copy per sample: plain memory traffic, the CPU's fast way."""
-    out = torch.empty((x.shape[0], x.shape[1], crop, crop), dtype=x.dtype, device=x.device) if out is None else out
-    for i, ((top, left), flip) in enumerate(zip(corners.tolist(), flips.tolist())):
-        window = x[i, :, top:top + crop, left:left + crop]  # a view: no copy yet
-        out[i].copy_(window.flip(-1) if flip else window)  # the one copy (and dtype conversion)
-    return out
-
-
-class DeviceAugment:
-    """Random crop + flip + float + normalise of a whole ``uint8 [B, 3, H, W]`` batch where it lives.
-
-    Each sample gets its own crop and flip (drawn from a seeded generator, in batch order); on the
-    CPU the result is written into one of ``buffers`` reused float buffers, which a batch keeps
-    until ``buffers`` more have been made.
-
-    Example:
-        >>> aug = DeviceAugment(crop=4, seed=0)
-        >>> out = aug(torch.full((2, 3, 6, 6), 255, dtype=torch.uint8))
-        >>> out.shape, round(out[0, 0, 0, 0].item(), 3)
-        (torch.Size([2, 3, 4, 4]), 2.249)
-    """
-
-    def __init__(self, crop: int, seed: int = 0, mean=IMAGENET_MEAN, std=IMAGENET_STD, buffers: int = 3):
-        self.crop, self.mean, self.std = crop, tuple(mean), tuple(std)
-        self.generator = torch.Generator().manual_seed(seed)
-        self.buffers, self._ring, self._slot = buffers, [], 0
-
-    def params(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return draw_crops(x.shape[0], tuple(x.shape[-2:]), self.crop, self.generator)
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        corners, flips = self.params(x)
-        if x.is_cuda:  # one gather, then one fused multiply-add into fresh (cached) GPU memory
-            return normalize(crop_flip(x, corners, flips, self.crop), torch.float32, self.mean, self.std)
-        shape = (x.shape[0], x.shape[1], self.crop, self.crop)
-        if len(self._ring) < self.buffers or self._ring[self._slot].shape != shape:
-            self._ring[self._slot:self._slot + 1] = [torch.empty(shape)]
-        buf = self._ring[self._slot]
-        self._slot = (self._slot + 1) % self.buffers
-        crop_flip(x, corners, flips, self.crop, out=buf)  # uint8 -> float32 in the copy
-        scale, shift = _affine_cpu(self.mean, self.std)
-        return buf.mul_(scale).add_(shift)  # in place: (x / 255 - mean) / std, no new memory
-
-
-def _affine_cpu(mean: tuple, std: tuple) -> tuple[torch.Tensor, torch.Tensor]:
-    from gpufeed.data.prefetch import _affine
-
-    return _affine(mean, std, torch.float32, torch.device("cpu"))
-
-
 def naive_transform(w: Workload):
     """The per-sample transform everyone starts with (torchvision v1 API, Pillow images in, float out)."""
     from torchvision import transforms as T
@@ -223,7 +135,7 @@ class JpegUint8:
     random crop and flip, all in ``uint8``; the float conversion waits for the device (lesson 03)."""
 
     def __init__(self, w: Workload):
-        self.resize, self.crop = w.resize, w.crop
+        self.resize, self.crop_flip = w.resize, CropFlip(w.crop)
 
     def __call__(self, path: str) -> torch.Tensor:
         from torchvision.transforms import v2
@@ -233,8 +145,7 @@ class JpegUint8:
         with open(path, "rb") as f:
             image = decode_jpeg(f.read())  # uint8 [3, H, W]
         image = v2.functional.resize(image, [self.resize], antialias=True)
-        corners, flips = draw_crops(1, tuple(image.shape[-2:]), self.crop)
-        return crop_flip(image[None], corners, flips, self.crop)[0]
+        return self.crop_flip(image)
 
 
 def _jpeg_loader(path: str) -> str:
@@ -283,33 +194,29 @@ def tuned(loader, device) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
 
 
 class Course:
-    """The course pipeline: memmap + :class:`~gpufeed.data.loader.FastLoader` + prefetcher + :class:`DeviceAugment`.
+    """The course pipeline: the front door :class:`gpufeed.data.ImageLoader` (memmap +
+    :class:`~gpufeed.data.loader.FastLoader` + prefetching + :class:`~gpufeed.data.transforms.DeviceAugment`).
 
-    Each ``iter()`` is one epoch (reshuffled). On CUDA the loader gathers into pinned buffers and
-    copies each batch whole and asynchronously; on the CPU it gathers into reused buffers (no page
-    faults) on the prefetcher's thread while this thread augments the previous batch.
+    Each ``iter()`` is one epoch (reshuffled). On CUDA: gathered into pinned memory on a thread,
+    copied and augmented on a side stream; on the CPU: gathered on a thread while this thread
+    augments the batch before.
     """
 
     def __init__(self, data: Data, w: Workload, device, seed: int = 0):
-        from gpufeed.data.loader import FastLoader
-        from gpufeed.data.memmap import load_memmap
+        from gpufeed.data.image_loader import ImageLoader
 
-        self.device = torch.device(device)
-        cuda = self.device.type == "cuda"
-        self.loader = FastLoader(load_memmap(data.memmap), w.batch, seed=seed, drop_last=True,
-                                 device=self.device if cuda else None, reuse_buffers=0 if cuda else 4)
-        self.augment = DeviceAugment(w.crop, seed=seed)
+        # The bench only counts each batch and drops it, so it opts into reused output buffers on the
+        # CPU (ImageLoader's safe default allocates each batch anew: a page fault per 4 KiB on a CPU).
+        # 2 is enough here: a batch is overwritten 2 batches later, and the bench holds one at a time.
+        self.loader = ImageLoader(data.memmap, w.batch, device=device, crop=w.crop, seed=seed, drop_last=True,
+                                  depth=2, reuse_buffers=2)
+        self.device = self.loader.device
 
     def __len__(self) -> int:
         return len(self.loader)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        from gpufeed.data.prefetch import ThreadPrefetcher
-
-        # depth 2 < the loader's 4 CPU buffers: a batch is never overwritten while queued or in use
-        with ThreadPrefetcher(self.loader, depth=2) as batches:
-            for b in batches:
-                yield self.augment(b.images), b.targets
+        return iter(self.loader)
 
 
 def resident(w: Workload, device, batches: int = 4, seed: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:

@@ -1,0 +1,176 @@
+"""The front door: the course's whole pipeline for your own training loop, in one class.
+
+:class:`ImageLoader` reads a memmap dataset (a folder of images decoded once by
+:func:`gpufeed.data.memmap.build_memmap`) and yields shuffled batches ``(images, targets)`` on the
+device, each image cropped and flipped on its own and normalised: ``images`` ``float32 [B, 3, crop,
+crop]`` and ``targets`` ``int64 [B]``. It is lessons 05-09 put together:
+
+* one gather per batch (:class:`gpufeed.data.loader.FastLoader`, lesson 06) on a background thread
+  (:class:`gpufeed.data.prefetch.ThreadPrefetcher`, lesson 08); on CUDA into pinned memory;
+* on CUDA, the copy and the per-sample crop/flip/normalise (:class:`gpufeed.data.transforms.DeviceAugment`,
+  lesson 09) on a side stream (:class:`gpufeed.data.prefetch.CudaPrefetcher`), ordered with the
+  compute stream by an event and kept alive with ``record_stream``; on the CPU the same augmentation
+  on this thread while the background thread gathers the next batch.
+
+The crops and flips are drawn on the CPU from a generator seeded by ``(seed, epoch, rank)``: the
+same seed gives the same batches on a CPU and on a GPU. Each ``iter()`` is one epoch, reshuffled;
+:meth:`ImageLoader.set_epoch` picks the epoch (as DistributedSampler's does).
+
+Example:
+    >>> import tempfile, pathlib
+    >>> from gpufeed.measure.synth import synth_folder
+    >>> from gpufeed.data.memmap import build_memmap
+    >>> tmp = pathlib.Path(tempfile.mkdtemp())
+    >>> src = synth_folder(tmp / "jpeg", n=10, size=(48, 40), classes=2, progress=False).path
+    >>> mm = build_memmap(src, tmp / "mm", size=(32, 32), progress=False).path
+    >>> loader = ImageLoader(mm, batch_size=4, crop=24, device="cpu", drop_last=True)
+    >>> [(tuple(x.shape), x.dtype, y.dtype) for x, y in loader]
+    [((4, 3, 24, 24), torch.float32, torch.int64), ((4, 3, 24, 24), torch.float32, torch.int64)]
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import torch
+
+from gpufeed.data.loader import BufferRing, FastLoader, seeded_generator
+from gpufeed.data.memmap import load_memmap
+from gpufeed.data.prefetch import CudaPrefetcher, ThreadPrefetcher
+from gpufeed.data.transforms import IMAGENET_MEAN, IMAGENET_STD, DeviceAugment
+
+
+class ImageLoader:
+    """Shuffled, per-sample cropped, flipped and normalised batches from a memmap dataset, on ``device``.
+
+    Args:
+        path: a folder written by :func:`gpufeed.data.memmap.build_memmap`.
+        batch_size: images per batch.
+        device: where the batches go: ``"cpu"``, ``"cuda"`` (or ``"cuda:1"``, ...).
+        crop: the side of the square random crop; None: the stored images' short side.
+        flip: random horizontal flips (probability 1/2).
+        mean, std: per channel on the [0, 1] scale (default ImageNet's); None for both: only
+            scaling to [0, 1].
+        dtype: the images' floating dtype (float32, float16, bfloat16).
+        shuffle: a new random order each epoch; False: the stored order.
+        drop_last: drop each epoch's last, short batch.
+        seed: the order and the crops of epoch ``e`` depend only on ``(seed, e)`` (and the rank).
+        rank, world_size: this process's disjoint shard of every epoch (DistributedDataParallel).
+        depth: batches prepared ahead of the one in use.
+        reuse_buffers: 0 (the default, safe): every batch is new memory and stays valid however
+            long you keep it. ``k > 0`` (CPU only; ignored on CUDA): the images are written into
+            ``k`` reused buffers in turn, which saves the page faults of fresh memory, but **a
+            batch's images are overwritten ``k`` batches later**: finish with them (or copy them) first.
+
+    Raises:
+        gpufeed.data.memmap.MemmapError: ``path`` is not a complete memmap dataset.
+        ValueError: a bad argument (the message names it and says what to do).
+    """
+
+    def __init__(self, path: str | os.PathLike, batch_size: int, *, device="cpu", crop: int | None = None,
+                 flip: bool = True, mean=IMAGENET_MEAN, std=IMAGENET_STD, dtype: torch.dtype = torch.float32,
+                 shuffle: bool = True, drop_last: bool = False, seed: int = 0, rank: int = 0, world_size: int = 1,
+                 depth: int = 2, reuse_buffers: int = 0):
+        self.device = torch.device(device)
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"ImageLoader: device={str(device)!r} but torch sees no CUDA GPU; pass device='cpu' "
+                             "(or gpufeed.config.device(), which picks what this machine has)")
+        if not (isinstance(world_size, int) and world_size >= 1 and isinstance(rank, int) and 0 <= rank < world_size):
+            raise ValueError(f"ImageLoader: need 0 <= rank < world_size (got rank={rank}, world_size={world_size}); "
+                             "rank counts from 0")
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"ImageLoader: batch_size must be a whole number, at least 1 (got {batch_size!r})")
+        if not isinstance(depth, int) or depth < 1:
+            raise ValueError(f"ImageLoader: depth must be a whole number >= 1 (got {depth!r})")
+        if not isinstance(reuse_buffers, int) or reuse_buffers < 0:
+            raise ValueError(f"ImageLoader: reuse_buffers must be a whole number >= 0 (got {reuse_buffers!r})")
+        if not dtype.is_floating_point:
+            raise ValueError(f"ImageLoader: dtype must be a floating type such as torch.float32, got {dtype}")
+        data = load_memmap(path)  # MemmapError in one line if path is not a memmap dataset
+        n, _, height, width = data.images.shape
+        crop = min(height, width) if crop is None else crop
+        if not isinstance(crop, int) or not 0 < crop <= min(height, width):
+            raise ValueError(f"ImageLoader: crop={crop!r} does not fit the stored {height}x{width} (height x width) images of {path}; "
+                             f"pick 1..{min(height, width)} or rebuild the memmap with a larger size")
+        shard = n // world_size + (rank < n % world_size)
+        if drop_last and batch_size > n // world_size:
+            raise ValueError(f"ImageLoader: batch_size={batch_size} is larger than the {shard} images of "
+                             f"{'this shard of ' if world_size > 1 else ''}{path}, so drop_last=True would yield "
+                             "no batch; use a smaller batch_size or drop_last=False")
+        self.path, self.batch_size, self.crop, self.flip, self.dtype = path, batch_size, crop, flip, dtype
+        self.mean = None if mean is None else tuple(mean)
+        self.std = None if std is None else tuple(std)
+        self.seed, self.rank, self.world_size, self.depth = seed, rank, world_size, depth
+        self.reuse_buffers = reuse_buffers if self.device.type != "cuda" else 0
+        self.cuda = self.device.type == "cuda"
+        if self.cuda and self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        # CUDA: gathered into fresh pinned memory from torch's caching host allocator, which keeps
+        # each block until the copy out of it is done; CPU: into a ring (see _on_host).
+        self.loader = FastLoader((data.images, data.targets), batch_size, shuffle=shuffle, seed=seed,
+                                 drop_last=drop_last, rank=rank, world_size=world_size, pin_memory=self.cuda)
+        self.epoch = 0
+        # CPU: (gather ring, augmentation) pairs of finished epochs, for the next ones: fresh memory
+        # costs a page fault per 4 KiB each epoch (buffers over 32 MiB go back to the OS when freed)
+        self._spare: list[tuple[BufferRing, DeviceAugment]] = []
+
+    def __len__(self) -> int:
+        """Batches per epoch on this rank."""
+        return len(self.loader)
+
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch the next ``iter()`` uses (each ``iter()`` then moves on by one by itself)."""
+        self.epoch = epoch
+
+    def indices(self, epoch: int | None = None) -> list[torch.Tensor]:
+        """The sample indices of each batch of an epoch (default: the next one) on this rank."""
+        return self.loader.indices(self.epoch if epoch is None else epoch)
+
+    def augmentation(self, epoch: int, augment: DeviceAugment | None = None) -> DeviceAugment:
+        """Epoch ``epoch``'s crop/flip/normalise, its generator seeded by ``(seed, epoch, rank)``
+        (``augment``: one to reuse, with its buffers)."""
+        generator = seeded_generator(self.seed, epoch, self.rank, 1)
+        if augment is None:
+            return DeviceAugment(self.crop, mean=self.mean, std=self.std, flip=self.flip, dtype=self.dtype,
+                                 buffers=self.reuse_buffers, generator=generator)
+        augment.generator = generator
+        return augment
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        epoch, self.epoch = self.epoch, self.epoch + 1  # now, not at the first next()
+        if self.cuda:
+            augment = self.augmentation(epoch)
+            host = ThreadPrefetcher(self._gathered(self.loader.epoch_batches(epoch)), depth=self.depth)
+
+            def on_gpu(batch):  # on the side stream, after the copy
+                images, targets = batch
+                return augment(images), targets
+
+            return iter(CudaPrefetcher(host, self.device, depth=self.depth, pin_memory=False, transform=on_gpu))
+        return self._on_host(epoch)
+
+    def _gathered(self, batches: Iterator) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """CUDA: the loader's batches, on the producer thread (whose current CUDA device is set first, as
+        torch's pin-memory thread does: pinned memory then belongs to our device)."""
+        if self.cuda:
+            torch.cuda.set_device(self.device)
+        yield from batches
+
+    def _on_host(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        # The gathered uint8 batches never reach the caller (the augmentation writes other memory),
+        # so they are gathered into a ring: one batch per place in the queue (`depth`), one being
+        # gathered, one being augmented. The ring is this iterator's until it ends.
+        ring, augment = self._spare.pop() if self._spare else (BufferRing(self.loader, self.depth + 2), None)
+        augment = self.augmentation(epoch, augment)
+        other = self.device.type != "cpu"  # another accelerator (e.g. mps): copy, then augment there
+        try:
+            with ThreadPrefetcher(self.loader.epoch_batches(epoch, ring), depth=self.depth) as batches:
+                for images, targets in batches:
+                    if other:
+                        images, targets = images.to(self.device), targets.to(self.device)
+                    else:
+                        targets = targets.clone()  # from the reused ring: the caller gets its own copy
+                    yield augment(images), targets
+        finally:  # the thread has stopped (the with block joined it): the next epoch may take them
+            self._spare.append((ring, augment))

@@ -1,0 +1,206 @@
+"""The front door, gpufeed.data.ImageLoader: against a naive reference, its options, its errors."""
+
+import pytest
+import torch
+from cudacheck import consume_on_the_gpu, no_host_sync
+
+import gpufeed.data
+from gpufeed.data.image_loader import ImageLoader
+from gpufeed.data.loader import seeded_generator
+from gpufeed.data.memmap import MemmapError, build_memmap, load_memmap
+from gpufeed.data.transforms import IMAGENET_MEAN, IMAGENET_STD
+from gpufeed.measure.synth import synth_folder
+
+CUDA = torch.cuda.is_available()
+
+
+def needs_cuda(test):
+    return pytest.mark.cuda(pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")(test))
+
+
+@pytest.fixture(scope="module")
+def mm(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("front")
+    src = synth_folder(tmp / "jpeg", n=14, size=(48, 40), classes=3, progress=False).path
+    return build_memmap(src, tmp / "mm", size=(24, 20), progress=False).path  # (width, height): 20 high, 24 wide
+
+
+def naive(path, batch_size, crop, *, seed=0, epoch=0, rank=0, world_size=1, drop_last=False, flip=True, shuffle=True,
+          mean=IMAGENET_MEAN, std=IMAGENET_STD):
+    """By hand: the epoch's order, then per image a slice, a flip and (x / 255 - mean) / std."""
+    data = load_memmap(path)
+    n, _, h, w = data.images.shape
+    order = torch.randperm(n, generator=seeded_generator(seed, epoch)) if shuffle else torch.arange(n)
+    base, extra = divmod(n, world_size)
+    lo = rank * base + min(rank, extra)
+    order = order[lo:lo + base + (rank < extra)]
+    cut = (n // world_size) // batch_size * batch_size if drop_last else len(order)
+    g = seeded_generator(seed, epoch, rank, 1)
+    out = []
+    for idx in order[:cut].split(batch_size):
+        b = len(idx)
+        tops = torch.randint(0, h - crop + 1, (b,), generator=g)
+        lefts = torch.randint(0, w - crop + 1, (b,), generator=g)
+        flips = torch.rand(b, generator=g) < (0.5 if flip else 0.0)
+        images = []
+        for i, t, s, f in zip(idx.tolist(), tops.tolist(), lefts.tolist(), flips.tolist()):
+            x = data.images[i, :, t:t + crop, s:s + crop].double() / 255
+            x = x.flip(-1) if f else x
+            if mean is not None:
+                x = (x - torch.tensor(mean, dtype=torch.float64).view(3, 1, 1)) / torch.tensor(std, dtype=torch.float64).view(3, 1, 1)
+            images.append(x.float())
+        out.append((torch.stack(images), data.targets[idx]))
+    return out
+
+
+def same(got, want, atol=1e-5):
+    assert len(got) == len(want)
+    for (x, y), (rx, ry) in zip(got, want):
+        assert x.dtype == torch.float32 and y.dtype == torch.int64
+        assert torch.equal(y.cpu(), ry) and torch.allclose(x.cpu(), rx, atol=atol)
+
+
+def test_the_front_door_is_exported_lazily():
+    assert gpufeed.data.ImageLoader is ImageLoader
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"drop_last": True, "seed": 3}, {"flip": False, "shuffle": False},
+                                    {"mean": None, "std": None}, {"rank": 1, "world_size": 3, "drop_last": True}])
+def test_batches_are_the_naive_slice_flip_normalise(mm, kwargs):
+    loader = ImageLoader(mm, 4, crop=16, **kwargs)
+    for epoch in range(2):  # each iter() is the next epoch, reshuffled
+        same(list(loader), naive(mm, 4, 16, epoch=epoch, **kwargs))
+
+
+def test_epochs_reshuffle_and_set_epoch_repeats_one(mm):
+    loader = ImageLoader(mm, 5, crop=16, seed=1)
+    first, second = list(loader), list(loader)
+    assert not torch.equal(torch.cat([y for _, y in first]), torch.cat([y for _, y in second]))
+    loader.set_epoch(0)
+    same(list(loader), [(x.cpu(), y.cpu()) for x, y in first], atol=0)
+    assert [len(i) for i in loader.indices(0)] == [5, 5, 4] and len(loader) == 3
+
+
+def test_yielded_batches_stay_valid_and_never_alias(mm):
+    loader = ImageLoader(mm, 4, crop=16, depth=1)
+    got = list(loader)
+    same(got, naive(mm, 4, 16))
+    assert len({x.data_ptr() for x, _ in got}) == len(got) == len({y.data_ptr() for _, y in got})
+
+
+def test_two_live_iterators_do_not_disturb_each_other(mm):
+    loader = ImageLoader(mm, 4, crop=16)
+    loader.set_epoch(0)
+    a = iter(loader)
+    loader.set_epoch(0)
+    b = iter(loader)
+    got_a, got_b = [], []
+    for xa, xb in zip(a, b):
+        got_a.append(xa)
+        got_b.append(xb)
+    same(got_a, naive(mm, 4, 16))
+    same(got_b, naive(mm, 4, 16))
+
+
+def test_reuse_buffers_is_an_opt_in_ring(mm):
+    loader = ImageLoader(mm, 4, crop=16, drop_last=True, reuse_buffers=2)
+    ptrs = [x.data_ptr() for x, _ in loader]
+    assert ptrs[0] == ptrs[2] and ptrs[0] != ptrs[1]  # overwritten 2 batches later, as documented
+    same([(x.clone(), y) for x, y in ImageLoader(mm, 4, crop=16, drop_last=True, reuse_buffers=2)],
+         naive(mm, 4, 16, drop_last=True))
+
+
+def test_break_leaves_no_thread(mm):
+    import threading
+
+    from gpufeed.data.prefetch import THREAD_PREFIX
+
+    for _x, _y in ImageLoader(mm, 2, crop=16):
+        break
+    del _x, _y
+    import gc
+
+    gc.collect()
+    assert not [t for t in threading.enumerate() if t.name.startswith(THREAD_PREFIX) and t.is_alive()]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"batch_size": 15, "drop_last": True}, "batch_size=15 is larger than the 14 images"),
+    ({"batch_size": 8, "drop_last": True, "world_size": 2, "rank": 1}, "larger than the 7 images of this shard"),
+    ({"crop": 21}, r"crop=21 does not fit the stored 20x24 \(height x width\) images"),
+    ({"rank": 2, "world_size": 2}, "need 0 <= rank < world_size"),
+    ({"batch_size": 0}, "batch_size must be a whole number"),
+    ({"dtype": torch.int32}, "dtype must be a floating type"),
+    ({"depth": 0}, "depth must be a whole number"),
+])
+def test_bad_arguments_get_one_clear_line(mm, kwargs, message):
+    kwargs = {"batch_size": 4, **kwargs}
+    with pytest.raises(ValueError, match=message) as info:
+        ImageLoader(mm, **kwargs)
+    assert "\n" not in str(info.value) and "ImageLoader" in str(info.value)
+
+
+def test_a_folder_that_is_not_a_memmap_dataset(tmp_path):
+    with pytest.raises(MemmapError, match="not a complete gpufeed memmap dataset|does not exist") as info:
+        ImageLoader(tmp_path, 4)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.skipif(CUDA, reason="checks the error raised where there is no CUDA")
+def test_cuda_without_a_gpu_says_so(mm):
+    with pytest.raises(ValueError, match="torch sees no CUDA GPU; pass device='cpu'"):
+        ImageLoader(mm, 4, device="cuda")
+
+
+@needs_cuda
+def test_gpu_and_cpu_give_the_same_batches_for_the_same_seed(mm):
+    for kwargs in ({}, {"drop_last": True, "seed": 5, "depth": 3}, {"dtype": torch.float16}):
+        gpu = list(ImageLoader(mm, 4, crop=16, device="cuda", **kwargs))
+        cpu = list(ImageLoader(mm, 4, crop=16, device="cpu", **kwargs))
+        assert all(x.is_cuda and y.is_cuda for x, y in gpu)
+        for (gx, gy), (cx, cy) in zip(gpu, cpu, strict=True):
+            assert torch.equal(gy.cpu(), cy) and torch.allclose(gx.cpu().float(), cx.float(), atol=1e-2)
+    same(list(ImageLoader(mm, 4, crop=16, device="cuda")), naive(mm, 4, 16))
+
+
+@needs_cuda
+def test_gpu_batches_survive_a_busy_current_stream(mm):
+    want = naive(mm, 4, 16)
+    got = []
+    for x, y in ImageLoader(mm, 4, crop=16, device="cuda", depth=2):
+        torch.cuda._sleep(int(1e8))  # the compute stream is busy while the next batches are made
+        got.append((x.clone(), y.clone()))
+        x.fill_(0)  # the consumer scribbles on its batch: later batches must not be affected
+    same(got, want)
+
+
+@needs_cuda
+def test_front_door_in_steady_state_never_syncs_the_host(mm):
+    loader = ImageLoader(mm, 2, crop=16, device="cuda", depth=2)
+    list(loader)  # warm-up: cached constants, pinned blocks, the side stream
+    it = iter(loader)
+    next(it)  # the first batch of an epoch: the producer thread starts, allocations
+    with no_host_sync():
+        assert consume_on_the_gpu(it) == len(loader) - 1
+
+
+def test_the_readme_example_runs(tmp_path, monkeypatch):
+    """README.md's "Use it in your own training" block, run as written on a tiny generated folder
+    (only the folder names and the sizes are swapped for small ones)."""
+    import pathlib
+    import re
+
+    readme = (pathlib.Path(__file__).parents[1] / "README.md").read_text()
+    section = readme.split("## Use it in your own training", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    assert 10 <= len(code.strip().splitlines()) <= 17
+    synth_folder(tmp_path / "my_images", n=6, size=(48, 40), classes=2, progress=False)
+    for old, new in {"size=(256, 256)": "size=(40, 40)", "batch_size=64": "batch_size=3", "crop=224": "crop=32",
+                     "range(2)": "range(1)"}.items():
+        assert old in code, f"the README example no longer has {old!r}: update this test"
+        code = code.replace(old, new)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    scope = {}
+    exec(compile(code, "README.md", "exec"), scope)
+    assert scope["loss"].isfinite() and scope["images"].shape == (3, 3, 32, 32)

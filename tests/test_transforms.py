@@ -1,0 +1,137 @@
+"""The one normalise, the one crop + flip, DeviceAugment: each against the naive formula or slicing."""
+
+import pytest
+import torch
+from cudacheck import no_host_sync
+
+from gpufeed.data import transforms as T
+
+CUDA = torch.cuda.is_available()
+DEVICES = ["cpu"] + (["cuda"] if CUDA else [])
+MEAN, STD = T.IMAGENET_MEAN, T.IMAGENET_STD
+
+
+def needs_cuda(test):
+    return pytest.mark.cuda(pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")(test))
+
+
+def images(n=4, h=8, w=8, seed=0):
+    return torch.randint(0, 256, (n, 3, h, w), dtype=torch.uint8, generator=torch.Generator().manual_seed(seed))
+
+
+def naive_normalize(x, dtype=torch.float32, mean=None, std=None, max_value=255.0):
+    y = x.to(torch.float64) / max_value
+    if mean is not None:
+        y = (y - torch.tensor(mean, dtype=torch.float64).view(-1, 1, 1)) / torch.tensor(std, dtype=torch.float64).view(-1, 1, 1)
+    return y.to(dtype)
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.float16, 2e-3), (torch.bfloat16, 2e-2)])
+def test_normalize_matches_the_naive_formula(dtype, tol):
+    x = images()
+    for mean, std in ((None, None), (MEAN, STD)):
+        got = T.normalize(x, dtype, mean, std)
+        want = naive_normalize(x, dtype, mean, std)
+        assert got.dtype == dtype and got.shape == x.shape
+        assert torch.allclose(got.float(), want.float(), atol=tol * (10 if mean else 1), rtol=tol)
+
+
+@pytest.mark.parametrize("mean, std", [(None, None), (MEAN, STD)])
+def test_normalize_leaves_its_float_input_alone(mean, std):
+    x = images().float()
+    before = x.clone()
+    out = T.normalize(x, torch.float32, mean, std)
+    assert torch.equal(x, before) and out.data_ptr() != x.data_ptr()
+    assert torch.allclose(out, naive_normalize(before, torch.float32, mean, std), atol=1e-5)
+    unit = before / 255  # images already in [0, 1]
+    assert torch.allclose(T.normalize(unit, mean=mean, std=std, max_value=1.0), out, atol=1e-5)
+
+
+def test_normalize_caches_its_constants_per_device_and_dtype():
+    T.normalize(images(), torch.float32, MEAN, STD)
+    hits = T.affine.cache_info().hits
+    T.normalize(images(), torch.float32, MEAN, STD)
+    assert T.affine.cache_info().hits == hits + 1
+    a = T.affine(MEAN, STD, torch.float16, torch.device("cpu"))
+    assert a[0].dtype == torch.float16 and a[0].shape == (3, 1, 1)
+
+
+def test_normalize_refuses_bad_arguments():
+    x = images()
+    with pytest.raises(ValueError, match="dtype must be a floating type"):
+        T.normalize(x, torch.int32)
+    with pytest.raises(ValueError, match="both mean and std"):
+        T.normalize(x, mean=MEAN)
+    with pytest.raises(ValueError, match="one value per channel"):
+        T.normalize(x, mean=(0.5,), std=(0.5,))
+    with pytest.raises(ValueError, match="std must be positive"):
+        T.normalize(x, mean=MEAN, std=(0.2, 0.0, 0.2))
+
+
+def crops_by_hand(x, corners, flips, crop):
+    return torch.stack([x[i, :, t:t + crop, s:s + crop].flip(-1) if f else x[i, :, t:t + crop, s:s + crop]
+                        for i, ((t, s), f) in enumerate(zip(corners.tolist(), flips.tolist()))])
+
+
+@pytest.mark.parametrize("out_dtype", [torch.uint8, torch.float32])
+def test_gather_and_copy_crops_agree_with_slicing(out_dtype):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 256, (6, 3, 20, 24), dtype=torch.uint8, generator=g)
+    corners, flips = T.draw_crops(6, (20, 24), 8, g)
+    assert flips.any() and not flips.all()
+    ref = crops_by_hand(x, corners, flips, 8)
+    out = torch.empty(6, 3, 8, 8, dtype=out_dtype)
+    assert torch.equal(T.copy_crops(x, corners, flips, 8, out=out), ref.to(out_dtype))
+    assert torch.equal(T.gather_crops(x, corners, flips, 8), ref)
+    assert torch.equal(T.crop_flip(x, corners, flips, 8), ref)
+    assert (corners[:, 0] <= 12).all() and (corners[:, 1] <= 16).all()
+    with pytest.raises(ValueError, match="crop must be in 1..20"):
+        T.draw_crops(2, (20, 24), 21)
+
+
+def test_flip_by_mask_and_the_per_sample_crop_flip():
+    x = images(2)
+    assert torch.equal(T.flip(x, torch.tensor([True, False])), torch.stack([x[0].flip(-1), x[1]]))
+    a, b = T.CropFlip(6, seed=4), T.CropFlip(6, seed=4)
+    image = x[0].clone()
+    assert all(torch.equal(a(image), b(image)) for _ in range(5)) and a(image).shape == (3, 6, 6)
+    assert torch.equal(image, x[0])  # the source is untouched
+
+
+def test_device_augment_matches_per_sample_reference_and_makes_new_memory():
+    x = images(5, 12, 12)
+    before = x.clone()
+    aug = T.DeviceAugment(crop=8, seed=3)
+    corners, flips = T.draw_crops(5, (12, 12), 8, torch.Generator().manual_seed(3))
+    out = aug(x)
+    ref = naive_normalize(crops_by_hand(x, corners, flips, 8), torch.float32, MEAN, STD)
+    assert torch.allclose(out, ref, atol=1e-5) and torch.equal(x, before)
+    kept = [aug(x) for _ in range(3)]
+    assert len({k.data_ptr() for k in kept}) == 3  # no ring by default: each result is its own memory
+
+
+def test_device_augment_reuses_buffers_only_when_asked():
+    x = images(5, 12, 12)
+    aug = T.DeviceAugment(crop=8, seed=3, buffers=2)
+    a, b, c = aug(x), aug(x), aug(x)
+    assert a.data_ptr() != b.data_ptr() and c.data_ptr() == a.data_ptr()  # a ring of 2: overwritten 2 later
+    plain = T.DeviceAugment(crop=8, seed=3, mean=None, std=None, flip=False, dtype=torch.float16)
+    got = plain(x)
+    assert got.dtype == torch.float16 and got.min() >= 0 and got.max() <= 1
+    with pytest.raises(ValueError, match="floating"):
+        T.DeviceAugment(crop=8, dtype=torch.uint8)
+
+
+@needs_cuda
+def test_device_augment_gives_the_same_values_on_the_gpu_and_without_syncing():
+    x = images(16, 40, 40)
+    cpu = T.DeviceAugment(crop=32, seed=7)(x)
+    aug = T.DeviceAugment(crop=32, seed=7)
+    xg = x.cuda()
+    first = aug(xg)
+    assert torch.allclose(first.cpu(), cpu, atol=1e-5)
+    T.normalize(xg, torch.float16, MEAN, STD)  # warm-up: its constants are made (and copied) once
+    with no_host_sync():
+        for _ in range(3):
+            aug(xg)
+            T.normalize(xg, torch.float16, MEAN, STD)
