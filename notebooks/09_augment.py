@@ -277,10 +277,12 @@ if not S.cuda and both.items_per_s < workers:
 # `float32`. `torch.compile` generates code for this machine (Triton kernels on a GPU, C++ on a
 # CPU, which needs a C++ compiler) that can fuse them into far fewer passes; how many kernels each
 # version launches is counted below with the profiler rather than assumed. Fusion is not the only
-# difference: on a GPU the eager tail also makes host-device round trips (`normalize` builds its
-# mean and std with `torch.tensor(..., device=...)`, a blocking copy from pageable memory on every
-# call), which the compiled code bakes in as constants. So part of any gain is syncs removed, not
-# passes fused. Compiling takes tens of seconds the first time, so quick mode skips it on a CPU; a
+# thing compiling can remove: an eager tail that builds its constants on every call (say
+# `torch.tensor(mean, device="cuda")` inside a normalise) makes a blocking copy from pageable memory,
+# a host-device round trip, on every batch, which compiled code bakes in as constants. The library's
+# `normalize` (`gpufeed.data.transforms`) makes its constants once per device and dtype, and the
+# parameters were moved to the device above, so this tail should make none: the counts below say
+# whether any sync is left, and what a gain then comes from. Compiling takes tens of seconds the first time, so quick mode skips it on a CPU; a
 # failure is reported, not raised.
 
 # %%
