@@ -174,6 +174,23 @@ assert all(torch.equal(a, b) for a, b in zip(mine, theirs)), "the course's loop 
 print(f"both loops give their twins' batches: images {tuple(mine[0].shape)} {mine[0].dtype} on {mine[0].device}")
 
 # %% [markdown]
+# The front door, `ImageLoader`, gives the same batches (the check above compares them value for
+# value) but does three things differently on a CPU, each for a reason lessons 05 and 06 measured:
+#
+# * **No gathered copy.** It crops each sample straight out of the memmap and writes it once, as
+#   float, into the batch (`gpufeed.data.transforms.crop_flip_normalize`), then scales it while its
+#   600 KB are still in the cache: one read of the stored bytes instead of a gather, a copy and two
+#   more passes over a 38.5 MB float batch.
+# * **Every core.** A small pool of threads splits each batch (the copies release the GIL), one
+#   batch ahead of the training step, instead of one thread gathering while another augments.
+# * **Buffers kept across epochs.** Fresh memory costs a page fault per 4 KiB the first time it is
+#   written, every epoch; with `reuse_buffers` the output buffers (and the loader's own) are handed
+#   from one epoch to the next. Without it (the safe default) every batch is new memory.
+#
+# `python -m gpufeed bench` measures it on your machine against its ceilings and, with `--peers`,
+# against FFCV, SPDL and torchdata.
+
+# %% [markdown]
 # ## 4. The ladder
 #
 # Each rung adds one technique to the rung above it and is timed as a loader alone: whole epochs,

@@ -103,9 +103,16 @@ def test_two_live_iterators_do_not_disturb_each_other(mm):
 
 
 def test_reuse_buffers_is_an_opt_in_ring(mm):
-    loader = ImageLoader(mm, 4, crop=16, drop_last=True, reuse_buffers=2)
-    ptrs = [x.data_ptr() for x, _ in loader]
-    assert ptrs[0] == ptrs[2] and ptrs[0] != ptrs[1]  # overwritten 2 batches later, as documented
+    k = 2
+    loader = ImageLoader(mm, 2, crop=16, drop_last=True, reuse_buffers=k, depth=1)
+    got = []  # (the batch as yielded, a copy of it then)
+    for x, _ in loader:
+        got.append((x, x.clone()))
+        if len(got) > k - 1:  # batch j is still intact while batch j + k - 1 is in use, as documented
+            old, copy = got[-k]
+            assert torch.equal(old, copy)
+    ptrs = [x.data_ptr() for x, _ in got]
+    assert len(set(ptrs)) < len(ptrs), "reuse_buffers reuses memory"
     same([(x.clone(), y) for x, y in ImageLoader(mm, 4, crop=16, drop_last=True, reuse_buffers=2)],
          naive(mm, 4, 16, drop_last=True))
 

@@ -135,3 +135,22 @@ def test_device_augment_gives_the_same_values_on_the_gpu_and_without_syncing():
         for _ in range(3):
             aug(xg)
             T.normalize(xg, torch.float16, MEAN, STD)
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+@pytest.mark.parametrize("stats", [(T.IMAGENET_MEAN, T.IMAGENET_STD), (None, None)])
+def test_crop_flip_normalize_is_the_crop_then_the_normalise_bit_for_bit(threads, stats):
+    g = torch.Generator().manual_seed(3)
+    src = torch.randint(0, 256, (9, 3, 10, 12), dtype=torch.uint8, generator=g)
+    rows = [8, 0, 3, 3, 5]  # any order, repeats allowed
+    corners, flips = T.draw_crops(len(rows), (10, 12), 7, g)
+    mean, std = stats
+    ref = T.crop_flip(src[rows], corners, flips, 7, out=torch.empty(5, 3, 7, 7))  # the naive way: gather, crop, then
+    if mean is None:
+        ref.mul_(1.0 / 255)
+    else:
+        scale, shift = T.affine(mean, std, torch.float32, torch.device("cpu"))
+        ref.mul_(scale).add_(shift)  # ... normalise the whole batch
+    out = T.crop_flip_normalize(src, rows, corners, flips, 7, torch.empty(5, 3, 7, 7), mean, std, threads=threads)
+    assert torch.equal(out, ref)
+    assert torch.allclose(out, T.normalize(T.crop_flip(src[rows], corners, flips, 7), torch.float32, mean, std), atol=1e-6)

@@ -53,8 +53,8 @@ def test_cpu_workflow_runs_ci_run_on_python_311_and_keeps_the_screenshots():
     assert str(job["env"]["UV_PYTHON"]) == "3.11", "uv builds .venv with that same Python"
     assert "bash .ci/run" in runs(doc), "CI runs what .ci/run runs"
     ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
-    assert ci[-3:] == ["make test", "make test-oldest", "make test-browser"], (
-        "the README's test command, the oldest supported versions, then the browser tests")
+    assert ci[-4:] == ["make test", "make test-peers", "make test-oldest", "make test-browser"], (
+        "the README's test command, the peer loaders, the oldest supported versions, then the browser tests")
     assert "make test " in (ROOT / "README.md").read_text()
     assert [u["with"]["path"] for u in uploads(doc)] == ["out/test-artifacts"]
 

@@ -38,7 +38,7 @@ import torch
 from gpufeed.data.loader import BufferRing, FastLoader, seeded_generator
 from gpufeed.data.memmap import load_memmap
 from gpufeed.data.prefetch import CudaPrefetcher, ThreadPrefetcher
-from gpufeed.data.transforms import IMAGENET_MEAN, IMAGENET_STD, DeviceAugment
+from gpufeed.data.transforms import IMAGENET_MEAN, IMAGENET_STD, DeviceAugment, crop_flip_normalize
 
 
 class ImageLoader:
@@ -58,6 +58,8 @@ class ImageLoader:
         seed: the order and the crops of epoch ``e`` depend only on ``(seed, e)`` (and the rank).
         rank, world_size: this process's disjoint shard of every epoch (DistributedDataParallel).
         depth: batches prepared ahead of the one in use.
+        threads: on the CPU, threads that crop and normalise each batch (default: the usable
+            cores, at most 8); they work one batch ahead of you, beside the training step.
         reuse_buffers: 0 (the default, safe): every batch is new memory and stays valid however
             long you keep it. ``k > 0`` (CPU only; ignored on CUDA): the images are written into
             ``k`` reused buffers in turn, which saves the page faults of fresh memory, but **a
@@ -71,7 +73,7 @@ class ImageLoader:
     def __init__(self, path: str | os.PathLike, batch_size: int, *, device="cpu", crop: int | None = None,
                  flip: bool = True, mean=IMAGENET_MEAN, std=IMAGENET_STD, dtype: torch.dtype = torch.float32,
                  shuffle: bool = True, drop_last: bool = False, seed: int = 0, rank: int = 0, world_size: int = 1,
-                 depth: int = 2, reuse_buffers: int = 0):
+                 depth: int = 2, reuse_buffers: int = 0, threads: int | None = None):
         self.device = torch.device(device)
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise ValueError(f"ImageLoader: device={str(device)!r} but torch sees no CUDA GPU; pass device='cpu' "
@@ -85,6 +87,8 @@ class ImageLoader:
             raise ValueError(f"ImageLoader: depth must be a whole number >= 1 (got {depth!r})")
         if not isinstance(reuse_buffers, int) or reuse_buffers < 0:
             raise ValueError(f"ImageLoader: reuse_buffers must be a whole number >= 0 (got {reuse_buffers!r})")
+        if threads is not None and (not isinstance(threads, int) or threads < 1):
+            raise ValueError(f"ImageLoader: threads must be None or a whole number >= 1 (got {threads!r})")
         if not dtype.is_floating_point:
             raise ValueError(f"ImageLoader: dtype must be a floating type such as torch.float32, got {dtype}")
         data = load_memmap(path)  # MemmapError in one line if path is not a memmap dataset
@@ -102,6 +106,8 @@ class ImageLoader:
         self.mean = None if mean is None else tuple(mean)
         self.std = None if std is None else tuple(std)
         self.seed, self.rank, self.world_size, self.depth = seed, rank, world_size, depth
+        self.threads = threads or min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else
+                                      os.cpu_count() or 1)
         self.reuse_buffers = reuse_buffers if self.device.type != "cuda" else 0
         self.cuda = self.device.type == "cuda"
         if self.cuda and self.device.index is None:
@@ -114,6 +120,7 @@ class ImageLoader:
         # CPU: (gather ring, augmentation) pairs of finished epochs, for the next ones: fresh memory
         # costs a page fault per 4 KiB each epoch (buffers over 32 MiB go back to the OS when freed)
         self._spare: list[tuple[BufferRing, DeviceAugment]] = []
+        self._cpu_rings: list[list[torch.Tensor]] = []  # the CPU path's reused outputs (reuse_buffers > 0)
 
     def __len__(self) -> int:
         """Batches per epoch on this rank."""
@@ -148,6 +155,8 @@ class ImageLoader:
                 return augment(images), targets
 
             return iter(CudaPrefetcher(host, self.device, depth=self.depth, pin_memory=False, transform=on_gpu))
+        if self.device.type == "cpu":
+            return self._on_cpu(epoch)
         return self._on_host(epoch)
 
     def _gathered(self, batches: Iterator) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
@@ -156,6 +165,37 @@ class ImageLoader:
         if self.cuda:
             torch.cuda.set_device(self.device)
         yield from batches
+
+    def _on_cpu(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """The CPU: each batch cropped, flipped and normalised straight from the memmap in one pass per
+        sample (:func:`gpufeed.data.transforms.crop_flip_normalize`: no gathered uint8 copy first), by
+        ``threads`` threads, ``depth`` batches ahead on a background thread. The same crops, in the
+        same order, as the other devices' path (one generator, drawn in batch order)."""
+        augment = self.augmentation(epoch)
+        images, targets = self.loader.fields.tensors["0"], self.loader.fields.tensors["1"]  # plain views of the memmap
+        shape = (self.batch_size, images.shape[1], self.crop, self.crop)
+        # Reused outputs: the promise is "overwritten reuse_buffers batches after you got it", and up
+        # to depth + 1 more are being made or queued ahead of you.
+        # Kept for the next epochs (fresh memory costs a page fault per 4 KiB, every epoch); a live
+        # iterator owns its ring, so two never share one.
+        count = self.reuse_buffers + self.depth + 1 if self.reuse_buffers else 0
+        ring = self._cpu_rings.pop() if self._cpu_rings else [torch.empty(shape, dtype=self.dtype) for _ in range(count)]
+
+        def batches():
+            for k, idx in enumerate(self.loader.indices(epoch)):
+                b = len(idx)
+                corners, flips = augment.params(images[:b])  # only the shape is read: draws in batch order
+                out = ring[k % len(ring)][:b] if ring else torch.empty((b, *shape[1:]), dtype=self.dtype)
+                crop_flip_normalize(images, idx.tolist(), corners, flips, self.crop, out, self.mean, self.std,
+                                    threads=self.threads)
+                yield out, torch.index_select(targets, 0, idx)
+
+        try:
+            with ThreadPrefetcher(batches(), depth=self.depth) as prefetched:
+                yield from prefetched
+        finally:  # the thread has stopped (the with block joined it): the next epoch may take the ring
+            if ring:
+                self._cpu_rings.append(ring)
 
     def _on_host(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         # The gathered uint8 batches never reach the caller (the augmentation writes other memory),
