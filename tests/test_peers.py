@@ -49,3 +49,29 @@ def test_unknown_peer_is_one_clear_error(tiny):
 def test_normalize_matches_the_course():
     x = torch.full((1, 3, 2, 2), 255, dtype=torch.uint8)
     assert peers._normalize(x).dtype == torch.float32 and round(peers._normalize(x)[0, 0, 0, 0].item(), 3) == 2.249
+
+
+def test_bench_peers_end_to_end_from_the_command_line(tmp_path):
+    """`gpufeed bench --peers`: every installed peer gets a loader row beside the course's, as a
+    fraction of both ceilings and with its peak memory, in results.json and the markdown table."""
+    import json
+
+    from gpufeed.cli import main
+    from gpufeed.measure import suite
+
+    installed = sorted(n for n, ok in peers.available().items() if ok)
+    for name in sorted(peers.PEERS):
+        if name not in installed and os.environ.get("GPUFEED_REQUIRE_PEERS") == "1":
+            need(name)  # fails: CI must run this with every peer
+    assert main(["bench", "--size", "tiny", "--device", "cpu", "--repeats", "1", "--no-dali", "--peers",
+                 "--out", str(tmp_path)]) == 0
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert doc["peers"] == installed
+    loaders = {r["pipeline"]: r for r in doc["records"] if r["mode"] == "loader"}
+    assert set(installed) | {"naive", "tuned", "course"} <= set(loaders)
+    for name in [*installed, "course"]:
+        row = loaders[name]
+        assert row["images_per_s"] > 0 and row["fraction_of_memcpy_stream"] > 0 and row["fraction_of_batch_fetch"] > 0
+        assert row["peak_pss_mb"] > 0
+    table = suite.markdown(doc)
+    assert all(f"| {name} |" in table for name in installed)
