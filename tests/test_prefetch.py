@@ -339,7 +339,8 @@ def test_cuda_prefetcher_protocol_with_a_stand_in_for_torch_cuda(monkeypatch):
         calls.append(("exit", s.name))
 
     for name, value in {"is_available": lambda: True, "current_device": lambda: 0, "Stream": lambda device: Stream(),
-                        "Event": Event, "stream": stream, "current_stream": lambda device: Stream("current")}.items():
+                        "Event": Event, "stream": stream, "current_stream": lambda device: Stream("current"),
+                        "device": lambda device: contextlib.nullcontext()}.items():
         monkeypatch.setattr(torch.cuda, name, value)
     p = CudaPrefetcher(batches(4), "cuda", dtype=torch.float32, depth=2, pin_memory=False)
     p.device = torch.device("cpu")  # the copies themselves stay on the CPU here

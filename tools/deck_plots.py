@@ -209,7 +209,8 @@ def lesson09_trap():
     import dataclasses
 
     from gpufeed.course.quality import to_tensor
-    from gpufeed.data.augment import IMAGENET_MEAN, IMAGENET_STD, augment, draw_params
+    from gpufeed.data.augment import augment, draw_params
+    from gpufeed.data.transforms import IMAGENET_MEAN, IMAGENET_STD
     from gpufeed.measure.synth import SynthSpec, render
 
     spec = SynthSpec(n=8, width=224, height=168, classes=8, seed=3)

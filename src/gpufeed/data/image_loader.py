@@ -5,12 +5,14 @@
 device, each image cropped and flipped on its own and normalised: ``images`` ``float32 [B, 3, crop,
 crop]`` and ``targets`` ``int64 [B]``. It is lessons 05-09 put together:
 
-* one gather per batch (:class:`gpufeed.data.loader.FastLoader`, lesson 06) on a background thread
-  (:class:`gpufeed.data.prefetch.ThreadPrefetcher`, lesson 08); on CUDA into pinned memory;
-* on CUDA, the copy and the per-sample crop/flip/normalise (:class:`gpufeed.data.transforms.DeviceAugment`,
+* on CUDA, one gather per batch (:class:`gpufeed.data.loader.FastLoader`, lesson 06) into pinned
+  memory on a background thread (:class:`gpufeed.data.prefetch.ThreadPrefetcher`, lesson 08), then
+  the copy and the per-sample crop/flip/normalise (:class:`gpufeed.data.transforms.DeviceAugment`,
   lesson 09) on a side stream (:class:`gpufeed.data.prefetch.CudaPrefetcher`), ordered with the
-  compute stream by an event and kept alive with ``record_stream``; on the CPU the same augmentation
-  on this thread while the background thread gathers the next batch.
+  compute stream by an event and kept alive with ``record_stream``;
+* on the CPU, no gather: each sample is cropped, flipped and normalised straight out of the memmap
+  in one pass (:func:`gpufeed.data.transforms.crop_flip_normalize`) by a few threads, a batch or two
+  ahead on a background thread.
 
 The crops and flips are drawn on the CPU from a generator seeded by ``(seed, epoch, rank)``: the
 same seed gives the same batches on a CPU and on a GPU. Each ``iter()`` is one epoch, reshuffled;
@@ -35,7 +37,7 @@ from collections.abc import Iterator
 
 import torch
 
-from gpufeed.data.loader import BufferRing, FastLoader, seeded_generator
+from gpufeed.data.loader import FastLoader, seeded_generator
 from gpufeed.data.memmap import load_memmap
 from gpufeed.data.prefetch import CudaPrefetcher, ThreadPrefetcher
 from gpufeed.data.transforms import IMAGENET_MEAN, IMAGENET_STD, DeviceAugment, crop_flip_normalize
@@ -113,13 +115,10 @@ class ImageLoader:
         if self.cuda and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
         # CUDA: gathered into fresh pinned memory from torch's caching host allocator, which keeps
-        # each block until the copy out of it is done; CPU: into a ring (see _on_host).
+        # each block until the copy out of it is done. The CPU path only takes its indices (_on_cpu).
         self.loader = FastLoader((data.images, data.targets), batch_size, shuffle=shuffle, seed=seed,
                                  drop_last=drop_last, rank=rank, world_size=world_size, pin_memory=self.cuda)
         self.epoch = 0
-        # CPU: (gather ring, augmentation) pairs of finished epochs, for the next ones: fresh memory
-        # costs a page fault per 4 KiB each epoch (buffers over 32 MiB go back to the OS when freed)
-        self._spare: list[tuple[BufferRing, DeviceAugment]] = []
         self._cpu_rings: list[list[torch.Tensor]] = []  # the CPU path's reused outputs (reuse_buffers > 0)
 
     def __len__(self) -> int:
@@ -134,15 +133,10 @@ class ImageLoader:
         """The sample indices of each batch of an epoch (default: the next one) on this rank."""
         return self.loader.indices(self.epoch if epoch is None else epoch)
 
-    def augmentation(self, epoch: int, augment: DeviceAugment | None = None) -> DeviceAugment:
-        """Epoch ``epoch``'s crop/flip/normalise, its generator seeded by ``(seed, epoch, rank)``
-        (``augment``: one to reuse, with its buffers)."""
-        generator = seeded_generator(self.seed, epoch, self.rank, 1)
-        if augment is None:
-            return DeviceAugment(self.crop, mean=self.mean, std=self.std, flip=self.flip, dtype=self.dtype,
-                                 buffers=self.reuse_buffers, generator=generator)
-        augment.generator = generator
-        return augment
+    def augmentation(self, epoch: int) -> DeviceAugment:
+        """Epoch ``epoch``'s crop/flip/normalise, its generator seeded by ``(seed, epoch, rank)``."""
+        return DeviceAugment(self.crop, mean=self.mean, std=self.std, flip=self.flip, dtype=self.dtype,
+                             generator=seeded_generator(self.seed, epoch, self.rank, 1))
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         epoch, self.epoch = self.epoch, self.epoch + 1  # now, not at the first next()
@@ -157,7 +151,11 @@ class ImageLoader:
             return iter(CudaPrefetcher(host, self.device, depth=self.depth, pin_memory=False, transform=on_gpu))
         if self.device.type == "cpu":
             return self._on_cpu(epoch)
-        return self._on_host(epoch)
+        return self._to_device(self._on_cpu(epoch))  # another accelerator (e.g. mps): made here, copied there
+
+    def _to_device(self, batches: Iterator) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for images, targets in batches:
+            yield images.to(self.device), targets.to(self.device)
 
     def _gathered(self, batches: Iterator) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """CUDA: the loader's batches, on the producer thread (whose current CUDA device is set first, as
@@ -175,9 +173,8 @@ class ImageLoader:
         images, targets = self.loader.fields.tensors["0"], self.loader.fields.tensors["1"]  # plain views of the memmap
         shape = (self.batch_size, images.shape[1], self.crop, self.crop)
         # Reused outputs: the promise is "overwritten reuse_buffers batches after you got it", and up
-        # to depth + 1 more are being made or queued ahead of you.
-        # Kept for the next epochs (fresh memory costs a page fault per 4 KiB, every epoch); a live
-        # iterator owns its ring, so two never share one.
+        # to depth + 1 more are being made or queued ahead of you. Kept for the next epochs (fresh
+        # memory costs a page fault per 4 KiB, every epoch); a live iterator owns its ring.
         count = self.reuse_buffers + self.depth + 1 if self.reuse_buffers else 0
         ring = self._cpu_rings.pop() if self._cpu_rings else [torch.empty(shape, dtype=self.dtype) for _ in range(count)]
 
@@ -196,21 +193,3 @@ class ImageLoader:
         finally:  # the thread has stopped (the with block joined it): the next epoch may take the ring
             if ring:
                 self._cpu_rings.append(ring)
-
-    def _on_host(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        # The gathered uint8 batches never reach the caller (the augmentation writes other memory),
-        # so they are gathered into a ring: one batch per place in the queue (`depth`), one being
-        # gathered, one being augmented. The ring is this iterator's until it ends.
-        ring, augment = self._spare.pop() if self._spare else (BufferRing(self.loader, self.depth + 2), None)
-        augment = self.augmentation(epoch, augment)
-        other = self.device.type != "cpu"  # another accelerator (e.g. mps): copy, then augment there
-        try:
-            with ThreadPrefetcher(self.loader.epoch_batches(epoch, ring), depth=self.depth) as batches:
-                for images, targets in batches:
-                    if other:
-                        images, targets = images.to(self.device), targets.to(self.device)
-                    else:
-                        targets = targets.clone()  # from the reused ring: the caller gets its own copy
-                    yield augment(images), targets
-        finally:  # the thread has stopped (the with block joined it): the next epoch may take them
-            self._spare.append((ring, augment))

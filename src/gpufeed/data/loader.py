@@ -269,16 +269,13 @@ class FastLoader:
 
     def __iter__(self) -> Iterator:
         epoch, self.epoch = self.epoch, self.epoch + 1  # now, not at the first next()
-        return self._epoch(epoch)
+        return self.epoch_batches(epoch)
 
     def _on_device(self):
         """On CUDA: make ``self.device`` this thread's current device (as torch's pin-memory thread
         does), so pinned memory, the copy and its event all belong to it and its current stream."""
         cuda = self.device is not None and self.device.type == "cuda"
         return torch.cuda.device(self.device) if cuda else contextlib.nullcontext()
-
-    def _epoch(self, epoch: int) -> Iterator:
-        return self.epoch_batches(epoch)
 
     def epoch_batches(self, epoch: int, ring: BufferRing | None = None) -> Iterator:
         """Epoch ``epoch``'s batches (``iter()`` is this for the next epoch), gathered into ``ring``

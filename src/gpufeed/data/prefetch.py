@@ -132,8 +132,7 @@ class CudaPrefetcher(_Closable):
             self.stream.wait_stream(torch.cuda.current_stream(self.device))
             for t in on_gpu:
                 t.record_stream(self.stream)
-        on_device = torch.cuda.device(self.device) if self.device.type == "cuda" else contextlib.nullcontext()
-        with on_device, torch.cuda.stream(self.stream):
+        with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
             if self.pin_memory:
                 batch = pin(batch)
             batch = prepare(to_device(batch, self.device, non_blocking=True), self.dtype, self.mean, self.std)

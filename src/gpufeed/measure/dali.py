@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from gpufeed.data.augment import IMAGENET_MEAN, IMAGENET_STD
+from gpufeed.data.transforms import IMAGENET_MEAN, IMAGENET_STD
 
 ENV_DALI = "GPUFEED_DALI"
 #: ImageNet's mean and std on the 0..255 scale, as ``fn.crop_mirror_normalize`` takes them for uint8 input.

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from gpufeed.data.augment import IMAGENET_MEAN, IMAGENET_STD
+from gpufeed.data.transforms import IMAGENET_MEAN, IMAGENET_STD, normalize
 from gpufeed.measure import pipelines
 from gpufeed.measure.pipelines import Data, Workload
 
@@ -55,8 +55,6 @@ def available() -> dict[str, bool]:
 
 def _normalize(images: torch.Tensor) -> torch.Tensor:
     """``uint8 [B, 3, H, W]`` -> normalised ``float32``, as the course pipeline's output."""
-    from gpufeed.data.prefetch import normalize
-
     return normalize(images, torch.float32, IMAGENET_MEAN, IMAGENET_STD)
 
 

@@ -195,11 +195,11 @@ def tuned(loader, device) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
 
 class Course:
     """The course pipeline: the front door :class:`gpufeed.data.ImageLoader` (memmap +
-    :class:`~gpufeed.data.loader.FastLoader` + prefetching + :class:`~gpufeed.data.transforms.DeviceAugment`).
+    :class:`~gpufeed.data.loader.FastLoader` + prefetching + per-sample crop/flip/normalise).
 
     Each ``iter()`` is one epoch (reshuffled). On CUDA: gathered into pinned memory on a thread,
-    copied and augmented on a side stream; on the CPU: gathered on a thread while this thread
-    augments the batch before.
+    copied and augmented on a side stream; on the CPU: cropped and normalised straight from the
+    memmap by a few threads, ahead on a background thread.
     """
 
     def __init__(self, data: Data, w: Workload, device, seed: int = 0):
