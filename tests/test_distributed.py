@@ -270,3 +270,38 @@ def test_uneven_inputs_fail_without_join_and_stay_equal_with_it():
     joined = distributed.uneven_inputs((1, 2), join=True, timeout=2)
     assert [r["steps"] for r in joined] == [1, 2] and all(r["error"] is None for r in joined)
     assert joined[0]["weight"] == joined[1]["weight"]  # the copies of the model stayed equal
+
+
+CRASH_ONCE = '''
+import os, sys
+from pathlib import Path
+from gpufeed.measure.harness import Measurement, save
+out = Path(sys.argv[sys.argv.index("--out") + 1])
+marker = out.with_suffix(".crashed")
+if os.environ["RANK"] == "1" and (not marker.exists() or "--always" in sys.argv):
+    marker.touch()
+    print("about to abort, as gloo does on a lost connection", file=sys.stderr, flush=True)
+    os.abort()
+if os.environ["RANK"] == "0":
+    save(out, [Measurement("ok", [1.0], 1)])
+    print("rank 0 wrote", out)
+'''
+
+
+def test_launch_runs_again_after_a_crashed_rank_and_shows_its_stderr(tmp_path, capsys):
+    (tmp_path / "crash_once.py").write_text(CRASH_ONCE)
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    ms, doc = launch.launch(2, [], tmp_path / "a.json", env=env, module="crash_once", timeout=120)
+    assert [m.name for m in ms] == ["ok"]
+    printed = capsys.readouterr()
+    assert "rank 1 killed by SIGABRT" in printed.err and "about to abort" in printed.err  # the retry was shown
+    assert "attempt 2 of 2" in printed.err and "rank 0 wrote" in printed.out
+    with pytest.raises(RuntimeError, match="(?s)rank 1 killed by SIGABRT.*rank 1's stderr.*about to abort"):
+        launch.launch(2, ["--always"], tmp_path / "b.json", env=env, module="crash_once", timeout=120,
+                      retries=0, verbose=False)
+
+
+def test_launch_does_not_retry_bad_input_and_shows_the_one_line_error(tmp_path, capsys):
+    with pytest.raises(RuntimeError, match="(?s)failed.*rank 0's stderr.*gpufeed.course.distributed: .*nope"):
+        launch.launch(2, ["--data", str(tmp_path / "nope")], tmp_path / "c.json", timeout=120, verbose=False)
+    assert "running it again" not in capsys.readouterr().err
