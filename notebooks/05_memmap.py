@@ -294,6 +294,14 @@ saved = results.save_lesson("lesson05", [*ms, ceiling], n_images=n_images, batch
 print(f"saved to {saved}")
 
 # %% [markdown]
+# Two details of the loader decide how close a warm gather gets to that ceiling, and lesson 06
+# measures both: its output buffers (two, used in turn: a ring larger than the CPU's last-level
+# cache sends every write to RAM) and how the copy is shared among threads (`index_select` copies
+# an image at a time unless each image is cut into pieces below 32,768 elements:
+# `gpufeed.data.loader.take_rows`). `python -m gpufeed bench` reports the loader's raw fetch as a
+# fraction of a streaming copy of the same images, on every core.
+
+# %% [markdown]
 # ### On a GPU
 #
 # With CUDA the cells above already send every batch to the GPU (pinned, `non_blocking`). Without

@@ -178,6 +178,80 @@ print(f"index_select is {g['t[idx]'].median / g['index_select'].median:.1f}x as 
       f"buffer, {g['t[idx]'].median / g['index_select into a buffer'].median:.1f}x ({g['index_select into a buffer'].gb_per_s:.1f} GB/s).")
 
 # %% [markdown]
+# **Whole images per thread.** With more than one core, `index_select` should split the batch
+# between them. Its CPU kernel (`index_select_out_cpu_` in PyTorch's `TensorAdvancedIndexing.cpp`)
+# does so only when a row holds fewer than 32,768 elements (`at::internal::GRAIN_SIZE`). An image
+# row is larger (3x224x224 = 150,528), so the kernel copies the batch one image at a time and
+# splits each image's copy across the threads, which must meet after every image. Viewed as 6 equal
+# pieces of 25,088 elements (a view: nothing is copied), the same gather takes the kernel's other
+# path: the threads share out the pieces, and each copies a run of whole images with `memcpy`.
+# Same bytes, same order; `gpufeed.data.loader.take_rows` holds this, and `FastLoader` uses it.
+# Below, both on one thread (as this lesson's other cells) and on every core.
+
+# %%
+def gather_in_pieces(pixels, rows, out, k=6):
+    """torch.index_select(pixels, 0, rows, out=out), each row cut into k pieces below GRAIN_SIZE."""
+    piece = pixels[0].numel() // k  # 150,528 / 6 = 25,088 elements
+    pieces = (rows[:, None] * k + torch.arange(k)).view(-1)  # image i -> pieces i*k .. i*k+k-1
+    torch.index_select(pixels.view(-1, piece), 0, pieces, out=out.view(-1, piece))
+    return out  # [B, 3, 224, 224]: the pieces were written in place, image after image
+
+
+def piece_speeds(n_images, threads, batch=64):
+    pixels = torch.randint(0, 256, (n_images, 3, 224, 224), dtype=torch.uint8)
+    rows, buffer = torch.randperm(n_images)[:batch], torch.empty(batch, 3, 224, 224, dtype=torch.uint8)
+    assert torch.equal(gather_in_pieces(pixels, rows, buffer), torch.index_select(pixels, 0, rows))  # same values
+    kw = {"nbytes": buffer.numel(), "repeats": 30, "params": {"threads": threads}}
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return [benchmark(lambda: torch.index_select(pixels, 0, rows, out=buffer), name=f"one image at a time, {threads} thread(s)", **kw),
+                benchmark(lambda: gather_in_pieces(pixels, rows, buffer), name=f"whole images per thread, {threads} thread(s)", **kw)]
+    finally:
+        torch.set_num_threads(before)
+
+
+from gpufeed.measure.machine import usable_cores
+
+pieces = [m for t in sorted({1, usable_cores()}) for m in piece_speeds(config.pick(quick=512, full=4096), t)]
+for one, whole in zip(pieces[::2], pieces[1::2]):
+    print(f"{one.params['threads']} thread(s): one image at a time {one.gb_per_s:.1f} GB/s, whole images per thread "
+          f"{whole.gb_per_s:.1f} GB/s ({one.median / whole.median:.2f}x)")
+
+# %% [markdown]
+# Even on one thread the pieces are faster: for a row above the threshold the kernel copies each
+# image through `TensorIterator`'s general copy loop, set up anew for every image, where the
+# pieces path calls `memcpy`. With more threads, the gap grows by what the threads no longer spend
+# waiting for each other after every image.
+
+# %% [markdown]
+# **A ring the size of the cache.** How many buffers should `reuse_buffers` keep? As few as the
+# consumer needs: two when a batch is used while the next is gathered (lesson 08). Every batch is
+# written into the next buffer of the ring, and a ring larger than the CPU's last-level cache (a
+# few tens of MB on most machines; 64 images of 224x224 are 9.6 MB) has left the cache by the time
+# it comes round again, so each write goes all the way to RAM. Below, the same epochs with a ring
+# of 2 and of 12 buffers.
+
+# %%
+def ring_speeds(n_images, batch=64):
+    pixels = torch.randint(0, 256, (n_images, 3, 224, 224), dtype=torch.uint8)
+    out = []
+    for k in (2, 12):
+        loader = FastLoader(pixels, batch, seed=0, drop_last=True, reuse_buffers=k)
+        out.append(benchmark(lambda loader=loader: [None for _ in loader], name=f"ring of {k}", items=len(loader) * batch,
+                             nbytes=len(loader) * batch * pixels[0].numel(), repeats=7, warmup=1))
+    return out
+
+
+rings = ring_speeds(config.pick(quick=512, full=4096))
+by_ring = {m.name: m for m in rings}
+ratio = by_ring["ring of 2"].items_per_s / by_ring["ring of 12"].items_per_s
+print(f"ring of 2: {by_ring['ring of 2'].items_per_s:,.0f} images/s; ring of 12 ({12 * 64 * 150528 / 2**20:.0f} MiB): "
+      f"{by_ring['ring of 12'].items_per_s:,.0f} images/s; the small ring is {ratio:.2f}x as fast"
+      + (" here." if ratio > 1.05 else ": no difference on this machine (a last-level cache this large, or a noisy "
+         "run; re-run to see the spread)."))
+
+# %% [markdown]
 # **Sorting the indices within a batch** (`sort_indices=True`) keeps each batch's samples, so the
 # mean loss and its gradient do not change, and a cold read moves forward through the file
 # instead of jumping around. The catch: a batch is no longer in random order, so code that cuts
@@ -343,7 +417,7 @@ say(f"The DataLoader pays for {B} __getitem__ calls, a collate and an inter-proc
     + "which does one call per batch, in C.")
 from gpufeed.measure import results
 
-saved = results.save_lesson("lesson06", [*ms, *gathers, *full, *grouped, *quiz], batch_size=B, n=N,
+saved = results.save_lesson("lesson06", [*ms, *gathers, *pieces, *rings, *full, *grouped, *quiz], batch_size=B, n=N,
                             batched_vs_per_sample=by["FastLoader"].items_per_s / by["per sample"].items_per_s)
 print(f"saved to {saved}")
 
@@ -354,7 +428,9 @@ print(f"saved to {saved}")
 #   that is the whole cost of loading. Fetch a batch in one call: `__getitems__`, a `BatchSampler`
 #   as the sampler with `batch_size=None`, or no DataLoader at all.
 # * A fast loader is a seeded permutation per epoch, sliced, and one `index_select` per field;
-#   reuse its output buffers where the batch is consumed at once.
+#   reuse its output buffers where the batch is consumed at once, in a ring no larger than needed.
+# * Read the kernel you lean on: `index_select` shares out whole images among threads only when a
+#   row is below 32,768 elements; cutting each image into pieces (`take_rows`) gets that path.
 # * Shuffling millions of indices is not free; a grouped shuffle is cheaper and reads nearby
 #   data together, but it is only as random as the order the data is stored in, and its blocks
 #   stay the same every epoch: samples meet the same neighbours in every epoch.

@@ -1,3 +1,5 @@
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -207,3 +209,41 @@ def test_cuda_copies_go_to_the_loaders_device_from_a_producer_thread():
     torch.cuda.synchronize(last)
     for xb, yb in got:
         assert xb.device == last and torch.equal(xb.cpu(), x[yb.cpu()])
+
+
+@pytest.mark.parametrize("shape,dtype", [((6, 3, 240, 240), torch.uint8), ((5, 3, 128, 128), torch.float32),
+                                         ((4, 65537), torch.uint8), ((7, 3, 8, 8), torch.uint8), ((9,), torch.int64)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_take_rows_is_index_select(shape, dtype, threads):
+    from gpufeed.data.loader import _pieces, take_rows
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        x = torch.randint(0, 100, shape).to(dtype)
+        for idx in (torch.tensor([3, 0, 3, 1]), torch.tensor([], dtype=torch.int64), torch.tensor([2], dtype=torch.int32)):
+            want = torch.index_select(x, 0, idx)
+            assert torch.equal(take_rows(x, idx), want)
+            out = torch.full((len(idx) + 2, *shape[1:]), 7).to(dtype)
+            assert torch.equal(take_rows(x, idx, out=out[:len(idx)]), want)  # into a slice of a larger buffer
+            assert torch.equal(out[len(idx):], torch.full_like(out[len(idx):], 7))  # and not one byte past it
+        with pytest.raises(IndexError):
+            take_rows(x, torch.tensor([0, shape[0]]))
+        with pytest.raises(IndexError):
+            take_rows(x, torch.tensor([-1]))
+    finally:
+        torch.set_num_threads(old)
+    row = math.prod(shape[1:])
+    k = _pieces(row)
+    assert row % k == 0 and (k == 1 or row // k < 32768)
+    assert _pieces(65537) == 1  # a prime: no equal pieces, index_select as it is
+
+
+def test_take_rows_on_a_strided_view_and_a_wrong_out_falls_back_to_index_select():
+    from gpufeed.data.loader import take_rows
+
+    x = torch.randint(0, 255, (6, 3, 200, 200), dtype=torch.uint8)
+    idx = torch.tensor([5, 1])
+    assert torch.equal(take_rows(x[:, :, ::2], idx), x[idx][:, :, ::2])
+    out = torch.empty((2, 3, 200, 200), dtype=torch.uint8).transpose(2, 3)
+    assert torch.equal(take_rows(x, idx, out=out), x[idx])

@@ -40,6 +40,7 @@ import torch
 from torch.utils.data import Dataset
 
 from gpufeed.data import staging
+from gpufeed.data.loader import take_rows
 
 MANIFEST = "gpufeed-memmap.json"
 DATA = "data"  # the tensordict memmap folder inside the dataset folder
@@ -185,5 +186,5 @@ class MemmapDataset(Dataset):
         images, targets = self._open()
         idx = torch.as_tensor(indices, dtype=torch.int64)
         if self.transform is None:
-            return torch.index_select(images, 0, idx), torch.index_select(targets, 0, idx)
+            return take_rows(images, idx), torch.index_select(targets, 0, idx)
         return torch.stack([self.transform(images[i]) for i in idx.tolist()]), torch.index_select(targets, 0, idx)

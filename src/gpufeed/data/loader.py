@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
 import sys
 import warnings
@@ -144,11 +145,59 @@ def _as_tensor(value, name: str) -> torch.Tensor:
     return value.as_subclass(torch.Tensor)  # a plain view: no subclass dispatch on every batch
 
 
+#: torch's CPU ``index_select`` hands whole rows to its threads only when a row holds fewer elements
+#: than this (``at::internal::GRAIN_SIZE``); it copies a larger row, such as an image, one at a time,
+#: each copy split across all the threads, which then meet after every image.
+GRAIN_SIZE = 32768
+
+
+@functools.lru_cache(maxsize=64)
+def _pieces(row: int) -> int:
+    """The fewest equal pieces that cut a row of ``row`` elements below :data:`GRAIN_SIZE`, or 1
+    when none of at least 1,024 elements does (a row that is short already, or a prime length)."""
+    if row < GRAIN_SIZE:
+        return 1
+    for k in range(-(-row // (GRAIN_SIZE - 1)), row // 1024 + 1):
+        if row % k == 0:
+            return k
+    return 1
+
+
+def take_rows(t: torch.Tensor, idx: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``torch.index_select(t, 0, idx, out=out)``: the same rows, faster for large rows on the CPU.
+
+    An image row (``3*240*240`` = 172,800 bytes) is above :data:`GRAIN_SIZE`, so ``index_select``
+    copies the batch one image at a time and splits each image's copy over the threads, which must
+    meet 64 times a batch. Viewed as ``k`` equal pieces of fewer than 32,768 elements per row
+    (``[N*k, row/k]``), the same gather takes the other path of the kernel: a ``parallel_for``
+    over pieces, so each thread copies its own run of whole images with plain ``memcpy``. Same
+    bytes, same order; on 2 cores, 1.2x as fast for 240x240 images (lesson 06).
+
+    Example:
+        >>> x = torch.arange(4 * 3 * 128 * 128, dtype=torch.int32).view(4, 3, 128, 128)  # 49,152 a row
+        >>> idx = torch.tensor([2, 0, 3])
+        >>> torch.equal(take_rows(x, idx), torch.index_select(x, 0, idx)), _pieces(3 * 128 * 128)
+        (True, 2)
+    """
+    shape = (idx.numel(), *t.shape[1:])
+    k = _pieces(math.prod(t.shape[1:])) if t.dim() > 1 and t.device.type == "cpu" else 1
+    if k == 1 or not t.is_contiguous() or idx.dim() != 1 or (
+            out is not None and (out.shape != shape or out.dtype != t.dtype or not out.is_contiguous()
+                                 or out.device != t.device)):
+        return torch.index_select(t, 0, idx, out=out)
+    if out is None:
+        out = torch.empty(shape, dtype=t.dtype)
+    piece = t[0].numel() // k
+    pieces = (idx[:, None] * k + torch.arange(k, dtype=idx.dtype)).view(-1)  # row i -> pieces i*k .. i*k+k-1
+    torch.index_select(t.view(-1, piece), 0, pieces, out=out.view(-1, piece))
+    return out
+
+
 def gather(data, idx, out: dict[str, torch.Tensor] | None = None):
     """Rows ``idx`` of every field of ``data``, as a batch of the same kind as ``data``.
 
-    One ``torch.index_select`` per field: a tight copy loop in C++, 10 times and more faster than
-    ``data[idx]`` on large rows, which goes through torch's general advanced indexing.
+    One ``torch.index_select`` per field (:func:`take_rows`): a tight copy loop in C++, 10 times and
+    more faster than ``data[idx]`` on large rows, which goes through torch's general advanced indexing.
 
     Args:
         data: a tensor, tuple/list/dict of tensors, TensorDict, tensorclass or NumPy array.
@@ -161,7 +210,7 @@ def gather(data, idx, out: dict[str, torch.Tensor] | None = None):
     """
     fields = data if isinstance(data, _Fields) else _Fields(data)
     idx = torch.as_tensor(idx, dtype=torch.int64)
-    got = {k: torch.index_select(t, 0, idx, out=None if out is None else out[k]) for k, t in fields.tensors.items()}
+    got = {k: take_rows(t, idx, out=None if out is None else out[k]) for k, t in fields.tensors.items()}
     return fields.build(got, len(idx))
 
 
@@ -297,7 +346,7 @@ class FastLoader:
         b, tensors = idx.shape[0], self.fields.tensors
         cuda = self.device is not None and self.device.type == "cuda"
         if not cuda and not self.pin_memory and ring is None:  # the plain CPU path: as little Python as can be
-            return self.fields.build({k: torch.index_select(t, 0, idx) for k, t in tensors.items()}, b)
+            return self.fields.build({k: take_rows(t, idx) for k, t in tensors.items()}, b)
         with self._on_device():
             if ring is not None:
                 out = ring.next(b)
@@ -306,7 +355,7 @@ class FastLoader:
                 out = {k: torch.empty((b, *t.shape[1:]), dtype=t.dtype, pin_memory=True) for k, t in tensors.items()}
             else:
                 out = None
-            got = {k: torch.index_select(t, 0, idx, out=None if out is None else out[k]) for k, t in tensors.items()}
+            got = {k: take_rows(t, idx, out=None if out is None else out[k]) for k, t in tensors.items()}
             if cuda:
                 # Whole batch, one copy per field; from pinned memory it is asynchronous (lesson 03, 08).
                 got = {k: v.to(self.device, non_blocking=True) for k, v in got.items()}

@@ -65,12 +65,19 @@ def memcpy_stream(images: torch.Tensor, batch: int, repeats: int = 5) -> Measure
                      nbytes=n * row, params={"ceiling": "memcpy_stream", "batch": batch, "row_bytes": row})
 
 
-def batch_fetch(images: torch.Tensor, batch: int, repeats: int = 5, seed: int = 0) -> Measurement:
+def batch_fetch(images: torch.Tensor, batch: int, repeats: int = 5, seed: int = 0, buffers: int = 2) -> Measurement:
     """One epoch of shuffled batches of ``images`` gathered by :class:`~gpufeed.data.loader.FastLoader`
-    (``torch.index_select`` into its reused buffers), nothing else: the course pipeline's raw fetch."""
+    (:func:`~gpufeed.data.loader.take_rows` into its reused buffers), nothing else: the course
+    pipeline's raw fetch.
+
+    ``buffers``: the loader's ring (``reuse_buffers``). Two is the least a pipelined loader needs
+    (one batch in use while the next is gathered); more is slower once the ring outgrows the CPU's
+    last-level cache (four 11 MB batches of 240x240 images do not fit 32 MB), since every write then
+    goes to RAM. :func:`memcpy_stream` writes into one buffer.
+    """
     from gpufeed.data.loader import FastLoader
 
-    loader = FastLoader(images, batch, seed=seed, drop_last=True, reuse_buffers=4)
+    loader = FastLoader(images, batch, seed=seed, drop_last=True, reuse_buffers=buffers)
     n = len(loader) * batch
     row = images[0].numel() * images.element_size()
 
@@ -79,7 +86,8 @@ def batch_fetch(images: torch.Tensor, batch: int, repeats: int = 5, seed: int = 
             pass
 
     return benchmark(epoch, name=f"batch fetch {batch}x{_mb(row)}", repeats=repeats, warmup=1, items=n,
-                     nbytes=n * row, params={"ceiling": "batch_fetch", "batch": batch, "row_bytes": row})
+                     nbytes=n * row, params={"ceiling": "batch_fetch", "batch": batch, "row_bytes": row,
+                                             "buffers": buffers})
 
 
 #: The three ways a batch can go from host to device, as ``host_to_device(source=...)`` takes them.
