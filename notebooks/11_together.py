@@ -185,7 +185,10 @@ print(f"both loops give their twins' batches: images {tuple(mine[0].shape)} {min
 #   batch ahead of the training step, instead of one thread gathering while another augments.
 # * **Buffers kept across epochs.** Fresh memory costs a page fault per 4 KiB the first time it is
 #   written, every epoch; with `reuse_buffers` the output buffers (and the loader's own) are handed
-#   from one epoch to the next. Without it (the safe default) every batch is new memory.
+#   from one epoch to the next. Without it (the safe default) a batch's memory is reused only
+#   once nothing holds it any more (`gpufeed.data.image_loader.FreeBuffers` asks torch how many
+#   tensors share it), so a batch you keep is never overwritten and one you drop costs no new
+#   page faults.
 #
 # `python -m gpufeed bench` measures it on your machine against its ceilings and, with `--peers`,
 # against FFCV, SPDL and torchdata.

@@ -102,6 +102,45 @@ def test_two_live_iterators_do_not_disturb_each_other(mm):
     same(got_b, naive(mm, 4, 16))
 
 
+def test_by_default_a_dropped_batch_s_memory_is_reused_and_a_kept_one_never_written(mm):
+    loader = ImageLoader(mm, 4, crop=16, depth=1)
+    want = naive(mm, 4, 16)
+    ptrs = []
+    for (x, y), (wx, wy) in zip(loader, want):  # each batch dropped before the next is used
+        same([(x, y)], [(wx, wy)])
+        ptrs.append(x.data_ptr())
+    assert len(set(ptrs)) < len(ptrs), "dropped batches' memory comes back"
+    kept = []  # now keep a view of every batch, and a numpy array of one: none is written again
+    for _epoch in range(2):
+        loader.set_epoch(0)
+        for j, (x, _y) in enumerate(loader):
+            kept.append((x[1:], x.clone()[1:]) if j % 2 else (x.numpy(), x.clone().numpy()))
+    for view, copy in kept:
+        assert (view == copy).all()
+    assert len(loader._free.buffers) <= loader.depth + 3  # the pool stays small; kept batches are not pooled
+
+
+def test_free_buffers_never_hand_out_a_held_buffer_across_threads():
+    import threading
+
+    from gpufeed.data.image_loader import FreeBuffers
+
+    pool, held, lock = FreeBuffers((2, 8), torch.float32, keep=4), [], threading.Lock()
+
+    def grab():
+        for _ in range(200):
+            b = pool.take(2)
+            with lock:
+                held.append(b)
+
+    threads = [threading.Thread(target=grab) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len({b.data_ptr() for b in held}) == len(held)  # all held at once: all distinct
+
+
 def test_reuse_buffers_is_an_opt_in_ring(mm):
     k = 2
     loader = ImageLoader(mm, 2, crop=16, drop_last=True, reuse_buffers=k, depth=1)

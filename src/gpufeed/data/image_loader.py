@@ -33,6 +33,7 @@ Example:
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
 
 import torch
@@ -41,6 +42,53 @@ from gpufeed.data.loader import FastLoader, seeded_generator
 from gpufeed.data.memmap import load_memmap
 from gpufeed.data.prefetch import CudaPrefetcher, ThreadPrefetcher
 from gpufeed.data.transforms import IMAGENET_MEAN, IMAGENET_STD, DeviceAugment, crop_flip_normalize
+
+
+def _use_count(t: torch.Tensor) -> int:
+    """How many tensors (and NumPy arrays, DLPack capsules) hold ``t``'s memory, counted by torch itself."""
+    return torch._C._storage_Use_Count(t.untyped_storage()._cdata)
+
+
+_HAS_USE_COUNT = hasattr(torch._C, "_storage_Use_Count")
+_ALONE = _use_count(torch.empty(1)) if _HAS_USE_COUNT else None  # the count of a tensor nothing else holds
+
+
+class FreeBuffers:
+    """Output buffers reused only when nothing outside holds them: the safe default's page-fault saver.
+
+    A batch is a view of one buffer. :meth:`take` hands out a buffer whose memory nobody holds any
+    more (torch's own use count of the storage: every view, ``.numpy()`` array or tensor saved for
+    backward counts), else fresh memory, which joins the pool while the pool has fewer than
+    ``keep``. A batch you keep is never written again; one you dropped is reused, so its pages are
+    not faulted in again every batch. Where torch has no use count, every batch is fresh memory.
+    Thread-safe: two producers never take the same buffer.
+
+    Example:
+        >>> pool = FreeBuffers((4, 3, 8, 8), torch.float32, keep=2)
+        >>> a = pool.take(4); b = pool.take(4)
+        >>> a.data_ptr() != b.data_ptr()  # a is held: b is other memory
+        True
+        >>> ptr = b.data_ptr(); del b
+        >>> pool.take(4).data_ptr() == ptr  # b was dropped: its buffer comes back
+        True
+    """
+
+    def __init__(self, shape: tuple[int, ...], dtype: torch.dtype, keep: int):
+        self.shape, self.dtype, self.keep = shape, dtype, keep
+        self.buffers: list[torch.Tensor] = []
+        self._lock = threading.Lock()
+
+    def take(self, rows: int) -> torch.Tensor:
+        """A ``[rows, *shape[1:]]`` view of a buffer nobody else holds."""
+        with self._lock:  # the check and the taking (the view raises the count) as one step
+            if _HAS_USE_COUNT:
+                for buf in self.buffers:
+                    if _use_count(buf) == _ALONE:
+                        return buf[:rows]
+            buf = torch.empty(self.shape, dtype=self.dtype)
+            if _HAS_USE_COUNT and len(self.buffers) < self.keep:
+                self.buffers.append(buf)
+            return buf[:rows]
 
 
 class ImageLoader:
@@ -62,10 +110,11 @@ class ImageLoader:
         depth: batches prepared ahead of the one in use.
         threads: on the CPU, threads that crop and normalise each batch (default: the usable
             cores, at most 8); they work one batch ahead of you, beside the training step.
-        reuse_buffers: 0 (the default, safe): every batch is new memory and stays valid however
-            long you keep it. ``k > 0`` (CPU only; ignored on CUDA): the images are written into
-            ``k`` reused buffers in turn, which saves the page faults of fresh memory, but **a
-            batch's images are overwritten ``k`` batches later**: finish with them (or copy them) first.
+        reuse_buffers: 0 (the default, safe): a batch stays valid however long you keep it; on
+            the CPU its memory is reused only once nothing holds it any more (:class:`FreeBuffers`),
+            which saves the page faults of fresh memory. ``k > 0`` (CPU only; ignored on CUDA): the
+            images are written into ``k`` buffers in turn without that check, **so a batch's images
+            are overwritten ``k`` batches later**: finish with them (or copy them) first.
 
     Raises:
         gpufeed.data.memmap.MemmapError: ``path`` is not a complete memmap dataset.
@@ -120,6 +169,7 @@ class ImageLoader:
                                  drop_last=drop_last, rank=rank, world_size=world_size, pin_memory=self.cuda)
         self.epoch = 0
         self._cpu_rings: list[list[torch.Tensor]] = []  # the CPU path's reused outputs (reuse_buffers > 0)
+        self._free: FreeBuffers | None = None  # the CPU path's outputs by default: reused once dropped
 
     def __len__(self) -> int:
         """Batches per epoch on this rank."""
@@ -177,12 +227,15 @@ class ImageLoader:
         # memory costs a page fault per 4 KiB, every epoch); a live iterator owns its ring.
         count = self.reuse_buffers + self.depth + 1 if self.reuse_buffers else 0
         ring = self._cpu_rings.pop() if self._cpu_rings else [torch.empty(shape, dtype=self.dtype) for _ in range(count)]
+        if not ring and self._free is None:  # enough for the batch in use, the queue and the one being made
+            self._free = FreeBuffers(shape, self.dtype, keep=self.depth + 3)
+        free = self._free
 
         def batches():
             for k, idx in enumerate(self.loader.indices(epoch)):
                 b = len(idx)
                 corners, flips = augment.params(images[:b])  # only the shape is read: draws in batch order
-                out = ring[k % len(ring)][:b] if ring else torch.empty((b, *shape[1:]), dtype=self.dtype)
+                out = ring[k % len(ring)][:b] if ring else free.take(b)
                 crop_flip_normalize(images, idx.tolist(), corners, flips, self.crop, out, self.mean, self.std,
                                     threads=self.threads)
                 yield out, torch.index_select(targets, 0, idx)
