@@ -5,7 +5,10 @@ import torch
 from cudacheck import consume_on_the_gpu, no_host_sync
 
 import gpufeed.data
-from gpufeed.data.image_loader import ImageLoader
+from gpufeed.data.image_loader import (  # _HAS_USE_COUNT: torch's storage use count
+    _HAS_USE_COUNT,
+    ImageLoader,
+)
 from gpufeed.data.loader import seeded_generator
 from gpufeed.data.memmap import MemmapError, build_memmap, load_memmap
 from gpufeed.data.transforms import IMAGENET_MEAN, IMAGENET_STD
@@ -109,7 +112,7 @@ def test_by_default_a_dropped_batch_s_memory_is_reused_and_a_kept_one_never_writ
     for (x, y), (wx, wy) in zip(loader, want):  # each batch dropped before the next is used
         same([(x, y)], [(wx, wy)])
         ptrs.append(x.data_ptr())
-    assert len(set(ptrs)) < len(ptrs), "dropped batches' memory comes back"
+    assert len(set(ptrs)) < len(ptrs) if _HAS_USE_COUNT else len(set(ptrs)) == len(ptrs)
     kept = []  # now keep a view of every batch, and a numpy array of one: none is written again
     for _epoch in range(2):
         loader.set_epoch(0)
