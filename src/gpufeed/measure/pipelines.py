@@ -205,8 +205,9 @@ class Course:
     def __init__(self, data: Data, w: Workload, device, seed: int = 0):
         from gpufeed.data.image_loader import ImageLoader
 
-        # The bench only counts each batch and drops it, so it opts into reused output buffers on the
-        # CPU (ImageLoader's safe default allocates each batch anew: a page fault per 4 KiB on a CPU).
+        # The bench only counts each batch and drops it, so it opts into a fixed ring of output buffers
+        # on the CPU (ImageLoader's safe default reuses a batch's memory only once nothing holds it: a
+        # check per batch, and a pool of depth + 3 buffers instead of 2 that stay in the cache longer).
         # 2 is enough here: a batch is overwritten 2 batches later, and the bench holds one at a time.
         self.loader = ImageLoader(data.memmap, w.batch, device=device, crop=w.crop, seed=seed, drop_last=True,
                                   depth=2, reuse_buffers=2)
