@@ -155,14 +155,3 @@ def test_crop_flip_normalize_is_the_crop_then_the_normalise_bit_for_bit(threads,
     assert torch.equal(out, ref)
     assert torch.allclose(out, T.normalize(T.crop_flip(src[rows], corners, flips, 7), torch.float32, mean, std), atol=1e-6)
 
-
-@pytest.mark.parametrize("threads", [1, 3])
-def test_crop_flip_normalize_into_uint8_only_crops_and_flips(threads):
-    g = torch.Generator().manual_seed(5)
-    src = torch.randint(0, 256, (9, 3, 10, 12), dtype=torch.uint8, generator=g)
-    rows = [2, 7, 7, 0]
-    corners, flips = T.draw_crops(len(rows), (10, 12), 6, g)
-    want = T.crop_flip(src[rows], corners, flips, 6)  # the naive gather, then crop and flip
-    out = T.crop_flip_normalize(src, rows, corners, flips, 6, torch.empty(4, 3, 6, 6, dtype=torch.uint8),
-                                threads=threads)
-    assert out.dtype == torch.uint8 and torch.equal(out, want)

@@ -176,10 +176,8 @@ def crop_flip_normalize(src: torch.Tensor, rows: Sequence[int], corners: torch.T
         rows: the batch's row numbers, ``B`` of them.
         corners, flips: ``int64 [B, 2]`` (top, left) and ``bool [B]``, from :func:`draw_crops`.
         crop: the output side.
-        out: ``float [B, C, crop, crop]`` to write into; returned. ``uint8`` instead: only the
-            crop and flip, no scaling (``uint8`` on the wire: a GPU normalises, lesson 03).
-        mean, std: per channel on the [0, 1] scale; None for both: only ``/ 255``. Ignored for
-            a ``uint8`` ``out``.
+        out: ``float [B, C, crop, crop]`` to write into; returned.
+        mean, std: per channel on the [0, 1] scale; None for both: only ``/ 255``.
         threads: threads that share the batch.
 
     Example:
@@ -192,8 +190,7 @@ def crop_flip_normalize(src: torch.Tensor, rows: Sequence[int], corners: torch.T
         True
     """
     rows, corner_list, flip_list = [int(r) for r in rows], corners.tolist(), flips.tolist()
-    raw = not out.dtype.is_floating_point  # uint8 out: crop and flip only
-    if raw or mean is None:
+    if mean is None:
         scale = shift = None
     else:
         scale, shift = affine(tuple(map(float, mean)), tuple(map(float, std)), out.dtype, out.device)
@@ -204,8 +201,6 @@ def crop_flip_normalize(src: torch.Tensor, rows: Sequence[int], corners: torch.T
             window = src[rows[i], :, top:top + crop, left:left + crop]  # a view into src: nothing read yet
             o = out[i]
             o.copy_(window.flip(-1) if flip_list[i] else window)  # the one read of the image; uint8 -> float
-            if raw:
-                continue
             if scale is None:
                 o.mul_(1.0 / 255)
             else:
