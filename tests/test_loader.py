@@ -231,6 +231,8 @@ def test_take_rows_is_index_select(shape, dtype, threads):
             take_rows(x, torch.tensor([0, shape[0]]))
         with pytest.raises(IndexError):
             take_rows(x, torch.tensor([-1]))
+        with pytest.raises(RuntimeError, match="int32 or int64"):  # a mask is not an index: refused as index_select does
+            take_rows(x, torch.zeros(shape[0], dtype=torch.bool))
     finally:
         torch.set_num_threads(old)
     row = math.prod(shape[1:])

@@ -72,6 +72,6 @@ def test_bench_peers_end_to_end_from_the_command_line(tmp_path):
     for name in [*installed, "course"]:
         row = loaders[name]
         assert row["images_per_s"] > 0 and row["fraction_of_memcpy_stream"] > 0 and row["fraction_of_batch_fetch"] > 0
-        assert row["peak_pss_mb"] > 0
+        assert row["peak_pss_mb"] > 0 and row["cores_busy"] > 0
     table = suite.markdown(doc)
     assert all(f"| {name} |" in table for name in installed)

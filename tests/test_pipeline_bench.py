@@ -42,6 +42,8 @@ def test_writes_one_record_per_pipeline_and_mode(tiny_run):
             assert r["fraction_of_memcpy_stream"] == pytest.approx(r["images_per_s"] / stream, rel=0.01)
             assert r["fraction_of_batch_fetch"] == pytest.approx(r["images_per_s"] / fetch, rel=0.01)
             assert r["peak_pss_mb"] is None or r["peak_pss_mb"] > 10
+            assert r["cores_busy"] > 0  # the process and its workers: CPU seconds over wall seconds
+    assert "| cores busy |" in pb.markdown(doc)
 
 
 def test_plots_and_summary(tiny_run, capsys):

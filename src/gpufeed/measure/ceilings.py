@@ -62,7 +62,8 @@ def memcpy_stream(images: torch.Tensor, batch: int, repeats: int = 5) -> Measure
 
     row = images[0].numel() * images.element_size()
     return benchmark(epoch, name=f"memcpy stream {batch}x{_mb(row)}", repeats=repeats, warmup=1, items=n,
-                     nbytes=n * row, params={"ceiling": "memcpy_stream", "batch": batch, "row_bytes": row})
+                     nbytes=n * row, params={"ceiling": "memcpy_stream", "batch": batch, "row_bytes": row,
+                                             "threads": torch.get_num_threads()})
 
 
 def batch_fetch(images: torch.Tensor, batch: int, repeats: int = 5, seed: int = 0, buffers: int = 2) -> Measurement:
@@ -87,7 +88,7 @@ def batch_fetch(images: torch.Tensor, batch: int, repeats: int = 5, seed: int = 
 
     return benchmark(epoch, name=f"batch fetch {batch}x{_mb(row)}", repeats=repeats, warmup=1, items=n,
                      nbytes=n * row, params={"ceiling": "batch_fetch", "batch": batch, "row_bytes": row,
-                                             "buffers": buffers})
+                                             "buffers": buffers, "threads": torch.get_num_threads()})
 
 
 #: The three ways a batch can go from host to device, as ``host_to_device(source=...)`` takes them.

@@ -28,7 +28,6 @@ import importlib.util
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -184,7 +183,8 @@ def make_epoch(name: str, data: Data, w: Workload, threads: int) -> Callable[[],
 
 def serve(name: str, spec: dict) -> None:
     """A peer's process: builds it, then one epoch per ``epoch`` line on stdin, one JSON line out
-    (seconds, images, peak PSS in bytes); ``quit`` ends it."""
+    (seconds, images, peak PSS in bytes, CPU seconds of the process and its workers); ``quit`` ends it."""
+    from gpufeed.measure.cpu import CoresBusy
     from gpufeed.measure.memory import PeakPss
 
     data = Data(Path(spec["jpeg"]), Path(spec["memmap"]), 0.0, 0.0)
@@ -195,15 +195,16 @@ def serve(name: str, spec: dict) -> None:
         for line in sys.stdin:
             if line.strip() != "epoch":
                 break
-            t0 = time.perf_counter()
-            n = epoch()
-            print(json.dumps({"s": time.perf_counter() - t0, "images": n, "pss": peak.peak}), flush=True)
+            with CoresBusy() as busy:
+                n = epoch()
+            print(json.dumps({"s": busy.wall_s, "images": n, "pss": peak.peak, "cpu_s": busy.cpu_s}), flush=True)
 
 
 def measure_all(data: Data, w: Workload, threads: int, repeats: int, names=None,
                 log: Callable[[str], None] = print):
     """One process per installed peer, an epoch each in turns (a warm-up round first): Measurements
-    named ``"<peer> loader"`` with ``params`` ``pipeline``, ``mode`` and ``peak_pss`` (bytes)."""
+    named ``"<peer> loader"`` with ``params`` ``pipeline``, ``mode``, ``peak_pss`` (bytes) and
+    ``cores_busy`` (over every round, the warm-up included, as the in-process loaders are counted)."""
     from gpufeed.measure.harness import Measurement
 
     names = [n for n, ok in available().items() if ok] if names is None else list(names)
@@ -211,7 +212,7 @@ def measure_all(data: Data, w: Workload, threads: int, repeats: int, names=None,
     if skipped:
         log(f"  peers not installed (make peers-deps): {', '.join(skipped)}")
     spec = json.dumps({"jpeg": str(data.jpeg), "memmap": str(data.memmap), "workload": w.to_dict(), "threads": threads})
-    procs, out = {}, {}
+    procs, out, cpu = {}, {}, {}
     try:
         for n in names:
             p = subprocess.Popen([sys.executable, "-m", "gpufeed.measure.peers", n, spec], stdin=subprocess.PIPE,
@@ -219,12 +220,13 @@ def measure_all(data: Data, w: Workload, threads: int, repeats: int, names=None,
             if not p.stdout.readline():  # it died while building: its stderr says why
                 log(f"  peer {n} failed to start (exit {p.wait()}); left out")
                 continue
-            procs[n], out[n] = p, []
+            procs[n], out[n], cpu[n] = p, [], [0.0, 0.0]  # CPU seconds, wall seconds
         for r in range(repeats + 1):
             for n, p in procs.items():
                 p.stdin.write("epoch\n")
                 p.stdin.flush()
                 got = json.loads(p.stdout.readline())
+                cpu[n][0], cpu[n][1] = cpu[n][0] + got["cpu_s"], cpu[n][1] + got["s"]
                 if r:  # round 0 is the warm-up
                     out[n].append(got)
     finally:
@@ -234,7 +236,8 @@ def measure_all(data: Data, w: Workload, threads: int, repeats: int, names=None,
     ms = []
     for n, runs in out.items():
         m = Measurement(f"{n} loader", [g["s"] for g in runs], items=runs[0]["images"],
-                        params={"pipeline": n, "mode": "loader", "threads": threads, "peak_pss": runs[-1]["pss"]})
+                        params={"pipeline": n, "mode": "loader", "threads": threads, "peak_pss": runs[-1]["pss"],
+                                "cores_busy": cpu[n][0] / cpu[n][1]})
         log(f"  {m}")
         ms.append(m)
     return ms

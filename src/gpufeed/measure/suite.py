@@ -7,7 +7,8 @@ where CUDA exists, and the training step on batches already on the device (``res
 honest bounds for the loader alone, each pipeline reported as a fraction of both: ``memcpy_stream``,
 the memmap's distinct images copied in file order into one buffer, and ``batch_fetch``, the course's
 raw shuffled gather (FastLoader alone). Each loader's peak memory (PSS of the process and its
-workers, :mod:`gpufeed.measure.memory`) sits beside its speed. ``--peers`` adds FFCV, SPDL and
+workers, :mod:`gpufeed.measure.memory`) and the cores it kept busy (:mod:`gpufeed.measure.cpu`) sit
+beside its speed. ``--peers`` adds FFCV, SPDL and
 torchdata.nodes where installed (:mod:`gpufeed.measure.peers`), each in its own process.
 *Loader efficiency* (lesson 11) is a pipeline's training throughput over the resident one.
 
@@ -190,6 +191,7 @@ def _run(out: Path, quick: bool, device: torch.device, workload: Workload | None
          dali: bool | None, threads: int, peers: bool, log: Callable[[str], None]) -> Path:
     from gpufeed import config
     from gpufeed.measure import dali as gdali
+    from gpufeed.measure.cpu import CoresBusy
     from gpufeed.measure.machine import usable_cores
     from gpufeed.measure.memory import PeakPss
 
@@ -213,14 +215,15 @@ def _run(out: Path, quick: bool, device: torch.device, workload: Workload | None
     # the passes go on along each pipeline's endless stream, as training does.
     ms: list[bench.Measurement] = []
     peak: dict[str, int | None] = {}  # bytes: PSS of this process and its workers while a pipeline ran
+    busy: dict[str, float | None] = {}  # cores this process and its workers kept busy, warm-up included
     try:
         for name, s in streams.items():
             if name != "resident":
-                with PeakPss() as p:
+                with PeakPss() as p, CoresBusy() as c:
                     ms.append(bench.benchmark(lambda s=s: consume(s, per_epoch), name=f"{name} loader", warmup=1,
                                               repeats=repeats, items=images["loader"],
                                               params={"pipeline": name, "mode": "loader"}))
-                peak[name] = p.peak
+                peak[name], busy[name] = p.peak, c.cores
                 log(f"  {ms[-1]}")
         _, step = make_model(w, device)
         trained = bench.interleave({n: (lambda s=s: train(s, step, steps)) for n, s in streams.items()},
@@ -243,6 +246,7 @@ def _run(out: Path, quick: bool, device: torch.device, workload: Workload | None
         peer_ms = gpeers.measure_all(data, w, threads=workers, repeats=repeats, log=log)
         for m in peer_ms:
             peak[m.params["pipeline"]] = m.params.pop("peak_pss")
+            busy[m.params["pipeline"]] = m.params.pop("cores_busy")
     ceilings = _ceilings(w, device)
     per_image = 3 * w.crop * w.crop  # bytes of one uint8 image on the wire
     wire = ceilings[-1]  # H2D pinned on CUDA, memcpy on the CPU
@@ -260,6 +264,7 @@ def _run(out: Path, quick: bool, device: torch.device, workload: Workload | None
         if row["mode"] == "loader":
             row.update({f"fraction_of_{k}": float(f"{row['images_per_s'] / v:.3g}") for k, v in bound_rates.items()})
             row["peak_pss_mb"] = None if peak.get(row["pipeline"]) is None else round(peak[row["pipeline"]] / 2**20, 1)
+            row["cores_busy"] = None if busy.get(row["pipeline"]) is None else round(busy[row["pipeline"]], 2)
     path = bench.save(out / FILE, ms + peer_ms + bounds + ceilings, kind=FORMAT, quick=quick, device=str(device),
                       workload=w.to_dict(), workers=workers, threads=threads, records=rows,
                       ceilings={"loader_images_per_s": round(loader_ceiling, 1), "wire": wire.name,
@@ -273,12 +278,23 @@ def _run(out: Path, quick: bool, device: torch.device, workload: Workload | None
 
 
 def _loader_bounds(data: pipelines.Data, w: Workload, repeats: int) -> list[bench.Measurement]:
-    """The loader's two honest bounds on the memmap's images: a streaming copy, and the raw gather."""
+    """The loader's two honest bounds on the memmap's images: a streaming copy, and the raw gather.
+
+    Both with torch's threads on every usable core: a bound is what the whole machine can do (the
+    pipelines, which bring threads of their own, are timed with torch's at ``threads``).
+    """
     from gpufeed.data.memmap import load_memmap
     from gpufeed.measure import ceilings
+    from gpufeed.measure.machine import usable_cores
 
     images = load_memmap(data.memmap).images
-    return [ceilings.memcpy_stream(images, w.batch, repeats=repeats), ceilings.batch_fetch(images, w.batch, repeats=repeats)]
+    before = torch.get_num_threads()
+    torch.set_num_threads(usable_cores())
+    try:
+        return [ceilings.memcpy_stream(images, w.batch, repeats=repeats),
+                ceilings.batch_fetch(images, w.batch, repeats=repeats)]
+    finally:
+        torch.set_num_threads(before)
 
 
 def _ceilings(w: Workload, device) -> list[bench.Measurement]:
@@ -303,15 +319,16 @@ def load(path: str | Path) -> dict:
 def summary(doc: dict) -> str:
     """The records as a text table, one line per pipeline and mode."""
     lines = [f"{'pipeline':14} {'mode':7} {'images/s':>10} {'vs naive':>9} {'of ceiling':>10} "
-             f"{'of stream':>9} {'of fetch':>8} {'peak MB':>8}"]
+             f"{'of stream':>9} {'of fetch':>8} {'peak MB':>8} {'cores':>6}"]
     pct = lambda v: "-" if v is None else f"{v:.1%}"  # noqa: E731
     for r in doc["records"]:
         ratio = "-" if r["ratio_to_naive"] is None else f"{r['ratio_to_naive']:.2f}x"
         mb = "-" if r.get("peak_pss_mb") is None else f"{r['peak_pss_mb']:,.0f}"
+        cores = "-" if r.get("cores_busy") is None else f"{r['cores_busy']:.2f}"
         noisy = "  [noisy]" if r.get("noisy") else ""
         lines.append(f"{r['pipeline']:14} {r['mode']:7} {r['images_per_s']:>10,.1f} {ratio:>9} "
                      f"{pct(r['fraction_of_ceiling']):>10} {pct(r.get('fraction_of_memcpy_stream')):>9} "
-                     f"{pct(r.get('fraction_of_batch_fetch')):>8} {mb:>8}{noisy}")
+                     f"{pct(r.get('fraction_of_batch_fetch')):>8} {mb:>8} {cores:>6}{noisy}")
     c = doc["ceilings"]
     if "memcpy_stream_images_per_s" in c:
         lines.append(f"ceilings: memcpy stream {c['memcpy_stream_images_per_s']:,.0f} images/s, "
@@ -342,20 +359,24 @@ def markdown(doc: dict) -> str:
     head += (f" Ceilings for the loader alone: the memmap's images streamed by memcpy, "
              f"{c['memcpy_stream_images_per_s']:,.0f} images/s; the raw batch fetch (FastLoader's gather alone), "
              f"{c['batch_fetch_images_per_s']:,.0f} images/s.")
+    cores = any(r.get("cores_busy") is not None for r in doc["records"])  # files from before it lack the column
     rows = ["| pipeline | loader alone, images/s | vs naive | of memcpy stream | of raw fetch | peak memory (PSS), MB "
-            "| with a ResNet-18 step, images/s | loader efficiency |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+            + ("| cores busy " if cores else "") + "| with a ResNet-18 step, images/s | loader efficiency |",
+            "|---|---:|---:|---:|---:|---:|" + ("---:|" if cores else "") + "---:|---:|"]
     names = list(dict.fromkeys(r["pipeline"] for r in doc["records"]))
     for name in names:
         loader, train = by.get((name, "loader")), by.get((name, "train"))
-        cells = ["-"] * 7
+        cells = ["-"] * (8 if cores else 7)
         if loader:
-            mb = loader.get("peak_pss_mb")
+            mb, busy = loader.get("peak_pss_mb"), loader.get("cores_busy")
             cells[:5] = [f"{loader['images_per_s']:,.0f}",
                          "-" if loader["ratio_to_naive"] is None else f"{loader['ratio_to_naive']:.2f}x",
                          f"{loader['fraction_of_memcpy_stream']:.2f}", f"{loader['fraction_of_batch_fetch']:.2f}",
                          "-" if mb is None else f"{mb:,.0f}"]
+            if cores:
+                cells[5] = "-" if busy is None else f"{busy:.2f}"
         if train:
-            cells[5:] = [f"{train['images_per_s']:,.1f}", f"{train['fraction_of_ceiling']:.2f}"]
+            cells[-2:] = [f"{train['images_per_s']:,.1f}", f"{train['fraction_of_ceiling']:.2f}"]
         rows.append(f"| {name} | " + " | ".join(cells) + " |")
     return head + "\n\n" + "\n".join(rows)
 
