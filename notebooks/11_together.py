@@ -177,12 +177,16 @@ print(f"both loops give their twins' batches: images {tuple(mine[0].shape)} {min
 # The front door, `ImageLoader`, gives the same batches (the check above compares them value for
 # value) but does three things differently on a CPU, each for a reason lessons 05 and 06 measured:
 #
-# * **No gathered copy.** It crops each sample straight out of the memmap and writes it once, as
-#   float, into the batch (`gpufeed.data.transforms.crop_flip_normalize`), then scales it while its
-#   600 KB are still in the cache: one read of the stored bytes instead of a gather, a copy and two
-#   more passes over a 38.5 MB float batch.
-# * **Every core.** A small pool of threads splits each batch (the copies release the GIL), one
-#   batch ahead of the training step, instead of one thread gathering while another augments.
+# * **No gathered copy.** It crops each sample straight out of the memmap, eight at a time into a
+#   small uint8 scratch, writes them once, as float, into the batch
+#   (`gpufeed.data.transforms.crop_flip_normalize`), then scales them while their 4.8 MB are still
+#   in the cache: one read of the stored bytes instead of a gather, a copy and two more passes over
+#   a 38.5 MB float batch.
+# * **Every core.** A small pool of threads splits each batch (torch releases the GIL inside its
+#   ops), one batch ahead of the training step, instead of one thread gathering while another
+#   augments. The Python between the ops still holds the GIL, which is why the samples go eight at
+#   a time (four ops per group instead of three per sample): `gpufeed bench`'s cores column shows
+#   how many cores the loader really keeps busy.
 # * **Buffers kept across epochs.** Fresh memory costs a page fault per 4 KiB the first time it is
 #   written, every epoch; with `reuse_buffers` the output buffers (and the loader's own) are handed
 #   from one epoch to the next. Without it (the safe default) a batch's memory is reused only
@@ -357,10 +361,16 @@ if not gpu_bench:
 
 # %% [markdown]
 # And the same benchmark from a CPU-only machine, where one is committed: compare its efficiencies
-# with the GPU's.
+# with the GPU's. Read the loader rows' last two columns too: the peak memory of the loader's process
+# and workers, and the cores it kept busy (CPU seconds over wall seconds; on 2 cores, 2.00 is every
+# core busy). A loader well below the machine's cores has spare CPU to give; one at the number of
+# cores is bound by the CPU.
 
 # %%
-show_bench(efficiency.committed_bench(gpu=False), "CPU-only")
+for found in efficiency.committed_bench(gpu=False):  # each size committed (quick, full)
+    show_bench([found], "CPU-only")
+if not efficiency.committed_bench(gpu=False):
+    show_bench([], "CPU-only")
 
 # %% [markdown]
 # ## 8. The one-off cost

@@ -67,14 +67,15 @@ def break_even(build_s: float, before_s: float, after_s: float) -> float:
 
 
 def committed_bench(gpu: bool | None = None) -> list[tuple[Path, dict]]:
-    """The committed ``results/<machine>/results.json`` files of ``gpufeed bench``: ``(path, document)``
-    pairs, only those measured with a GPU (``gpu=True``), without one (``False``), or all (None)."""
+    """The committed ``gpufeed bench`` files (``results/<machine>/results.json``, and other sizes in its
+    subfolders, e.g. ``results/cpu-epyc/full/``): ``(path, document)`` pairs, only those measured
+    with a GPU (``gpu=True``), without one (``False``), or all (None)."""
     from gpufeed.measure import suite as pipeline_bench
     from gpufeed.measure.results import reference_roots
 
     found = []
     for root in reference_roots():
-        for path in sorted(root.glob(f"*/{pipeline_bench.FILE}")):
+        for path in sorted(root.glob(f"*/{pipeline_bench.FILE}")) + sorted(root.glob(f"*/*/{pipeline_bench.FILE}")):
             doc = pipeline_bench.load(path)
             has_gpu = bool((doc.get("machine") or {}).get("gpu")) and doc.get("device", "").startswith("cuda")
             if gpu is None or has_gpu == gpu:

@@ -28,6 +28,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -166,10 +167,13 @@ def crop_flip_normalize(src: torch.Tensor, rows: Sequence[int], corners: torch.T
 
     The same values as :func:`crop_flip` into ``out`` followed by :func:`normalize`'s
     ``(x / 255 - mean) / std`` (tests check bit for bit), without their extra passes over the
-    batch: each sample is read once from ``src`` (the memmap itself: no gathered copy first), written
-    once as float, and scaled while its ~600 KB (``3 x 224 x 224`` float32) are still in the CPU's
-    cache. ``threads`` > 1 splits the samples over a small pool of threads (each ``copy_``/``mul_``
-    releases the GIL), so every core works on the batch.
+    batch: each sample is read once from ``src`` (the memmap itself: no gathered copy first), and
+    :data:`GROUP` samples at a time are stacked into a small ``uint8`` scratch (1.2 MB at 224),
+    written once as float and scaled while their ~4.8 MB of float32 are still in the CPU's cache.
+    ``threads`` > 1 splits the samples over a small pool of threads (torch releases the GIL inside
+    each op), so every core works on the batch; the groups are there because the Python between
+    the ops holds the GIL: four ops per group instead of three per sample, 1.07-1.26x as fast for
+    112x112 crops on 2 cores (more cores busy), 1.04x at 224.
 
     Args:
         src: ``uint8 [N, C, H, W]``, e.g. the memmap's images.
@@ -196,15 +200,20 @@ def crop_flip_normalize(src: torch.Tensor, rows: Sequence[int], corners: torch.T
         scale, shift = affine(tuple(map(float, mean)), tuple(map(float, std)), out.dtype, out.device)
 
     def part(lo: int, hi: int) -> None:
-        for i in range(lo, hi):
-            top, left = corner_list[i]
-            window = src[rows[i], :, top:top + crop, left:left + crop]  # a view into src: nothing read yet
-            o = out[i]
-            o.copy_(window.flip(-1) if flip_list[i] else window)  # the one read of the image; uint8 -> float
+        scratch = _scratch((GROUP, *out.shape[1:]), src.dtype)  # this thread's own, kept between batches
+        for a in range(lo, hi, GROUP):
+            b = min(hi, a + GROUP)
+            windows = []
+            for i in range(a, b):
+                top, left = corner_list[i]
+                window = src[rows[i], :, top:top + crop, left:left + crop]  # a view into src: nothing read yet
+                windows.append(window.flip(-1) if flip_list[i] else window)  # a flip is a copy, in uint8
+            group = torch.stack(windows, out=scratch[:b - a])  # the one read of each image
+            o = out[a:b].copy_(group)  # uint8 -> float, written once
             if scale is None:
                 o.mul_(1.0 / 255)
             else:
-                o.mul_(scale).add_(shift)  # while this sample is in the cache: (x / 255 - mean) / std
+                o.mul_(scale).add_(shift)  # while the group is in the cache: (x / 255 - mean) / std
 
     n = len(rows)
     threads = max(1, min(threads, n))
@@ -216,6 +225,20 @@ def crop_flip_normalize(src: torch.Tensor, rows: Sequence[int], corners: torch.T
     for f in [pool.submit(part, lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])]:
         f.result()  # re-raises a worker's exception here
     return out
+
+
+#: Samples :func:`crop_flip_normalize` stacks, converts and scales together (see there).
+GROUP = 8
+
+_LOCAL = threading.local()
+
+
+def _scratch(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """A buffer of this thread's, made once per shape (fresh memory every batch would page-fault)."""
+    buf = getattr(_LOCAL, "scratch", None)
+    if buf is None or buf.shape != shape or buf.dtype != dtype:
+        buf = _LOCAL.scratch = torch.empty(shape, dtype=dtype)
+    return buf
 
 
 _POOLS: dict[int, ThreadPoolExecutor] = {}

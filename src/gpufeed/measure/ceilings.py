@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from gpufeed.data.folder import drop_page_cache
-from gpufeed.measure.harness import Measurement, benchmark
+from gpufeed.measure.harness import Measurement, benchmark, interleave
 
 MB = 1 << 20
 
@@ -46,13 +46,9 @@ def memcpy(nbytes: int, repeats: int = 10, threads: int | None = None) -> Measur
         torch.set_num_threads(old)
 
 
-def memcpy_stream(images: torch.Tensor, batch: int, repeats: int = 5) -> Measurement:
-    """One epoch of ``images`` (``[N, ...]``, e.g. the memmap) copied in file order, ``batch`` rows at
-    a time, into one reused buffer: the honest bound for fetching those images, in images/s.
-
-    Every image is distinct and comes from the mapping (the page cache), as a loader's do; unlike
-    :func:`memcpy`, whose one small buffer stays in the CPU cache and bounds nothing.
-    """
+def _stream_epoch(images: torch.Tensor, batch: int) -> tuple[Callable[[], None], int]:
+    """One epoch of ``images`` copied in file order, ``batch`` rows at a time, into one reused
+    buffer; and the images it copies."""
     buf = torch.empty((batch, *images.shape[1:]), dtype=images.dtype)
     n = images.shape[0] // batch * batch
 
@@ -60,7 +56,35 @@ def memcpy_stream(images: torch.Tensor, batch: int, repeats: int = 5) -> Measure
         for start in range(0, n, batch):
             buf.copy_(images[start:start + batch])
 
-    row = images[0].numel() * images.element_size()
+    return epoch, n
+
+
+def _fetch_epoch(images: torch.Tensor, batch: int, seed: int, buffers: int) -> tuple[Callable[[], None], int]:
+    """One epoch of shuffled batches gathered by FastLoader into a ring of ``buffers``; and its images."""
+    from gpufeed.data.loader import FastLoader
+
+    loader = FastLoader(images, batch, seed=seed, drop_last=True, reuse_buffers=buffers)
+
+    def epoch():
+        for _ in loader:
+            pass
+
+    return epoch, len(loader) * batch
+
+
+def _row_bytes(images: torch.Tensor) -> int:
+    return images[0].numel() * images.element_size()
+
+
+def memcpy_stream(images: torch.Tensor, batch: int, repeats: int = 5) -> Measurement:
+    """One epoch of ``images`` (``[N, ...]``, e.g. the memmap) copied in file order, ``batch`` rows at
+    a time, into one reused buffer: the honest bound for fetching those images, in images/s.
+
+    Every image is distinct and comes from the mapping (the page cache), as a loader's do; unlike
+    :func:`memcpy`, whose one small buffer stays in the CPU cache and bounds nothing.
+    """
+    epoch, n = _stream_epoch(images, batch)
+    row = _row_bytes(images)
     return benchmark(epoch, name=f"memcpy stream {batch}x{_mb(row)}", repeats=repeats, warmup=1, items=n,
                      nbytes=n * row, params={"ceiling": "memcpy_stream", "batch": batch, "row_bytes": row,
                                              "threads": torch.get_num_threads()})
@@ -76,19 +100,49 @@ def batch_fetch(images: torch.Tensor, batch: int, repeats: int = 5, seed: int = 
     last-level cache (four 11 MB batches of 240x240 images do not fit 32 MB), since every write then
     goes to RAM. :func:`memcpy_stream` writes into one buffer.
     """
-    from gpufeed.data.loader import FastLoader
-
-    loader = FastLoader(images, batch, seed=seed, drop_last=True, reuse_buffers=buffers)
-    n = len(loader) * batch
-    row = images[0].numel() * images.element_size()
-
-    def epoch():
-        for _ in loader:
-            pass
-
+    epoch, n = _fetch_epoch(images, batch, seed, buffers)
+    row = _row_bytes(images)
     return benchmark(epoch, name=f"batch fetch {batch}x{_mb(row)}", repeats=repeats, warmup=1, items=n,
                      nbytes=n * row, params={"ceiling": "batch_fetch", "batch": batch, "row_bytes": row,
                                              "buffers": buffers, "threads": torch.get_num_threads()})
+
+
+def loader_bounds(images: torch.Tensor, batch: int, repeats: int = 5, seed: int = 0, buffers: int = 2,
+                  min_bytes: int = 256 * MB) -> list[Measurement]:
+    """:func:`memcpy_stream` and :func:`batch_fetch` timed in turns, each sample long enough to read.
+
+    The fetch as a fraction of the stream is the number to quote, so both are timed in turns
+    (stream, fetch, stream, fetch, ...: a slow spell of a shared machine slows both), and each
+    sample copies at least ``min_bytes`` (whole epochs: 21 of a 12 MB dataset, so one sample is
+    tens of milliseconds, not the half millisecond a single small epoch takes, which a scheduler
+    tick can double). Returns the two Measurements, seconds per epoch, named and with the params
+    of :func:`memcpy_stream` and :func:`batch_fetch` (plus ``epochs``: epochs per sample).
+
+    Example:
+        >>> images = torch.randint(0, 256, (64, 3, 32, 32), dtype=torch.uint8)
+        >>> stream, fetch = loader_bounds(images, batch=16, repeats=3, min_bytes=1 << 20)
+        >>> stream.params["ceiling"], fetch.params["ceiling"], stream.params["epochs"], stream.items
+        ('memcpy_stream', 'batch_fetch', 6, 64)
+    """
+    (stream, n), (fetch, n_fetch) = _stream_epoch(images, batch), _fetch_epoch(images, batch, seed, buffers)
+    row = _row_bytes(images)
+    epochs = max(1, -(-min_bytes // max(1, n * row)))  # epochs per sample, rounded up
+
+    def times(epoch):
+        def sample():
+            for _ in range(epochs):
+                epoch()
+        return sample
+
+    common = {"batch": batch, "row_bytes": row, "threads": torch.get_num_threads(), "epochs": epochs}
+    ms = interleave({f"memcpy stream {batch}x{_mb(row)}": times(stream), f"batch fetch {batch}x{_mb(row)}": times(fetch)},
+                    repeats=repeats, warmup=1,
+                    params={f"memcpy stream {batch}x{_mb(row)}": {"ceiling": "memcpy_stream", **common},
+                            f"batch fetch {batch}x{_mb(row)}": {"ceiling": "batch_fetch", "buffers": buffers, **common}})
+    for m, images_per_epoch in zip(ms, (n, n_fetch)):  # seconds per epoch, as the two functions report
+        m.samples = [t / epochs for t in m.samples]
+        m.items, m.nbytes = images_per_epoch, images_per_epoch * row
+    return ms
 
 
 #: The three ways a batch can go from host to device, as ``host_to_device(source=...)`` takes them.

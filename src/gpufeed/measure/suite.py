@@ -291,8 +291,7 @@ def _loader_bounds(data: pipelines.Data, w: Workload, repeats: int) -> list[benc
     before = torch.get_num_threads()
     torch.set_num_threads(usable_cores())
     try:
-        return [ceilings.memcpy_stream(images, w.batch, repeats=repeats),
-                ceilings.batch_fetch(images, w.batch, repeats=repeats)]
+        return ceilings.loader_bounds(images, w.batch, repeats=repeats)  # in turns, long samples
     finally:
         torch.set_num_threads(before)
 
