@@ -72,51 +72,26 @@ def _fetch_epoch(images: torch.Tensor, batch: int, seed: int, buffers: int) -> t
     return epoch, len(loader) * batch
 
 
-def _row_bytes(images: torch.Tensor) -> int:
-    return images[0].numel() * images.element_size()
-
-
-def memcpy_stream(images: torch.Tensor, batch: int, repeats: int = 5) -> Measurement:
-    """One epoch of ``images`` (``[N, ...]``, e.g. the memmap) copied in file order, ``batch`` rows at
-    a time, into one reused buffer: the honest bound for fetching those images, in images/s.
-
-    Every image is distinct and comes from the mapping (the page cache), as a loader's do; unlike
-    :func:`memcpy`, whose one small buffer stays in the CPU cache and bounds nothing.
-    """
-    epoch, n = _stream_epoch(images, batch)
-    row = _row_bytes(images)
-    return benchmark(epoch, name=f"memcpy stream {batch}x{_mb(row)}", repeats=repeats, warmup=1, items=n,
-                     nbytes=n * row, params={"ceiling": "memcpy_stream", "batch": batch, "row_bytes": row,
-                                             "threads": torch.get_num_threads()})
-
-
-def batch_fetch(images: torch.Tensor, batch: int, repeats: int = 5, seed: int = 0, buffers: int = 2) -> Measurement:
-    """One epoch of shuffled batches of ``images`` gathered by :class:`~gpufeed.data.loader.FastLoader`
-    (:func:`~gpufeed.data.loader.take_rows` into its reused buffers), nothing else: the course
-    pipeline's raw fetch.
-
-    ``buffers``: the loader's ring (``reuse_buffers``). Two is the least a pipelined loader needs
-    (one batch in use while the next is gathered); more is slower once the ring outgrows the CPU's
-    last-level cache (four 11 MB batches of 240x240 images do not fit 32 MB), since every write then
-    goes to RAM. :func:`memcpy_stream` writes into one buffer.
-    """
-    epoch, n = _fetch_epoch(images, batch, seed, buffers)
-    row = _row_bytes(images)
-    return benchmark(epoch, name=f"batch fetch {batch}x{_mb(row)}", repeats=repeats, warmup=1, items=n,
-                     nbytes=n * row, params={"ceiling": "batch_fetch", "batch": batch, "row_bytes": row,
-                                             "buffers": buffers, "threads": torch.get_num_threads()})
-
-
 def loader_bounds(images: torch.Tensor, batch: int, repeats: int = 5, seed: int = 0, buffers: int = 2,
                   min_bytes: int = 256 * MB) -> list[Measurement]:
-    """:func:`memcpy_stream` and :func:`batch_fetch` timed in turns, each sample long enough to read.
+    """The two honest bounds of a loader that reads ``images`` (``[N, ...]``, e.g. the memmap), in
+    images/s: ``memcpy_stream`` and ``batch_fetch``.
+
+    * ``memcpy_stream``: an epoch of the images copied in file order, ``batch`` rows at a time, into
+      one reused buffer. Every image is distinct and comes from the mapping (the page cache), as a
+      loader's do; unlike :func:`memcpy`, whose one small buffer stays in the CPU cache and bounds nothing.
+    * ``batch_fetch``: an epoch of shuffled batches gathered by :class:`~gpufeed.data.loader.FastLoader`
+      (:func:`~gpufeed.data.loader.take_rows` into a ring of ``buffers``), nothing else: the course
+      pipeline's raw fetch. Two buffers is the least a pipelined loader needs (one batch in use while
+      the next is gathered); more is slower once the ring outgrows the CPU's last-level cache (four
+      11 MB batches of 240x240 images do not fit 32 MB), since every write then goes to RAM.
 
     The fetch as a fraction of the stream is the number to quote, so both are timed in turns
     (stream, fetch, stream, fetch, ...: a slow spell of a shared machine slows both), and each
-    sample copies at least ``min_bytes`` (whole epochs: 21 of a 12 MB dataset, so one sample is
-    tens of milliseconds, not the half millisecond a single small epoch takes, which a scheduler
-    tick can double). Returns the two Measurements, seconds per epoch, named and with the params
-    of :func:`memcpy_stream` and :func:`batch_fetch` (plus ``epochs``: epochs per sample).
+    sample copies at least ``min_bytes`` in whole epochs (22 epochs of the quick bench's 12.6 MB
+    dataset: tens of milliseconds, not the half millisecond of one such epoch, which a scheduler
+    tick can double). Returns the two Measurements in that order, in seconds per epoch, with
+    ``params`` ``ceiling`` (the name), ``batch``, ``row_bytes``, ``threads`` and ``epochs`` (per sample).
 
     Example:
         >>> images = torch.randint(0, 256, (64, 3, 32, 32), dtype=torch.uint8)
@@ -124,24 +99,24 @@ def loader_bounds(images: torch.Tensor, batch: int, repeats: int = 5, seed: int 
         >>> stream.params["ceiling"], fetch.params["ceiling"], stream.params["epochs"], stream.items
         ('memcpy_stream', 'batch_fetch', 6, 64)
     """
-    (stream, n), (fetch, n_fetch) = _stream_epoch(images, batch), _fetch_epoch(images, batch, seed, buffers)
-    row = _row_bytes(images)
-    epochs = max(1, -(-min_bytes // max(1, n * row)))  # epochs per sample, rounded up
+    epochs_of = {"memcpy_stream": _stream_epoch(images, batch), "batch_fetch": _fetch_epoch(images, batch, seed, buffers)}
+    row = images[0].numel() * images.element_size()
+    epochs = max(1, -(-min_bytes // max(1, epochs_of["memcpy_stream"][1] * row)))  # per sample, rounded up
+    names = {"memcpy_stream": f"memcpy stream {batch}x{_mb(row)}", "batch_fetch": f"batch fetch {batch}x{_mb(row)}"}
 
-    def times(epoch):
-        def sample():
+    def sample(epoch):
+        def run():
             for _ in range(epochs):
                 epoch()
-        return sample
+        return run
 
     common = {"batch": batch, "row_bytes": row, "threads": torch.get_num_threads(), "epochs": epochs}
-    ms = interleave({f"memcpy stream {batch}x{_mb(row)}": times(stream), f"batch fetch {batch}x{_mb(row)}": times(fetch)},
-                    repeats=repeats, warmup=1,
-                    params={f"memcpy stream {batch}x{_mb(row)}": {"ceiling": "memcpy_stream", **common},
-                            f"batch fetch {batch}x{_mb(row)}": {"ceiling": "batch_fetch", "buffers": buffers, **common}})
-    for m, images_per_epoch in zip(ms, (n, n_fetch)):  # seconds per epoch, as the two functions report
+    ms = interleave({names[c]: sample(epoch) for c, (epoch, _) in epochs_of.items()}, repeats=repeats, warmup=1,
+                    params={names[c]: {"ceiling": c, **common, **({"buffers": buffers} if c == "batch_fetch" else {})}
+                            for c in epochs_of})
+    for m, (_, n) in zip(ms, epochs_of.values()):  # seconds per epoch
         m.samples = [t / epochs for t in m.samples]
-        m.items, m.nbytes = images_per_epoch, images_per_epoch * row
+        m.items, m.nbytes = n, n * row
     return ms
 
 
