@@ -182,11 +182,13 @@ print(f"both loops give their twins' batches: images {tuple(mine[0].shape)} {min
 #   (`gpufeed.data.transforms.crop_flip_normalize`), then scales them while their 4.8 MB are still
 #   in the cache: one read of the stored bytes instead of a gather, a copy and two more passes over
 #   a 38.5 MB float batch.
-# * **Every core.** A small pool of threads splits each batch (torch releases the GIL inside its
-#   ops), one batch ahead of the training step, instead of one thread gathering while another
-#   augments. The Python between the ops still holds the GIL, which is why the samples go eight at
-#   a time (four ops per group instead of three per sample): `gpufeed bench`'s cores column shows
-#   how many cores the loader really keeps busy.
+# * **Every core.** A small pool of threads shares the work (torch releases the GIL inside its
+#   ops), one task per eight samples, instead of one thread gathering while another augments. The
+#   next batches' tasks wait in the pool's queue behind the current one's, so no thread waits for
+#   the others at the end of a batch: a thread that is done takes the next group, even of the next
+#   batch. The Python between the ops still holds the GIL, which is why the samples go eight at a
+#   time (four ops per group instead of three per sample): `gpufeed bench`'s cores column shows how
+#   many cores the loader really keeps busy.
 # * **Buffers kept across epochs.** Fresh memory costs a page fault per 4 KiB the first time it is
 #   written, every epoch; with `reuse_buffers` the output buffers (and the loader's own) are handed
 #   from one epoch to the next. Without it (the safe default) a batch's memory is reused only
@@ -364,7 +366,9 @@ if not gpu_bench:
 # with the GPU's. Read the loader rows' last two columns too: the peak memory of the loader's process
 # and workers, and the cores it kept busy (CPU seconds over wall seconds; on 2 cores, 2.00 is every
 # core busy). A loader well below the machine's cores has spare CPU to give; one at the number of
-# cores is bound by the CPU.
+# cores is bound by the CPU. The `course_uint8` row is the same front door with `dtype=torch.uint8`:
+# the crops as stored bytes, without the float tail, which is what the CPU is left with when a GPU
+# normalises on its side (lesson 03); its batches are not a model's input, so it has no training row.
 
 # %%
 for found in efficiency.committed_bench(gpu=False):  # each size committed (quick, full)

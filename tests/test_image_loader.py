@@ -11,7 +11,7 @@ from gpufeed.data.image_loader import (  # _HAS_USE_COUNT: torch's storage use c
 )
 from gpufeed.data.loader import seeded_generator
 from gpufeed.data.memmap import MemmapError, build_memmap, load_memmap
-from gpufeed.data.transforms import IMAGENET_MEAN, IMAGENET_STD
+from gpufeed.data.transforms import IMAGENET_MEAN, IMAGENET_STD, normalize
 from gpufeed.measure.synth import synth_folder
 
 CUDA = torch.cuda.is_available()
@@ -73,6 +73,42 @@ def test_batches_are_the_naive_slice_flip_normalise(mm, kwargs):
     loader = ImageLoader(mm, 4, crop=16, **kwargs)
     for epoch in range(2):  # each iter() is the next epoch, reshuffled
         same(list(loader), naive(mm, 4, 16, epoch=epoch, **kwargs))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_uint8_out_is_the_crops_as_stored_and_normalises_to_the_float_batches(mm, threads):
+    raw = list(ImageLoader(mm, 4, crop=16, dtype=torch.uint8, threads=threads))  # ImageNet's defaults unused
+    assert all(x.dtype == torch.uint8 for x, _ in raw)
+    want = naive(mm, 4, 16, mean=None, std=None)  # the naive slices and flips, / 255
+    for (x, y), (wx, wy) in zip(raw, want, strict=True):
+        assert torch.equal(y, wy) and torch.equal(x, (wx.double() * 255).round().to(torch.uint8))
+    floats = list(ImageLoader(mm, 4, crop=16, threads=threads))
+    for (x, _), (f, _) in zip(raw, floats, strict=True):  # normalise on the far side: the float path's values
+        assert torch.allclose(normalize(x, torch.float32, IMAGENET_MEAN, IMAGENET_STD), f, atol=1e-6)
+    assert ImageLoader(mm, 4, dtype=torch.uint8, mean=None, std=None).mean is None
+
+
+def test_an_error_in_a_crop_task_reaches_the_loop_and_stops_the_epoch(mm, monkeypatch):
+    import gpufeed.data.image_loader as il
+
+    real, calls = il.crop_tasks, []
+
+    def failing(*args, **kwargs):
+        calls.append(1)
+        tasks = real(*args, **kwargs)
+        if len(calls) == 2:
+            tasks[0] = lambda: 1 / 0  # the second batch's first group fails, on a pool thread
+        return tasks
+
+    monkeypatch.setattr(il, "crop_tasks", failing)
+    loader = ImageLoader(mm, 4, crop=16, depth=1, reuse_buffers=1)
+    it = iter(loader)
+    next(it)
+    with pytest.raises(ZeroDivisionError):
+        next(it)
+    monkeypatch.setattr(il, "crop_tasks", real)
+    loader.set_epoch(0)
+    same([(x.clone(), y) for x, y in loader], naive(mm, 4, 16))  # the ring came back: the next epoch is right
 
 
 def test_epochs_reshuffle_and_set_epoch_repeats_one(mm):
@@ -179,7 +215,8 @@ def test_break_leaves_no_thread(mm):
     ({"crop": 21}, r"crop=21 does not fit the stored 20x24 \(height x width\) images"),
     ({"rank": 2, "world_size": 2}, "need 0 <= rank < world_size"),
     ({"batch_size": 0}, "batch_size must be a whole number"),
-    ({"dtype": torch.int32}, "dtype must be a floating type"),
+    ({"dtype": torch.int32}, r"dtype must be torch.uint8 \(the crops alone\) or a floating type"),
+    ({"dtype": torch.uint8, "mean": (0.5,) * 3, "std": (0.2,) * 3}, "not normalised, so mean=.* would go unused"),
     ({"depth": 0}, "depth must be a whole number"),
 ])
 def test_bad_arguments_get_one_clear_line(mm, kwargs, message):
@@ -203,7 +240,7 @@ def test_cuda_without_a_gpu_says_so(mm):
 
 @needs_cuda
 def test_gpu_and_cpu_give_the_same_batches_for_the_same_seed(mm):
-    for kwargs in ({}, {"drop_last": True, "seed": 5, "depth": 3}, {"dtype": torch.float16}):
+    for kwargs in ({}, {"drop_last": True, "seed": 5, "depth": 3}, {"dtype": torch.float16}, {"dtype": torch.uint8}):
         gpu = list(ImageLoader(mm, 4, crop=16, device="cuda", **kwargs))
         cpu = list(ImageLoader(mm, 4, crop=16, device="cpu", **kwargs))
         assert all(x.is_cuda and y.is_cuda for x, y in gpu)

@@ -21,8 +21,9 @@ def test_writes_one_record_per_pipeline_and_mode(tiny_run):
     assert doc["kind"] == pb.FORMAT and doc["device"] == "cpu" and doc["threads"] == 1
     assert doc["machine"]["cpu"] and doc["workload"]["crop"] == 32
     expected = ["naive", "tuned", "course"] + (["dali"] if gdali.available() else [])
+    loaders = ["naive", "tuned", "course", "course_uint8"] + (["dali"] if gdali.available() else [])
     cases = [(r["pipeline"], r["mode"]) for r in doc["records"]]
-    assert cases == [(p, "loader") for p in expected] + [(p, "train") for p in expected + ["resident"]]
+    assert cases == [(p, "loader") for p in loaders] + [(p, "train") for p in expected + ["resident"]]
     for r in doc["records"]:
         assert r["images_per_s"] > 0 and r["median_s"] > 0 and r["iqr_s"] >= 0
         low, high = r["images_per_s_iqr"]

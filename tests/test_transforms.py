@@ -119,7 +119,7 @@ def test_device_augment_reuses_buffers_only_when_asked():
     got = plain(x)
     assert got.dtype == torch.float16 and got.min() >= 0 and got.max() <= 1
     with pytest.raises(ValueError, match="floating"):
-        T.DeviceAugment(crop=8, dtype=torch.uint8)
+        T.DeviceAugment(crop=8, dtype=torch.int16)
 
 
 @needs_cuda
@@ -155,3 +155,62 @@ def test_crop_flip_normalize_is_the_crop_then_the_normalise_bit_for_bit(threads,
     assert torch.equal(out, ref)
     assert torch.allclose(out, T.normalize(T.crop_flip(src[rows], corners, flips, 7), torch.float32, mean, std), atol=1e-6)
 
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_crop_flip_normalize_into_uint8_is_the_crop_alone(threads):
+    g = torch.Generator().manual_seed(4)
+    src = torch.randint(0, 256, (30, 3, 10, 12), dtype=torch.uint8, generator=g)
+    rows = torch.randint(0, 30, (19,), generator=g).tolist()  # more than two groups, a short last one
+    corners, flips = T.draw_crops(len(rows), (10, 12), 7, g)
+    out = torch.empty(19, 3, 7, 7, dtype=torch.uint8)
+    assert T.crop_flip_normalize(src, rows, corners, flips, 7, out, None, None, threads=threads) is out
+    assert torch.equal(out, T.crop_flip(src[rows], corners, flips, 7))
+    with pytest.raises(ValueError, match="pass mean=None, std=None"):
+        T.crop_flip_normalize(src, rows, corners, flips, 7, out)  # ImageNet's defaults cannot apply to bytes
+
+
+def test_crop_tasks_give_the_same_batch_in_any_order_on_any_thread():
+    g = torch.Generator().manual_seed(5)
+    src = torch.randint(0, 256, (40, 3, 9, 9), dtype=torch.uint8, generator=g)
+    rows = list(range(39, 2, -1))
+    corners, flips = T.draw_crops(len(rows), (9, 9), 6, g)
+    ref = T.crop_flip_normalize(src, rows, corners, flips, 6, torch.empty(len(rows), 3, 6, 6))
+    out = torch.full_like(ref, float("nan"))
+    tasks = T.crop_tasks(src, rows, corners, flips, 6, out)
+    assert len(tasks) == -(-len(rows) // T.GROUP)
+    for f in [T.crop_pool(2).submit(t) for t in reversed(tasks)]:
+        f.result()
+    assert torch.equal(out, ref)
+
+
+def test_a_forked_child_gets_its_own_crop_pool():
+    import multiprocessing as mp
+
+    src = torch.randint(0, 256, (20, 3, 8, 8), dtype=torch.uint8)
+    corners, flips = T.draw_crops(20, (8, 8), 5)
+    T.crop_flip_normalize(src, range(20), corners, flips, 5, torch.empty(20, 3, 5, 5), threads=2)  # the parent's pool
+    with mp.get_context("fork").Pool(1) as pool:  # the child has no thread of it: it must make its own
+        got = pool.apply_async(_crop_in_child, (src, corners, flips)).get(timeout=60)
+    assert torch.equal(got, T.crop_flip_normalize(src, range(20), corners, flips, 5, torch.empty(20, 3, 5, 5)))
+
+
+def _crop_in_child(src, corners, flips):
+    return T.crop_flip_normalize(src, range(20), corners, flips, 5, torch.empty(20, 3, 5, 5), threads=2)
+
+
+def test_output_stats_fit_the_dtype():
+    assert T.output_stats("x", torch.uint8, list(T.IMAGENET_MEAN), list(T.IMAGENET_STD)) == (None, None)
+    with pytest.raises(ValueError, match="x: dtype=torch.uint8 .* mean=.* would go unused"):
+        T.output_stats("x", torch.uint8, (0.5,), (0.5,))
+    with pytest.raises(ValueError, match="give both mean and std"):
+        T.output_stats("x", torch.float32, (0.5,), None)
+    with pytest.raises(ValueError, match="torch.uint8 .* or a floating type"):
+        T.output_stats("x", torch.int32, None, None)
+
+
+def test_device_augment_into_uint8_crops_and_flips_only():
+    x = images()
+    aug = T.DeviceAugment(crop=5, seed=1, dtype=torch.uint8)
+    corners, flips = T.DeviceAugment(crop=5, seed=1).params(x)
+    assert torch.equal(aug(x), T.crop_flip(x, corners, flips, 5))  # the GPU's: test_image_loader's cuda test

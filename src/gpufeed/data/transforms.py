@@ -28,8 +28,9 @@ Example:
 from __future__ import annotations
 
 import functools
+import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
@@ -105,6 +106,35 @@ def normalize(images: torch.Tensor, dtype: torch.dtype = torch.float32, mean: Se
     return torch.addcmul(shift, x, scale)  # shift + x * scale: one kernel, into new memory
 
 
+
+def output_stats(who: str, dtype: torch.dtype, mean, std) -> tuple[tuple | None, tuple | None]:
+    """``(mean, std)`` as tuples for output images of ``dtype``, after checking they fit it.
+
+    A floating ``dtype`` is normalised with them (both or neither). ``torch.uint8`` means the crops
+    alone, not normalised: ImageNet's defaults are then dropped (so ``dtype=torch.uint8`` is enough),
+    and any other ``mean``/``std`` is an error rather than silently unused. ``who`` names the caller.
+
+    Example:
+        >>> output_stats("me", torch.uint8, IMAGENET_MEAN, IMAGENET_STD)
+        (None, None)
+        >>> output_stats("me", torch.float16, [0.5], [0.25])
+        ((0.5,), (0.25,))
+    """
+    if dtype == torch.uint8:
+        defaults = (mean is not None and std is not None and tuple(map(float, mean)) == IMAGENET_MEAN
+                    and tuple(map(float, std)) == IMAGENET_STD)
+        if not (defaults or (mean is None and std is None)):
+            raise ValueError(f"{who}: dtype=torch.uint8 gives the crops as stored bytes, not normalised, so "
+                             f"mean={mean!r}, std={std!r} would go unused; normalise after the copy "
+                             "(gpufeed.data.transforms.normalize) or pick a float dtype")
+        return None, None
+    if not dtype.is_floating_point:
+        raise ValueError(f"{who}: dtype must be torch.uint8 (the crops alone) or a floating type such as "
+                         f"torch.float32 (normalised), got {dtype}")
+    if (mean is None) != (std is None):
+        raise ValueError(f"{who}: give both mean and std (per channel, on the [0, 1] scale), or neither")
+    return (None if mean is None else tuple(mean)), (None if std is None else tuple(std))
+
 def draw_crops(n: int, in_hw: tuple[int, int], crop: int, generator: torch.Generator | None = None,
                flip_p: float = 0.5) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-sample random crop corners ``int64 [n, 2]`` (top, left) and flips ``bool [n]``, on the CPU.
@@ -170,17 +200,20 @@ def crop_flip_normalize(src: torch.Tensor, rows: Sequence[int], corners: torch.T
     batch: each sample is read once from ``src`` (the memmap itself: no gathered copy first), and
     :data:`GROUP` samples at a time are stacked into a small ``uint8`` scratch (1.2 MB at 224),
     written once as float and scaled while their ~4.8 MB of float32 are still in the CPU's cache.
-    ``threads`` > 1 splits the samples over a small pool of threads (torch releases the GIL inside
+    A ``uint8`` ``out`` gets the crops alone (the stored bytes; normalise where they go).
+    ``threads`` > 1 hands the groups to a small pool of threads (torch releases the GIL inside
     each op), so every core works on the batch; the groups are there because the Python between
     the ops holds the GIL: four ops per group instead of three per sample, 1.07-1.26x as fast for
-    112x112 crops on 2 cores (more cores busy), 1.04x at 224.
+    112x112 crops on 2 cores (more cores busy), 1.04x at 224. :func:`crop_tasks` gives the same
+    work as tasks, for a caller that keeps the pool busy with the next batch while it waits.
 
     Args:
         src: ``uint8 [N, C, H, W]``, e.g. the memmap's images.
         rows: the batch's row numbers, ``B`` of them.
         corners, flips: ``int64 [B, 2]`` (top, left) and ``bool [B]``, from :func:`draw_crops`.
         crop: the output side.
-        out: ``float [B, C, crop, crop]`` to write into; returned.
+        out: ``[B, C, crop, crop]`` to write into, float (normalised) or ``uint8`` (the crops
+            alone: then mean and std must be None); returned.
         mean, std: per channel on the [0, 1] scale; None for both: only ``/ 255``.
         threads: threads that share the batch.
 
@@ -192,39 +225,62 @@ def crop_flip_normalize(src: torch.Tensor, rows: Sequence[int], corners: torch.T
         ...                 IMAGENET_MEAN, IMAGENET_STD, max_value=255)
         >>> bool((out - ref).abs().max() < 1e-6)
         True
+        >>> raw = crop_flip_normalize(src, [4, 1], corners, flips, 4, torch.empty(2, 3, 4, 4, dtype=torch.uint8),
+        ...                           None, None)
+        >>> torch.equal(raw, crop_flip(src[[4, 1]], corners, flips, 4))
+        True
+    """
+    tasks = crop_tasks(src, rows, corners, flips, crop, out, mean, std)
+    threads = max(1, min(threads, len(tasks)))
+    if threads == 1:
+        for task in tasks:
+            task()
+        return out
+    pool = crop_pool(threads)
+    for f in [pool.submit(task) for task in tasks]:
+        f.result()  # re-raises a worker's exception here
+    return out
+
+
+def crop_tasks(src: torch.Tensor, rows: Sequence[int], corners: torch.Tensor, flips: torch.Tensor, crop: int,
+               out: torch.Tensor, mean: Sequence[float] | None = IMAGENET_MEAN,
+               std: Sequence[float] | None = IMAGENET_STD) -> list[Callable[[], None]]:
+    """:func:`crop_flip_normalize`'s work as one task per :data:`GROUP` samples, to run in any
+    order on any thread (each writes its own rows of ``out``; the scratch is the thread's own).
+
+    Many small tasks instead of one slice of the batch per thread: a thread that finishes early
+    takes the next group instead of waiting for the other (flipped samples cost an extra copy, so
+    equal halves are not equal work), and a caller can queue the next batch's groups behind this
+    one's (:class:`gpufeed.data.ImageLoader` does), so the pool never waits between batches.
     """
     rows, corner_list, flip_list = [int(r) for r in rows], corners.tolist(), flips.tolist()
-    if mean is None:
+    raw = not out.dtype.is_floating_point
+    if raw and (mean is not None or std is not None):
+        raise ValueError(f"crop_flip_normalize: a {out.dtype} out gets the crops as stored bytes, which are not "
+                         "normalised; pass mean=None, std=None (and normalise where the bytes go) or a float out")
+    if raw or mean is None:
         scale = shift = None
     else:
         scale, shift = affine(tuple(map(float, mean)), tuple(map(float, std)), out.dtype, out.device)
 
-    def part(lo: int, hi: int) -> None:
+    def group(a: int, b: int) -> None:
+        windows = []
+        for i in range(a, b):
+            top, left = corner_list[i]
+            window = src[rows[i], :, top:top + crop, left:left + crop]  # a view into src: nothing read yet
+            windows.append(window.flip(-1) if flip_list[i] else window)  # a flip is a copy, in uint8
+        if raw:
+            torch.stack(windows, out=out[a:b])  # the one read of each image, straight into the batch
+            return
         scratch = _scratch((GROUP, *out.shape[1:]), src.dtype)  # this thread's own, kept between batches
-        for a in range(lo, hi, GROUP):
-            b = min(hi, a + GROUP)
-            windows = []
-            for i in range(a, b):
-                top, left = corner_list[i]
-                window = src[rows[i], :, top:top + crop, left:left + crop]  # a view into src: nothing read yet
-                windows.append(window.flip(-1) if flip_list[i] else window)  # a flip is a copy, in uint8
-            group = torch.stack(windows, out=scratch[:b - a])  # the one read of each image
-            o = out[a:b].copy_(group)  # uint8 -> float, written once
-            if scale is None:
-                o.mul_(1.0 / 255)
-            else:
-                o.mul_(scale).add_(shift)  # while the group is in the cache: (x / 255 - mean) / std
+        o = out[a:b].copy_(torch.stack(windows, out=scratch[:b - a]))  # uint8 -> float, written once
+        if scale is None:
+            o.mul_(1.0 / 255)
+        else:
+            o.mul_(scale).add_(shift)  # while the group is in the cache: (x / 255 - mean) / std
 
     n = len(rows)
-    threads = max(1, min(threads, n))
-    if threads == 1:
-        part(0, n)
-        return out
-    bounds = [n * k // threads for k in range(threads + 1)]
-    pool = _pool(threads)
-    for f in [pool.submit(part, lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])]:
-        f.result()  # re-raises a worker's exception here
-    return out
+    return [functools.partial(group, a, min(n, a + GROUP)) for a in range(0, n, GROUP)]
 
 
 #: Samples :func:`crop_flip_normalize` stacks, converts and scales together (see there).
@@ -241,14 +297,17 @@ def _scratch(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     return buf
 
 
-_POOLS: dict[int, ThreadPoolExecutor] = {}
+_POOLS: dict[tuple[int, int], ThreadPoolExecutor] = {}
 
 
-def _pool(threads: int) -> ThreadPoolExecutor:
-    """One long-lived pool per size (threads started per batch would cost more than the copies)."""
-    if threads not in _POOLS:
-        _POOLS[threads] = ThreadPoolExecutor(threads, thread_name_prefix="gpufeed-crop")
-    return _POOLS[threads]
+def crop_pool(threads: int) -> ThreadPoolExecutor:
+    """The long-lived pool of ``threads`` threads that runs :func:`crop_tasks` (threads started per
+    batch would cost more than the copies). One per size and process: a forked child (a DataLoader
+    worker) gets its own, since the parent's threads do not exist in it."""
+    key = (os.getpid(), threads)
+    if key not in _POOLS:
+        _POOLS[key] = ThreadPoolExecutor(threads, thread_name_prefix="gpufeed-crop")
+    return _POOLS[key]
 
 
 def flip(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -296,7 +355,8 @@ class DeviceAugment:
         seed: seeds the generator (or pass ``generator``).
         mean, std: per channel on the [0, 1] scale; None for both: only the scaling to [0, 1].
         flip: draw random horizontal flips (probability 1/2); False: none.
-        dtype: the output's floating dtype.
+        dtype: the output's dtype: floating (normalised), or ``torch.uint8``, the crops alone as
+            stored bytes (for a model or a device that normalises them itself; see :func:`output_stats`).
         buffers: 0 (the default): every call returns new memory. ``k > 0`` (CPU only): write into
             ``k`` reused buffers in turn, which saves a page fault per 4 KiB of fresh memory but
             means a result is **overwritten ``k`` calls later**: use (or copy) it before then.
@@ -311,13 +371,10 @@ class DeviceAugment:
 
     def __init__(self, crop: int, seed: int = 0, mean=IMAGENET_MEAN, std=IMAGENET_STD, *, flip: bool = True,
                  dtype: torch.dtype = torch.float32, buffers: int = 0, generator: torch.Generator | None = None):
-        if not dtype.is_floating_point:
-            raise ValueError(f"DeviceAugment: dtype must be a floating type such as torch.float32, got {dtype}")
         if not isinstance(buffers, int) or buffers < 0:
             raise ValueError(f"DeviceAugment: buffers must be a whole number >= 0, got {buffers!r}")
         self.crop, self.flip, self.dtype = crop, flip, dtype
-        self.mean = None if mean is None else tuple(mean)
-        self.std = None if std is None else tuple(std)
+        self.mean, self.std = output_stats("DeviceAugment", dtype, mean, std)
         self.generator = generator if generator is not None else torch.Generator().manual_seed(seed)
         self.buffers, self._ring, self._slot = buffers, [], 0
 
@@ -328,7 +385,8 @@ class DeviceAugment:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         corners, flips = self.params(x)
         if x.is_cuda:  # one gather, then one fused multiply-add into fresh (cached) GPU memory
-            return normalize(crop_flip(x, corners, flips, self.crop), self.dtype, self.mean, self.std)
+            crops = crop_flip(x, corners, flips, self.crop)
+            return crops if self.dtype == torch.uint8 else normalize(crops, self.dtype, self.mean, self.std)
         shape = (x.shape[0], x.shape[1], self.crop, self.crop)
         if self.buffers == 0:
             buf = torch.empty(shape, dtype=self.dtype)
@@ -337,5 +395,5 @@ class DeviceAugment:
                 self._ring[self._slot:self._slot + 1] = [torch.empty(shape, dtype=self.dtype)]
             buf = self._ring[self._slot]
             self._slot = (self._slot + 1) % self.buffers
-        # one pass per sample: read uint8, write float, scale it while it is in the cache
+        # one pass per sample: read uint8, write float, scale it while it is in the cache (uint8: the crop alone)
         return crop_flip_normalize(x, range(x.shape[0]), corners, flips, self.crop, buf, self.mean, self.std)

@@ -15,6 +15,9 @@ too: resize the short side to ``resize``, a random ``crop x crop`` window, a ran
   (lesson 06), prefetched (lesson 08), cropped, flipped and normalised per sample in one batched
   step on the device (lesson 09): :class:`Course`, which is the library's front door,
   :class:`gpufeed.data.ImageLoader`, so the bench measures what the README tells learners to use.
+* ``course_uint8`` (loader alone): :class:`Course` with ``uint8`` out, the crops as stored bytes and
+  no float tail: what the CPU hands a GPU that normalises on its side (lesson 03), so the one
+  pipeline here that yields something else; :data:`LOADER_ONLY` keeps it out of training.
 * :func:`dali`: DALI reads, decodes, crops, flips and normalises (lesson 10), where installed.
 * :func:`resident`: batches already on the device: the ceiling every loader is measured against.
 
@@ -41,6 +44,8 @@ from gpufeed.data.transforms import IMAGENET_MEAN, IMAGENET_STD, CropFlip, norma
 
 #: The pipelines in the order the course builds them.
 ORDER = ("naive", "tuned", "course", "dali")
+#: Pipelines timed as loaders only: their batches are not a model's input.
+LOADER_ONLY = ("course_uint8",)
 
 
 class PipelineError(ValueError):
@@ -199,10 +204,10 @@ class Course:
 
     Each ``iter()`` is one epoch (reshuffled). On CUDA: gathered into pinned memory on a thread,
     copied and augmented on a side stream; on the CPU: cropped and normalised straight from the
-    memmap by a few threads, ahead on a background thread.
+    memmap by a pool of threads, a few batches ahead. ``dtype=torch.uint8``: the crops alone.
     """
 
-    def __init__(self, data: Data, w: Workload, device, seed: int = 0):
+    def __init__(self, data: Data, w: Workload, device, seed: int = 0, dtype: torch.dtype = torch.float32):
         from gpufeed.data.image_loader import ImageLoader
 
         # The bench only counts each batch and drops it, so it opts into a fixed ring of output buffers
@@ -210,7 +215,7 @@ class Course:
         # check per batch, and a pool of depth + 3 buffers instead of 2 that stay in the cache longer).
         # 2 is enough here: a batch is overwritten 2 batches later, and the bench holds one at a time.
         self.loader = ImageLoader(data.memmap, w.batch, device=device, crop=w.crop, seed=seed, drop_last=True,
-                                  depth=2, reuse_buffers=2)
+                                  depth=2, reuse_buffers=2, dtype=dtype)
         self.device = self.loader.device
 
     def __len__(self) -> int:

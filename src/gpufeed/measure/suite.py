@@ -1,7 +1,8 @@
 """``python -m gpufeed bench``: every pipeline of :mod:`gpufeed.measure.pipelines`, side by side, in one run.
 
 For each pipeline two numbers, in images/s: the loader alone (batches made and left on the device),
-and the loader feeding a training step of a torchvision ResNet-18 with random weights. Beside them
+and the loader feeding a training step of a torchvision ResNet-18 with random weights (the course's
+``uint8``-out variant, whose batches are bytes rather than a model's input, only the first). Beside them
 the ceilings: ``memcpy`` of the same bytes (a uint8 batch), the host-to-device copy of those bytes
 where CUDA exists, and the training step on batches already on the device (``resident``); and two
 honest bounds for the loader alone, each pipeline reported as a fraction of both: ``memcpy_stream``,
@@ -90,9 +91,11 @@ def sources(data: pipelines.Data, w: Workload, device, *, workers: int, dali: bo
     """``name -> epoch()``: each call starts a new pass and returns an iterator of device batches."""
     tuned_loader = pipelines.tuned_loader(data, w, device, workers)
     course = pipelines.Course(data, w, device)
+    raw = pipelines.Course(data, w, device, dtype=torch.uint8)  # pipelines.LOADER_ONLY: bytes, not model input
     out = {"naive": lambda: pipelines.naive(data, w, device),
            "tuned": lambda: pipelines.tuned(tuned_loader, device),
-           "course": lambda: iter(course)}
+           "course": lambda: iter(course),
+           "course_uint8": lambda: iter(raw)}
     if dali:
         out["dali"] = dali_source(data, w, device, workers)
     resident = pipelines.resident(w, device)
@@ -226,9 +229,10 @@ def _run(out: Path, quick: bool, device: torch.device, workload: Workload | None
                 peak[name], busy[name] = p.peak, c.cores
                 log(f"  {ms[-1]}")
         _, step = make_model(w, device)
-        trained = bench.interleave({n: (lambda s=s: train(s, step, steps)) for n, s in streams.items()},
+        trainable = {n: s for n, s in streams.items() if n not in pipelines.LOADER_ONLY}
+        trained = bench.interleave({n: (lambda s=s: train(s, step, steps)) for n, s in trainable.items()},
                                    repeats=repeats, items=images["train"],
-                                   params={n: {"pipeline": n, "mode": "train"} for n in streams})
+                                   params={n: {"pipeline": n, "mode": "train"} for n in trainable})
         for m in trained:
             m.name = f"{m.params['pipeline']} train"
             log(f"  {m}")
