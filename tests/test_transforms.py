@@ -168,6 +168,8 @@ def test_crop_flip_normalize_into_uint8_is_the_crop_alone(threads):
     assert torch.equal(out, T.crop_flip(src[rows], corners, flips, 7))
     with pytest.raises(ValueError, match="pass mean=None, std=None"):
         T.crop_flip_normalize(src, rows, corners, flips, 7, out)  # ImageNet's defaults cannot apply to bytes
+    with pytest.raises(ValueError, match="out must be torch.uint8 .* or a float type"):
+        T.crop_flip_normalize(src, rows, corners, flips, 7, out.int(), None, None)
 
 
 def test_crop_tasks_give_the_same_batch_in_any_order_on_any_thread():

@@ -10,7 +10,11 @@
   as one gather on a GPU (:func:`gather_crops`) or one slice copy per sample on a CPU
   (:func:`copy_crops`); :func:`flip` flips by a mask; :class:`CropFlip` is the per-sample version
   for DataLoader workers.
-* :class:`DeviceAugment`: crop + flip + normalise of a whole ``uint8`` batch where it lives.
+* :func:`crop_flip_normalize`: the CPU's one pass from stored bytes to the model's input (or, into
+  a ``uint8`` out, to the crops alone), :data:`GROUP` samples a task (:func:`crop_tasks`) on a
+  pool of threads (:func:`crop_pool`).
+* :class:`DeviceAugment`: crop + flip + normalise of a whole ``uint8`` batch where it lives;
+  :func:`output_stats` checks a mean and std against the output dtype (``uint8``: none).
 * :func:`as_device`: small parameter tensors to a device without making the host wait.
 
 Taught in ``notebooks/08_prefetch.ipynb`` (normalise) and ``notebooks/09_augment.ipynb`` (crops).
@@ -106,7 +110,6 @@ def normalize(images: torch.Tensor, dtype: torch.dtype = torch.float32, mean: Se
     return torch.addcmul(shift, x, scale)  # shift + x * scale: one kernel, into new memory
 
 
-
 def output_stats(who: str, dtype: torch.dtype, mean, std) -> tuple[tuple | None, tuple | None]:
     """``(mean, std)`` as tuples for output images of ``dtype``, after checking they fit it.
 
@@ -134,6 +137,7 @@ def output_stats(who: str, dtype: torch.dtype, mean, std) -> tuple[tuple | None,
     if (mean is None) != (std is None):
         raise ValueError(f"{who}: give both mean and std (per channel, on the [0, 1] scale), or neither")
     return (None if mean is None else tuple(mean)), (None if std is None else tuple(std))
+
 
 def draw_crops(n: int, in_hw: tuple[int, int], crop: int, generator: torch.Generator | None = None,
                flip_p: float = 0.5) -> tuple[torch.Tensor, torch.Tensor]:
@@ -254,7 +258,10 @@ def crop_tasks(src: torch.Tensor, rows: Sequence[int], corners: torch.Tensor, fl
     one's (:class:`gpufeed.data.ImageLoader` does), so the pool never waits between batches.
     """
     rows, corner_list, flip_list = [int(r) for r in rows], corners.tolist(), flips.tolist()
-    raw = not out.dtype.is_floating_point
+    raw = out.dtype == src.dtype  # the crops alone, as stored
+    if not (raw or out.dtype.is_floating_point):
+        raise ValueError(f"crop_flip_normalize: out must be {src.dtype} (the crops alone) or a float type "
+                         f"(normalised), got {out.dtype}")
     if raw and (mean is not None or std is not None):
         raise ValueError(f"crop_flip_normalize: a {out.dtype} out gets the crops as stored bytes, which are not "
                          "normalised; pass mean=None, std=None (and normalise where the bytes go) or a float out")
