@@ -89,3 +89,27 @@ def test_the_readme_quotes_the_committed_results():
             loader = {r["pipeline"]: r for r in doc["records"] if r["mode"] == "loader"}
             assert loader["course"]["ratio_to_naive"] >= 20
             assert loader["course"]["images_per_s"] > loader["tuned"]["images_per_s"]
+
+
+
+def test_the_gpu_size_trains_the_efficiency_bar_s_resnet50(tiny_run):
+    """Loader efficiency on a GPU is measured where the course sets its bar: a ResNet-50, bf16,
+    channels-last, 224x224 crops, batches of 256 (the CPU sizes keep the ResNet-18)."""
+    import torchvision
+
+    from gpufeed.measure import pipelines
+
+    gpu = pipelines.workload(False, "cuda")
+    assert (gpu.model, gpu.crop, gpu.batch) == ("resnet50", 224, 256)
+    assert {pipelines.workload(True, "cuda").model, pipelines.workload(False, "cpu").model} == {"resnet18"}
+    model, _ = pb.make_model(pipelines.Workload(n=4, jpeg_size=(64, 48), resize=40, crop=32, batch=2,
+                                                model="resnet50"), "cpu")
+    assert isinstance(model, torchvision.models.ResNet) and model.fc.in_features == 2048  # ResNet-50's width
+    doc = pb.load(tiny_run)
+    assert doc["workload"]["model"] == "resnet18" and "| with a ResNet-18 step, images/s |" in pb.markdown(doc)
+    doc["workload"]["model"] = "resnet50"
+    assert "| with a ResNet-50 step, images/s |" in pb.markdown(doc)
+    del doc["workload"]["model"]  # a file from before the field
+    assert "| with a ResNet-18 step, images/s |" in pb.markdown(doc)
+    with pytest.raises(ValueError, match="model must be one of"):
+        pipelines.Workload(n=4, jpeg_size=(64, 48), resize=40, crop=32, batch=2, model="vit")

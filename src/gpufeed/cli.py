@@ -56,7 +56,8 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     b = sub.add_parser("bench", help="measure every input pipeline side by side (loader alone and with a "
-                                     "ResNet-18 training step) and write results.json + plots")
+                                     "ResNet training step: ResNet-50 on a GPU at full size, else ResNet-18) "
+                                     "and write results.json + plots")
     b.add_argument("--out", default=None, help="folder for the results (default: results folder / machine)")
     b.add_argument("--quick", action="store_true", help="tiny sizes (same as GPUFEED_QUICK=1)")
     b.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",

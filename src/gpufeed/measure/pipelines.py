@@ -44,6 +44,8 @@ from gpufeed.data.transforms import IMAGENET_MEAN, IMAGENET_STD, CropFlip, norma
 
 #: The pipelines in the order the course builds them.
 ORDER = ("naive", "tuned", "course", "dali")
+#: The training step's models (torchvision names) and how the results name them.
+MODELS = {"resnet18": "ResNet-18", "resnet50": "ResNet-50"}
 #: Pipelines timed as loaders only: their batches are not a model's input.
 LOADER_ONLY = ("course_uint8",)
 
@@ -60,6 +62,7 @@ class Workload:
         n: images in the dataset. jpeg_size: (width, height) of the JPEGs. quality: their JPEG quality.
         resize: the short side after resizing (and the memmap's square side). crop: the model's input side.
         batch: images per batch. classes: class folders.
+        model: the torchvision model of the training step (a key of :data:`MODELS`).
     """
 
     n: int
@@ -69,8 +72,11 @@ class Workload:
     batch: int
     quality: int = 90
     classes: int = 10
+    model: str = "resnet18"
 
     def __post_init__(self):
+        if self.model not in MODELS:
+            raise ValueError(f"Workload: model must be one of {sorted(MODELS)} (got {self.model!r})")
         if not 0 < self.crop <= self.resize <= min(self.jpeg_size):
             raise ValueError(f"Workload: need 0 < crop <= resize <= the JPEGs' short side (got crop={self.crop}, "
                              f"resize={self.resize}, jpeg_size={self.jpeg_size})")
@@ -81,11 +87,12 @@ class Workload:
         return asdict(self)
 
 
-#: Sizes: a test's few images; the 2-core CI run; a learner's CPU; a GPU (the talks' 640x480 JPEGs, 224 crops).
+#: Sizes: a test's few images; the 2-core CI run; a learner's CPU; a GPU (the talks' 640x480 JPEGs, 224
+#: crops, and the loader-efficiency bar of the course: a ResNet-50 in bf16, channels-last, batches of 256).
 TINY = Workload(n=16, jpeg_size=(64, 48), resize=40, crop=32, batch=4, classes=2)
 QUICK = Workload(n=256, jpeg_size=(320, 240), resize=128, crop=112, batch=32)
 FULL_CPU = Workload(n=1024, jpeg_size=(640, 480), resize=256, crop=224, batch=64)
-FULL_GPU = Workload(n=8192, jpeg_size=(640, 480), resize=256, crop=224, batch=256)
+FULL_GPU = Workload(n=8192, jpeg_size=(640, 480), resize=256, crop=224, batch=256, model="resnet50")
 
 
 def workload(quick: bool, device) -> Workload:

@@ -1,8 +1,9 @@
 """``python -m gpufeed bench``: every pipeline of :mod:`gpufeed.measure.pipelines`, side by side, in one run.
 
 For each pipeline two numbers, in images/s: the loader alone (batches made and left on the device),
-and the loader feeding a training step of a torchvision ResNet-18 with random weights (the course's
-``uint8``-out variant, whose batches are bytes rather than a model's input, only the first). Beside them
+and the loader feeding a training step of a torchvision ResNet with random weights: ResNet-18, or
+ResNet-50 at the full GPU size, where the course's loader-efficiency bar is set. The course's
+``uint8``-out variant, whose batches are bytes rather than a model's input, gets only the first. Beside them
 the ceilings: ``memcpy`` of the same bytes (a uint8 batch), the host-to-device copy of those bytes
 where CUDA exists, and the training step on batches already on the device (``resident``); and two
 honest bounds for the loader alone, each pipeline reported as a fraction of both: ``memcpy_stream``,
@@ -52,7 +53,7 @@ def consume(batches: Iterable, limit: int) -> int:
 
 
 def make_model(w: Workload, device) -> tuple[torch.nn.Module, Callable]:
-    """A torchvision ResNet-18 (random weights) and its training step ``step(images, targets)``.
+    """The workload's torchvision model (``w.model``, random weights) and its training step ``step(images, targets)``.
 
     On CUDA: channels-last and bfloat16 autocast (what a tuned training loop uses); on the CPU:
     float32. SGD with momentum; the step returns nothing, so no ``.item()`` forces a sync.
@@ -61,7 +62,7 @@ def make_model(w: Workload, device) -> tuple[torch.nn.Module, Callable]:
 
     device = torch.device(device)
     torch.manual_seed(0)
-    model = torchvision.models.resnet18(weights=None, num_classes=w.classes).to(device)
+    model = getattr(torchvision.models, w.model)(weights=None, num_classes=w.classes).to(device)
     cuda = device.type == "cuda"
     if cuda:
         model = model.to(memory_format=torch.channels_last)
@@ -351,8 +352,9 @@ def markdown(doc: dict) -> str:
             f"{doc['memmap_build_s']:.1f} s.")
     by = {(r["pipeline"], r["mode"]): r for r in doc["records"]}
     c = doc["ceilings"]
+    model = pipelines.MODELS[w.get("model", "resnet18")]  # files from before the field: ResNet-18
     if "memcpy_stream_images_per_s" not in c:  # a file from before the honest ceilings: its old table
-        rows = ["| pipeline | loader alone, images/s | vs naive | with a ResNet-18 step, images/s | loader efficiency |",
+        rows = [f"| pipeline | loader alone, images/s | vs naive | with a {model} step, images/s | loader efficiency |",
                 "|---|---:|---:|---:|---:|"]
         for name in [r["pipeline"] for r in doc["records"] if r["mode"] == "train"]:
             loader, train = by.get((name, "loader")), by[name, "train"]
@@ -364,7 +366,7 @@ def markdown(doc: dict) -> str:
              f"{c['batch_fetch_images_per_s']:,.0f} images/s.")
     cores = any(r.get("cores_busy") is not None for r in doc["records"])  # files from before it lack the column
     rows = ["| pipeline | loader alone, images/s | vs naive | of memcpy stream | of raw fetch | peak memory (PSS), MB "
-            + ("| cores busy " if cores else "") + "| with a ResNet-18 step, images/s | loader efficiency |",
+            + ("| cores busy " if cores else "") + f"| with a {model} step, images/s | loader efficiency |",
             "|---|---:|---:|---:|---:|---:|" + ("---:|" if cores else "") + "---:|---:|"]
     names = list(dict.fromkeys(r["pipeline"] for r in doc["records"]))
     for name in names:
@@ -395,7 +397,8 @@ def plot(path: str | Path) -> list[Path]:
     doc = load(path)
     written = []
     for mode, title, ceiling_label in (("loader", "loader alone", f"ceiling: {doc['ceilings']['wire']}"),
-                                       ("train", "loader + ResNet-18 training step", "data already on the device")):
+                                       ("train", f"loader + {pipelines.MODELS[doc['workload'].get('model', 'resnet18')]} "
+                                                 "training step", "data already on the device")):
         rows = [r for r in doc["records"] if r["mode"] == mode]
         shown = [r for r in rows if r["pipeline"] != "resident"]
         fig, ax = plt.subplots(figsize=(7, 3.2))
