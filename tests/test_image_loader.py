@@ -261,8 +261,9 @@ def test_gpu_batches_survive_a_busy_current_stream(mm):
 
 
 @needs_cuda
-def test_front_door_in_steady_state_never_syncs_the_host(mm):
-    loader = ImageLoader(mm, 2, crop=16, device="cuda", depth=2)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.uint8])
+def test_front_door_in_steady_state_never_syncs_the_host(mm, dtype):
+    loader = ImageLoader(mm, 2, crop=16, device="cuda", depth=2, dtype=dtype)
     list(loader)  # warm-up: cached constants, pinned blocks, the side stream
     it = iter(loader)
     next(it)  # the first batch of an epoch: the producer thread starts, allocations

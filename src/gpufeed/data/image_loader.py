@@ -37,7 +37,7 @@ import os
 import threading
 from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 
 import torch
 
@@ -231,9 +231,10 @@ class ImageLoader:
         sample (:func:`gpufeed.data.transforms.crop_tasks`, eight samples a task: no gathered uint8
         copy first) by a pool of ``threads`` threads. ``depth`` batches wait in the pool's queue
         behind the one it is making, so it goes from batch to batch without waiting for this thread
-        (measured side by side on 2 cores against one batch at a time from a producer thread: 1.2-1.6x
-        at 224 over three runs, 1.8 cores busy instead of 1.5; 1.0-1.3x at 112). The same crops, in the same order, as the other devices' path (one
-        generator, drawn in batch order, here)."""
+        (measured side by side on 2 cores against one batch at a time from a producer thread:
+        1.2-1.6x at 224 over three runs, 1.8 cores busy instead of 1.5; 1.0-1.3x at 112). The same
+        crops, in the same order, as the other devices' path (one generator, drawn in batch order,
+        here)."""
         augment = self.augmentation(epoch)
         images, targets = self.loader.fields.tensors["0"], self.loader.fields.tensors["1"]  # plain views of the memmap
         shape = (self.batch_size, images.shape[1], self.crop, self.crop)
@@ -258,13 +259,10 @@ class ImageLoader:
             while queued:
                 yield _finished(queued.popleft())
         finally:  # a break or an error leaves batches queued: none may be written once the next epoch owns the ring
-            for *_, futures in queued:
-                for f in futures:
-                    f.cancel()  # not started yet: never will be
-            for *_, futures in queued:
-                for f in futures:
-                    if not f.cancelled():
-                        f.exception()  # waits for a running one (its error, if any, has no one to go to)
+            left = [f for *_, futures in queued for f in futures]
+            for f in left:
+                f.cancel()  # not started yet: never will be
+            wait(left)  # the running ones (an error there has no one to go to)
             if ring:
                 self._cpu_rings.append(ring)
 

@@ -320,6 +320,11 @@ def load(path: str | Path) -> dict:
     return doc
 
 
+def model_name(doc: dict) -> str:
+    """The training step's model as the results name it (files from before the field: ResNet-18)."""
+    return pipelines.MODELS[doc["workload"].get("model", "resnet18")]
+
+
 def summary(doc: dict) -> str:
     """The records as a text table, one line per pipeline and mode."""
     lines = [f"{'pipeline':14} {'mode':7} {'images/s':>10} {'vs naive':>9} {'of ceiling':>10} "
@@ -352,7 +357,7 @@ def markdown(doc: dict) -> str:
             f"{doc['memmap_build_s']:.1f} s.")
     by = {(r["pipeline"], r["mode"]): r for r in doc["records"]}
     c = doc["ceilings"]
-    model = pipelines.MODELS[w.get("model", "resnet18")]  # files from before the field: ResNet-18
+    model = model_name(doc)
     if "memcpy_stream_images_per_s" not in c:  # a file from before the honest ceilings: its old table
         rows = [f"| pipeline | loader alone, images/s | vs naive | with a {model} step, images/s | loader efficiency |",
                 "|---|---:|---:|---:|---:|"]
@@ -397,8 +402,8 @@ def plot(path: str | Path) -> list[Path]:
     doc = load(path)
     written = []
     for mode, title, ceiling_label in (("loader", "loader alone", f"ceiling: {doc['ceilings']['wire']}"),
-                                       ("train", f"loader + {pipelines.MODELS[doc['workload'].get('model', 'resnet18')]} "
-                                                 "training step", "data already on the device")):
+                                       ("train", f"loader + {model_name(doc)} training step",
+                                        "data already on the device")):
         rows = [r for r in doc["records"] if r["mode"] == mode]
         shown = [r for r in rows if r["pipeline"] != "resident"]
         fig, ax = plt.subplots(figsize=(7, 3.2))
