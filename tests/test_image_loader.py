@@ -17,8 +17,6 @@ from gpufeed.measure.synth import synth_folder
 CUDA = torch.cuda.is_available()
 
 
-def needs_cuda(test):
-    return pytest.mark.cuda(pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")(test))
 
 
 @pytest.fixture(scope="module")
@@ -238,8 +236,7 @@ def test_cuda_without_a_gpu_says_so(mm):
         ImageLoader(mm, 4, device="cuda")
 
 
-@needs_cuda
-def test_gpu_and_cpu_give_the_same_batches_for_the_same_seed(mm):
+def test_gpu_and_cpu_give_the_same_batches_for_the_same_seed(mm, on_cuda):
     for kwargs in ({}, {"drop_last": True, "seed": 5, "depth": 3}, {"dtype": torch.float16}, {"dtype": torch.uint8}):
         gpu = list(ImageLoader(mm, 4, crop=16, device="cuda", **kwargs))
         cpu = list(ImageLoader(mm, 4, crop=16, device="cpu", **kwargs))
@@ -249,8 +246,7 @@ def test_gpu_and_cpu_give_the_same_batches_for_the_same_seed(mm):
     same(list(ImageLoader(mm, 4, crop=16, device="cuda")), naive(mm, 4, 16))
 
 
-@needs_cuda
-def test_gpu_batches_survive_a_busy_current_stream(mm):
+def test_gpu_batches_survive_a_busy_current_stream(mm, on_cuda):
     want = naive(mm, 4, 16)
     got = []
     for x, y in ImageLoader(mm, 4, crop=16, device="cuda", depth=2):
@@ -260,9 +256,8 @@ def test_gpu_batches_survive_a_busy_current_stream(mm):
     same(got, want)
 
 
-@needs_cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.uint8])
-def test_front_door_in_steady_state_never_syncs_the_host(mm, dtype):
+def test_front_door_in_steady_state_never_syncs_the_host(mm, dtype, on_cuda):
     loader = ImageLoader(mm, 2, crop=16, device="cuda", depth=2, dtype=dtype)
     list(loader)  # warm-up: cached constants, pinned blocks, the side stream
     it = iter(loader)

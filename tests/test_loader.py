@@ -188,9 +188,7 @@ def test_batch_dataset_through_a_dataloader_matches_per_sample():
     assert sorted(torch.cat([b[1] for b in shuffled]).tolist()) == list(range(50))
 
 
-@pytest.mark.cuda
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_cuda_batches_arrive_whole_and_right():
+def test_cuda_batches_arrive_whole_and_right(on_cuda):
     x, y = torch.randn(100, 3, 8, 8), torch.arange(100)
     for reuse in (0, 2):
         loader = FastLoader((x, y), batch_size=16, seed=0, device="cuda", reuse_buffers=reuse)
@@ -198,9 +196,7 @@ def test_cuda_batches_arrive_whole_and_right():
             assert xb.is_cuda and torch.equal(xb.cpu(), x[yb.cpu()])
 
 
-@pytest.mark.cuda
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_cuda_image_rows_take_the_pieces_path_into_pinned_memory_without_a_sync():
+def test_cuda_image_rows_take_the_pieces_path_into_pinned_memory_without_a_sync(on_cuda):
     """Rows of 3x128x128 go through take_rows' pieces into pinned buffers (fresh, and a ring with a
     short last batch), then to the GPU: the same values, and no host-device sync while iterating."""
     x, y = torch.randint(0, 256, (40, 3, 128, 128), dtype=torch.uint8), torch.arange(40)
@@ -217,9 +213,7 @@ def test_cuda_image_rows_take_the_pieces_path_into_pinned_memory_without_a_sync(
             assert xb.is_cuda and torch.equal(xb.cpu(), x[yb.cpu()])
 
 
-@pytest.mark.cuda
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_cuda_copies_go_to_the_loaders_device_from_a_producer_thread():
+def test_cuda_copies_go_to_the_loaders_device_from_a_producer_thread(on_cuda):
     from gpufeed.data.prefetch import ThreadPrefetcher
 
     last = torch.device("cuda", torch.cuda.device_count() - 1)

@@ -90,9 +90,7 @@ def test_detection_dataset_is_deterministic_and_its_boxes_are_valid():
         DetectionDataset(0)
 
 
-@pytest.mark.cuda
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU here: pinning and device copies need one")
-def test_pin_and_move_to_the_gpu_and_back():
+def test_pin_and_move_to_the_gpu_and_back(on_cuda):
     batch = detection_batch()
     pinned = pin(batch)
     assert all(t.is_pinned() for t in leaves(pinned)) and equal(pinned, batch)

@@ -117,9 +117,7 @@ def test_resident_batches_are_ready_for_the_model():
         assert images.shape == (4, 3, 32, 32) and images.dtype == torch.float32 and targets.max() < 2
 
 
-@pytest.mark.cuda
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_device_pipelines_never_sync_the_host_in_steady_state(square):
+def test_device_pipelines_never_sync_the_host_in_steady_state(square, on_cuda):
     from cudacheck import consume_on_the_gpu, no_host_sync
 
     course = P.Course(square, SQUARE, "cuda", seed=0)

@@ -20,9 +20,6 @@ from gpufeed.data.prefetch import (
 )
 
 CUDA = torch.cuda.is_available()
-def needs_cuda(test):
-    reason = "no CUDA GPU here: the CUDA prefetcher's copies need one"
-    return pytest.mark.cuda(pytest.mark.skipif(not CUDA, reason=reason)(test))
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
@@ -229,10 +226,9 @@ def test_without_cuda_the_cuda_paths_say_so():
 
 # --- the CUDA prefetcher (skipped without a GPU) ------------------------------------------------
 
-@needs_cuda
 @pytest.mark.parametrize("kind", ["tuple", "nested", "tensordict", "tensorclass"])
 @pytest.mark.parametrize("depth", [1, 3])
-def test_cuda_prefetcher_yields_the_loaders_batches_on_the_gpu(kind, depth):
+def test_cuda_prefetcher_yields_the_loaders_batches_on_the_gpu(kind, depth, on_cuda):
     data = batches(6, kind)
     p = CudaPrefetcher(data, depth=depth)
     for _ in range(2):
@@ -243,8 +239,7 @@ def test_cuda_prefetcher_yields_the_loaders_batches_on_the_gpu(kind, depth):
             assert equal(a, b)
 
 
-@needs_cuda
-def test_cuda_prefetcher_converts_on_the_gpu_like_the_cpu_path():
+def test_cuda_prefetcher_converts_on_the_gpu_like_the_cpu_path(on_cuda):
     data = batches(3)
     on_gpu = list(CudaPrefetcher(data, dtype=torch.float16, mean=MEAN, std=STD))
     on_cpu = list(prefetch(data, "cpu", dtype=torch.float16, mean=MEAN, std=STD))
@@ -253,8 +248,7 @@ def test_cuda_prefetcher_converts_on_the_gpu_like_the_cpu_path():
         assert torch.allclose(gi.float().cpu(), ci.float(), atol=2e-3) and torch.equal(gl.cpu(), cl)
 
 
-@needs_cuda
-def test_cuda_prefetcher_values_survive_work_on_the_default_stream():
+def test_cuda_prefetcher_values_survive_work_on_the_default_stream(on_cuda):
     # The consumer overwrites each batch right away; if record_stream or the wait were missing,
     # later copies could land in memory still in use, or be read before they arrive.
     data = [(torch.full((256, 1024), i, dtype=torch.uint8), torch.tensor([i])) for i in range(20)]
@@ -264,8 +258,7 @@ def test_cuda_prefetcher_values_survive_work_on_the_default_stream():
         del x
 
 
-@needs_cuda
-def test_cuda_prefetcher_fed_while_a_long_kernel_holds_the_current_stream_gives_the_cpu_values():
+def test_cuda_prefetcher_fed_while_a_long_kernel_holds_the_current_stream_gives_the_cpu_values(on_cuda):
     # Inputs already on the GPU, made on the current stream behind a long kernel: the side stream
     # must wait for them (wait_stream) and keep them alive (record_stream), or it reads garbage.
     data = batches(6)
@@ -280,8 +273,7 @@ def test_cuda_prefetcher_fed_while_a_long_kernel_holds_the_current_stream_gives_
         assert all(torch.equal(a, c) and torch.equal(b, d) for (a, b), (c, d) in zip(got, want))
 
 
-@needs_cuda
-def test_cuda_prefetcher_in_steady_state_never_syncs_the_host():
+def test_cuda_prefetcher_in_steady_state_never_syncs_the_host(on_cuda):
     data = [(x.pin_memory(), y.pin_memory()) for x, y in batches(8)]
     p = CudaPrefetcher(data, dtype=torch.float32, mean=MEAN, std=STD, depth=2)
     list(p)  # warm-up: the cached constants, the side stream
@@ -298,8 +290,7 @@ def test_list_of_a_prefetched_loader_gives_distinct_batches():
     assert sorted(torch.cat(got).tolist()) == list(range(10))
 
 
-@needs_cuda
-def test_cuda_prefetcher_raises_once_with_the_traceback():
+def test_cuda_prefetcher_raises_once_with_the_traceback(on_cuda):
     it = iter(CudaPrefetcher(failing(2)))
     assert len([next(it), next(it)]) == 2
     with pytest.raises(ValueError, match="boom") as info:

@@ -3,8 +3,6 @@ import torch
 
 from gpufeed.course import transfer
 
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-
 
 def test_batch_bytes_by_dtype():
     assert transfer.batch_bytes(8, (384, 384), torch.uint8) == 8 * 3 * 384 * 384
@@ -34,10 +32,8 @@ def test_variant_names_read_as_code_and_the_baseline_converts_on_the_host():
     assert sum(v.pinned for v in transfer.order_variants()) == 2
 
 
-@needs_cuda
-@pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
-def test_every_order_gives_bit_identical_tensors_on_cuda(dtype):
+def test_every_order_gives_bit_identical_tensors_on_cuda(dtype, on_cuda):
     x = transfer.random_batch(3, (17, 9))
     expected = x.to(dtype)
     for v in transfer.order_variants(dtype):

@@ -11,8 +11,6 @@ DEVICES = ["cpu"] + (["cuda"] if CUDA else [])
 MEAN, STD = T.IMAGENET_MEAN, T.IMAGENET_STD
 
 
-def needs_cuda(test):
-    return pytest.mark.cuda(pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")(test))
 
 
 def images(n=4, h=8, w=8, seed=0):
@@ -122,8 +120,7 @@ def test_device_augment_reuses_buffers_only_when_asked():
         T.DeviceAugment(crop=8, dtype=torch.int16)
 
 
-@needs_cuda
-def test_device_augment_gives_the_same_values_on_the_gpu_and_without_syncing():
+def test_device_augment_gives_the_same_values_on_the_gpu_and_without_syncing(on_cuda):
     x = images(16, 40, 40)
     cpu = T.DeviceAugment(crop=32, seed=7)(x)
     aug = T.DeviceAugment(crop=32, seed=7)
