@@ -167,7 +167,7 @@ class PinnedRead:
         """The race, if the host changed the buffer between issuing the copy and learning it done."""
         if self.changed or not torch.equal(self.source.get(), self.sent):
             copy = Access(self.work.stream, self.work.step, self.work.what)
-            return Race("write after read", copy, Access("host", 0, "a write to that pinned buffer by the host"))
+            return Race("write after read", copy, Access("host", 0, "a write to that pinned buffer"))
         return None
 
 

@@ -105,13 +105,15 @@ def _python_functions(sim: Simulator) -> dict:
         return made
 
     def pinnable(make):
+        fill = make.__name__ not in ("empty", "empty_strided")  # zeros, ones, full: their values too
+
         @functools.wraps(make)
         def made(*args, pin_memory=False, **kwargs):
             plain = make(*args, **kwargs)
             if not pin_memory:
                 return plain
             out = copies.pinned(sim, plain.dtype, plain.shape, plain.stride())
-            return out if make in (torch.empty, torch.empty_strided) else out.copy_(plain)
+            return out.copy_(plain) if fill else out
         return made
 
     out = {(torch.Tensor, "to"): to_, (torch.Tensor, "cuda"): cuda_}

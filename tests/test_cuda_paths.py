@@ -1,0 +1,124 @@
+"""The library's CUDA paths, each against its CPU path, on a real GPU (marker ``cuda``) and under
+the CUDA-ordering simulator with four schedules everywhere (marker ``simcuda``): the ``on_cuda``
+fixture of ``tests/conftest.py``.
+
+The consumers here work as a training loop does: they queue work on each batch and drop it
+without waiting, and read the results at the end. Under the simulator that is what exposes a
+missing ``wait_stream``/``wait_event`` (a read before the copy), a missing ``record_stream`` (the
+memory handed out again while still being read) and a missing ``synchronize`` (a pinned buffer
+refilled while its copy is pending): each raises a CudaRaceError where it happens, and gives a
+wrong batch under some schedule. ``tests/test_simcuda_mutations.py`` deletes those calls from
+``gpufeed.data`` one at a time and checks that this file then fails.
+"""
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from gpufeed.data.image_loader import ImageLoader
+from gpufeed.data.loader import FastLoader
+from gpufeed.data.memmap import build_memmap
+from gpufeed.data.movers import equal, leaves, to_device
+from gpufeed.data.prefetch import CudaPrefetcher, prefetch
+from gpufeed.data.transforms import IMAGENET_MEAN, IMAGENET_STD, DeviceAugment
+from gpufeed.measure.synth import synth_folder
+
+
+@pytest.fixture(scope="module")
+def mm(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("cudapaths")
+    src = synth_folder(tmp / "jpeg", n=14, size=(48, 40), classes=3, progress=False).path
+    return build_memmap(src, tmp / "mm", size=(24, 20), progress=False).path
+
+
+def deferred(batches) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per batch, the images summed per sample and the targets, queued on the device and read at
+    the end; each batch is dropped as soon as its work is queued."""
+    queued = []
+    for images, targets in batches:
+        queued.append((images.float().sum(dim=(1, 2, 3)), targets * 1))
+        del images, targets
+    return [(s.cpu(), t.cpu()) for s, t in queued]
+
+
+def same(got, want) -> None:
+    assert len(got) == len(want)
+    for (gs, gt), (ws, wt) in zip(got, want):
+        assert torch.equal(gt, wt) and torch.allclose(gs, ws, rtol=1e-5, atol=1e-3)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.uint8])
+def test_image_loader_batches_read_later_are_the_cpus(mm, dtype, on_cuda):
+    for kwargs in ({}, {"drop_last": True, "depth": 1}, {"rank": 1, "world_size": 2, "seed": 4}):
+        cpu = ImageLoader(mm, 4, crop=16, device="cpu", dtype=dtype, **kwargs)
+        gpu = ImageLoader(mm, 4, crop=16, device="cuda", dtype=dtype, **kwargs)
+        for _ in range(2):  # two epochs: a new order and new crops, the same on both
+            same(deferred(gpu), deferred(cpu))
+
+
+def test_image_loader_two_live_iterators_a_break_and_set_epoch(mm, on_cuda):
+    cpu, gpu = ImageLoader(mm, 4, crop=16, device="cpu"), ImageLoader(mm, 4, crop=16, device="cuda")
+    a_gpu, b_gpu, a_cpu, b_cpu = iter(gpu), iter(gpu), iter(cpu), iter(cpu)  # epochs 0 and 1, side by side
+    same(deferred(zip_batches(a_gpu, b_gpu)), deferred(zip_batches(a_cpu, b_cpu)))
+    for loader in (gpu, cpu):
+        for i, _ in enumerate(loader):  # epoch 2, left after one batch
+            if i == 1:
+                break
+        loader.set_epoch(7)
+    same(deferred(gpu), deferred(cpu))  # epoch 7, whole
+
+
+def zip_batches(a, b):
+    """Both iterators' batches, alternating (their images summed into one batch so that both are read)."""
+    for (xa, ya), (xb, yb) in zip(a, b):
+        yield torch.cat([xa, xb]), torch.cat([ya, yb])
+
+
+def test_cuda_prefetcher_inputs_already_on_the_gpu_are_waited_for_and_kept_alive(on_cuda):
+    """Inputs made on the current stream just before (a producer on the GPU) and dropped by it at
+    once: the side stream must wait for them and the allocator must not reuse them early."""
+    want = [(torch.full((2, 3, 4, 4), k, dtype=torch.uint8), torch.tensor([k, k])) for k in range(6)]
+
+    def made_on_the_gpu():
+        for x, y in want:
+            yield (x.pin_memory().to("cuda", non_blocking=True) + 0, y.to("cuda", non_blocking=True) + 0)
+
+    got = deferred(CudaPrefetcher(made_on_the_gpu(), "cuda", dtype=torch.float32, depth=2))
+    same(got, [(x.float().sum(dim=(1, 2, 3)) / 255, y) for x, y in want])
+
+
+@pytest.mark.parametrize("depth", [1, 3])
+def test_cuda_prefetcher_batches_read_later_are_the_loaders(depth, on_cuda):
+    want = [(torch.randint(0, 256, (4, 3, 8, 8), dtype=torch.uint8), torch.arange(4) + k) for k in range(7)]
+    got = deferred(CudaPrefetcher(want, "cuda", dtype=torch.float32, mean=IMAGENET_MEAN, std=IMAGENET_STD,
+                                  depth=depth))
+    cpu = deferred(prefetch(want, "cpu", dtype=torch.float32, mean=IMAGENET_MEAN, std=IMAGENET_STD))
+    same(got, cpu)
+
+
+@pytest.mark.parametrize("reuse", [0, 1, 3])
+def test_fast_loader_on_cuda_with_a_pinned_ring_read_later(reuse, on_cuda):
+    x, y = torch.randint(0, 256, (30, 3, 8, 8), dtype=torch.uint8), torch.arange(30)
+    gpu = FastLoader((x, y), batch_size=4, seed=1, device="cuda", reuse_buffers=reuse)
+    cpu = FastLoader((x, y), batch_size=4, seed=1)
+    for _ in range(2):
+        same(deferred(gpu), deferred(cpu))
+
+
+def test_device_augment_on_the_gpu_is_the_cpus(on_cuda):
+    x = torch.randint(0, 256, (6, 3, 12, 10), dtype=torch.uint8)
+    for dtype in (torch.float32, torch.uint8):
+        gpu = DeviceAugment(8, seed=3, dtype=dtype)(x.cuda())
+        cpu = DeviceAugment(8, seed=3, dtype=dtype)(x)
+        assert gpu.is_cuda and torch.allclose(gpu.cpu().float(), cpu.float(), atol=1e-5)
+
+
+def test_movers_send_nested_batches_without_blocking(on_cuda):
+    batch = {"images": torch.randint(0, 256, (2, 3, 4, 4), dtype=torch.uint8),
+             "meta": [torch.arange(3), (torch.ones(2),)],
+             "td": TensorDict({"a": torch.zeros(2, 5)}, batch_size=[2])}
+    moved = to_device({k: (v.pin_memory() if isinstance(v, torch.Tensor) else v) for k, v in batch.items()},
+                      "cuda", non_blocking=True)
+    assert all(t.is_cuda for t in leaves(moved))
+    torch.cuda.synchronize()
+    assert equal(moved, batch)
