@@ -54,15 +54,35 @@ print(f"A batch of {top} images of {transfer.size_name(big)} is {u8 / 1e6:.0f} M
 #
 # Before timing anything, check that the variants agree (lesson 02: *assert, then time*). Every
 # `uint8` value 0..255 is exact in `float16`, so the order cannot change a single bit. The pinned
-# variants use `non_blocking=True`. It is safe from pageable memory too (the copy is then simply
-# synchronous); from pinned memory it returns at once, and the hazard is the other direction:
-# reading a device-to-host `non_blocking` result on the CPU before a sync (lesson 07).
+# variants use `non_blocking=True`. From pageable memory the host waits while the bytes are staged,
+# so the source may be reused at once; from pinned memory the call returns at once and the copy
+# reads the buffer *when it runs*, so `non_blocking` has a hazard in each direction: refilling a
+# pinned source before its copy has run, and reading a device-to-host result on the CPU before a
+# sync (lesson 07). The next cell shows both on the course's simulator of CUDA's ordering rules
+# (`gpufeed.course.simcuda`, lesson 08), which runs on any machine.
 #
 # Where does `x.to(dev, torch.float16)` convert? In recent PyTorch releases, the CUDA copy kernel
 # (`Copy.cu` in ATen) converts on the **CPU** when the host-to-device copy is blocking, and copies
 # the `uint8` bytes and converts on the **GPU** when it is `non_blocking` (older releases
 # converted on the CPU in both cases). Do not take our word for it: the benchmark below shows
 # what your version does.
+
+# %%
+from gpufeed.course.simcuda import simulated_cuda
+
+with simulated_cuda(seed=0, races="record") as sim:  # simulated: CUDA's ordering rules, not its speed
+    host = torch.full((4,), 1.0).pin_memory()  # batch 1, in a pinned buffer
+    sent = host.to("cuda", non_blocking=True)  # returns at once: the copy is queued
+    host.fill_(2.0)  # batch 2 written into the same buffer before that copy ran
+    arrived = sent.cpu()  # waits for the GPU: what the copy actually sent
+    back = (sent + 10).to("cpu", non_blocking=True)  # device-to-host into pinned memory, queued
+    too_early = back.clone()  # read on the CPU before any sync
+    torch.cuda.synchronize()
+    in_time = back.clone()
+    races = len(sim.races)
+print(f"host to device, pinned buffer refilled too early: the GPU received {arrived.tolist()}, not [1.0, 1.0, 1.0, 1.0]")
+print(f"device to host, read before a sync: {too_early.tolist()}; after torch.cuda.synchronize(): {in_time.tolist()}")
+print(f"races the simulator reported: {races}")
 
 # %%
 x = transfer.random_batch(4, (640, 480))  # uint8 [4, 3, 480, 640]

@@ -3,9 +3,10 @@
 #
 # **What you will learn:** what CUDA streams are and how a copy on a side stream overlaps compute;
 # how a GPU prefetcher works (`wait_stream`, `record_stream`, pinned memory, `non_blocking`), and
-# how it also converts and normalises images on the GPU; a thread prefetcher for machines without
-# CUDA, with clean shutdown and honest errors; and how to *prove* overlap with a profiler trace and
-# the GPU idle fraction.
+# how it also converts and normalises images on the GPU; what goes wrong without each of its lines,
+# shown on a simulator of CUDA's ordering rules that runs on any machine; a thread prefetcher for
+# machines without CUDA, with clean shutdown and honest errors; and how to *prove* overlap with a
+# profiler trace and the GPU idle fraction.
 #
 # **Time:** about 25 minutes (1 minute in quick mode). **Prerequisites:** [07 · DataLoader knobs
 # and moving structures](07_dataloader.ipynb), [02 · Profiling and benchmarking](02_profiling.ipynb).
@@ -29,6 +30,8 @@
 # waits for step `i`; with it, the copy runs during the step.
 
 # %%
+import textwrap
+
 import matplotlib.pyplot as plt
 
 from gpufeed.course.simulator import Costs, preset, simulate
@@ -47,6 +50,32 @@ plt.show()
 gain = runs["GPU prefetch"].images_per_s / runs["CPU prefetch"].images_per_s
 print(f"Simulated: overlapping the copy with the step gives {gain:.2f}x; the GPU is busy "
       f"{runs['GPU prefetch'].utilisation()['GPU']:.0%} of the time instead of {runs['CPU prefetch'].utilisation()['GPU']:.0%}.")
+
+# %% [markdown]
+# The same in CUDA's own terms. The course has a **simulator of CUDA's ordering rules**
+# (`gpufeed.course.simcuda`): inside `with simulated_cuda():` tensors on `"cuda"` live in CPU
+# memory, every kernel and copy is queued on its stream and runs only when the program's
+# synchronisation forces it, and memory nothing has written yet reads as poison (NaN). It keeps
+# CUDA's *rules*, not its *speed*: each step is placed on a nominal timeline (copies at 25 GB/s, a
+# "model step" that stands for 1 ms). Below, four batches of 24 MB go through the library's
+# `CudaPrefetcher` (section 2), and then are copied on the default stream before each step.
+
+# %%
+from gpufeed.course import hazards
+
+fig, axes = plt.subplots(2, 1, figsize=(9, 3.2), sharex=True)
+per_batch = {}
+for ax, prefetched in zip(axes, (False, True)):
+    name = "CudaPrefetcher (side stream)" if prefetched else "copy on the default stream"
+    intervals, per_batch[name] = hazards.overlap(n=4, batch_mb=24, step_ms=1.0, prefetch=prefetched)
+    gantt(intervals, ax=ax, legend=ax is axes[0], title=f"{name}: {per_batch[name]:.2f} nominal ms per batch",
+          note=hazards.SIMULATED if ax is axes[1] else "")
+axes[0].set_xlabel("")
+fig.tight_layout()
+plt.show()
+(plain_name, plain_ms), (side_name, side_ms) = per_batch.items()
+print(f"On the simulator's nominal timeline ({hazards.SIMULATED}): with the copies on a side stream a batch takes {side_ms:.2f} nominal ms "
+      f"instead of {plain_ms:.2f} ({plain_ms / side_ms:.2f}x): each copy runs under the step before it.")
 
 # %% [markdown]
 # ## 2. A GPU prefetcher, by hand
@@ -102,25 +131,115 @@ batch = prepare((images, torch.arange(8)), torch.float16, MEAN, STD)  # only 4-d
 print([(tuple(t.shape), t.dtype) for t in batch])
 
 # %% [markdown]
-# With a GPU, both prefetchers must give exactly what a plain loop gives:
+# Both prefetchers must give exactly what a plain loop gives. On a GPU this runs on it; without
+# one, it runs on the CUDA-ordering simulator, which checks the ordering rather than the speed:
+# a batch read before its copy ran would be NaN there, and it reports any pair of accesses that
+# no `wait_stream`/`record_stream` orders (`CudaRaceError`).
 
 # %%
+import contextlib
+
+from gpufeed.course.simcuda import simulated_cuda
 from gpufeed.data.prefetch import CudaPrefetcher
 
-if S.cuda:
+with contextlib.nullcontext() if S.cuda else simulated_cuda(seed=0) as sim:
+    device = S.device if S.cuda else torch.device("cuda", 0)  # the simulated GPU
     data = [(torch.randint(0, 256, (16, 3, 64, 64), dtype=torch.uint8).pin_memory(), torch.arange(16) + i)
             for i in range(6)]
-    plain = [(prepare(x.to(S.device), torch.float32, MEAN, STD), y.to(S.device)) for x, y in data]
-    by_hand = [(prepare(x, torch.float32, MEAN, STD), y) for x, y in simple_prefetch(data, S.device)]
-    ours = list(CudaPrefetcher(data, S.device, dtype=torch.float32, mean=MEAN, std=STD, depth=2))
+    plain = [(prepare(x.to(device), torch.float32, MEAN, STD), y.to(device)) for x, y in data]
+    by_hand = [(prepare(x, torch.float32, MEAN, STD), y) for x, y in simple_prefetch(data, device)]
+    ours = list(CudaPrefetcher(data, device, dtype=torch.float32, mean=MEAN, std=STD, depth=2))
     for got in (by_hand, ours):
         assert all(torch.allclose(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(got, plain))
-    print("the hand-written and gpufeed prefetchers give the plain loop's batches, in order")
-else:
-    print("No CUDA here: the CUDA prefetcher needs a GPU (its tests are skipped too); section 3 runs everywhere.")
+where = f"on {torch.cuda.get_device_name()}" if S.cuda else "on the CUDA-ordering simulator (no GPU here)"
+print(f"{where}: the hand-written and gpufeed prefetchers give the plain loop's batches, in order")
 
 # %% [markdown]
-# ## 3. Without CUDA: a thread prefetcher
+# ## 3. What each line prevents: three hazards, simulated
+#
+# Each line of `simple_prefetch` is there because CUDA's rules leave something unordered without
+# it, and a short test on a real GPU usually runs in the lucky order anyway. The simulator does
+# not rely on luck: it reports the race whatever order it ran things in, and under some
+# *schedule* (the order in which it runs the queued work: 0 runs everything as late as the
+# program allows, 1 lets side streams race ahead, 2 the default stream, 3 draws paces at random)
+# the race also produces a wrong batch. Batch `k` is filled with the number `k`, so what a batch
+# holds when the consumer reads it says which batch it really was. The consumer does what a
+# training loop does: it queues a model step and a read of each batch, drops the batch, and
+# looks at the results only at the end (`gpufeed.course.hazards.play`).
+#
+# * **no wait**: delete `current.wait_stream(stream)`. The step may read a batch before its copy
+#   has run.
+# * **no `record_stream`**: delete `t.record_stream(current)`. When the consumer drops a batch, the
+#   caching allocator hands its memory to the side stream's next copy at once, since nothing told
+#   it that the default stream still reads it.
+# * **pinned buffer reused**: a loader that gathers each batch into one pinned buffer it keeps and
+#   copies it with `non_blocking=True`, without waiting for the last copy out of it before
+#   refilling it (`gpufeed.data.loader.BufferRing` waits on an event for exactly this).
+
+# %%
+from IPython.display import Markdown, display
+
+SCHEDULES = {0: "as late as allowed", 1: "side stream ahead", 2: "default stream ahead", 3: "random paces"}
+plays = {h: [hazards.play(h, seed) for seed in SCHEDULES] for h in ("correct", *hazards.HAZARDS)}
+
+
+def shown(held):
+    return " ".join("NaN" if v != v else f"{v:g}" for v in held)
+
+
+def span(counts):
+    return f"{min(counts)}" if min(counts) == max(counts) else f"{min(counts)} to {max(counts)}"
+
+
+rows = [f"| {h} | " + " | ".join(shown(p.held) for p in ps) + f" | {span([p.races for p in ps])} |"
+        for h, ps in plays.items()]
+header = "| batches 0-5 held | " + " | ".join(f"{k}: {v}" for k, v in SCHEDULES.items()) + " | races reported |"
+display(Markdown("\n".join([header, "|---" * (len(SCHEDULES) + 2) + "|", *rows, "", f"*{hazards.SIMULATED}.*"])))
+
+# %%
+right = plays["correct"][0].held
+
+
+def first_wrong(hazard):
+    """The first schedule under which the hazard gave a wrong batch, and what that batch held."""
+    for p in plays[hazard]:
+        for k, (got, want) in enumerate(zip(p.held, right)):
+            if got != want:
+                return p.seed, k, got
+    return None
+
+
+lines = []
+for hazard in hazards.HAZARDS:
+    found, races = first_wrong(hazard), [p.races for p in plays[hazard]]
+    told = f"reported the race under every schedule ({span(races)} times in the run)"
+    if found is None:
+        lines.append(f"* **{hazard}**: every batch came out right under these schedules, but the simulator {told}.")
+    else:
+        seed, k, got = found
+        held = "NaN (its copy had not run)" if got != got else f"the numbers of batch {got:g}"
+        lines.append(f"* **{hazard}**: under schedule {seed} ({SCHEDULES[seed]}), batch {k} held {held}; "
+                     f"the simulator {told}.")
+display(Markdown("\n".join(lines)))
+
+# %% [markdown]
+# The number of races differs between schedules because some orders add a real synchronisation:
+# when the caching allocator has seen a copy finish before the program issues its next read,
+# that read is ordered after the copy, on a real GPU too. By default the simulator raises the
+# race where it happens, naming the two accesses and what it thinks is missing:
+
+# %%
+from gpufeed.course.simcuda import CudaRaceError
+
+try:
+    with simulated_cuda(seed=0):
+        for x in hazards.hand_prefetch(hazards.numbered_batches(3), "cuda", record_stream=False):
+            step = x.mean()  # queued on the default stream; then x is dropped
+except CudaRaceError as e:
+    print(textwrap.fill(str(e), 110))
+
+# %% [markdown]
+# ## 4. Without CUDA: a thread prefetcher
 #
 # A background thread can make the next batch while the loop uses this one, *if* both release
 # Python's GIL while they work: Pillow does while decoding JPEGs, torch does inside its operators.
@@ -285,7 +404,7 @@ alive = [t.name for t in threading.enumerate() if t.name.startswith("gpufeed-pre
 print(f"after a break: prefetch threads alive: {alive}")
 
 # %% [markdown]
-# ## 4. Proof of overlap: a profiler trace
+# ## 5. Proof of overlap: a profiler trace
 #
 # A timeline is a claim; a trace is evidence. On a GPU we profile a training loop twice: copying
 # each batch on the default stream, then through `CudaPrefetcher`, and read lesson 02's **GPU idle
@@ -397,6 +516,9 @@ print(f"saved to {saved}")
 # * Streams are queues; work on two streams may overlap. Copy on a side stream from pinned memory,
 #   make the compute stream wait for it (`wait_stream`/`wait_event`), and `record_stream` the
 #   tensors you hand over so the caching allocator does not reuse their memory too early.
+# * Each of those lines guards against a race that a short run on a real GPU usually hides. A
+#   simulator of CUDA's ordering rules (`gpufeed.course.simcuda`) reports it whatever the order,
+#   and your own CUDA code can run under it in a test on any machine.
 # * Send `uint8` and convert and normalise on the GPU, on the same side stream: fewer bytes, and
 #   the conversion costs almost nothing there.
 # * Without CUDA, a thread prefetcher overlaps loading with the step when both release the GIL;
@@ -405,10 +527,10 @@ print(f"saved to {saved}")
 #
 # ## Exercises
 #
-# 1. Run section 3 with `depth=1` and `depth=8`. Does the depth change the rate? When would it?
+# 1. Run section 4 with `depth=1` and `depth=8`. Does the depth change the rate? When would it?
 # 2. In `simple_prefetch`, remove the `record_stream` line. Why might the values still look right
 #    in a short test, and what could go wrong in a long run?
-# 3. In section 3, what speed-up do you expect if the step took twice as long as decoding? Work it
+# 3. In section 4, what speed-up do you expect if the step took twice as long as decoding? Work it
 #    out from the formula, then check with the cell below.
 
 # %%

@@ -1,6 +1,6 @@
 """Every ordering call in the library is needed, and the tests would notice it gone.
 
-For each ``wait_stream``, ``wait_event``, ``record_stream`` and ``synchronize`` call in
+For each ``wait_stream``, ``wait_event``, ``record_stream``, ``synchronize`` and event ``record`` call in
 ``src/gpufeed/data``, a copy of the package without that one call must fail the CUDA-path tests
 under the simulator (``tests/test_cuda_paths.py`` and the ``cuda`` tests of the library's own
 test files, marker ``simcuda``). A deletion that fails nothing would be a call the library does not
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-ORDERING = {"wait_stream", "wait_event", "record_stream", "synchronize"}
+ORDERING = {"wait_stream", "wait_event", "record_stream", "synchronize", "record"}
 SUITE = ["tests/test_cuda_paths.py", "tests/test_prefetch.py", "tests/test_image_loader.py", "tests/test_loader.py"]
 
 

@@ -243,3 +243,23 @@ def test_the_nominal_timeline_puts_a_side_stream_copy_under_the_default_streams_
     copy, step = sim.timeline()
     assert copy.resource == "side stream 1" and step.resource == "default stream"
     assert copy.start < step.end and step.start < copy.end  # they overlap
+
+
+def test_the_readmes_simulator_example_runs(tmp_path, monkeypatch, capsys):
+    import pathlib
+    import re
+
+    from gpufeed.data.memmap import build_memmap
+    from gpufeed.measure.synth import synth_folder
+
+    readme = (pathlib.Path(__file__).parents[1] / "README.md").read_text()
+    code = re.search(r"```python\n(.*?)```", readme.split("## Testing CUDA without a GPU", 1)[1], re.S).group(1)
+    src = synth_folder(tmp_path / "jpeg", n=6, size=(48, 40), classes=2, progress=False).path
+    build_memmap(src, tmp_path / "my_memmap", size=(32, 32), progress=False)
+    for old, new in {"batch_size=64": "batch_size=3", "crop=224": "crop=24"}.items():
+        assert old in code, f"the README example no longer has {old!r}: update this test"
+        code = code.replace(old, new)
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "README.md", "exec"), {})
+    printed = capsys.readouterr().out
+    assert "tensor([" in printed and "host syncs" in printed

@@ -1,7 +1,9 @@
 """gpufeed.course: the lessons' plumbing (simulators, sweeps, plots, scripts).
 
 Each module points back to the notebook that teaches it: the pipeline simulator, timelines and
-sliders (lesson 01), profiler traces (02), dtypes and transfer order (03), storage formats and
+sliders (lesson 01), profiler traces (02), dtypes and transfer order (03), the simulator of CUDA's
+ordering rules and its hazards (:mod:`~gpufeed.course.simcuda`, :mod:`~gpufeed.course.hazards`:
+lesson 08, and the tests of the library's CUDA paths), storage formats and
 JPEG quality (04), DataLoader sweeps (07), the ladder and loader efficiency (11), the distributed
 script, shards and the page cache (12), the environment check and the notebooks' setup cell.
 
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 import importlib
 
-_MODULES = {'collate', 'distributed', 'doctor', 'efficiency', 'explorer', 'formats', 'instrument', 'knobs', 'ladder', 'launch', 'pagecache', 'prose', 'quality', 'session', 'shards', 'shuffles', 'simulator', 'timeline', 'trace', 'training', 'transfer'}
+_MODULES = {'collate', 'distributed', 'doctor', 'efficiency', 'explorer', 'formats', 'hazards', 'instrument', 'knobs', 'ladder', 'launch', 'pagecache', 'prose', 'quality', 'session', 'shards', 'shuffles', 'simcuda', 'simulator', 'timeline', 'trace', 'training', 'transfer'}
 
 __all__ = sorted(_MODULES)
 

@@ -114,7 +114,6 @@ class Simulator:
         self.pending: list = []  # copies to and from pinned memory the host has not yet learnt are done
         self.storages: dict = {}  # a simulated allocation's meta storage (_cdata) -> (block, weakref to inner)
         self.stats: Counter = Counter()
-        self.open = True
         self.Stream = type("Stream", (SimStream,), {"sim": self})  # what torch.cuda.Stream becomes
         self.Event = type("Event", (SimEvent,), {"sim": self})
         self.default = SimStream(sim=self, name="default stream")
@@ -145,6 +144,17 @@ class Simulator:
 
     def set_stream(self, stream: SimStream | None) -> None:
         self.tls.stream = stream
+
+    def enter_stream(self, stream: SimStream) -> None:
+        """Makes ``stream`` this thread's current stream until :meth:`leave_stream` (nestable)."""
+        outer = getattr(self.tls, "outer", None)
+        if outer is None:
+            outer = self.tls.outer = []
+        outer.append(self.current_stream())
+        self.set_stream(stream)
+
+    def leave_stream(self) -> None:
+        self.set_stream(self.tls.outer.pop())
 
     def current_device(self) -> int:
         return 0
@@ -412,7 +422,6 @@ class Simulator:
     def close(self) -> None:
         """Runs every step still queued (so that the values left behind are final), then stops."""
         with self.lock:
-            self.open = False
             for stream in list(self.streams.values()):
                 self._run_until(stream, stream.issued)
                 self._learn(stream.clock)

@@ -110,13 +110,12 @@ class SimStream(torch.Stream):
     def cuda_stream(self) -> int:
         return self.stream_id
 
-    def __enter__(self):
-        self._outer = self.sim.current_stream()
-        self.sim.set_stream(self)
+    def __enter__(self):  # ``with stream:``, as ``with torch.cuda.stream(stream):``
+        self.sim.enter_stream(self)
         return self
 
     def __exit__(self, *exc) -> None:
-        self.sim.set_stream(self._outer)
+        self.sim.leave_stream()
 
     def __eq__(self, other) -> bool:  # another simulator's stream of the same id is another stream
         return self is other or (type(other) is torch.Stream and other.stream_id == self.stream_id
