@@ -28,7 +28,7 @@ The rules it models, and where CUDA or PyTorch state them:
   ``non_blocking`` the host waits for the copy (``memcpy_and_sync``). Device-to-host
   ``non_blocking`` goes into pinned memory and is valid only after an event or a sync (PyTorch
   tutorial *A guide on good usage of non_blocking and pin_memory()*). See
-  :mod:`~gpufeed.course.simcuda.dispatch`.
+  :mod:`~gpufeed.course.simcuda.copies`.
 * The caching allocator reuses a freed block at once on its own stream, and after another
   stream's recorded use only once that use is done (``Tensor.record_stream`` docs;
   ``c10/cuda/CUDACachingAllocator.cpp``); the caching host allocator keeps a freed pinned block
