@@ -7,6 +7,11 @@
 #
 # **Time:** about 10 minutes (1 minute in quick mode). **Prerequisites:** none.
 
+# %%
+import gpufeed
+
+S = gpufeed.setup()  # S.device, S.quick, S.machine
+
 # %% [markdown]
 # ## 1. What is here
 #

@@ -8,6 +8,11 @@
 #
 # **Time:** about 20 minutes (2 in quick mode). **Prerequisites:** [00 · Setup](00_setup.ipynb).
 
+# %%
+import gpufeed
+
+S = gpufeed.setup()  # S.device, S.quick, S.machine
+
 # %% [markdown]
 # ## 1. The idea
 #

@@ -9,6 +9,11 @@
 #
 # **Time:** about 25 minutes (2 in quick mode). **Prerequisites:** [01 · Bottlenecks](01_bottlenecks.ipynb).
 
+# %%
+import gpufeed
+
+S = gpufeed.setup()  # S.device, S.quick, S.machine
+
 # %% [markdown]
 # ## 1. Two instruments
 #

@@ -9,6 +9,11 @@
 # **Time:** about 15 minutes (1-2 minutes in quick mode). **Prerequisites:** lesson 00 (pinned
 # memory, host-to-device rate) and lesson 02 (honest benchmarking).
 
+# %%
+import gpufeed
+
+S = gpufeed.setup()  # S.device, S.quick, S.machine
+
 # %% [markdown]
 # ## 1. The idea
 #

@@ -10,6 +10,11 @@
 # **Time:** about 15 minutes (1-2 minutes in quick mode). **Prerequisites:** lesson 00 (decode
 # rate per core), lesson 03 (`uint8` until the GPU).
 
+# %%
+import gpufeed
+
+S = gpufeed.setup()  # S.device, S.quick, S.machine
+
 # %% [markdown]
 # ## 1. The idea
 #

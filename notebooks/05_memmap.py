@@ -9,6 +9,11 @@
 # **Time:** about 20 minutes (1 minute in quick mode). **Prerequisites:** [00 · Setup](00_setup.ipynb)
 # (the memcpy ceiling and the page cache), lesson 04 (why JPEG decoding is slow).
 
+# %%
+import gpufeed
+
+S = gpufeed.setup()  # S.device, S.quick, S.machine
+
 # %% [markdown]
 # ## 1. Pages, virtual memory and the page cache
 #

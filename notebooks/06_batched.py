@@ -9,6 +9,11 @@
 # **Time:** about 20 minutes (1 minute in quick mode). **Prerequisites:** [05 · Memory-mapped
 # datasets](05_memmap.ipynb).
 
+# %%
+import gpufeed
+
+S = gpufeed.setup()  # S.device, S.quick, S.machine
+
 # %% [markdown]
 # ## 1. The cost of one `__getitem__` per sample
 #

@@ -11,6 +11,11 @@
 # **Time:** about 30 minutes (2 in quick mode). **Prerequisites:** [05 · Memory-mapped
 # datasets](05_memmap.ipynb), [06 · Batched fetching](06_batched.ipynb).
 
+# %%
+import gpufeed
+
+S = gpufeed.setup()  # S.device, S.quick, S.machine
+
 # %% [markdown]
 # ## 1. The knobs
 #

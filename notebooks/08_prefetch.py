@@ -11,6 +11,11 @@
 # **Time:** about 25 minutes (1 minute in quick mode). **Prerequisites:** [07 · DataLoader knobs
 # and moving structures](07_dataloader.ipynb), [02 · Profiling and benchmarking](02_profiling.ipynb).
 
+# %%
+import gpufeed
+
+S = gpufeed.setup()  # S.device, S.quick, S.machine
+
 # %% [markdown]
 # ## 1. CUDA streams in a few sentences
 #

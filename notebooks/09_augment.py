@@ -10,6 +10,11 @@
 # **Time:** about 20 minutes (1-2 in quick mode). **Prerequisites:** [05 · Memory-mapped datasets](05_memmap.ipynb)
 # and [06 · Batched fetching](06_batched.ipynb); lesson 03 (why `uint8` goes over the bus).
 
+# %%
+import gpufeed
+
+S = gpufeed.setup()  # S.device, S.quick, S.machine
+
 # %% [markdown]
 # ## 1. Per sample on the CPU, or per batch on the device
 #

@@ -10,6 +10,11 @@
 # **Time:** about 20 minutes (2 in quick mode). **Prerequisites:** [09 · Augmentations](09_augment.ipynb)
 # and [05 · Memory-mapped datasets](05_memmap.ipynb); lesson 04 (JPEG decoding).
 
+# %%
+import gpufeed
+
+S = gpufeed.setup()  # S.device, S.quick, S.machine
+
 # %% [markdown]
 # ## 1. The idea
 #

@@ -10,6 +10,11 @@
 # **Time:** about 30 minutes (1-2 in quick mode). **Prerequisites:** lessons 03 to 10; this one
 # reuses their pieces, the last of them from [10 · NVIDIA DALI](10_dali.ipynb).
 
+# %%
+import gpufeed
+
+S = gpufeed.setup()  # S.device, S.quick, S.machine
+
 # %% [markdown]
 # ## 1. What we have so far
 #

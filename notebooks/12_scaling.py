@@ -11,6 +11,11 @@
 # datasets](05_memmap.ipynb) (the memmap dataset and the page cache), [06 · Batched
 # fetching](06_batched.ipynb) (`FastLoader`, a `BatchSampler` as the sampler).
 
+# %%
+import gpufeed
+
+S = gpufeed.setup()  # S.device, S.quick, S.machine
+
 # %% [markdown]
 # ## 1. The idea: one process per GPU, each its own shard
 #
