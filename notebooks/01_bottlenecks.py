@@ -223,8 +223,11 @@ ref = None if S.cuda else results.reference("lesson01")
 if S.cuda:
     print(f"Measured above on {S.machine['gpu']}: this run is the GPU reference.")
 elif ref is None:
-    print("No CUDA here, and no GPU reference is committed yet (results/<gpu>/lesson01.json).\n"
-          "Run this notebook on a GPU with GPUFEED_RESULTS=results to add one.")
+    theirs = results.no_reference("lesson01")  # what a GPU consumes, as others published it
+    for f in theirs:
+        say(f"A GPU training at {f.figure:,.0f} images/s ({f.label()}) needs a loader that delivers as many; "
+            f"this machine's naive loop (model step included, on the CPU here) ran at {naive_measured.items_per_s:,.0f} "
+            f"images/s, {naive_measured.items_per_s / f.figure:.1%} of it.")
 else:
     ref_ms, doc = ref
     gpu_means = doc["stage_means_ms"]

@@ -191,8 +191,7 @@ ref = None if S.cuda else results.reference("lesson02")
 if not S.cuda:
     print("No CUDA here, so no kernels in the trace and no GPU idle fraction.")
     if ref is None:
-        print("No GPU reference is committed yet (results/<gpu>/lesson02.json): run this notebook on a GPU "
-              "with GPUFEED_RESULTS=results to add one.")
+        results.no_reference("lesson02")
     else:
         ref_summary = ref[1]["trace_summary"]
         print(f"On {ref[1]['machine']['gpu']}, the same loop left the GPU idle "
@@ -292,7 +291,7 @@ elif ref is not None:
     sync_machine = ref[1]["machine"]
     print(f"No CUDA here: showing the reference measured on {sync_machine['gpu']}.")
 else:
-    print("No CUDA here, and no GPU reference is committed yet: run this notebook on a GPU to see it.")
+    print("No CUDA here, and no GPU measurement of ours is committed (the trace cell above says how to add one).")
 if sync_ms:
     no_sync, synced = sync_ms
     print(f"4096x4096 matmul: {no_sync.median * 1e6:,.0f} us per call without a sync, "

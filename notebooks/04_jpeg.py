@@ -194,7 +194,8 @@ say("\n".join(lines))
 # the whole batch at once (`gpufeed.data.jpeg.decode_batch`), which amortises the launches. The decoded
 # images are then already on the GPU, as `uint8`. The same images are decoded by the CPU decoders
 # of section 4 (on one core), so each size's chart compares nvJPEG with them. This needs CUDA;
-# without it, the committed reference is shown.
+# without it, our committed reference is shown if there is one, else the times torchvision's pull
+# request for batched decoding published for an A100-class GPU and one CPU thread.
 
 # %%
 from gpufeed.measure import results
@@ -215,9 +216,18 @@ else:
     ref = results.reference("lesson04")
     gpu_ms = [m for m in ref[0] if m.params.get("device") == "cuda"] if ref else []
     gpu_machine = ref[1]["machine"] if ref else None
-    print("No CUDA here" + (f": showing the reference measured on {gpu_machine['gpu']}." if gpu_ms else
-          ", and no GPU reference is committed yet (results/<gpu>/lesson04.json); run this notebook on a GPU "
-          "with GPUFEED_RESULTS=results to add one."))
+    if gpu_ms:
+        print(f"No CUDA here: showing the reference measured on {gpu_machine['gpu']}.")
+    else:  # theirs instead: times for 1000 images, as published; images/s and ratios read from them
+        theirs = {f.id: f for f in results.no_reference("lesson04")}
+        rate = {k: 1000 / (f.figure * 1e-6) for k, f in theirs.items() if f.unit == "us per 1000 images"}
+        cpu, one, batched = (rate.get(k) for k in ("decode-cpu-unfused-tv-a100-host", "decode-cuda-unfused-tv-a100",
+                                                   "decode-cuda-batched-tv-a100"))
+        if cpu and one and batched:
+            say(f"In that table, one CPU thread decodes {cpu:,.0f} images/s, nvJPEG one call per image {one:,.0f} "
+                f"and one batched call {batched:,.0f} images/s: **{batched / cpu:.0f}x** the CPU thread and "
+                f"{batched / one:.1f}x the calls one by one (published by {theirs['decode-cuda-batched-tv-a100'].publisher}, "
+                "not measured here).")
 # %%
 # The CPU decoders at the same sizes, measured on the same machine as the nvJPEG numbers.
 cpu_same = decode_ms if S.cuda else ([m for m in ref[0] if m.params.get("device") == "cpu" and "decoder" in m.params]

@@ -310,7 +310,8 @@ print(f"saved to {saved}")
 # ### On a GPU
 #
 # With CUDA the cells above already send every batch to the GPU (pinned, `non_blocking`). Without
-# it, here is the committed reference from a machine that has one.
+# it, here is our committed reference from a machine that has one, or, where none is committed,
+# what FFCV's authors published for a raw-pixel and a JPEG dataset read from RAM.
 
 # %%
 if S.cuda:

@@ -474,7 +474,7 @@ if S.cuda:
     gpu_ms = [copy, compute]
     print(f"batch of {B} at {w}x{h}: copy {copy.median * 1e3:.2f} ms, step {compute.median * 1e3:.2f} ms (width {width})")
 else:
-    print("No CUDA here: the trace needs a GPU; the committed reference is shown below.")
+    print("No CUDA here: the trace needs a GPU; below, our committed reference from one if there is one.")
 
 # %%
 summaries, pictures = {}, {}
@@ -487,8 +487,7 @@ for name, path in traces.items():
 ref = None if S.cuda else results.reference("lesson08")
 machine = S.machine
 if not S.cuda and ref is None:
-    print("No GPU reference is committed yet (results/<gpu>/lesson08.json): run this notebook on a GPU with "
-          "GPUFEED_RESULTS=results to add one.")
+    results.no_reference("lesson08")
 elif not S.cuda:
     summaries, pictures, machine = ref[1]["trace_summaries"], ref[1]["trace_intervals"], ref[1]["machine"]
     print(f"No CUDA here: the reference measured on {machine.get('gpu')}.")
