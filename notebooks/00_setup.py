@@ -289,3 +289,27 @@ best640 = max((m for m in decode_ms if m.name.endswith("640x480")), key=lambda m
 answer = (ram.gb_per_s * 1e9 / (3 * 640 * 480)) / (best640.items_per_s * S.machine["cores"])
 if my_estimate is not None:
     print("close enough!" if abs(my_estimate / answer - 1) < 0.25 else f"not quite: recompute (hint: {answer:.0f} is in the right decade)")
+
+# %% [markdown]
+# ## Sources
+#
+# This course grew from talks and notes on feeding images to a GPU that are not published with it,
+# and that we could not find in public to link: a talk on sending images to the GPU (its profiler
+# snippets in lesson 02; *"uint8 first, convert on the GPU; the bigger the image, the bigger the
+# gain"* in lesson 03; a frame going from 3.5 MB to 207 KB at `ffmpeg -q:v 3` in lesson 04;
+# 100 `__getitem__` calls at about 122 us against one batched call at about 3.4 us in lesson 06),
+# notes on reading images faster (the pipeline timelines of lesson 01), slides on the DataLoader's
+# options and on moving structures to devices (lesson 07), and a blog post on NVIDIA DALI written
+# with DALI's first, `ops` API (lesson 10). The lessons quote them as "the talk" and measure each
+# claim again on your machine rather than take its number. Everything else the course relies on is
+# public and named where it is used: each lesson ends with its Further reading, and the figures
+# others published that the CUDA-only cells show without a GPU are kept, each with its source, in
+# `results/published.json`.
+
+# %% [markdown]
+# ## Further reading
+#
+# * [How to Optimize Data Transfers in CUDA C/C++](https://developer.nvidia.com/blog/how-optimize-data-transfers-cuda-cc/) (NVIDIA Technical Blog): the pageable-versus-pinned measurement of section 4, with the driver's staging copy drawn; its figures are the ones shown when no GPU is here.
+# * [CUDA C++ Best Practices Guide](https://docs.nvidia.com/cuda/cuda-c-best-practices-guide/index.html) (NVIDIA): NVIDIA's own rules for host-device transfers: fewer, larger, pinned, overlapped.
+# * [Concepts overview](https://docs.kernel.org/admin-guide/mm/concepts.html) (Linux kernel admin guide, memory management): pages, the page cache and reclaim, the kernel's side of section 6's cold and warm reads.
+# * [PyTorch Benchmark recipe](https://docs.pytorch.org/tutorials/recipes/recipes/benchmark.html) (PyTorch tutorials): why a timing warms up, synchronises and keeps every sample, as the course's harness does.

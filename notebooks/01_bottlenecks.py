@@ -263,3 +263,11 @@ answer = next(w for w in range(1, 257) if slowest_stage(preset("GPU prefetch", c
 if my_answer is not None:
     loading = naive.batch_size * (costs.read_ms + costs.decode_ms) + costs.collate_ms
     print("right!" if my_answer == answer else f"not quite: loading costs {loading:.0f} ms per batch; divide it among workers")
+
+# %% [markdown]
+# ## Further reading
+#
+# * [Performance Tuning Guide](https://docs.pytorch.org/tutorials/recipes/recipes/tuning_guide.html) (Szymon Migacz, PyTorch tutorials): the checklist behind the five timelines: workers, pinned memory, overlap, fewer syncs.
+# * [FFCV: Accelerating Training by Removing Data Bottlenecks](https://arxiv.org/abs/2306.12517) (Leclerc, Ilyas, Engstrom, Park, Salman, Madry; CVPR 2023): a whole paper on the lesson's thesis: the slowest stage sets the rate, and it is often the data.
+# * [`torch.utils.data`](https://docs.pytorch.org/docs/stable/data.html) (PyTorch docs): what `num_workers`, `pin_memory` and `prefetch_factor` do, which the simulator's presets stand for.
+# * [ResNet50 v1.5 For PyTorch](https://github.com/NVIDIA/DeepLearningExamples/blob/master/PyTorch/Classification/ConvNets/resnet50v1.5/README.md) (NVIDIA DeepLearningExamples): how many images/s a GPU trains ResNet-50 at: the rate a loader has to keep up with.

@@ -395,3 +395,11 @@ with profile(activities=[ProfilerActivity.CPU], on_trace_ready=lambda p: ready_a
         p.step()
 if my_answer is not None:
     print("right!" if list(my_answer) == ready_at else "not quite: count skip_first, then cycles of wait + warmup + active")
+
+# %% [markdown]
+# ## Further reading
+#
+# * [`torch.profiler`](https://docs.pytorch.org/docs/stable/profiler.html) (PyTorch docs): the API of section 2: `schedule`, `record_function`, `key_averages`, trace export.
+# * [PyTorch Profiler recipe](https://docs.pytorch.org/tutorials/recipes/recipes/profiler_recipe.html) (PyTorch tutorials): a walk through the profiler on a model, with the tables this lesson reads.
+# * [PyTorch Benchmark recipe](https://docs.pytorch.org/tutorials/recipes/recipes/benchmark.html) (PyTorch tutorials): `torch.utils.benchmark.Timer` and the mistakes it avoids (threads, CUDA sync, warm-up).
+# * [CUDA semantics](https://docs.pytorch.org/docs/stable/notes/cuda.html) (PyTorch docs): why a CUDA call returns before the GPU is done, and what synchronises it.

@@ -340,3 +340,11 @@ my_mb = None
 answer = transfer.batch_bytes(32, (640, 480), torch.float16) / 1e6
 if my_mb is not None:
     print("right!" if abs(my_mb - answer) < 0.5 else "not quite: batch x 3 channels x height x width x 2 bytes")
+
+# %% [markdown]
+# ## Further reading
+#
+# * [`aten/src/ATen/native/cuda/Copy.cu`](https://github.com/pytorch/pytorch/blob/main/aten/src/ATen/native/cuda/Copy.cu) (PyTorch source): where `.to(device, dtype)` converts: on the CPU for a blocking copy, on the GPU with `non_blocking=True` (its `copy_kernel_cuda`).
+# * [A guide on good usage of `non_blocking` and `pin_memory()` in PyTorch](https://docs.pytorch.org/tutorials/intermediate/pinmem_nonblock.html) (Vincent Moens, PyTorch tutorials): pinned memory and `non_blocking` in both directions, and when `pin_memory()` costs more than it saves.
+# * [How to Optimize Data Transfers in CUDA C/C++](https://developer.nvidia.com/blog/how-optimize-data-transfers-cuda-cc/) (NVIDIA Technical Blog): bytes over bandwidth: why a `uint8` batch crosses the bus in a quarter of a `float32` one's time.
+# * [CUDA semantics](https://docs.pytorch.org/docs/stable/notes/cuda.html) (PyTorch docs): asynchronous execution and streams: why a `non_blocking` copy returns before it is done.

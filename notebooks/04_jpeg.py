@@ -399,3 +399,11 @@ target = row(largest, 90).bytes / 2
 closest = min((r for r in sweep if r.size == largest and r.subsampling == "4:2:0"), key=lambda r: abs(r.bytes - target))
 if my_quality is not None:
     print("right!" if my_quality == closest.quality else f"not quite: look for about {target / 1e3:.0f} KB in the table")
+
+# %% [markdown]
+# ## Further reading
+#
+# * [GPU jpeg decoder: add batch support and hardware decoding](https://github.com/pytorch/vision/pull/8496) (torchvision pull request #8496): batched nvJPEG decoding in torchvision, with its author's timings against the CPU (the figures this lesson shows without a GPU).
+# * [nvJPEG Libraries](https://developer.nvidia.com/nvjpeg) (NVIDIA): what the GPU decoder does (hybrid CPU and GPU decoding, batched decoding), and the hardware JPEG decoding of A100 GPUs.
+# * [ImageNet Benchmarks](https://github.com/libffcv/ffcv/blob/main/docs/benchmarks.rst) (FFCV documentation): how JPEG quality and image size change an ImageNet's size on disk, and its loading rate.
+# * [FFCV: Accelerating Training by Removing Data Bottlenecks](https://arxiv.org/abs/2306.12517) (Leclerc, Ilyas, Engstrom, Park, Salman, Madry; CVPR 2023): why storing some images raw and some as JPEG trades disk for decode time.

@@ -608,3 +608,11 @@ needed = memmap[0] / per_worker
 if my_workers is not None:
     print(f"{needed:.0f} workers ({'right!' if abs(my_workers - needed) <= max(1, 0.1 * needed) else 'not quite'}); "
           f"this machine has {cores} cores.")
+
+# %% [markdown]
+# ## Further reading
+#
+# * [`torch.utils.data`](https://docs.pytorch.org/docs/stable/data.html) (PyTorch docs): every DataLoader knob this lesson sweeps, and the start methods.
+# * [A guide on good usage of `non_blocking` and `pin_memory()` in PyTorch](https://docs.pytorch.org/tutorials/intermediate/pinmem_nonblock.html) (Vincent Moens, PyTorch tutorials): the two directions of `non_blocking`, and when pinning each batch costs more than it saves.
+# * [Performance Tuning Guide](https://docs.pytorch.org/tutorials/recipes/recipes/tuning_guide.html) (Szymon Migacz, PyTorch tutorials): where `num_workers`, `pin_memory` and `persistent_workers` come from, and what they are for.
+# * [How to Optimize Data Transfers in CUDA C/C++](https://developer.nvidia.com/blog/how-optimize-data-transfers-cuda-cc/) (NVIDIA Technical Blog): pageable against pinned, measured by NVIDIA: the figures this lesson shows without a GPU.

@@ -543,3 +543,11 @@ my_speedup = None
 expected = (1 + 2) / 2  # (decode + step) / max(decode, step) with step = 2 x decode
 if my_speedup is not None:
     print("right!" if abs(my_speedup - expected) < 0.05 else f"not quite: (d + 2d) / max(d, 2d) = {expected}")
+
+# %% [markdown]
+# ## Further reading
+#
+# * [CUDA semantics](https://docs.pytorch.org/docs/stable/notes/cuda.html) (PyTorch docs): streams, `wait_stream` and `record_stream`: the three lines of the prefetcher and the races they prevent.
+# * [`examples/imagenet/main_amp.py`](https://github.com/NVIDIA/apex/blob/master/examples/imagenet/main_amp.py) (NVIDIA apex): the `data_prefetcher` this lesson's `CudaPrefetcher` descends from.
+# * [A guide on good usage of `non_blocking` and `pin_memory()` in PyTorch](https://docs.pytorch.org/tutorials/intermediate/pinmem_nonblock.html) (Vincent Moens, PyTorch tutorials): why the copy must come from pinned memory to overlap, shown with profiler traces.
+# * [`torch.profiler`](https://docs.pytorch.org/docs/stable/profiler.html) (PyTorch docs): how to read the trace that proves the overlap.

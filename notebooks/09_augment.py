@@ -422,3 +422,10 @@ if my_vflip_resize is not None:
     ok = all(torch.allclose(mine[i], F.vertical_flip(r) if vflip[i] else r, atol=1e-3)
              for i, r in enumerate(crop_resize(x, p.boxes, p.size)))
     print("right!" if ok else "not yet: reverse the rows of the row matrix (wy) of the flipped samples")
+
+# %% [markdown]
+# ## Further reading
+#
+# * [Transforming and augmenting images](https://docs.pytorch.org/vision/stable/transforms.html) (torchvision docs): torchvision's transforms v2 on tensors and batches, the CPU side of this lesson.
+# * [DALI documentation](https://docs.nvidia.com/deeplearning/dali/user-guide/docs/index.html) (NVIDIA): augmenting on the GPU inside a data pipeline, the other way to move this work off the CPU.
+# * [Performance Tuning Guide](https://docs.pytorch.org/tutorials/recipes/recipes/tuning_guide.html) (Szymon Migacz, PyTorch tutorials): fusing pointwise operations and avoiding syncs, the two gains `torch.compile` gives here.

@@ -448,3 +448,11 @@ if my_pipeline is not None and HAVE_DALI:
     means = jittered.float().mean(dim=(1, 2, 3))
     ok = jittered.shape == (8, 3, out_size[1], out_size[0]) and len(set(means.round(decimals=3).tolist())) == 8
     print("right!" if ok else "not yet: the output must stay float [8, 3, h, w], with a different jitter per image")
+
+# %% [markdown]
+# ## Further reading
+#
+# * [DALI documentation](https://docs.nvidia.com/deeplearning/dali/user-guide/docs/index.html) (NVIDIA): pipelines, operators and the `mixed` decoder.
+# * [PyTorch Plugin API reference](https://docs.nvidia.com/deeplearning/dali/user-guide/docs/plugins/pytorch_plugin_api.html) (DALI docs): `DALIGenericIterator`, `reader_name` and the last-batch policies used in section 4.
+# * [ResNet50 v1.5 For PyTorch](https://github.com/NVIDIA/DeepLearningExamples/blob/master/PyTorch/Classification/ConvNets/resnet50v1.5/README.md) (NVIDIA DeepLearningExamples): NVIDIA's ResNet-50 recipe with a DALI data backend (`--data-backends dali-cpu` or `dali-gpu`).
+# * [GPU jpeg decoder: add batch support and hardware decoding](https://github.com/pytorch/vision/pull/8496) (torchvision pull request #8496): the same GPU decoding without DALI, in torchvision, with timings on an A100-class GPU.

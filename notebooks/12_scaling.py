@@ -422,3 +422,11 @@ my_repeats = None
 if my_repeats is not None:
     truth = check_shards([shard(255, r, 2, kind="sampler") for r in range(2)], 255)["duplicates"]
     print("right" if my_repeats == truth else f"not quite: count the padding DistributedSampler adds ({truth})")
+
+# %% [markdown]
+# ## Further reading
+#
+# * [Getting Started with Distributed Data Parallel](https://docs.pytorch.org/tutorials/intermediate/ddp_tutorial.html) (Shen Li, PyTorch tutorials): one process per GPU, `DistributedSampler` and `set_epoch`: the script of this lesson.
+# * [`DistributedDataParallel`](https://docs.pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html) (PyTorch docs): what DDP does with inputs and gradients, and its requirements.
+# * [`torch.utils.data`](https://docs.pytorch.org/docs/stable/data.html) (PyTorch docs): `DistributedSampler`: padding, `drop_last` and shuffling per epoch.
+# * [ResNet50 v1.5 For PyTorch](https://github.com/NVIDIA/DeepLearningExamples/blob/master/PyTorch/Classification/ConvNets/resnet50v1.5/README.md) (NVIDIA DeepLearningExamples): NVIDIA's scaling from 1 to 8 A100s for ResNet-50 (6.72x), measured with their recipe.

@@ -146,3 +146,21 @@ def test_jupyterlab_opens_a_source_as_a_notebook_and_saves_it_unchanged(tmp_path
     manager.save({"type": "notebook", "content": notebook}, source.name)
     assert (tmp_path / source.name).read_text() == source.read_text()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["jupytext.toml", source.name])
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_each_lesson_ends_with_further_reading(path):
+    """Three to five primary sources, each a link and one line of why, right before the footer."""
+    reading = source(cells(path)[-2])
+    assert reading.startswith("## Further reading"), f"{path.name}: Further reading comes last, before the footer"
+    items = [line for line in reading.splitlines() if line.startswith("* ")]
+    assert 3 <= len(items) <= 5, f"{path.name}: {len(items)} sources; give three to five"
+    for item in items:
+        assert re.match(r"\* \[[^\]]+\]\(https://[^)\s]+\) \([^)]+\): \S", item), f"{path.name}: {item[:80]}"
+
+
+def test_lesson_00_names_the_sources_of_the_course():
+    text = "\n".join(source(c) for c in cells(NOTEBOOKS[0]) if c["cell_type"] == "markdown")
+    assert "## Sources" in text and "results/published.json" in text
+    for quoted in ("3.5 MB to 207 KB", "122 us", "3.4 us"):  # what the lessons quote from the talk
+        assert quoted in text
