@@ -85,3 +85,9 @@ def test_with_our_reference_the_cell_shows_ours_only(monkeypatch, tmp_path, caps
     assert results.gpu_reference("lesson00") is not None
     out = capsys.readouterr().out
     assert "NVIDIA H200" in out and "published by" not in out
+
+
+def test_installed_from_a_wheel_the_figures_come_from_the_package(monkeypatch):
+    """Colab installs gpufeed from git without the checkout: pyproject's force-include puts the file there."""
+    monkeypatch.setattr(published.config, "repo_root", lambda: None)
+    assert published.default_path() == Path(published.__file__).with_name("_results") / "published.json"
