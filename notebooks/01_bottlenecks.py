@@ -8,6 +8,11 @@
 #
 # **Time:** about 20 minutes (2 in quick mode). **Prerequisites:** [00 · Setup](00_setup.ipynb).
 
+# %%
+import gpufeed
+
+S = gpufeed.setup()  # S.device, S.quick, S.machine
+
 # %% [markdown]
 # ## 1. The idea
 #
@@ -218,8 +223,11 @@ ref = None if S.cuda else results.reference("lesson01")
 if S.cuda:
     print(f"Measured above on {S.machine['gpu']}: this run is the GPU reference.")
 elif ref is None:
-    print("No CUDA here, and no GPU reference is committed yet (results/<gpu>/lesson01.json).\n"
-          "Run this notebook on a GPU with GPUFEED_RESULTS=results to add one.")
+    theirs = results.no_reference("lesson01")  # what a GPU consumes, as others published it
+    for f in theirs:
+        say(f"A GPU training at {f.figure:,.0f} images/s ({f.label()}) needs a loader that delivers as many; "
+            f"this machine's naive loop (model step included, on the CPU here) ran at {naive_measured.items_per_s:,.0f} "
+            f"images/s, {naive_measured.items_per_s / f.figure:.1%} of it.")
 else:
     ref_ms, doc = ref
     gpu_means = doc["stage_means_ms"]
@@ -255,3 +263,11 @@ answer = next(w for w in range(1, 257) if slowest_stage(preset("GPU prefetch", c
 if my_answer is not None:
     loading = naive.batch_size * (costs.read_ms + costs.decode_ms) + costs.collate_ms
     print("right!" if my_answer == answer else f"not quite: loading costs {loading:.0f} ms per batch; divide it among workers")
+
+# %% [markdown]
+# ## Further reading
+#
+# * [Performance Tuning Guide](https://docs.pytorch.org/tutorials/recipes/recipes/tuning_guide.html) (Szymon Migacz, PyTorch tutorials): the checklist behind the five timelines: workers, pinned memory, overlap, fewer syncs.
+# * [FFCV: Accelerating Training by Removing Data Bottlenecks](https://arxiv.org/abs/2306.12517) (Leclerc, Ilyas, Engstrom, Park, Salman, Madry; CVPR 2023): a whole paper on the lesson's thesis: the slowest stage sets the rate, and it is often the data.
+# * [`torch.utils.data`](https://docs.pytorch.org/docs/stable/data.html) (PyTorch docs): what `num_workers`, `pin_memory` and `prefetch_factor` do, which the simulator's presets stand for.
+# * [ResNet50 v1.5 For PyTorch](https://github.com/NVIDIA/DeepLearningExamples/blob/master/PyTorch/Classification/ConvNets/resnet50v1.5/README.md) (NVIDIA DeepLearningExamples): how many images/s a GPU trains ResNet-50 at: the rate a loader has to keep up with.

@@ -9,6 +9,11 @@
 #
 # **Time:** about 25 minutes (2 in quick mode). **Prerequisites:** [01 · Bottlenecks](01_bottlenecks.ipynb).
 
+# %%
+import gpufeed
+
+S = gpufeed.setup()  # S.device, S.quick, S.machine
+
 # %% [markdown]
 # ## 1. Two instruments
 #
@@ -186,8 +191,7 @@ ref = None if S.cuda else results.reference("lesson02")
 if not S.cuda:
     print("No CUDA here, so no kernels in the trace and no GPU idle fraction.")
     if ref is None:
-        print("No GPU reference is committed yet (results/<gpu>/lesson02.json): run this notebook on a GPU "
-              "with GPUFEED_RESULTS=results to add one.")
+        results.no_reference("lesson02")
     else:
         ref_summary = ref[1]["trace_summary"]
         print(f"On {ref[1]['machine']['gpu']}, the same loop left the GPU idle "
@@ -287,7 +291,7 @@ elif ref is not None:
     sync_machine = ref[1]["machine"]
     print(f"No CUDA here: showing the reference measured on {sync_machine['gpu']}.")
 else:
-    print("No CUDA here, and no GPU reference is committed yet: run this notebook on a GPU to see it.")
+    print("No CUDA here, and no GPU measurement of ours is committed (the trace cell above says how to add one).")
 if sync_ms:
     no_sync, synced = sync_ms
     print(f"4096x4096 matmul: {no_sync.median * 1e6:,.0f} us per call without a sync, "
@@ -391,3 +395,11 @@ with profile(activities=[ProfilerActivity.CPU], on_trace_ready=lambda p: ready_a
         p.step()
 if my_answer is not None:
     print("right!" if list(my_answer) == ready_at else "not quite: count skip_first, then cycles of wait + warmup + active")
+
+# %% [markdown]
+# ## Further reading
+#
+# * [`torch.profiler`](https://docs.pytorch.org/docs/stable/profiler.html) (PyTorch docs): the API of section 2: `schedule`, `record_function`, `key_averages`, trace export.
+# * [PyTorch Profiler recipe](https://docs.pytorch.org/tutorials/recipes/recipes/profiler_recipe.html) (PyTorch tutorials): a walk through the profiler on a model, with the tables this lesson reads.
+# * [PyTorch Benchmark recipe](https://docs.pytorch.org/tutorials/recipes/recipes/benchmark.html) (PyTorch tutorials): `torch.utils.benchmark.Timer` and the mistakes it avoids (threads, CUDA sync, warm-up).
+# * [CUDA semantics](https://docs.pytorch.org/docs/stable/notes/cuda.html) (PyTorch docs): why a CUDA call returns before the GPU is done, and what synchronises it.

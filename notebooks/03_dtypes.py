@@ -9,6 +9,11 @@
 # **Time:** about 15 minutes (1-2 minutes in quick mode). **Prerequisites:** lesson 00 (pinned
 # memory, host-to-device rate) and lesson 02 (honest benchmarking).
 
+# %%
+import gpufeed
+
+S = gpufeed.setup()  # S.device, S.quick, S.machine
+
 # %% [markdown]
 # ## 1. The idea
 #
@@ -134,7 +139,8 @@ else:
 # %% [markdown]
 # ### The GPU reference
 #
-# Where there is no GPU, here is the same sweep measured on one (committed in `results/`).
+# Where there is no GPU, here is the same sweep measured on one when it is committed in `results/`;
+# else the host-to-device rates others published, and what the sweep's largest batch costs at them.
 
 # %%
 from gpufeed.measure import results
@@ -143,8 +149,13 @@ ref = None if S.cuda else results.reference("lesson03")
 if S.cuda:
     print("Measured above on this machine's GPU.")
 elif ref is None:
-    print("No CUDA here, and no GPU reference is committed yet (results/<gpu>/lesson03.json).\n"
-          "Run this notebook on a GPU with GPUFEED_RESULTS=results to add one.")
+    theirs = results.no_reference("lesson03")  # host-to-device rates others published
+    big = (transfer.BATCHES[-1], transfer.SIZES[-1])  # the sweep's largest batch and image size
+    for f in (f for f in theirs if f.unit == "GB/s" and "pinned" in f.id):
+        ms = {dt: transfer.batch_bytes(*big, dt) / (f.figure * 1e9) * 1e3 for dt in transfer.DTYPES}
+        say(f"At {f.figure:.2f} GB/s ({f.label()}), a batch of {big[0]} {transfer.size_name(big[1])} images "
+            f"crosses the bus in {ms[torch.uint8]:.0f} ms as uint8, {ms[torch.float16]:.0f} ms as float16, "
+            f"{ms[torch.float32]:.0f} ms as float32: bytes over bandwidth, before any conversion.")
 else:
     ref_ms, ref_doc = ref
     ref_order = [m for m in ref_ms if "variant" in m.params]
@@ -233,7 +244,8 @@ if not S.cuda and ref is not None:
     print(f"On {ref[1]['machine']['gpu']}, {pair['uint8'].params['size']} batch {pair['uint8'].params['batch']}: uint8 "
           f"on the wire makes an epoch {pair['float16'].median / pair['uint8'].median:.2f}x faster than float16 from the host.")
 elif not S.cuda:
-    print("No GPU reference for the training loop is committed yet.")
+    print("No CUDA here, and no GPU measurement of ours for the training loop is committed "
+          "(results/<gpu>/lesson03.json); no figure published elsewhere times this loop.")
 
 # %% [markdown]
 # ## 6. Normalisation inside the model
@@ -328,3 +340,11 @@ my_mb = None
 answer = transfer.batch_bytes(32, (640, 480), torch.float16) / 1e6
 if my_mb is not None:
     print("right!" if abs(my_mb - answer) < 0.5 else "not quite: batch x 3 channels x height x width x 2 bytes")
+
+# %% [markdown]
+# ## Further reading
+#
+# * [`aten/src/ATen/native/cuda/Copy.cu`](https://github.com/pytorch/pytorch/blob/main/aten/src/ATen/native/cuda/Copy.cu) (PyTorch source): where `.to(device, dtype)` converts: on the CPU for a blocking copy, on the GPU with `non_blocking=True` (its `copy_kernel_cuda`).
+# * [A guide on good usage of `non_blocking` and `pin_memory()` in PyTorch](https://docs.pytorch.org/tutorials/intermediate/pinmem_nonblock.html) (Vincent Moens, PyTorch tutorials): pinned memory and `non_blocking` in both directions, and when `pin_memory()` costs more than it saves.
+# * [How to Optimize Data Transfers in CUDA C/C++](https://developer.nvidia.com/blog/how-optimize-data-transfers-cuda-cc/) (NVIDIA Technical Blog): bytes over bandwidth: why a `uint8` batch crosses the bus in a quarter of a `float32` one's time.
+# * [CUDA semantics](https://docs.pytorch.org/docs/stable/notes/cuda.html) (PyTorch docs): asynchronous execution and streams: why a `non_blocking` copy returns before it is done.

@@ -10,6 +10,11 @@
 # **Time:** about 15 minutes (1-2 minutes in quick mode). **Prerequisites:** lesson 00 (decode
 # rate per core), lesson 03 (`uint8` until the GPU).
 
+# %%
+import gpufeed
+
+S = gpufeed.setup()  # S.device, S.quick, S.machine
+
 # %% [markdown]
 # ## 1. The idea
 #
@@ -189,7 +194,8 @@ say("\n".join(lines))
 # the whole batch at once (`gpufeed.data.jpeg.decode_batch`), which amortises the launches. The decoded
 # images are then already on the GPU, as `uint8`. The same images are decoded by the CPU decoders
 # of section 4 (on one core), so each size's chart compares nvJPEG with them. This needs CUDA;
-# without it, the committed reference is shown.
+# without it, our committed reference is shown if there is one, else the times torchvision's pull
+# request for batched decoding published for an A100-class GPU and one CPU thread.
 
 # %%
 from gpufeed.measure import results
@@ -210,9 +216,18 @@ else:
     ref = results.reference("lesson04")
     gpu_ms = [m for m in ref[0] if m.params.get("device") == "cuda"] if ref else []
     gpu_machine = ref[1]["machine"] if ref else None
-    print("No CUDA here" + (f": showing the reference measured on {gpu_machine['gpu']}." if gpu_ms else
-          ", and no GPU reference is committed yet (results/<gpu>/lesson04.json); run this notebook on a GPU "
-          "with GPUFEED_RESULTS=results to add one."))
+    if gpu_ms:
+        print(f"No CUDA here: showing the reference measured on {gpu_machine['gpu']}.")
+    else:  # theirs instead: times for 1000 images, as published; images/s and ratios read from them
+        theirs = {f.id: f for f in results.no_reference("lesson04")}
+        rate = {k: 1000 / (f.figure * 1e-6) for k, f in theirs.items() if f.unit == "us per 1000 images"}
+        cpu, one, batched = (rate.get(k) for k in ("decode-cpu-unfused-tv-a100-host", "decode-cuda-unfused-tv-a100",
+                                                   "decode-cuda-batched-tv-a100"))
+        if cpu and one and batched:
+            say(f"In that table, one CPU thread decodes {cpu:,.0f} images/s, nvJPEG one call per image {one:,.0f} "
+                f"and one batched call {batched:,.0f} images/s: **{batched / cpu:.0f}x** the CPU thread and "
+                f"{batched / one:.1f}x the calls one by one (published by {theirs['decode-cuda-batched-tv-a100'].publisher}, "
+                "not measured here).")
 # %%
 # The CPU decoders at the same sizes, measured on the same machine as the nvJPEG numbers.
 cpu_same = decode_ms if S.cuda else ([m for m in ref[0] if m.params.get("device") == "cpu" and "decoder" in m.params]
@@ -384,3 +399,11 @@ target = row(largest, 90).bytes / 2
 closest = min((r for r in sweep if r.size == largest and r.subsampling == "4:2:0"), key=lambda r: abs(r.bytes - target))
 if my_quality is not None:
     print("right!" if my_quality == closest.quality else f"not quite: look for about {target / 1e3:.0f} KB in the table")
+
+# %% [markdown]
+# ## Further reading
+#
+# * [GPU jpeg decoder: add batch support and hardware decoding](https://github.com/pytorch/vision/pull/8496) (torchvision pull request #8496): batched nvJPEG decoding in torchvision, with its author's timings against the CPU (the figures this lesson shows without a GPU).
+# * [nvJPEG Libraries](https://developer.nvidia.com/nvjpeg) (NVIDIA): what the GPU decoder does (hybrid CPU and GPU decoding, batched decoding), and the hardware JPEG decoding of A100 GPUs.
+# * [ImageNet Benchmarks](https://github.com/libffcv/ffcv/blob/main/docs/benchmarks.rst) (FFCV documentation): how JPEG quality and image size change an ImageNet's size on disk, and its loading rate.
+# * [FFCV: Accelerating Training by Removing Data Bottlenecks](https://arxiv.org/abs/2306.12517) (Leclerc, Ilyas, Engstrom, Park, Salman, Madry; CVPR 2023): why storing some images raw and some as JPEG trades disk for decode time.

@@ -9,6 +9,11 @@
 # **Time:** about 20 minutes (1 minute in quick mode). **Prerequisites:** [00 · Setup](00_setup.ipynb)
 # (the memcpy ceiling and the page cache), lesson 04 (why JPEG decoding is slow).
 
+# %%
+import gpufeed
+
+S = gpufeed.setup()  # S.device, S.quick, S.machine
+
 # %% [markdown]
 # ## 1. Pages, virtual memory and the page cache
 #
@@ -305,7 +310,8 @@ print(f"saved to {saved}")
 # ### On a GPU
 #
 # With CUDA the cells above already send every batch to the GPU (pinned, `non_blocking`). Without
-# it, here is the committed reference from a machine that has one.
+# it, here is our committed reference from a machine that has one, or, where none is committed,
+# what FFCV's authors published for a raw-pixel and a JPEG dataset read from RAM.
 
 # %%
 if S.cuda:
@@ -347,3 +353,11 @@ answer_gb = 1_281_167 * 3 * 224 * 224 / 1e9
 if my_gb is not None:
     print("right!" if abs(my_gb / answer_gb - 1) < 0.05 else "not quite: N x 3 x H x W bytes, in 10^9")
     print(f"This machine has {S.machine.get('memory_gib')} GiB of RAM.")
+
+# %% [markdown]
+# ## Further reading
+#
+# * [Concepts overview](https://docs.kernel.org/admin-guide/mm/concepts.html) (Linux kernel admin guide, memory management): virtual memory, page tables and the page cache, in the kernel's own words.
+# * [mmap(2)](https://man7.org/linux/man-pages/man2/mmap.2.html) (Linux man-pages): what mapping a file does, and what it does not do (read anything).
+# * [Batched data loading with tensorclasses](https://docs.pytorch.org/tensordict/stable/tutorials/tensorclass_imagenet.html) (tensordict tutorials): the `@tensorclass` + `MemoryMappedTensor` dataset this lesson builds, on ImageNet.
+# * [ImageNet Benchmarks](https://github.com/libffcv/ffcv/blob/main/docs/benchmarks.rst) (FFCV documentation): a raw-pixel and a JPEG dataset read from RAM by FFCV: the figures shown here without a GPU.

@@ -9,6 +9,11 @@
 # **Time:** about 20 minutes (1 minute in quick mode). **Prerequisites:** [05 · Memory-mapped
 # datasets](05_memmap.ipynb).
 
+# %%
+import gpufeed
+
+S = gpufeed.setup()  # S.device, S.quick, S.machine
+
 # %% [markdown]
 # ## 1. The cost of one `__getitem__` per sample
 #
@@ -452,3 +457,10 @@ my_group = None
 if my_group is not None:
     found = classes_per_batch(labels, grouped_permutation(len(labels), my_group), B)
     print(f"{found:.0f} classes per batch: " + ("yes, at least 100" if found >= 100 else "not yet: try larger blocks"))
+
+# %% [markdown]
+# ## Further reading
+#
+# * [`torch.utils.data`](https://docs.pytorch.org/docs/stable/data.html) (PyTorch docs): `__getitems__`, `BatchSampler` and `batch_size=None`: the batched fetch of this lesson in the DataLoader's terms.
+# * [Batched data loading with tensorclasses](https://docs.pytorch.org/tensordict/stable/tutorials/tensorclass_imagenet.html) (tensordict tutorials): loading a memory-mapped dataset a batch at a time instead of an image at a time.
+# * [FFCV: Accelerating Training by Removing Data Bottlenecks](https://arxiv.org/abs/2306.12517) (Leclerc, Ilyas, Engstrom, Park, Salman, Madry; CVPR 2023): quasi-random sampling for datasets larger than RAM: an order random enough for training that keeps reads close together, the idea behind the grouped shuffle.

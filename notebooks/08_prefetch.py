@@ -11,6 +11,11 @@
 # **Time:** about 25 minutes (1 minute in quick mode). **Prerequisites:** [07 · DataLoader knobs
 # and moving structures](07_dataloader.ipynb), [02 · Profiling and benchmarking](02_profiling.ipynb).
 
+# %%
+import gpufeed
+
+S = gpufeed.setup()  # S.device, S.quick, S.machine
+
 # %% [markdown]
 # ## 1. CUDA streams in a few sentences
 #
@@ -469,7 +474,7 @@ if S.cuda:
     gpu_ms = [copy, compute]
     print(f"batch of {B} at {w}x{h}: copy {copy.median * 1e3:.2f} ms, step {compute.median * 1e3:.2f} ms (width {width})")
 else:
-    print("No CUDA here: the trace needs a GPU; the committed reference is shown below.")
+    print("No CUDA here: the trace needs a GPU; below, our committed reference from one if there is one.")
 
 # %%
 summaries, pictures = {}, {}
@@ -482,8 +487,7 @@ for name, path in traces.items():
 ref = None if S.cuda else results.reference("lesson08")
 machine = S.machine
 if not S.cuda and ref is None:
-    print("No GPU reference is committed yet (results/<gpu>/lesson08.json): run this notebook on a GPU with "
-          "GPUFEED_RESULTS=results to add one.")
+    results.no_reference("lesson08")
 elif not S.cuda:
     summaries, pictures, machine = ref[1]["trace_summaries"], ref[1]["trace_intervals"], ref[1]["machine"]
     print(f"No CUDA here: the reference measured on {machine.get('gpu')}.")
@@ -539,3 +543,11 @@ my_speedup = None
 expected = (1 + 2) / 2  # (decode + step) / max(decode, step) with step = 2 x decode
 if my_speedup is not None:
     print("right!" if abs(my_speedup - expected) < 0.05 else f"not quite: (d + 2d) / max(d, 2d) = {expected}")
+
+# %% [markdown]
+# ## Further reading
+#
+# * [CUDA semantics](https://docs.pytorch.org/docs/stable/notes/cuda.html) (PyTorch docs): streams, `wait_stream` and `record_stream`: the three lines of the prefetcher and the races they prevent.
+# * [`examples/imagenet/main_amp.py`](https://github.com/NVIDIA/apex/blob/master/examples/imagenet/main_amp.py) (NVIDIA apex): the `data_prefetcher` this lesson's `CudaPrefetcher` descends from.
+# * [A guide on good usage of `non_blocking` and `pin_memory()` in PyTorch](https://docs.pytorch.org/tutorials/intermediate/pinmem_nonblock.html) (Vincent Moens, PyTorch tutorials): why the copy must come from pinned memory to overlap, shown with profiler traces.
+# * [`torch.profiler`](https://docs.pytorch.org/docs/stable/profiler.html) (PyTorch docs): how to read the trace that proves the overlap.

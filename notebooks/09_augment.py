@@ -10,6 +10,11 @@
 # **Time:** about 20 minutes (1-2 in quick mode). **Prerequisites:** [05 · Memory-mapped datasets](05_memmap.ipynb)
 # and [06 · Batched fetching](06_batched.ipynb); lesson 03 (why `uint8` goes over the bus).
 
+# %%
+import gpufeed
+
+S = gpufeed.setup()  # S.device, S.quick, S.machine
+
 # %% [markdown]
 # ## 1. Per sample on the CPU, or per batch on the device
 #
@@ -360,8 +365,9 @@ display(Markdown(text))
 # %% [markdown]
 # ## 4. On a GPU
 #
-# With CUDA, the cells above already ran the batched versions on the GPU. Without it, here is the
-# committed reference from a machine that has one.
+# With CUDA, the cells above already ran the batched versions on the GPU. Without it, here is our
+# committed reference from a machine that has one, where one is committed; the cell says so where
+# none is, and where no figure published elsewhere measures the same thing.
 
 # %%
 from gpufeed.measure import results
@@ -416,3 +422,10 @@ if my_vflip_resize is not None:
     ok = all(torch.allclose(mine[i], F.vertical_flip(r) if vflip[i] else r, atol=1e-3)
              for i, r in enumerate(crop_resize(x, p.boxes, p.size)))
     print("right!" if ok else "not yet: reverse the rows of the row matrix (wy) of the flipped samples")
+
+# %% [markdown]
+# ## Further reading
+#
+# * [Transforming and augmenting images](https://docs.pytorch.org/vision/stable/transforms.html) (torchvision docs): torchvision's transforms v2 on tensors and batches, the CPU side of this lesson.
+# * [DALI documentation](https://docs.nvidia.com/deeplearning/dali/user-guide/docs/index.html) (NVIDIA): augmenting on the GPU inside a data pipeline, the other way to move this work off the CPU.
+# * [Performance Tuning Guide](https://docs.pytorch.org/tutorials/recipes/recipes/tuning_guide.html) (Szymon Migacz, PyTorch tutorials): fusing pointwise operations and avoiding syncs, the two gains `torch.compile` gives here.

@@ -10,6 +10,11 @@
 # **Time:** about 30 minutes (1-2 in quick mode). **Prerequisites:** lessons 03 to 10; this one
 # reuses their pieces, the last of them from [10 · NVIDIA DALI](10_dali.ipynb).
 
+# %%
+import gpufeed
+
+S = gpufeed.setup()  # S.device, S.quick, S.machine
+
 # %% [markdown]
 # ## 1. What we have so far
 #
@@ -324,8 +329,10 @@ if ALL_CORES in rates:
 # ## 7. On a GPU
 #
 # With CUDA, everything above ran on the GPU and the numbers are that machine's. Without it, here
-# are the ladder and the efficiency committed from a machine with a GPU, and the results of
-# `python -m gpufeed bench` (every pipeline, loader alone and training, one run) where committed.
+# are the ladder and the efficiency committed from a machine with a GPU where they are, else what
+# others published: how many images/s a GPU trains ResNet-50 at (the rate a loader must feed) and
+# how fast FFCV's loader reads ImageNet from RAM; then the results of `python -m gpufeed bench`
+# (every pipeline, loader alone and training, one run) where committed.
 
 # %%
 from gpufeed.measure import results
@@ -442,3 +449,11 @@ if my_epochs is not None:
     want = efficiency.break_even(build_s, w.n / rates["naive"], w.n / rates["course"])
     ok = math.isclose(my_epochs, want, rel_tol=0.01) or (math.isinf(want) and math.isinf(my_epochs))
     print("right!" if ok else "not yet: epochs = build time / (naive epoch time - course epoch time)")
+
+# %% [markdown]
+# ## Further reading
+#
+# * [ResNet50 v1.5 For PyTorch](https://github.com/NVIDIA/DeepLearningExamples/blob/master/PyTorch/Classification/ConvNets/resnet50v1.5/README.md) (NVIDIA DeepLearningExamples): training throughput of ResNet-50 on one and eight A100s: the bar a loader must feed.
+# * [FFCV: Accelerating Training by Removing Data Bottlenecks](https://arxiv.org/abs/2306.12517) (Leclerc, Ilyas, Engstrom, Park, Salman, Madry; CVPR 2023): the end-to-end view: data loading as the limit of training speed, measured on ImageNet.
+# * [ImageNet Benchmarks](https://github.com/libffcv/ffcv/blob/main/docs/benchmarks.rst) (FFCV documentation): loading rates of one loader from RAM and from network disks, next to the training it feeds.
+# * [Performance Tuning Guide](https://docs.pytorch.org/tutorials/recipes/recipes/tuning_guide.html) (Szymon Migacz, PyTorch tutorials): the rest of the training step once the data keeps up.

@@ -11,6 +11,11 @@
 # datasets](05_memmap.ipynb) (the memmap dataset and the page cache), [06 · Batched
 # fetching](06_batched.ipynb) (`FastLoader`, a `BatchSampler` as the sampler).
 
+# %%
+import gpufeed
+
+S = gpufeed.setup()  # S.device, S.quick, S.machine
+
 # %% [markdown]
 # ## 1. The idea: one process per GPU, each its own shard
 #
@@ -322,14 +327,15 @@ if noisy or max(scale.values()) > 2.1:
 # Nothing changes but the count: `torchrun --nproc-per-node $(nvidia-smi -L | wc -l) -m
 # gpufeed.course.distributed ...`. Each rank takes GPU `LOCAL_RANK`, the backend is nccl, `FastLoader`
 # gathers each batch into pinned memory and copies it to the rank's GPU without blocking, and the
-# model (ResNet-18 here) trains in bfloat16. This cell needs CUDA; without it, it shows the committed
-# reference from a GPU machine. On a machine with one GPU it runs as world size 1: one rank, no
+# model (ResNet-18 here) trains in bfloat16. This cell needs CUDA; without it, it shows our committed
+# reference from a GPU machine if there is one, else NVIDIA's published ResNet-50 throughput on one
+# and on eight A100s (their recipe, not this script). On a machine with one GPU it runs as world size 1: one rank, no
 # all-reduce, so it measures one GPU's feed, not scaling. The batch per rank is 128, or less where
 # the dataset gives a rank fewer samples than that (quick mode: 256 images, so 85 on 3 GPUs):
 # training takes full batches only (`gpufeed.course.distributed.batch_per_rank`).
 
 # %%
-from gpufeed.measure import results
+from gpufeed.measure import published, results
 
 gpu_ms = []
 if S.cuda:
@@ -348,6 +354,12 @@ else:
     if ref is not None:
         for m in (m for m in ref[0] if m.params.get("backend") == "nccl" and m.params.get("rank") == "all"):
             print(f"  {m.name}: {m.items_per_s:,.0f} images/s ({m.params['world_size']} GPU(s), {m.params['model']})")
+    else:  # the scaling read from the published figures themselves
+        theirs = {f.id: f for f in published.for_lesson("lesson12")}
+        one, eight = theirs.get("dle-rn50-train-1xa100-amp"), theirs.get("dle-rn50-train-8xa100-amp")
+        if one and eight:
+            print(f"Their 8 GPUs trained {eight.figure / one.figure:.2f}x the images/s of one ({eight.figure / one.figure / 8:.0%} "
+                  f"of linear scaling), {eight.label()}.")
 
 # %%
 for m in gpu_ms:
@@ -410,3 +422,11 @@ my_repeats = None
 if my_repeats is not None:
     truth = check_shards([shard(255, r, 2, kind="sampler") for r in range(2)], 255)["duplicates"]
     print("right" if my_repeats == truth else f"not quite: count the padding DistributedSampler adds ({truth})")
+
+# %% [markdown]
+# ## Further reading
+#
+# * [Getting Started with Distributed Data Parallel](https://docs.pytorch.org/tutorials/intermediate/ddp_tutorial.html) (Shen Li, PyTorch tutorials): one process per GPU, `DistributedSampler` and `set_epoch`: the script of this lesson.
+# * [`DistributedDataParallel`](https://docs.pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html) (PyTorch docs): what DDP does with inputs and gradients, and its requirements.
+# * [`torch.utils.data`](https://docs.pytorch.org/docs/stable/data.html) (PyTorch docs): `DistributedSampler`: padding, `drop_last` and shuffling per epoch.
+# * [ResNet50 v1.5 For PyTorch](https://github.com/NVIDIA/DeepLearningExamples/blob/master/PyTorch/Classification/ConvNets/resnet50v1.5/README.md) (NVIDIA DeepLearningExamples): NVIDIA's scaling from 1 to 8 A100s for ResNet-50 (6.72x), measured with their recipe.

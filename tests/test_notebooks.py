@@ -80,11 +80,48 @@ def test_cells_are_short(path):
 
 def test_the_builder_reads_sources_with_jupytext(tmp_path):
     src = tmp_path / "00_t.py"
-    src.write_text("# %% [markdown]\n# # 00 · T\n#\n# text\n\n# %%\nx = 1\n\n# %%\ny = 2\n")
-    assert builder.read_cells(src) == [("markdown", "# 00 · T\n\ntext"), ("code", "x = 1"), ("code", "y = 2")]
+    setup = "\n".join(f"# %%\n{builder.SETUP}".splitlines())
+    src.write_text(f"# %% [markdown]\n# # 00 · T\n#\n# text\n\n{setup}\n\n# %%\nx = 1\n")
+    assert builder.read_cells(src) == [("markdown", "# 00 · T\n\ntext"), ("code", builder.SETUP), ("code", "x = 1")]
+    code = [c.source for c in builder.build(src).cells if c.cell_type == "code"]
+    assert code[0].startswith("# Setup") and code[0].endswith(builder.SETUP), "Colab lines, then the source's setup"
+    assert code[1:] == ["x = 1"], "the source's setup cell is not repeated"
     src.write_text("# %%\nx = 1\n")
     with pytest.raises(ValueError, match="first cell must be markdown"):
         builder.build(src)
+    src.write_text("# %% [markdown]\n# # 00 · T\n\n# %%\nx = 1\n")
+    with pytest.raises(ValueError, match="00_t.py: the second cell must be the setup cell"):
+        builder.build(src)
+
+
+@pytest.mark.parametrize("source", builder.sources(), ids=lambda p: p.name)
+def test_each_source_sets_up_before_anything_else(source):
+    """The sources are notebooks a learner opens in JupyterLab (notebooks/jupytext.toml): the setup
+    call that defines ``S`` is in the source itself, not only in the built .ipynb."""
+    cells = builder.read_cells(source)
+    assert cells[1] == ("code", builder.SETUP), f"{source.name}: the setup cell must follow the title"
+    assert not any("gpufeed.setup(" in text for _, text in cells[2:]), f"{source.name}: set up once"
+
+
+@pytest.mark.slow
+def test_a_source_opened_through_jupytext_runs_top_to_bottom(tmp_path, monkeypatch):
+    """What a learner does with ``notebooks/00_setup.py`` in JupyterLab: jupytext's contents manager
+    opens it as a notebook, and it runs top to bottom as it stands (quick mode), with no cell of
+    the built .ipynb."""
+    contents = pytest.importorskip("jupyter_server.services.contents.filemanager")
+    from jupytext.sync_contentsmanager import build_sync_jupytext_contents_manager_class
+    from nbclient import NotebookClient
+
+    source = ROOT / "notebooks" / "00_setup.py"
+    manager = build_sync_jupytext_contents_manager_class(contents.FileContentsManager)(root_dir=str(source.parent))
+    notebook = manager.get(source.name)["content"]
+    assert not any("google.colab" in c.source for c in notebook.cells), "the source has no Colab lines"
+    for k, v in {"GPUFEED_QUICK": "1", "GPUFEED_RESULTS": str(tmp_path)}.items():
+        monkeypatch.setenv(k, v)  # the kernel inherits this process's environment
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    NotebookClient(notebook, timeout=600, resources={"metadata": {"path": str(source.parent)}}).execute()
+    errors = [o for c in notebook.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+    assert not errors and all(c.execution_count for c in notebook.cells if c.cell_type == "code")
 
 
 def test_jupyterlab_opens_a_source_as_a_notebook_and_saves_it_unchanged(tmp_path):
@@ -109,3 +146,21 @@ def test_jupyterlab_opens_a_source_as_a_notebook_and_saves_it_unchanged(tmp_path
     manager.save({"type": "notebook", "content": notebook}, source.name)
     assert (tmp_path / source.name).read_text() == source.read_text()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["jupytext.toml", source.name])
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_each_lesson_ends_with_further_reading(path):
+    """Three to five primary sources, each a link and one line of why, right before the footer."""
+    reading = source(cells(path)[-2])
+    assert reading.startswith("## Further reading"), f"{path.name}: Further reading comes last, before the footer"
+    items = [line for line in reading.splitlines() if line.startswith("* ")]
+    assert 3 <= len(items) <= 5, f"{path.name}: {len(items)} sources; give three to five"
+    for item in items:
+        assert re.match(r"\* \[[^\]]+\]\(https://[^)\s]+\) \([^)]+\): \S", item), f"{path.name}: {item[:80]}"
+
+
+def test_lesson_00_names_the_sources_of_the_course():
+    text = "\n".join(source(c) for c in cells(NOTEBOOKS[0]) if c["cell_type"] == "markdown")
+    assert "## Sources" in text and "results/published.json" in text
+    for quoted in ("3.5 MB to 207 KB", "122 us", "3.4 us"):  # what the lessons quote from the talk
+        assert quoted in text

@@ -2,7 +2,8 @@
 
 * :mod:`~gpufeed.measure.harness`: warm up, sync CUDA, keep every sample, median and spread.
 * :mod:`~gpufeed.measure.machine`: what a measurement ran on; :mod:`~gpufeed.measure.results`:
-  where measurements are kept, this machine's and the committed GPU references.
+  where measurements are kept, this machine's and the committed GPU references;
+  :mod:`~gpufeed.measure.published`: figures others published, shown where no GPU reference is committed.
 * :mod:`~gpufeed.measure.ceilings`: the fastest any pipeline on this machine can go.
 * :mod:`~gpufeed.measure.synth` and :mod:`~gpufeed.measure.photos`: the generated datasets every
   measurement reads.
@@ -21,7 +22,7 @@ from __future__ import annotations
 import importlib
 
 _MODULES = {'ceilings', 'pipelines', 'suite', 'synth', 'machine', 'harness', 'plotting', 'dali', 'results', 'photos',
-            'memory', 'peers', 'cpu'}
+            'memory', 'peers', 'cpu', 'published'}
 
 __all__ = sorted(_MODULES)
 

@@ -14,8 +14,9 @@ Example:
     >>> reference("no-such-lesson") is None
     True
     >>> gpu_reference("no-such-lesson") is None
-    No CUDA here, and no GPU reference is committed yet (results/<gpu>/no-such-lesson.json).
-    Run this notebook on a GPU with GPUFEED_RESULTS=results to add one.
+    No CUDA here, and no GPU measurement of ours is committed (results/<gpu>/no-such-lesson.json):
+    run this notebook on a GPU with GPUFEED_RESULTS=results to add one.
+    No figure published elsewhere is kept for this cell either (results/published.json).
     True
 """
 
@@ -25,6 +26,7 @@ from pathlib import Path
 
 from gpufeed import config
 from gpufeed.measure import harness as bench
+from gpufeed.measure import published
 from gpufeed.measure.machine import machine_info, slug
 
 
@@ -67,15 +69,24 @@ def reference(name: str, need_gpu: bool = True):
 
 
 def gpu_reference(name: str):
-    """What a CUDA-only cell shows on a machine without CUDA: the committed GPU reference.
+    """What a CUDA-only cell shows on a machine without CUDA: our committed GPU reference, else
+    the figures others published (:func:`gpufeed.measure.published.show`, labelled as theirs).
 
-    Prints where the numbers come from (the GPU's name), or that no reference is committed yet
-    and how to make one, and returns :func:`reference`'s ``(measurements, document)`` or None.
+    Prints where the numbers come from (the GPU's name), or that none of ours is committed, how to
+    make one and what others published, and returns :func:`reference`'s ``(measurements, document)``
+    or None.
     """
     ref = reference(name)
     if ref is None:
-        print(f"No CUDA here, and no GPU reference is committed yet (results/<gpu>/{name}.json).\n"
-              "Run this notebook on a GPU with GPUFEED_RESULTS=results to add one.")
+        no_reference(name)
     else:
         print(f"No CUDA here: showing the reference measured on {ref[1]['machine'].get('gpu')}.")
     return ref
+
+
+def no_reference(name: str) -> list:
+    """Says that no GPU measurement of ours is committed for ``name`` and how to add one, then shows
+    the figures others published for it; returns them (:class:`gpufeed.measure.published.Figure`)."""
+    print(f"No CUDA here, and no GPU measurement of ours is committed (results/<gpu>/{name}.json):\n"
+          "run this notebook on a GPU with GPUFEED_RESULTS=results to add one.")
+    return published.show(name)
