@@ -421,7 +421,7 @@ else:
 # |---|---|
 # | `class P(Pipeline)` with `__init__` and `define_graph()` | a function decorated with `@pipeline_def` |
 # | `ops.FileReader(file_root=...)` | `fn.readers.file(file_root=...)` or `files=`/`labels=` |
-# | `ops.nvJPEGDecoder(device="mixed")` (gone from DALI 2), later `ops.ImageDecoder` | `fn.decoders.image(jpegs, device="mixed")` |
+# | `ops.nvJPEGDecoder(device="mixed")` (removed in DALI 0.16, 2019), then `ops.ImageDecoder` | `fn.decoders.image(jpegs, device="mixed")` |
 # | `ops.ExternalSource()` fed by `iter_setup()` calling `self.feed_input(node, batch)` every iteration | `fn.external_source(source=...)`: DALI pulls from your iterable or callable (section 6); `iter_setup` is deprecated |
 # | `ops.CropMirrorNormalize(output_dtype=types.FLOAT, image_type=types.RGB, ...)` | `fn.crop_mirror_normalize(dtype=types.FLOAT, ...)` |
 # | `ops.CoinFlip()` | `fn.random.coin_flip()` |
