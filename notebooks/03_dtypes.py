@@ -255,9 +255,10 @@ elif not S.cuda:
 # Watch the scale. The talk's snippet applies torchvision's `T.Normalize(mean, std)` with
 # ImageNet's statistics (0.485, 0.229, ...) to images still in 0..255: that is a bug, not a
 # shortcut. Those statistics are for values in [0, 1], so the inputs are on a scale 255x too large,
-# and the mean is subtracted at the wrong scale: a white pixel becomes (255 - 0.485) / 0.229 ≈ 1,111
-# instead of (1 - 0.485) / 0.229 ≈ 2.25, about 494x too large (a black pixel, -2.12, happens to be right). Divide by 255 first (`ToDtype(float32,
-# scale=True)`), or do as `Normalize` here does, `(x / 255 - mean) / std`.
+# and the mean is subtracted at the wrong scale: a white pixel becomes (255 - 0.485) / 0.229 ≈
+# 1,111 instead of (1 - 0.485) / 0.229 ≈ 2.25, about 494x too large (a black pixel, -2.12, happens
+# to come out right). Divide by 255 first (`ToDtype(float32, scale=True)`), or do as `Normalize`
+# here does, `(x / 255 - mean) / std`.
 
 # %%
 from torch import nn
