@@ -561,8 +561,8 @@ else:
 # `multiprocessing_context="spawn"` and `persistent_workers=True` ("otherwise old processes may not
 # release CUDA tensors"). Each piece has its reason: a forked child cannot use CUDA (above); a CUDA
 # tensor made in a worker reaches the main process through CUDA IPC, and PyTorch's docs ask the
-# process that made it to stay alive while it is in use (the next cell but one shows what happens
-# when it does not); and the collate function must be importable, so it lives in
+# process that made it to stay alive while it is in use (*Without `persistent_workers`*, below,
+# shows what happens when it does not); and the collate function must be importable, so it lives in
 # `gpufeed.course.collate.DeviceCollate` (`tensorclass=True` makes the talk's batch, an `ImageData`
 # with `images` and `targets`). What it costs: every worker opens a CUDA context of its own, in
 # exchange for taking the pin copy off the main process's single pin thread, and the batches the
