@@ -610,9 +610,10 @@ if worker_collate:
 # workers, that means a CUDA context per worker started again every epoch, and workers that exit
 # while the main process still holds a batch they made: PyTorch's own C++ then prints
 # *"Producer process has been terminated before all shared CUDA tensors released"* (on the
-# terminal that started Jupyter, not in the notebook). `without_persistent_workers` runs two such
-# epochs, keeps each epoch's last batch, captures what the workers print, and checks the kept
-# batches afterwards.
+# terminal that started Jupyter, not in the notebook). The start-up part shows on any machine:
+# section 2 timed whole epochs with and without persistent workers. The CUDA part needs a GPU:
+# `without_persistent_workers` runs two such epochs, keeps each epoch's last batch, captures what
+# the workers print, and checks the kept batches afterwards.
 
 # %%
 from gpufeed.course.collate import without_persistent_workers
