@@ -625,9 +625,10 @@ elif ref is not None and ref[1].get("without_persistent_workers"):
     no_persist = ref[1]["without_persistent_workers"]
     print(f"No CUDA here: the reference, measured on {ref[1]['machine'].get('gpu')}:")
 else:
-    print("No CUDA here, and no GPU reference with this measurement is committed yet (results/<gpu>/lesson07.json). "
-          "On a GPU this cell shows the first-batch time of each epoch, how many times the exiting workers "
-          "printed the producer warning, and whether the batches kept across their exit still hold their values.")
+    print("No CUDA here, and no GPU measurement of ours with this is committed (results/<gpu>/lesson07.json), nor "
+          "a figure published elsewhere. On a GPU this cell shows the first-batch time of each epoch, how many times "
+          "the exiting workers printed the producer warning, and whether the batches kept across their exit still "
+          "hold their values.")
 if no_persist:
     say("Without persistent workers, each epoch's first batch came after "
         + ", ".join(f"{t:.1f} s" for t in no_persist["first_batch_s"])
