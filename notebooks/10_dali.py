@@ -18,7 +18,8 @@
 # C++ runs: CPU operators in a thread pool (`num_threads`), GPU operators on CUDA streams, and a
 # "mixed" JPEG decoder (nvJPEG) that splits each image between the CPU and the GPU. The CPU parses
 # the file and, for images under `hybrid_huffman_threshold` pixels (1,000,000 by default), also
-# does the Huffman decoding, the serial part of JPEG; the GPU does the rest (inverse DCT, colour
+# does the Huffman decoding, the serial part of JPEG (larger images go to nvJPEG's hybrid decoder,
+# which DALI's docs say still largely uses the CPU); the GPU does the rest (inverse DCT, colour
 # conversion). On GPUs that have a hardware JPEG decoder (the A100 was the first), a share of the
 # images (`hw_decoder_load`) goes to it instead. Finished batches wait in a prefetch queue. No
 # worker processes, no pickling, no Python per sample.
