@@ -62,16 +62,26 @@ m = benchmark(lambda: dst.copy_(src), name="memcpy", nbytes=nbytes, repeats=10)
 print(m)
 
 # %% [markdown]
-# The same measurement is `gpufeed.measure.ceilings.memcpy`. Sweeping the size shows the caches: small
-# buffers fit in the CPU's caches and copy faster; large ones go to RAM, which is the number that
-# matters for datasets.
+# The same measurement is `gpufeed.measure.ceilings.memcpy`. Sweeping the size asks where the
+# caches end: a buffer smaller than the CPU's last-level cache (L3, read below from the operating
+# system) may be copied from cache rather than from RAM, and a buffer several times the L3 cannot
+# be. For datasets, the RAM rate is the number that matters. A copy of 64 KiB takes microseconds,
+# less than the timer's own noise, so `memcpy` repeats small copies within each timed sample until
+# it has copied 64 MiB (the harness's `number`; lesson 02 shows why). Look at the plot for a step
+# near the L3 size: whether there is one, and how tall, depends on the CPU.
 
 # %%
 import matplotlib.pyplot as plt
 
 from gpufeed.measure import ceilings, plotting
 
-sizes = [1 << p for p in range(16, (25 if S.quick else 29), 2)]  # 64 KiB .. 16 MiB (quick) or 256 MiB
+from gpufeed.measure.machine import cache_bytes
+
+l3 = cache_bytes(3)  # bytes, or None where the OS does not say
+largest_size = max(config.pick(quick=16 << 20, full=256 << 20), 4 * (l3 or 0))  # RAM: 4x the L3 at least
+sizes = [1 << 16]  # bytes: 64 KiB, 256 KiB, 1 MiB, ... until one is at least largest_size
+while sizes[-1] < largest_size:
+    sizes.append(sizes[-1] * 4)
 sweep = [ceilings.memcpy(n, repeats=5 if S.quick else 10) for n in sizes]
 fig, ax = plt.subplots()
 ax.plot([n / 2**20 for n in sizes], [m.gb_per_s for m in sweep], "o-", color=plotting.COLORS["copy"])
@@ -79,6 +89,9 @@ ax.set_xscale("log")
 ax.set_xlabel("buffer size (MiB)")
 ax.set_ylabel("copy rate (GB/s)")
 ax.set_title("memcpy: caches, then RAM")
+if l3:
+    ax.axvline(l3 / 2**20, color="gray", linestyle="--", label=f"L3 = {l3 / 2**20:g} MiB")
+    ax.legend()
 plotting.caption(fig, S.machine)
 plt.show()
 
@@ -87,8 +100,19 @@ ram = sweep[-1]
 image_bytes = 3 * 224 * 224  # one 224x224 RGB image as uint8
 from gpufeed.course.prose import say
 
-say(f"Copying {sizes[-1] / 2**20:.0f} MiB runs at **{ram.gb_per_s:.1f} GB/s**: a step that touches every "
-    f"byte once cannot go faster, which is {ram.gb_per_s * 1e9 / image_bytes:,.0f} 224x224 uint8 images/s.")
+in_cache = [m for n, m in zip(sizes, sweep) if l3 and n <= l3 // 2]  # comfortably inside the L3
+cache_text = ""
+if in_cache:
+    fastest = max(in_cache, key=lambda m: m.gb_per_s)
+    ratio = fastest.gb_per_s / ram.gb_per_s
+    cache_text = (f" Within the {l3 / 2**20:g} MiB L3 the fastest copy ({fastest.name}) ran at {fastest.gb_per_s:.1f} GB/s, "
+                  + (f"**{ratio:.1f}x** the RAM rate: those buffers were copied from cache." if ratio > 1.2 else
+                     f"{ratio:.2f}x the RAM rate: on this machine, in this run, the caches gave small copies no clear edge."))
+elif l3 is None:
+    cache_text = " This OS does not report the L3 size, so the plot cannot say which sizes fit in cache."
+say(f"Copying {sizes[-1] / 2**20:.0f} MiB (RAM, not cache) runs at **{ram.gb_per_s:.1f} GB/s**, "
+    f"{ram.gb_per_s * 1e9 / image_bytes:,.0f} 224x224 uint8 images/s: no step that copies every byte can go faster. "
+    "A pass that only reads the bytes (a checksum, a sum) moves half the traffic and can go faster." + cache_text)
 
 # %% [markdown]
 # ## 4. Host to device: pageable, pinned, and pin-then-copy
@@ -244,9 +268,16 @@ warm = ceilings.file_read(path, cold=False, repeats=3 if S.quick else 5)
 fig, ax = plotting.bars([cold, warm], rate="bytes", machine=S.machine, title="reading one file")
 plt.show()
 speedup = warm.gb_per_s / cold.gb_per_s
-say(f"Cold {cold.gb_per_s:.2f} GB/s, warm {warm.gb_per_s:.2f} GB/s: the page cache is **{speedup:.1f}x** faster."
-    + (" Cold is barely slower than warm: this file system kept the file cached despite the request "
-       "(or the disk is as fast as RAM), so this 'cold' number does not show the disk." if speedup < 1.5 else ""))
+if not cold.params["fadvise"]:  # macOS, Windows: no posix_fadvise, so nothing asked the OS to drop the pages
+    why = (" This OS has no `posix_fadvise`, so no drop was requested: the 'cold' reads came from the page "
+           "cache as well, and this number does not show the disk. Clear the cache by hand (macOS: `sudo purge`) "
+           "to see it.")
+elif speedup < 1.5:
+    why = (" Cold is barely slower than warm: this file system kept the file cached despite the request "
+           "(or the disk is as fast as RAM), so this 'cold' number does not show the disk.")
+else:
+    why = ""
+say(f"Cold {cold.gb_per_s:.2f} GB/s, warm {warm.gb_per_s:.2f} GB/s: the page cache is **{speedup:.1f}x** faster." + why)
 
 # %% [markdown]
 # ## 7. This machine's ceilings, saved

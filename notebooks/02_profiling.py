@@ -33,7 +33,9 @@ S = gpufeed.setup()  # S.device, S.quick, S.machine
 # %%
 import os
 
-os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # hides the profiler's C++ log lines (harmless errors on CPU)
+# Hides the profiler's C++ error lines (harmless on CPU, e.g. "gpuGetDeviceCount failed"); the
+# "profiler_start" / "profiler_stop" trace-point lines on stderr are not logging and still print.
+os.environ.setdefault("KINETO_LOG_LEVEL", "5")
 
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
@@ -121,9 +123,12 @@ print(table)
 #
 # * **Name**: an operator (`aten::conv2d`, the C++ op behind `nn.Conv2d`) or one of our ranges
 #   (`decode`). `ProfilerStep*` is the range `prof.step()` draws around each step.
-# * **Self CPU** is time spent in that event itself, **CPU total** includes everything it called:
-#   our ranges have a large total and a tiny self time, because the work is in the operators and
-#   Python calls inside them. The `%` columns divide by the whole profiled time.
+# * **Self CPU** is time spent in that event itself, outside any event recorded inside it; **CPU
+#   total** includes those events. The profiler records torch operators, not Python or Pillow, so
+#   a range whose work is Python and Pillow (`read`, `decode`) has almost nothing recorded inside
+#   it and its self time is nearly its total; a range around torch operators (`compute`) has a
+#   small self time. The cell below reads the share for each stage. The `%` columns divide by the
+#   whole profiled time.
 # * **CPU time avg** is total / **# of Calls**: 3 calls for a range that runs once per step over
 #   3 active steps.
 # * **Input Shapes**: `[[B, 3, 224, 224], ...]` (B, the batch size) is the batch entering the first
@@ -144,7 +149,12 @@ stages = ["read", "decode", "collate", "copy", "compute"]
 step_us = events["ProfilerStep*"].cpu_time_total
 for name in stages:
     e = events[name]
-    print(f"{name:>8}: {e.cpu_time_total / e.count / 1000:8.2f} ms per step, {e.cpu_time_total / step_us:5.1%} of the step")
+    print(f"{name:>8}: {e.cpu_time_total / e.count / 1000:8.2f} ms per step, {e.cpu_time_total / step_us:5.1%} "
+          f"of the step, self {e.self_cpu_time_total / e.cpu_time_total:4.0%} of its total")
+self_share = {name: events[name].self_cpu_time_total / events[name].cpu_time_total for name in stages}
+most, least = max(self_share, key=self_share.get), min(self_share, key=self_share.get)
+say(f"Self time is {self_share[most]:.0%} of **{most}**'s total (its work is not profiler events) and "
+    f"{self_share[least]:.0%} of **{least}**'s (its work is torch operators, each an event of its own).")
 slowest = max(stages, key=lambda s: events[s].cpu_time_total)
 say(f"The profiler points at **{slowest}**: {events[slowest].cpu_time_total / step_us:.0%} of each profiled step.")
 
@@ -325,7 +335,7 @@ for dec_name, decode in jpeg.available_decoders().items():
 tb.Compare(timers).print()
 
 # %% [markdown]
-# The course's harness (`gpufeed.measure.harness.benchmark`, built in lesson 00) does the same job and adds
+# The course's harness (`gpufeed.measure.harness.benchmark`, first used in lesson 00) does the same job and adds
 # what the later lessons need: images/s and GB/s, a ratio to a baseline, the machine it ran on,
 # and JSON. Its median should agree with `Timer`'s on the same work:
 

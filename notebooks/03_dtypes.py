@@ -92,11 +92,14 @@ print(f"races the simulator reported: {races}")
 # %%
 x = transfer.random_batch(4, (640, 480))  # uint8 [4, 3, 480, 640]
 expected = x.half()
+if not S.cuda:
+    print("No CUDA: dev is the CPU, so every variant converts on the CPU and nothing is pinned.")
 for v in transfer.order_variants(torch.float16):
     src = x.pin_memory() if (v.pinned and S.cuda) else x
     out = v.fn(src, S.device)
     assert torch.equal(out.cpu(), expected), v.name
-    print(f"{v.name:45s} converts on the {v.where:6s} -> {out.dtype}, {out.device}: identical")
+    name, where = (v.name, v.where) if S.cuda else (v.name.removeprefix("pinned "), "CPU")
+    print(f"{name:45s} converts on the {where:6s} -> {out.dtype}, {out.device}: identical")
 
 # %% [markdown]
 # ## 4. The micro-benchmark: time per batch over batch and image sizes
@@ -213,10 +216,16 @@ else:
     sizes, tbatches = config.pick(quick=([(32, 32)], (2, 4)), full=([(128, 128), (224, 224)], (8, 16)))
 wires = config.pick(quick=("uint8", "float16"), full=training.WIRES)
 epoch_images = config.pick(quick=4, full=256 if S.cuda else 16)
-# 1280x960 at batch 64 needs ~48 GB on a GPU (Colab's T4 has 15 GB): cases that do not fit in the
-# free device memory (torch.cuda.mem_get_info) are skipped, and said so.
+# Will a case fit in this GPU's free memory (torch.cuda.mem_get_info)? By the course's fixed estimate
+# (training.TRAIN_BYTES_PER_PIXEL, with a margin) 1280x960 at batch 64 needs ~48 GB; Colab's T4 has
+# 15 GB. On a GPU, training.calibrate measures the bytes per input pixel with max_memory_allocated
+# instead. Cases that do not fit are skipped, and said so.
+per_pixel = training.calibrate(S.device) if S.cuda else training.TRAIN_BYTES_PER_PIXEL
+if S.cuda:
+    print(f"measured on this GPU: {per_pixel:.0f} bytes of device memory per input pixel per image "
+          f"(the fixed estimate is {training.TRAIN_BYTES_PER_PIXEL})")
 cases = [(size, b) for size in sizes for b in tbatches]
-skipped = [(size, b) for size, b in cases if not training.fits(b, size, S.device)]
+skipped = [(size, b) for size, b in cases if not training.fits(b, size, S.device, per_pixel=per_pixel)]
 train_ms = [training.train_epoch(b, size, wire, S.device, epoch_images, amp=use_amp,
                                  repeats=config.pick(quick=1, full=3 if S.cuda else 2))
             for size, b in cases if (size, b) not in skipped for wire in wires]
@@ -257,9 +266,11 @@ elif not S.cuda:
 #
 # Watch the scale. The talk's snippet applies torchvision's `T.Normalize(mean, std)` with
 # ImageNet's statistics (0.485, 0.229, ...) to images still in 0..255: that is a bug, not a
-# shortcut. Those statistics are for values in [0, 1], so the inputs come out ~255x too large
-# (a white pixel becomes ~1,100 instead of ~2.2). Divide by 255 first (`ToDtype(float32,
-# scale=True)`), or do as `Normalize` here does, `(x / 255 - mean) / std`.
+# shortcut. Those statistics are for values in [0, 1], so the inputs are on a scale 255x too large,
+# and the mean is subtracted at the wrong scale: a white pixel becomes (255 - 0.485) / 0.229 ≈
+# 1,111 instead of (1 - 0.485) / 0.229 ≈ 2.25, about 494x too large (a black pixel, -2.12, happens
+# to come out right). Divide by 255 first (`ToDtype(float32, scale=True)`), or do as `Normalize`
+# here does, `(x / 255 - mean) / std`.
 
 # %%
 from torch import nn

@@ -134,7 +134,9 @@ say(f"{largest}: quality 90 -> 50 makes files **{hi.bytes / mid.bytes:.1f}x smal
 # ## 4. Which decoder? Is Pillow using libjpeg-turbo?
 #
 # libjpeg-turbo is the SIMD-accelerated libjpeg; Pillow's wheels and torchvision ship it, but a
-# Pillow built from source against plain libjpeg decodes several times slower. torchvision 0.29+
+# Pillow built from source may link plain libjpeg, which the libjpeg-turbo project measured at a
+# fraction of its speed ([libjpeg-turbo.org/About/Performance](https://libjpeg-turbo.org/About/Performance));
+# the cell below says which one this Pillow uses. torchvision 0.29+
 # deprecates `torchvision.io.decode_jpeg` in favour of TorchCodec (`pip install torchcodec`, which
 # needs FFmpeg's libraries); `gpufeed.data.jpeg` uses whichever is installed. We time each decoder on
 # one thread: images/s per core, the rate one DataLoader worker can reach.

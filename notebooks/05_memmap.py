@@ -99,12 +99,17 @@ cold, warm, again = rows["cold"], rows["warm"], rows["again"]
 per_fault = n_pages / max(1, warm["minor"] + warm["major"])
 say(f"Cold, touching {n_pages:,} pages took **{cold['ms'] / warm['ms']:.0f}x** as long as warm "
     f"({cold['ms']:.1f} vs {warm['ms']:.1f} ms). "
-    + (f"Warm, there were far fewer faults than pages, {per_fault:.0f} pages per fault: on a fault, the kernel also "
+    + (f"Warm, there were far fewer faults than pages, {per_fault:.1f} pages per fault: on a fault, the kernel also "
        "maps the neighbouring pages that are already in the page cache (*fault-around*, up to `fault_around_bytes`, "
-       "64 KiB = 16 pages by default). Readahead is another mechanism: on the cold pass it reads the pages that "
-       "follow from the disk into the page cache, before they are asked for. " if per_fault > 1.5 else
+       "64 KiB = 16 pages by default"
+       + ("; more than 16 per fault means the page cache holds this file in large folios, several pages each, "
+          "and a fault maps a whole folio" if per_fault > 17 else "") + "). " if per_fault > 1.5 else
        "Warm, there was about one fault per page: fault-around (mapping cached neighbours on a fault) did not "
        "help on this system. ")
+    + (f"The cold pass's faults were mostly *minor* ({cold['minor']:,} minor, {cold['major']:,} major): readahead "
+       "read the pages that follow from the disk into the page cache before they were touched, so most faults found "
+       "their page already there. " if dropped and cold["minor"] > cold["major"] else
+       f"The cold pass's faults were mostly *major* ({cold['major']:,}): each waited for the disk. " if dropped else "")
     + f"The same mapping touched again caused {again['major'] + again['minor']} faults: mapped pages are plain memory."
     + (" Here cold is not much slower than warm: this OS or file system kept the file cached "
        "(or the disk is as fast as RAM), so the 'cold' rows do not show the disk."
@@ -299,12 +304,9 @@ saved = results.save_lesson("lesson05", [*ms, ceiling], n_images=n_images, batch
 print(f"saved to {saved}")
 
 # %% [markdown]
-# Two details of the loader decide how close a warm gather gets to that ceiling, and lesson 06
-# measures both: its output buffers (two, used in turn: a ring larger than the CPU's last-level
-# cache sends every write to RAM) and how the copy is shared among threads (`index_select` copies
-# an image at a time unless each image is cut into pieces below 32,768 elements:
-# `gpufeed.data.loader.take_rows`). `python -m gpufeed bench` reports the loader's raw fetch as a
-# fraction of a streaming copy of the same images, on every core.
+# How close a warm gather gets to that ceiling depends on how the loader copies, which is lesson
+# 06's subject. `python -m gpufeed bench` reports the loader's raw fetch as a fraction of a
+# streaming copy of the same images, on every core.
 
 # %% [markdown]
 # ### On a GPU

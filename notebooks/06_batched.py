@@ -224,37 +224,69 @@ for one, whole in zip(pieces[::2], pieces[1::2]):
           f"{whole.gb_per_s:.1f} GB/s ({one.median / whole.median:.2f}x)")
 
 # %% [markdown]
-# Even on one thread the pieces are faster: for a row above the threshold the kernel copies each
-# image through `TensorIterator`'s general copy loop, set up anew for every image, where the
-# pieces path calls `memcpy`. With more threads, the gap grows by what the threads no longer spend
-# waiting for each other after every image.
+# What to look for: on one thread the two paths differ only in how each image is copied (for a row
+# above the threshold, `TensorIterator`'s general copy loop, set up anew for every image; for the
+# pieces, `memcpy`), which is small next to copying 150 KB, so expect them close. With more
+# threads, the pieces also save the threads' meeting after every image.
+
+# %%
+from gpufeed.course.prose import say
+
+
+def pieces_sentence(one, whole):
+    """One sentence on the pieces' speed-up at one thread count, as measured."""
+    x = one.median / whole.median
+    n = one.params["threads"]
+    verdict = ("faster" if x > 1.05 else "slower" if x < 0.95 else "within 5% of the one-image-at-a-time path, "
+               "no difference this run can show")
+    return f"on {n} thread(s), whole images per thread ran at **{x:.2f}x** the speed: {verdict}"
+
+
+say("Measured here: " + "; ".join(pieces_sentence(one, whole) for one, whole in zip(pieces[::2], pieces[1::2])) + ".")
 
 # %% [markdown]
 # **A ring the size of the cache.** How many buffers should `reuse_buffers` keep? As few as the
 # consumer needs: two when a batch is used while the next is gathered (lesson 08). Every batch is
-# written into the next buffer of the ring, and a ring larger than the CPU's last-level cache (a
-# few tens of MB on most machines; 64 images of 224x224 are 9.6 MB) has left the cache by the time
-# it comes round again, so each write goes all the way to RAM. Below, the same epochs with a ring
-# of 2 and of 12 buffers.
+# written into the next buffer of the ring, and a ring larger than the CPU's last-level cache (L3)
+# has left the cache by the time it comes round again, so each write goes all the way to RAM. To
+# show that, the small ring must fit in the cache: the cell reads this CPU's L3 size from the
+# operating system and picks a batch whose ring of 2 fills half of it, then compares a ring of 2
+# with a ring four times the L3. (With a fixed batch of 64 images, 9.6 MB, a ring of 2 is 19 MB:
+# both rings miss an 8 MiB L3 and the comparison shows nothing.)
 
 # %%
-def ring_speeds(n_images, batch=64):
+from gpufeed.measure.machine import cache_bytes
+
+IMAGE_BYTES = 3 * 224 * 224  # one uint8 image
+l3 = cache_bytes(3)  # bytes, or None where the OS does not say
+l3_known = l3 is not None
+l3 = l3 or 32 << 20  # assume 32 MiB when unknown, and say so below
+ring_batch = max(1, l3 // 4 // IMAGE_BYTES)  # images per batch: a ring of 2 fills half the L3
+big_ring = max(3, -(-4 * l3 // (ring_batch * IMAGE_BYTES)))  # buffers: a ring of at least 4x the L3
+
+
+def ring_speeds(n_images, batch, rings):
     pixels = torch.randint(0, 256, (n_images, 3, 224, 224), dtype=torch.uint8)
     out = []
-    for k in (2, 12):
+    for k in rings:
         loader = FastLoader(pixels, batch, seed=0, drop_last=True, reuse_buffers=k)
         out.append(benchmark(lambda loader=loader: [None for _ in loader], name=f"ring of {k}", items=len(loader) * batch,
-                             nbytes=len(loader) * batch * pixels[0].numel(), repeats=7, warmup=1))
+                             nbytes=len(loader) * batch * pixels[0].numel(), repeats=7, warmup=1,
+                             params={"batch": batch, "ring": k, "l3_bytes": l3}))
     return out
 
 
-rings = ring_speeds(config.pick(quick=512, full=4096))
-by_ring = {m.name: m for m in rings}
-ratio = by_ring["ring of 2"].items_per_s / by_ring["ring of 12"].items_per_s
-print(f"ring of 2: {by_ring['ring of 2'].items_per_s:,.0f} images/s; ring of 12 ({12 * 64 * 150528 / 2**20:.0f} MiB): "
-      f"{by_ring['ring of 12'].items_per_s:,.0f} images/s; the small ring is {ratio:.2f}x as fast"
-      + (" here." if ratio > 1.05 else ": no difference on this machine (a last-level cache this large, or a noisy "
-         "run; re-run to see the spread)."))
+rings = ring_speeds(config.pick(quick=512, full=4096), ring_batch, (2, big_ring))
+small, large = rings
+ratio = small.items_per_s / large.items_per_s
+say(f"L3 {'of this CPU' if l3_known else '(not reported by this OS; assumed)'}: {l3 / 2**20:g} MiB. Batches of "
+    f"{ring_batch} images ({ring_batch * IMAGE_BYTES / 2**20:.1f} MiB): a ring of 2 ({2 * ring_batch * IMAGE_BYTES / 2**20:.1f} MiB) "
+    f"ran at {small.items_per_s:,.0f} images/s, a ring of {big_ring} ({big_ring * ring_batch * IMAGE_BYTES / 2**20:.0f} MiB) at "
+    f"{large.items_per_s:,.0f}: the small ring is **{ratio:.2f}x** as fast"
+    + (", the writes that stay in cache." if ratio > 1.05 else
+       (": no difference this run can show (the gather's reads from the source, which miss the cache either way, "
+        "may dominate; or the run was noisy: re-run to see the spread)." if ratio >= 0.95 else
+        ": slower, which the cache does not explain; a noisy run most likely, re-run to see the spread.")))
 
 # %% [markdown]
 # **Sorting the indices within a batch** (`sort_indices=True`) keeps each batch's samples, so the
@@ -322,7 +354,8 @@ say(f"With data in class order, a grouped shuffle puts about **{in_order:.0f}** 
     + ("about as well. " if stored_grouped >= 0.95 * stored_full else "less well. ")
     + f"It is still not as random as a full shuffle: the blocks of {group:,} are the same every epoch (only their "
     "order and the order inside them change), so a sample only ever shares a batch with the samples of its own "
-    "block (or of the next one, at a block's edge), epoch after epoch.")
+    "block, epoch after epoch (and, in a batch that straddles two blocks, with the block that comes next in that "
+    "epoch's random order of blocks: not its neighbour in the file, and a different one each epoch).")
 
 # %% [markdown]
 # The same count for other block sizes (`gpufeed.course.shuffles.plot_grouped`, which draws the

@@ -420,12 +420,16 @@ if not S.cuda:
 # inputs of `forward` for you, nests included, but not in the same way:
 #
 # * `DistributedDataParallel(model, device_ids=[local_rank])` calls `_to_kwargs` on the inputs,
-#   which moves every tensor of the nest to that one GPU (on a side stream, ordered with
-#   `wait_stream` and kept alive with `record_stream`), and keeps the nest whole: each rank already
-#   has its own batch. Without `device_ids` (a CPU module, or one spread over several GPUs) it
-#   moves nothing. (`gpufeed.course.collate.ddp_move` calls the same function.)
+#   which moves every tensor of the nest to that one GPU and keeps the nest whole: each rank already
+#   has its own batch. *How* it moves a tensor depends on where the tensor is (`_recursive_to` in
+#   `torch/distributed/utils.py`, printed below): one on another GPU is copied on a side stream,
+#   but a **CPU tensor, which is what a loader hands over, gets a plain `.to(device)`**. The host
+#   waits for that copy, pinned or not, and nothing overlaps it. Without `device_ids` (a CPU
+#   module, or one spread over several GPUs) it moves nothing. (`gpufeed.course.collate.ddp_move`
+#   calls the same function.)
 # * `nn.DataParallel(model)` *scatters*: every tensor in the nest, wherever it sits, is cut along
-#   dim 0 into one piece per GPU, and lists, tuples and dicts are rebuilt around the pieces. That
+#   dim 0 into one piece per GPU, each piece copied from the CPU straight to its GPU on a side
+#   stream, and lists, tuples and dicts are rebuilt around the pieces. That
 #   is right for the stacked images, and wrong for a list of per-image targets: each GPU gets
 #   every image's targets, each cut in pieces. With no GPU, `DataParallel` just calls the model.
 #
@@ -442,6 +446,39 @@ print(f"nn.DataParallel here uses GPUs {nn.DataParallel(nn.Identity()).device_id
 moved = ddp_move(batch, S.device)
 assert equal(moved, batch)
 print(f"DDP-style move to {S.device}: the same nest, {len(leaves(moved))} tensors, nothing split")
+
+# %% [markdown]
+# Here is what DDP does with each tensor, read from the torch installed here: the lines of
+# `_recursive_to` that handle a CPU tensor.
+
+# %%
+import inspect
+
+import torch.distributed.utils as dist_utils
+
+lines, first = inspect.getsourcelines(dist_utils._recursive_to)
+cpu_branch = [i for i, line in enumerate(lines) if 'device.type == "cpu"' in line]
+if cpu_branch:  # the branch that gives CPU tensors a plain .to(), in torch releases that have it
+    i = cpu_branch[0]
+    print(f"{inspect.getsourcefile(dist_utils._recursive_to)}, line {first + i}:")
+    print("".join(lines[max(0, i - 6):i + 2]))
+else:
+    print("This torch's _recursive_to has no separate CPU branch; read it whole:")
+    print("".join(lines))
+
+# %% [markdown]
+# The fix, which lesson 12's script uses: let the loader pin the batch (`pin_memory=True`), and
+# move it yourself with `non_blocking=True` *before* calling the model. The copy is queued on the
+# current stream and the host goes on; the forward pass is queued behind it; DDP finds every tensor
+# already on its GPU and moves nothing (the same tensors come back):
+
+# %%
+from gpufeed.data.movers import pin, to_device
+
+on_device = to_device(pin(batch) if S.cuda else batch, S.device, non_blocking=S.cuda)  # queued, not waited for
+passed = ddp_move(on_device, S.device)  # what DDP's forward does to it
+same = all(a is b for a, b in zip(leaves(passed), leaves(on_device)))
+print(f"moved before the model: DDP handed the model the very same {len(leaves(passed))} tensors: {same}")
 try:
     dataparallel_split(batch, 2)
 except RuntimeError as e:
@@ -529,21 +566,33 @@ else:
 # ## 6. Copying to the GPU in the workers: the seed talk's `Collate("cuda")`
 #
 # One talk pins and copies each batch *inside the workers*: a collate function that stacks the
-# samples, pins them and calls `.to("cuda")`, with `multiprocessing_context="spawn"` and
-# `persistent_workers=True` ("otherwise old processes may not release CUDA tensors"). Each piece has
-# its reason: a forked child cannot use CUDA (above); a CUDA tensor made in a worker reaches the main
-# process through CUDA IPC, and the worker that made it must stay alive while it is in use; and the
-# collate function must be importable, so it lives in `gpufeed.course.collate.DeviceCollate`. What
-# it costs: every worker opens a CUDA context of its own (hundreds of MiB of GPU memory each, and
-# seconds of start-up), in exchange for taking the pin copy off the main process's single pin
-# thread. `gpufeed.course.collate.worker_cuda_cost` builds both DataLoaders on the JPEG folder (same
-# spawn workers, persistent) and measures the time to the first batch, the time per epoch, and the
-# GPU memory in use while the workers live (`torch.cuda.mem_get_info`, which sees every process).
+# samples into a tensorclass batch, pins it and calls `.to("cuda")`, with
+# `multiprocessing_context="spawn"` and `persistent_workers=True` ("otherwise old processes may not
+# release CUDA tensors"). Each piece has its reason: a forked child cannot use CUDA (above); a CUDA
+# tensor made in a worker reaches the main process through CUDA IPC, and PyTorch's docs ask the
+# process that made it to stay alive while it is in use (*Without `persistent_workers`*, below,
+# shows what happens when it does not); and the collate function must be importable, so it lives in
+# `gpufeed.course.collate.DeviceCollate` (`tensorclass=True` makes the talk's batch, an `ImageData`
+# with `images` and `targets`). What it costs: every worker opens a CUDA context of its own, in
+# exchange for taking the pin copy off the main process's single pin thread, and the batches the
+# workers prefetch wait *on the GPU*. `gpufeed.course.collate.worker_cuda_cost` builds both
+# DataLoaders on the JPEG folder (same spawn workers, persistent) and measures the time to the
+# first batch, the time per epoch, and the GPU memory in use while the workers live
+# (`torch.cuda.mem_get_info`, which sees every process).
 
 # %%
 from gpufeed.course.collate import DeviceCollate, worker_cuda_cost
+from gpufeed.course.prose import say
 
-print("collate_fn:", DeviceCollate("cuda"), "pickled as", pickle.dumps(DeviceCollate("cuda"))[:48])
+talk_collate = DeviceCollate("cuda", tensorclass=True)
+print("collate_fn:", talk_collate, "pickled as", pickle.dumps(talk_collate)[:48])
+print("its batch, made here on the CPU:", DeviceCollate("cpu", tensorclass=True)([datasets["JPEG folder"][i] for i in range(2)]))
+workers_here, prefetch = config.pick(quick=2, full=cores), 2  # prefetch_factor: the DataLoader's default
+held = workers_here * prefetch * batch_size * 3 * side * side  # bytes: uint8 batches waiting on the GPU
+say(f"With the copy in the workers, up to prefetch_factor x num_workers = {prefetch} x {workers_here} = "
+    f"{prefetch * workers_here} batches wait on the GPU before the loop asks for them: {held / 2**20:.0f} MiB for "
+    f"batches of {batch_size} uint8 {side}x{side} images, beside the model (with the copy in the main process "
+    "they wait in host memory).")
 worker_collate = None
 if S.cuda:
     worker_collate = worker_cuda_cost(datasets["JPEG folder"], batch_size=batch_size,
@@ -564,12 +613,51 @@ if worker_collate:
         f"and {inside['gpu_mib_per_worker']:.0f} MiB of GPU memory per worker against "
         f"{main['gpu_mib_per_worker']:.0f} (the CUDA contexts)."))
 
+# %% [markdown]
+# **Without `persistent_workers`.** A DataLoader that does not keep its workers ends them when an
+# epoch's iterator is exhausted, and starts new ones for the next epoch. With the copy in the
+# workers, that means a CUDA context per worker started again every epoch, and workers that exit
+# while the main process still holds a batch they made: PyTorch's own C++ then prints
+# *"Producer process has been terminated before all shared CUDA tensors released"* (on the
+# terminal that started Jupyter, not in the notebook). The start-up part shows on any machine:
+# section 2 timed whole epochs with and without persistent workers. The CUDA part needs a GPU:
+# `without_persistent_workers` runs two such epochs, keeps each epoch's last batch, captures what
+# the workers print, and checks the kept batches afterwards.
+
+# %%
+from gpufeed.course.collate import without_persistent_workers
+
+no_persist = None
+if S.cuda:
+    no_persist = without_persistent_workers(datasets["JPEG folder"], batch_size=batch_size, num_workers=workers_here)
+elif ref is not None and ref[1].get("without_persistent_workers"):
+    no_persist = ref[1]["without_persistent_workers"]
+    print(f"No CUDA here: the reference, measured on {ref[1]['machine'].get('gpu')}:")
+else:
+    print("No CUDA here, and no GPU measurement of ours with this is committed (results/<gpu>/lesson07.json), nor "
+          "a figure published elsewhere. On a GPU this cell shows the first-batch time of each epoch, how many times "
+          "the exiting workers printed the producer warning, and whether the batches kept across their exit still "
+          "hold their values.")
+if no_persist:
+    say("Without persistent workers, each epoch's first batch came after "
+        + ", ".join(f"{t:.1f} s" for t in no_persist["first_batch_s"])
+        + f" (new workers, new CUDA contexts, every epoch). The exiting workers printed the producer warning "
+        f"**{no_persist['producer_warnings']}** time(s); the batches kept across their exit "
+        + ("still held their values." if no_persist["held_batches_intact"] else "**no longer held their values**.")
+        + (f" Their last lines:\n\n```\n{no_persist['stderr_tail']}\n```" if no_persist["stderr_tail"] else ""))
+
+# %% [markdown]
+# DALI 1.47 added a third way, the *DALI proxy* (`nvidia.dali.plugin.pytorch.experimental.proxy`):
+# the DataLoader's workers keep the dataset's Python logic and hand each sample to a DALI pipeline
+# that runs in the main process, so the GPU work happens in one process with one CUDA context
+# (lesson 10).
+
 # %%
 knob_ms = [m for name in datasets for m in factors[name] + persistence[name]]  # params say which dataset
 saved = results.save_lesson(
     "lesson07", [*threads_ms, *ms, *knob_ms, *nb_ms, *movers_ms], cores=cores, batch_size=batch_size, side=side, unsafe=unsafe, start_methods=[vars(r) for r in trials],
     cuda_fork_error=cuda_fork.error if cuda_fork is not None else None, pin_blocks=pin_blocks,
-    worker_collate=worker_collate)
+    worker_collate=worker_collate, without_persistent_workers=no_persist)
 print(f"saved to {saved}")
 
 # %% [markdown]
@@ -583,8 +671,9 @@ print(f"saved to {saved}")
 # * `non_blocking=True` is asynchronous only from pinned memory (from pageable memory it is safe, but
 #   waits for the driver's staging copy); device-to-host without a sync returns a tensor whose
 #   values have not arrived yet. Time `pin_memory()` knowing whether the host cache served it.
-# * DDP (`device_ids=[i]`) moves a nested input whole; DataParallel cuts every tensor in it along
-#   dim 0, per-image targets included. Copying in the workers (`Collate("cuda")`) costs a CUDA
+# * DDP (`device_ids=[i]`) moves a nested input whole, but a CPU tensor with a plain, blocking
+#   `.to()`: pin the batch and move it yourself, `non_blocking`, before the model. DataParallel
+#   cuts every tensor in it along dim 0, per-image targets included. Copying in the workers (`Collate("cuda")`) costs a CUDA
 #   context per worker: measure it before you adopt it.
 # * Move nested batches with one walker (pytree, optree, or your own); a consolidated TensorDict
 #   moves them in one copy.

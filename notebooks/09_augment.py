@@ -106,9 +106,9 @@ def loop_epoch():  # per-sample randomness the naive way: a Python loop over the
 
 # %% [markdown]
 # The workers get all the cores. The in-process versions run on **one** torch thread, like lessons
-# 05 and 06: on a busy machine, torch's parallel kernels can lose more to waiting threads than they
-# gain (on the 2-core machine this course was written on, two threads made the batched version
-# twelve times *slower*).
+# 05 and 06: while the workers keep the cores busy, torch's parallel kernels in this process can
+# lose more to waiting threads than they gain. The cell after the chart times the batched version
+# on all threads too, to show what that choice does on this machine.
 
 # %%
 from gpufeed.measure.harness import benchmark
@@ -147,6 +147,17 @@ if batched_rate < loop:
           "weigh a whole input row, work that torch's per-image resize skips. That pays off where one large "
           "matrix product is what the hardware does best, a GPU (section 4), not on a CPU core.")
 
+# %%
+from gpufeed.course.prose import say
+
+if not S.cuda and threads > 1:  # the one-thread choice above, checked: the batched version on every thread
+    all_threads = benchmark(batched_epoch, name=f"batched, CPU, {threads} threads", **kw)
+    ratio = all_threads.items_per_s / batched_rate
+    say(f"The batched version on {threads} threads: {all_threads.items_per_s:,.0f} images/s, **{ratio:.2f}x** its "
+        "rate on one thread" + (": more threads help here." if ratio > 1.05 else
+                                 ": no gain from more threads here." if ratio >= 0.95 else
+                                 ": slower, the threads wait on each other more than they work."))
+
 # %% [markdown]
 # ## 2. The trap: one random draw for the whole batch
 #
@@ -176,6 +187,18 @@ for call in range(5):
 #   column matrix of the samples to flip;
 # * **colour jitter by per-sample factors**: torchvision's formulas, with a factor tensor
 #   `[N, 1, 1, 1]` that broadcasts instead of one number.
+#
+# The first two are the heart of the lesson, in `gpufeed.data.augment`; here they are:
+
+# %%
+import inspect
+
+from IPython.display import Markdown, display
+
+from gpufeed.data import augment as augment_module
+
+display(Markdown("```python\n" + inspect.getsource(augment_module.resample_weights)
+                 + "\n\n" + inspect.getsource(augment_module.crop_resize) + "```"))
 
 # %%
 from gpufeed.data.augment import resample_weights
@@ -354,10 +377,16 @@ batch_mb = crops.numel() * 4 / 1e6  # the float32 batch each eager pass reads an
 text = "; ".join(f"{name}: " + ", ".join(f"{v} {k}" for k, v in c.items()) for name, c in counts.items())
 if compiled is not None:
     gain = tail[0].median / tail[1].median
-    text += (f". The compiled tail runs at {gain:.2f}x the eager one ({tail[0].items_per_s:,.0f} -> "
-             f"{tail[1].items_per_s:,.0f} images/s), on a float32 batch of {batch_mb:.1f} MB per pass. ")
-    text += ("Not faster here." if gain < 1.1 else
-             "Fewer passes over memory and, on a GPU, the syncs it no longer makes: the counts above say how much of each.")
+    text += (f". The compiled tail runs at **{gain:.2f}x** the eager one ({tail[0].items_per_s:,.0f} -> "
+             f"{tail[1].items_per_s:,.0f} images/s), on a float32 batch of {batch_mb:.1f} MB per eager pass. ")
+    for what in counts["eager"]:  # the same keys for both: kernels (and syncs) on a GPU, operators on a CPU
+        before, after = counts["eager"][what], counts["torch.compile"][what]
+        text += (f"{what}: {before} -> {after}"
+                 + (f" ({before / after:.1f}x fewer). " if after and before > after else
+                    " (all gone). " if before and not after else " (no fewer). "))
+    text += ("Not faster here" + (", despite the fewer launches." if any(
+        counts["torch.compile"][k] < counts["eager"][k] for k in counts["eager"]) else ".") if gain < 1.1 else
+             "Faster, with the counts above saying where it comes from.")
 else:
     text += f". Eager tail: {tail[0].items_per_s:,.0f} images/s; torch.compile not measured ({compile_note})."
 display(Markdown(text))

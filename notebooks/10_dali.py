@@ -21,12 +21,18 @@ S = gpufeed.setup()  # S.device, S.quick, S.machine
 # A DataLoader runs Python per sample, in worker processes, and ships each batch between processes.
 # DALI replaces all of it with a **graph of operators** that you describe once in Python and that
 # C++ runs: CPU operators in a thread pool (`num_threads`), GPU operators on CUDA streams, and a
-# "mixed" JPEG decoder that parses on the CPU and decodes on the GPU (nvJPEG). Finished batches wait
-# in a prefetch queue. No worker processes, no pickling, no Python per sample.
+# "mixed" JPEG decoder (nvJPEG) that splits each image between the CPU and the GPU. The CPU parses
+# the file and, for images under `hybrid_huffman_threshold` pixels (1,000,000 by default), also
+# does the Huffman decoding, the serial part of JPEG (larger images go to nvJPEG's hybrid decoder,
+# which DALI's docs say still largely uses the CPU); the GPU does the rest (inverse DCT, colour
+# conversion). On GPUs that have a hardware JPEG decoder (the A100 was the first), a share of the
+# images (`hw_decoder_load`) goes to it instead. Finished batches wait in a prefetch queue. No
+# worker processes, no pickling, no Python per sample.
 #
 # ```
 #  files --readers.file--> JPEG bytes --decoders.image("mixed")--> images --random_resized_crop--> --crop_mirror_normalize--> batch
-#        CPU threads                      CPU parse, GPU decode       GPU (or CPU)                  GPU (or CPU): flip, float, normalise
+#        CPU threads                      CPU parse + Huffman,        GPU (or CPU)                  GPU (or CPU): flip, float, normalise
+#                                         GPU IDCT (or the HW decoder)
 # ```
 #
 # Without a GPU, DALI still runs its CPU operators (`device_id=None`, the CPU-only mode); that is
@@ -134,7 +140,7 @@ if HAVE_DALI:
     def folder_pipeline(root, size, on_gpu):
         jpegs, labels = fn.readers.file(file_root=root, random_shuffle=True, name="reader")
         images = fn.decoders.image(jpegs, device="mixed" if on_gpu else "cpu", output_type=types.RGB)  # uint8 HWC
-        images = fn.random_resized_crop(images, size=size)  # per-sample box; (height, width)
+        images = fn.random_resized_crop(images, size=size)  # per-sample box; size is (height, width)
         flip = fn.random.coin_flip(probability=0.5)  # per-sample 0 or 1
         images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout="CHW", mirror=flip,
                                           mean=gdali.MEAN255, std=gdali.STD255)  # float32 CHW, normalised
@@ -188,7 +194,9 @@ else:
 from gpufeed.data.folder import scan
 
 if HAVE_DALI:
-    check_size = (out_size[0], out_size[0] * 3 // 4)  # (width, height), a 4:3 shrink of the 4:3 JPEGs
+    # eval_pipeline and torchvision_eval take (width, height), as PIL gives an image's size; unlike
+    # random_resized_crop above, whose size is (height, width), as in torchvision's RandomResizedCrop.
+    check_size = (out_size[1], out_size[1] * 3 // 4)  # (width, height): a 4:3 shrink of the 4:3 JPEGs
     check = DALIGenericIterator(gdali.eval_pipeline(jpeg_dir, check_size, batch_size=batch_size, num_threads=cores,
                                                     device_id=DEVICE_ID), ["images", "labels"], reader_name="reader")
     got, got_labels = gdali.unpack(next(iter(check)))
@@ -249,8 +257,9 @@ else:
 # DALI gets `num_threads = cores` for its CPU operators, as many as the DataLoaders of section 3 had
 # workers. Same images, same batch size, same work, each batch moved to the device. This process
 # keeps one torch thread, as in lessons 05 and 06: it only gathers the memmap batches for
-# `external_source`, and torch's parallel kernels would fight DALI's threads for the same cores
-# (here that made the memmap pipeline up to twenty times slower).
+# `external_source`, and torch's parallel kernels would fight DALI's threads for the same cores.
+# How much that costs depends on the machine: to see it on this one, call
+# `torch.set_num_threads(cores)` before the memmap row and compare.
 
 # %%
 import matplotlib.pyplot as plt
@@ -313,17 +322,21 @@ else:
 # * **Memory pools.** DALI takes GPU memory and pinned host memory from pools of its own and keeps
 #   them at their peak. Torch's `memory_allocated()` does not see them, and torch's caching
 #   allocator competes with them for the same GPU: `nvidia.dali.backend.ReleaseUnusedMemory()` gives
-#   back what is unused, `PreallocateDeviceMemory` sets a budget up front, and the prefetch queue
-#   (`prefetch_queue_depth`, 2 by default) holds that many finished batches.
-# * **What cannot go back to the CPU.** Data in a pipeline flows CPU to GPU. Under the classic
-#   executor (`exec_dynamic=False`) no CPU operator may take data that is on the GPU. DALI 2's default
-#   executor allows `.cpu()`, but each such step is a device-to-host copy and a wait inside the
-#   pipeline. A step DALI has no operator for runs in Python (`fn.python_function`), under the GIL.
+#   back what is unused, `PreallocateDeviceMemory(bytes, device_id)` reserves that much in DALI's
+#   pool up front, so that later allocations need not ask the driver (it reserves; it does not cap
+#   what the pool may grow to), and the prefetch queue (`prefetch_queue_depth`, 2 by default)
+#   holds that many finished batches.
+# * **Going back to the CPU.** Under the classic executor (`exec_dynamic=False`) data in a
+#   pipeline flows CPU to GPU only: no CPU operator may take data that is on the GPU. DALI 2's
+#   default executor (`exec_dynamic=True`) allows `.cpu()`, but each such step is a device-to-host
+#   copy and a wait inside the pipeline. A step DALI has no operator for runs in Python
+#   (`fn.python_function`), under the GIL.
 # * **The rest.** A large wheel per CUDA major version, Linux only, and a graph that is harder to
-#   debug than Python. DALI 2 adds two experimental ways in: an imperative mode without a graph
-#   (`nvidia.dali.experimental.dynamic`), and a proxy that lets a DataLoader's workers hand samples
-#   to a pipeline in the main process (`nvidia.dali.plugin.pytorch.experimental.proxy`). This
-#   lesson teaches the stable API: `pipeline_def` and `DALIGenericIterator`.
+#   debug than Python. Two experimental ways in: since DALI 1.47, a proxy that lets a DataLoader's
+#   workers hand samples to a pipeline in the main process
+#   (`nvidia.dali.plugin.pytorch.experimental.proxy`), and in DALI 2 an imperative mode without a
+#   graph (`nvidia.dali.experimental.dynamic`). This lesson teaches the stable API: `pipeline_def`
+#   and `DALIGenericIterator`.
 
 # %%
 if HAVE_DALI:
@@ -344,28 +357,64 @@ else:
 # **Several GPUs: `shard_id` and `num_shards`.** With DDP (lesson 12) each process builds its own
 # pipeline with `device_id=local_rank`, and the reader gives it its part of the files:
 # `fn.readers.file(..., shard_id=rank, num_shards=world_size, random_shuffle=True,
-# stick_to_shard=False)`. Below, two shards of the JPEG folder, read in order, each sample's label
-# replaced by its index to show who read what (CPU-only mode; on GPUs only `device_id` changes):
+# stick_to_shard=False, pad_last_batch=True)`. Below, two shards of the JPEG folder, read in order,
+# each sample's label replaced by its index to show who read what (CPU-only mode; on GPUs only
+# `device_id` changes):
 
 # %%
 if HAVE_DALI:
     paths = [str(p) for p, _ in scan(jpeg_dir)[0]]
 
     @pipeline_def
-    def indices_pipeline(shard_id, num_shards):
+    def indices_pipeline(shard_id, num_shards, pad):
         _, index = fn.readers.file(files=paths, labels=list(range(len(paths))), shard_id=shard_id,
-                                   num_shards=num_shards, random_shuffle=False, name="reader")
+                                   num_shards=num_shards, random_shuffle=False, pad_last_batch=pad, name="reader")
         return index
 
-    read = []
-    for shard_id in range(2):
-        p = indices_pipeline(shard_id, 2, batch_size=batch_size, num_threads=1, device_id=None)
-        p.build()
-        it = DALIGenericIterator(p, ["index"], reader_name="reader", last_batch_policy=LastBatchPolicy.PARTIAL)
-        read.append(sorted(i for b in it for i in b[0]["index"].reshape(-1).tolist()))
+    def shard_batches(pad, policy, shard_batch):
+        """Per shard, the indices in each batch the iterator yields for one epoch."""
+        out = []
+        for shard_id in range(2):
+            p = indices_pipeline(shard_id, 2, pad, batch_size=shard_batch, num_threads=1, device_id=None)
+            p.build()
+            it = DALIGenericIterator(p, ["index"], reader_name="reader", last_batch_policy=policy)
+            out.append([b[0]["index"].reshape(-1).tolist() for b in it])
+        return out
+
+    read = [sorted(i for b in batches for i in b) for batches in shard_batches(False, LastBatchPolicy.PARTIAL, batch_size)]
     overlap = set(read[0]) & set(read[1])
     print(f"shard 0 reads {len(read[0])} files ({read[0][0]}..{read[0][-1]}), shard 1 reads {len(read[1])} "
           f"({read[1][0]}..{read[1][-1]}); {len(overlap)} read by both, {len(paths) - len(set(read[0]) | set(read[1]))} by neither")
+
+# %% [markdown]
+# When the shards are not the same size, look at the last step of each rank: does every rank run
+# the same number of steps, is each batch full, and does a rank read samples of the other's shard?
+# Below, an odd number of files and a batch the size of the smaller shard, for `pad_last_batch`
+# off and on, with the iterator's `last_batch_policy` `PARTIAL` (drop the padding) and `FILL`.
+
+# %%
+from gpufeed.course.prose import say
+
+if HAVE_DALI:
+    paths = paths[:len(paths) - 1 if len(paths) % 2 == 0 else len(paths)]  # an odd count: the shards differ by one
+    own = [set(range(len(paths) * i // 2, len(paths) * (i + 1) // 2)) for i in range(2)]  # each shard's files
+    small = len(paths) // 2  # the smaller shard fits in one batch, the larger one does not
+    lines = []
+    for pad in (False, True):
+        for policy in (LastBatchPolicy.PARTIAL, LastBatchPolicy.FILL):
+            shards = shard_batches(pad, policy, small)
+            sizes = [[len(b) for b in batches] for batches in shards]
+            foreign = sum(i not in own[r] for r, batches in enumerate(shards) for b in batches for i in b)
+            print(f"pad_last_batch={pad!s:5}, {policy.name:7}: batch sizes per rank {sizes}; "
+                  f"samples of the other rank's shard read: {foreign}")
+            steps = [len(b) for b in sizes]
+            found = ([] if steps[0] == steps[1] else
+                     [f"{steps[0]} and {steps[1]} steps: the rank with more waits in its extra all-reduce (lesson 12)"])
+            found += ["an empty last batch on a rank (a model with BatchNorm fails on it)"] if 0 in sum(sizes, []) else []
+            found += [f"{foreign} sample(s) of the other rank's shard, counted twice in the epoch"] if foreign else []
+            lines.append(f"- `pad_last_batch={pad}`, `{policy.name}`: " + ("; ".join(found) if found else
+                                                                          "same steps on both ranks, each rank's own samples"))
+    say(f"{len(paths)} files in 2 shards, batches of {small}, on DALI {gdali.version()}:\n" + "\n".join(lines))
 else:
     print("skipped: DALI is not installed")
 
@@ -378,7 +427,7 @@ else:
 # |---|---|
 # | `class P(Pipeline)` with `__init__` and `define_graph()` | a function decorated with `@pipeline_def` |
 # | `ops.FileReader(file_root=...)` | `fn.readers.file(file_root=...)` or `files=`/`labels=` |
-# | `ops.nvJPEGDecoder(device="mixed")` (gone from DALI 2), later `ops.ImageDecoder` | `fn.decoders.image(jpegs, device="mixed")` |
+# | `ops.nvJPEGDecoder(device="mixed")` (removed in DALI 0.16, 2019), then `ops.ImageDecoder` | `fn.decoders.image(jpegs, device="mixed")` |
 # | `ops.ExternalSource()` fed by `iter_setup()` calling `self.feed_input(node, batch)` every iteration | `fn.external_source(source=...)`: DALI pulls from your iterable or callable (section 6); `iter_setup` is deprecated |
 # | `ops.CropMirrorNormalize(output_dtype=types.FLOAT, image_type=types.RGB, ...)` | `fn.crop_mirror_normalize(dtype=types.FLOAT, ...)` |
 # | `ops.CoinFlip()` | `fn.random.coin_flip()` |

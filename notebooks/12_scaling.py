@@ -29,7 +29,7 @@ S = gpufeed.setup()  # S.device, S.quick, S.machine
 # | | `nn.DataParallel` | `DistributedDataParallel` (DDP) |
 # |---|---|---|
 # | processes | one, with a thread per GPU (they share one GIL) | one per GPU |
-# | loading | one loader for all GPUs; each batch is split up from GPU 0 | each process its own loader and shard |
+# | loading | one loader for all GPUs; each batch is scattered: cut along dim 0, a CPU batch's pieces copied straight to each GPU | each process its own loader and shard |
 # | what travels each step | inputs scattered, outputs gathered, the model copied out again | the gradients (an all-reduce, bucket by bucket, overlapped with the backward pass), and rank 0's buffers (BatchNorm statistics) broadcast before each forward (`broadcast_buffers=True`, the default) |
 # | several machines | no | yes |
 #
@@ -115,8 +115,9 @@ display(Markdown(f"{imagenet:,} images over 8 ranks: {per_rank:,} per rank, so {
 # same number of steps. A rank that runs out of batches stops calling the all-reduce that the
 # others are waiting in; they wait until the collective's timeout (`init_process_group(timeout=)`,
 # the script's `--timeout`; torch's default is ten minutes for nccl, thirty for gloo), then fail
-# with an error, or at once if the finished rank exits and closes their connection. With
-# `drop_last=True` both ways give every rank `n // w` samples in full batches:
+# with an error; with gloo, at once if the finished rank exits and closes their connection (nccl
+# in general waits out its timeout). With `drop_last=True` both ways give every rank `n // w`
+# samples, and so `(n // w) // B` full batches (`B` the batch size): the same number on every rank.
 
 # %%
 from gpufeed.course.shards import make_loader
@@ -126,7 +127,8 @@ for kind in ("fast", "sampler"):
         steps = [len(make_loader((np.arange(11),), 2, kind, rank=r, world_size=3, drop_last=drop_last))
                  for r in range(3)]
         print(f"{kind:>7}, drop_last={drop_last!s:>5}: steps per rank {steps}"
-              + ("   <- a DDP job would stall, then time out" if len(set(steps)) > 1 else ""))
+              + ("   <- a DDP job would stall, then time out" if len(set(steps)) > 1 else "")
+              + (f"   = (11 // 3) // 2 = {(11 // 3) // 2}" if drop_last else ""))
 
 # %% [markdown]
 # When the shards cannot be equal (a dataset that streams, a filter that drops samples per rank),
@@ -176,7 +178,22 @@ print(f"without set_epoch, {len({tuple(o) for o in forgot})} distinct order(s) i
 # `--train`: a small CNN in DDP), and times its epochs with the course's harness (a warm-up epoch
 # untimed, all ranks starting each epoch together). Then every rank counts how often it read each
 # sample; an all-reduce sums the counts (any count above 1 is an overlap, any 0 a missed sample)
-# and rank 0 gathers every rank's numbers (`all_gather_object`) and writes one JSON.
+# and rank 0 gathers every rank's numbers (`all_gather_object`) and writes one JSON. The recipe's
+# key lines, as the script has them (read from the file, with their line numbers):
+
+# %%
+import inspect
+
+from pathlib import Path
+
+from gpufeed.course import distributed
+
+script = inspect.getsourcefile(distributed)
+key_lines = ("init_process_group(", "make_loader(", "DistributedDataParallel(", "set_epoch(", "non_blocking=True")
+print(script)
+for number, line in enumerate(Path(script).read_text().splitlines(), start=1):
+    if any(k in line for k in key_lines) and not line.lstrip().startswith(("#", '"""')):
+        print(f"{number:4}: {line}")
 
 # %%
 from gpufeed import config

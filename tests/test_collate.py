@@ -7,7 +7,13 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data._utils.collate import default_collate
 
-from gpufeed.course.collate import DeviceCollate, dataparallel_split, ddp_move, worker_cuda_cost
+from gpufeed.course.collate import (
+    DeviceCollate,
+    dataparallel_split,
+    ddp_move,
+    without_persistent_workers,
+    worker_cuda_cost,
+)
 from gpufeed.data.movers import DetectionDataset, detection_collate, equal, leaves
 
 
@@ -72,3 +78,27 @@ def test_worker_cuda_cost_says_it_needs_a_gpu():
         pytest.skip("a GPU is here")
     with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
         worker_cuda_cost(TensorDataset(torch.zeros(2)), batch_size=1, num_workers=1)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU here: the workers' copies need one")
+def test_without_persistent_workers_reports_each_epochs_start_and_what_the_workers_printed():
+    data = TensorDataset(torch.arange(24, dtype=torch.float32).view(12, 2), torch.arange(12))
+    got = without_persistent_workers(data, batch_size=4, num_workers=2, epochs=2)
+    assert len(got["first_batch_s"]) == 2 and got["producer_warnings"] >= 0
+    assert isinstance(got["held_batches_intact"], bool) and isinstance(got["stderr_tail"], str)
+
+
+def test_without_persistent_workers_says_it_needs_a_gpu():
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here")
+    with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
+        without_persistent_workers(TensorDataset(torch.zeros(2)), batch_size=1, num_workers=1)
+
+
+def test_device_collate_makes_a_tensorclass_batch_in_spawned_workers():
+    data = TensorDataset(torch.arange(24, dtype=torch.float32).view(6, 2, 2), torch.arange(6))
+    got = list(DataLoader(data, batch_size=3, num_workers=1, multiprocessing_context="spawn",
+                          collate_fn=DeviceCollate("cpu", tensorclass=True)))
+    assert [type(b).__name__ for b in got] == ["ImageData", "ImageData"]
+    assert torch.equal(torch.cat([b.images for b in got]), data.tensors[0]) and got[1].targets.tolist() == [3, 4, 5]

@@ -1,6 +1,6 @@
 import json
 
-from gpufeed.measure.machine import describe, machine_info, slug
+from gpufeed.measure.machine import cache_bytes, describe, machine_info, slug
 
 
 def test_machine_info_is_json_ready_and_complete():
@@ -23,3 +23,16 @@ def test_slugs_name_the_gpu_or_the_cpu():
 def test_describe_names_the_hardware():
     text = describe({"gpu": "NVIDIA H200", "cpu": "Xeon", "cores": 16, "torch": "2.11.0"})
     assert "NVIDIA H200" in text and "16 cores" in text and "2.11.0" in text
+
+
+def test_cache_bytes_reads_the_last_level_cache_from_sysfs(tmp_path):
+    for i, (level, kind, size) in enumerate([(1, "Data", "32K"), (1, "Instruction", "32K"), (2, "Unified", "1024K"),
+                                             (3, "Unified", "32768K")]):
+        d = tmp_path / f"index{i}"
+        d.mkdir()
+        (d / "level").write_text(f"{level}\n")
+        (d / "type").write_text(f"{kind}\n")
+        (d / "size").write_text(f"{size}\n")
+    assert cache_bytes(3, root=tmp_path) == 32 << 20
+    assert cache_bytes(2, root=tmp_path) == 1 << 20
+    assert cache_bytes(1, root=tmp_path) == 32 << 10  # the data cache, not the instruction cache

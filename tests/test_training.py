@@ -82,3 +82,17 @@ def test_the_memory_guard_reads_free_device_memory():
     assert training.fits(64, (1280, 960), "cuda:0", mem_get_info=big) is True
     assert training.fits(10**6, (1280, 960), "cpu", mem_get_info=t4) is True and len(asked) == 2  # CPU: not asked
     assert training.train_bytes(16, (640, 480)) < training.train_bytes(32, (640, 480))
+
+
+def test_calibrate_is_none_off_cuda_and_fits_takes_its_figure():
+    assert training.calibrate("cpu") is None
+    free = lambda d: (15 << 30, 16 << 30)  # noqa: E731  a 16 GB GPU with 15 GB free
+    assert not training.fits(64, (1280, 960), "cuda", mem_get_info=free)  # the fixed estimate: ~48 GB
+    assert training.fits(64, (1280, 960), "cuda", mem_get_info=free, per_pixel=100.0)  # ~8 GB by a smaller figure
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU here: max_memory_allocated needs one")
+def test_calibrate_measures_bytes_per_input_pixel_on_a_gpu():
+    per_pixel = training.calibrate("cuda", size=(64, 64))
+    assert 10 < per_pixel < 5000  # activations saved for backward: hundreds of bytes per input pixel

@@ -9,11 +9,13 @@ Two designs from the talks the course grew from, which lesson 07 tries against t
   cannot use CUDA once the parent has) and ``persistent_workers=True`` (a CUDA tensor made in a
   worker is shared with the main process through CUDA IPC, and the worker that made it must stay
   alive while it is in use), and every worker opens a CUDA context of its own.
-  :func:`worker_cuda_cost` measures what that costs against pinning in the main process.
+  :func:`worker_cuda_cost` measures what that costs against pinning in the main process;
+  :func:`without_persistent_workers` what goes wrong when the workers end with every epoch.
 * ``nn.DataParallel`` and ``DistributedDataParallel(device_ids=[i])`` move the inputs of
   ``forward`` themselves, nests included: :func:`dataparallel_split` shows what DataParallel's
   scatter makes of a nested batch (on the CPU, with its CUDA copy replaced by the same
-  ``torch.chunk`` split), :func:`ddp_move` what DDP does (one device: the nest, moved whole).
+  ``torch.chunk`` split), :func:`ddp_move` what DDP does (one device: the nest, moved whole; a
+  CPU tensor with a plain, blocking ``.to()``).
 
 Example:
     >>> c = DeviceCollate("cpu")
@@ -24,7 +26,10 @@ Example:
 
 from __future__ import annotations
 
+import os
+import tempfile
 import time
+from collections import deque
 from contextlib import contextmanager
 from unittest import mock
 
@@ -32,6 +37,7 @@ import torch
 from torch.utils.data import DataLoader
 from torch.utils.data._utils.collate import default_collate
 
+from gpufeed.data.memmap import ImageData
 from gpufeed.data.movers import pin, to_device
 
 
@@ -47,13 +53,25 @@ class DeviceCollate:
         device: where batches go, e.g. ``"cuda"`` or ``"cuda:1"``.
         non_blocking: asynchronous copies from the pinned batch (the worker synchronises its
             stream before handing the batch over, so the main process never sees a half-copied one).
+        tensorclass: make an :class:`gpufeed.data.memmap.ImageData` batch (``images``,
+            ``targets``) from ``(image, label)`` samples, as the talk's collate did: one object
+            that pins and moves all its fields in one call.
+
+    Example:
+        >>> b = DeviceCollate("cpu", tensorclass=True)([(torch.zeros(3, 2, 2), 1), (torch.ones(3, 2, 2), 0)])
+        >>> type(b).__name__, tuple(b.images.shape), b.targets.tolist()
+        ('ImageData', (2, 3, 2, 2), [1, 0])
     """
 
-    def __init__(self, device="cuda", non_blocking: bool = True):
-        self.device, self.non_blocking = str(device), non_blocking
+    def __init__(self, device="cuda", non_blocking: bool = True, tensorclass: bool = False):
+        self.device, self.non_blocking, self.tensorclass = str(device), non_blocking, tensorclass
 
     def __call__(self, samples):
-        batch = default_collate(samples)
+        if self.tensorclass:
+            images, targets = default_collate(samples)
+            batch = ImageData(images=images, targets=targets, batch_size=[len(samples)])
+        else:
+            batch = default_collate(samples)
         device = torch.device(self.device)
         if device.type != "cuda":
             return to_device(batch, device)
@@ -62,7 +80,7 @@ class DeviceCollate:
         return batch
 
     def __repr__(self) -> str:
-        return f"DeviceCollate({self.device!r})"
+        return f"DeviceCollate({self.device!r}{', tensorclass=True' if self.tensorclass else ''})"
 
 
 def _epoch_seconds(loader, epochs: int) -> tuple[float, list[float]]:
@@ -105,7 +123,7 @@ def worker_cuda_cost(dataset, *, batch_size: int, num_workers: int, epochs: int 
     torch.cuda.init()
     kw = {"batch_size": batch_size, "num_workers": num_workers, "multiprocessing_context": "spawn",
           "persistent_workers": True}
-    ways = {"main process": {"pin_memory": True}, "in the workers": {"collate_fn": DeviceCollate("cuda")}}
+    ways = {"main process": {"pin_memory": True}, "in the workers": {"collate_fn": DeviceCollate("cuda", tensorclass=True)}}
     out = {}
     for name, how in ways.items():
         torch.cuda.synchronize()
@@ -118,6 +136,90 @@ def worker_cuda_cost(dataset, *, batch_size: int, num_workers: int, epochs: int 
         del loader  # the persistent workers end here, their CUDA contexts with them
         time.sleep(1)  # let the driver release the workers' contexts before the next measurement
     return out
+
+
+@contextmanager
+def captured_stderr():
+    """Redirects file descriptor 2 to a temporary file; yields a function that reads it so far.
+
+    Child processes started inside inherit the redirection, so this catches what DataLoader
+    workers print from C++ at exit (their ``LOG(WARNING)`` lines), which a notebook never shows:
+    a kernel's children write to the terminal that started Jupyter.
+
+    Example:
+        >>> import subprocess, sys
+        >>> with captured_stderr() as read:
+        ...     _ = subprocess.run([sys.executable, "-c", "import sys; sys.stderr.write('from a child')"])
+        >>> read()
+        'from a child'
+    """
+    kept: list[str] = []  # the text, once the block has ended and the file is gone
+
+    def read() -> str:
+        if kept:
+            return kept[0]
+        tmp.flush()
+        tmp.seek(0)
+        return tmp.read().decode(errors="replace")
+
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield read
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            kept.append(read())
+
+
+#: What a worker prints at exit when the main process still holds CUDA tensors it made
+#: (``torch/csrc/CudaIPCTypes.cpp``; see "Sharing CUDA tensors" in torch.multiprocessing's docs).
+PRODUCER_WARNING = "Producer process has been terminated before all shared CUDA tensors released"
+
+
+def without_persistent_workers(dataset, *, batch_size: int, num_workers: int, epochs: int = 2) -> dict:
+    """What goes wrong when :class:`DeviceCollate` workers end with every epoch.
+
+    Runs ``epochs`` epochs of a spawn DataLoader with ``persistent_workers=False``, keeping the
+    last batch of each epoch (as a loop that logs or evaluates it would) while the epoch's workers
+    exit, and captures what the workers print. A CUDA tensor made in a worker lives in the
+    worker's memory, shared through CUDA IPC: PyTorch's docs ask the producer to stay alive while
+    the consumer uses it. Each new epoch also starts ``num_workers`` processes with a CUDA context
+    each.
+
+    Returns:
+        ``first_batch_s`` (a list, one per epoch: the start-up paid every epoch),
+        ``producer_warnings`` (how many times the workers printed :data:`PRODUCER_WARNING`),
+        ``held_batches_intact`` (whether the kept batches still hold the values they had when they
+        arrived) and ``stderr_tail`` (the last lines the workers printed).
+
+    Raises:
+        RuntimeError: torch sees no GPU.
+    """
+    if not torch.cuda.is_available():
+        raise RuntimeError("without_persistent_workers needs a CUDA GPU; torch sees none here")
+    torch.cuda.init()
+    loader = DataLoader(dataset, batch_size=batch_size, num_workers=num_workers, multiprocessing_context="spawn",
+                        persistent_workers=False, collate_fn=DeviceCollate("cuda", tensorclass=True))
+    firsts, kept = [], []  # kept: (the last batch of an epoch, its sum when it arrived)
+    with captured_stderr() as read:
+        for _ in range(epochs):
+            t0 = time.perf_counter()
+            it = iter(loader)
+            batch = next(it)
+            firsts.append(time.perf_counter() - t0)
+            rest = deque(it, maxlen=1)  # runs the epoch to its end, keeping only its last batch
+            batch = rest[0] if rest else batch
+            kept.append((batch, float(batch.images.double().sum())))  # the workers exit when `it` is exhausted
+            del it
+            time.sleep(1)  # give the exiting workers time to print
+        intact = all(float(b.images.double().sum()) == s for b, s in kept)
+        torch.cuda.synchronize()
+    del kept, batch, loader
+    text = read()
+    return {"first_batch_s": firsts, "producer_warnings": text.count(PRODUCER_WARNING),
+            "held_batches_intact": intact, "stderr_tail": "\n".join(text.strip().splitlines()[-5:])}
 
 
 class _ChunkScatter:
@@ -157,8 +259,11 @@ def dataparallel_split(batch, replicas: int = 2) -> list:
 def ddp_move(batch, device) -> object:
     """What ``DistributedDataParallel(module, device_ids=[i])`` does to a ``forward`` input: its
     ``_to_kwargs`` moves the whole nest to ``cuda:i`` (tensors inside dicts, lists, tuples and named
-    tuples; on a side stream, ordered with ``wait_stream`` and kept alive with ``record_stream``).
-    Nothing is split: each rank already has its own batch.
+    tuples). Nothing is split: each rank already has its own batch. Only a tensor already on a GPU
+    is copied on a side stream (ordered with ``wait_stream``, kept alive with ``record_stream``); a
+    CPU tensor, what a loader hands over, gets a plain ``.to(device)`` (``_recursive_to`` in
+    ``torch/distributed/utils.py``), which holds the host until the copy is done, pinned or not. To
+    overlap that copy, move the batch yourself first: pinned, ``.to(device, non_blocking=True)``.
 
     Example:
         >>> x = {"a": [torch.zeros(1)]}

@@ -95,35 +95,43 @@ def send(xb: torch.Tensor, wire: str, device) -> torch.Tensor:
     raise ValueError(f"wire must be one of {WIRES} (got {wire!r})")
 
 
-#: Bytes of device memory per input pixel per image for a ResNet-18 training step under autocast
-#: (activations kept for backward, in float16 and float32, with a margin): ~110 saved values per
-#: input pixel at 2-4 bytes each. A 1280x960 image then needs ~0.7 GB, so batch 64 needs ~45 GB.
+#: Bytes of device memory per input pixel per image for a ResNet-18 training step: an *estimate*,
+#: not a measurement of this GPU. On a CPU, the tensors a step saves for backward (summed by a
+#: ``saved_tensors_hooks`` pack hook, batch 4 minus batch 2) came to 237 bytes per input pixel
+#: under bfloat16 autocast and 442 in float32; 600 leaves a margin for gradients of activations,
+#: the allocator's rounding and cuDNN's workspaces. A 1280x960 image then needs ~0.7 GB, so batch 64
+#: ~48 GB. On a GPU, :func:`calibrate` measures the real figure with ``max_memory_allocated``.
 TRAIN_BYTES_PER_PIXEL = 600
 #: Device memory for the model, its gradients, the optimiser's momentum and cuDNN workspaces.
 TRAIN_FIXED_BYTES = 512 << 20
 
 
-def train_bytes(batch: int, size: tuple[int, int]) -> int:
+def train_bytes(batch: int, size: tuple[int, int], per_pixel: float = TRAIN_BYTES_PER_PIXEL) -> int:
     """Estimated device memory of one ResNet-18 training step on ``batch`` images of ``size``.
+
+    Args:
+        per_pixel: bytes per input pixel per image; the fixed estimate, or :func:`calibrate`'s.
 
     Example:
         >>> round(train_bytes(64, (1280, 960)) / 1e9)
         48
     """
     pixels = size[0] * size[1]
-    return batch * pixels * (TRAIN_BYTES_PER_PIXEL + 3) + TRAIN_FIXED_BYTES  # + 3: the uint8 input
+    return int(batch * pixels * (per_pixel + 3)) + TRAIN_FIXED_BYTES  # + 3: the uint8 input
 
 
-def fits(batch: int, size: tuple[int, int], device, mem_get_info=None, headroom: float = 0.8) -> bool:
+def fits(batch: int, size: tuple[int, int], device, mem_get_info=None, headroom: float = 0.8,
+         per_pixel: float = TRAIN_BYTES_PER_PIXEL) -> bool:
     """Whether a training step on ``batch`` images of ``size`` fits in ``device``'s free memory.
 
     Always True off CUDA (host memory is not checked). On CUDA the estimate :func:`train_bytes`
     must stay under ``headroom`` of the free bytes that ``torch.cuda.mem_get_info`` reports
-    (Colab's T4 has 15 GB; full mode's 1280x960 at batch 64 would need ~48 GB).
+    (Colab's T4 has 15 GB; by the fixed estimate, full mode's 1280x960 at batch 64 needs ~48 GB).
 
     Args:
         mem_get_info: ``device -> (free, total)`` bytes; default ``torch.cuda.mem_get_info``
             (tests pass a fake one).
+        per_pixel: bytes per input pixel per image (:func:`calibrate` measures it on a GPU).
 
     Example:
         >>> fits(64, (1280, 960), "cuda", mem_get_info=lambda d: (15 << 30, 16 << 30))
@@ -135,7 +143,57 @@ def fits(batch: int, size: tuple[int, int], device, mem_get_info=None, headroom:
     if device.type != "cuda":
         return True
     free, _total = (mem_get_info or torch.cuda.mem_get_info)(device)
-    return train_bytes(batch, size) <= headroom * free
+    return train_bytes(batch, size, per_pixel) <= headroom * free
+
+
+def _trainer(device: torch.device, amp: bool, num_classes: int):
+    """A ResNet-18 step ``step(x_uint8_on_host, labels, wire)`` with its optimiser and scaler."""
+    cuda = device.type == "cuda"
+    model = resnet18_with_normalize(num_classes).to(device)
+    if cuda:
+        model = model.to(memory_format=torch.channels_last)  # Tensor Cores prefer NHWC for convs
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    scaler = torch.amp.GradScaler("cuda", enabled=amp and cuda)
+    ctx = (lambda: torch.autocast(device.type, dtype=autocast_dtype(device))) if amp else nullcontext
+    model.train()
+
+    def step(xb: torch.Tensor, yb: torch.Tensor, wire: str) -> None:
+        x = send(xb, wire, device)
+        with ctx():
+            loss = nn.functional.cross_entropy(model(x), yb)
+        opt.zero_grad(set_to_none=True)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+
+    return step
+
+
+def calibrate(device, size: tuple[int, int] = (224, 224), amp: bool = True, num_classes: int = 10) -> float | None:
+    """Measured bytes of device memory per input pixel per image of a ResNet-18 training step.
+
+    Runs one step at batch 2 and one at batch 4 and reads each peak with
+    ``torch.cuda.max_memory_allocated``; their difference divided by the two extra images' pixels
+    is what each image costs (the weights, gradients and momentum cancel out). None off CUDA,
+    where the course does not check memory. Pass the result to :func:`fits` as ``per_pixel``.
+    """
+    device = torch.device(device)
+    if device.type != "cuda":
+        return None
+    step = _trainer(device, amp, num_classes)
+    g = torch.Generator().manual_seed(0)
+    w, h = size
+    peaks = []
+    for batch in (2, 4):
+        xb = torch.randint(0, 256, (batch, 3, h, w), dtype=torch.uint8, generator=g)
+        yb = torch.randint(0, num_classes, (batch,), generator=g).to(device)
+        step(xb, yb, "uint8")  # first: allocations of the optimiser's state, cuDNN's choices
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        step(xb, yb, "uint8")
+        torch.cuda.synchronize(device)
+        peaks.append(torch.cuda.max_memory_allocated(device))
+    return max(peaks[1] - peaks[0], 0) / (2 * w * h)
 
 
 def train_epoch(batch: int, size: tuple[int, int], wire: str, device, epoch_images: int, amp: bool = True,
@@ -153,30 +211,18 @@ def train_epoch(batch: int, size: tuple[int, int], wire: str, device, epoch_imag
     """
     device = torch.device(device)
     cuda = device.type == "cuda"
-    model = resnet18_with_normalize(num_classes).to(device)
-    if cuda:
-        model = model.to(memory_format=torch.channels_last)  # Tensor Cores prefer NHWC for convs
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    scaler = torch.amp.GradScaler("cuda", enabled=amp and cuda)
+    step = _trainer(device, amp, num_classes)
     steps = max(1, epoch_images // batch)
     g = torch.Generator().manual_seed(0)
     w, h = size
     batches = [torch.randint(0, 256, (batch, 3, h, w), dtype=torch.uint8, generator=g) for _ in range(steps)]
     batches = [b.pin_memory() for b in batches] if cuda else batches
     labels = [torch.randint(0, num_classes, (batch,), generator=g).to(device) for _ in range(steps)]
-    ctx = (lambda: torch.autocast(device.type, dtype=autocast_dtype(device))) if amp else nullcontext
 
     def epoch():
         for xb, yb in zip(batches, labels):
-            x = send(xb, wire, device)
-            with ctx():
-                loss = nn.functional.cross_entropy(model(x), yb)
-            opt.zero_grad(set_to_none=True)
-            scaler.scale(loss).backward()
-            scaler.step(opt)
-            scaler.update()
+            step(xb, yb, wire)
 
-    model.train()
     return benchmark(epoch, name=name or f"{wire} on the wire", repeats=repeats, warmup=warmup, items=steps * batch,
                      params={"size": size_name(size), "batch": batch, "wire": wire, "amp": amp,
                              "steps": steps, "device": str(device)})

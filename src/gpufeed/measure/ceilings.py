@@ -32,7 +32,9 @@ def memcpy(nbytes: int, repeats: int = 10, threads: int | None = None) -> Measur
     """RAM to RAM copy of ``nbytes`` (uint8 tensors, ``dst.copy_(src)``), in GB/s copied.
 
     Each copied byte is read once and written once, so the memory bus moves twice ``nbytes``.
-    ``threads`` caps torch's intra-op threads (large copies are split across cores).
+    ``threads`` caps torch's intra-op threads (large copies are split across cores). Each timed
+    sample repeats the copy until it has copied at least 64 MiB: a 64 KiB copy takes microseconds,
+    and timed alone it would measure the timer and the call's overhead, not the copy.
     """
     src = torch.randint(0, 256, (nbytes,), dtype=torch.uint8)
     dst = torch.empty_like(src)
@@ -41,7 +43,7 @@ def memcpy(nbytes: int, repeats: int = 10, threads: int | None = None) -> Measur
         torch.set_num_threads(threads)
     try:
         return benchmark(lambda: dst.copy_(src), name=f"memcpy {_mb(nbytes)}", repeats=repeats,
-                         warmup=2, nbytes=nbytes, params={"nbytes": nbytes, "threads": torch.get_num_threads()})
+                         warmup=2, number=max(1, 64 * MB // nbytes), nbytes=nbytes, params={"nbytes": nbytes, "threads": torch.get_num_threads()})
     finally:
         torch.set_num_threads(old)
 

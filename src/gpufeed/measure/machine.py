@@ -45,6 +45,33 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+def cache_bytes(level: int = 3, root: str | Path = "/sys/devices/system/cpu/cpu0/cache") -> int | None:
+    """The size in bytes of CPU 0's data or unified cache at ``level`` (3: the last-level cache).
+
+    Read from Linux's sysfs (``index*/level``, ``type``, ``size`` such as ``32768K``); elsewhere from
+    ``sysconf`` where the C library has it; None when neither says. Lessons 00 and 06 size their
+    "RAM" buffers from it: a buffer smaller than the L3 is timed in cache, not in RAM.
+
+    Example:
+        >>> size = cache_bytes(3)
+        >>> size is None or size >= 1 << 16
+        True
+    """
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    for index in sorted(Path(root).glob("index*")):
+        try:
+            if int((index / "level").read_text()) == level and (index / "type").read_text().strip() != "Instruction":
+                size = (index / "size").read_text().strip()
+                return int(size[:-1]) * units[size[-1]] if size[-1] in units else int(size)
+        except (OSError, ValueError):
+            continue
+    try:
+        size = os.sysconf(f"SC_LEVEL{level}_CACHE_SIZE")  # glibc; 0 or -1 when unknown
+        return size if size > 0 else None
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
 def _memory_gib() -> float | None:
     try:
         pages, page_size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
