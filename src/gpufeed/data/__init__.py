@@ -12,7 +12,8 @@ Each module holds one piece; none needs the lessons to be used safely:
 * :mod:`~gpufeed.data.movers`: moving nested batches to a device.
 * :mod:`~gpufeed.data.transforms`: the device transforms, each once: normalise, the ImageNet
   constants, per-sample crop + flip, :class:`~gpufeed.data.transforms.DeviceAugment`.
-* :mod:`~gpufeed.data.augment`: per-sample augmentation of whole batches, on any device.
+* :mod:`~gpufeed.data.augment`: per-sample augmentation of whole batches, on any device;
+  :mod:`~gpufeed.data.resized`: its RandomResizedCrop for the front door (CPU and device paths).
 * :mod:`~gpufeed.data.image_loader`: the front door, :class:`~gpufeed.data.ImageLoader`: a memmap
   folder to shuffled, augmented, prefetched batches on the device, for your own training loop.
 
@@ -25,7 +26,7 @@ from __future__ import annotations
 import importlib
 
 _MODULES = {'arrays', 'augment', 'folder', 'image_loader', 'jpeg', 'loader', 'memmap', 'movers', 'prefetch',
-            'staging', 'transforms'}
+            'resized', 'staging', 'transforms'}
 
 __all__ = sorted(_MODULES | {"ImageLoader"})
 

@@ -368,6 +368,8 @@ class DeviceAugment:
             ``k`` reused buffers in turn, which saves a page fault per 4 KiB of fresh memory but
             means a result is **overwritten ``k`` calls later**: use (or copy) it before then.
         generator: a ``torch.Generator`` to draw from instead of one seeded by ``seed``.
+        memory_format: the output's layout on a GPU (``torch.channels_last`` for a channels-last
+            model: the ``uint8`` crops are laid out so, and the normalisation keeps the layout).
 
     Example:
         >>> aug = DeviceAugment(crop=4, seed=0)
@@ -377,22 +379,29 @@ class DeviceAugment:
     """
 
     def __init__(self, crop: int, seed: int = 0, mean=IMAGENET_MEAN, std=IMAGENET_STD, *, flip: bool = True,
-                 dtype: torch.dtype = torch.float32, buffers: int = 0, generator: torch.Generator | None = None):
+                 dtype: torch.dtype = torch.float32, buffers: int = 0, generator: torch.Generator | None = None,
+                 memory_format: torch.memory_format = torch.contiguous_format):
         if not isinstance(buffers, int) or buffers < 0:
             raise ValueError(f"DeviceAugment: buffers must be a whole number >= 0, got {buffers!r}")
         self.crop, self.flip, self.dtype = crop, flip, dtype
         self.mean, self.std = output_stats("DeviceAugment", dtype, mean, std)
         self.generator = generator if generator is not None else torch.Generator().manual_seed(seed)
         self.buffers, self._ring, self._slot = buffers, [], 0
+        self.memory_format = memory_format
 
     def params(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The next batch's corners ``int64 [B, 2]`` and flips ``bool [B]`` (CPU), in batch order."""
         return draw_crops(x.shape[0], tuple(x.shape[-2:]), self.crop, self.generator, 0.5 if self.flip else 0.0)
 
+    def tasks(self, src: torch.Tensor, rows: Sequence[int], params: tuple[torch.Tensor, torch.Tensor],
+              out: torch.Tensor) -> list[Callable[[], None]]:
+        """The CPU's work for rows ``rows`` of ``src`` with :meth:`params`' draw, as :func:`crop_tasks`."""
+        return crop_tasks(src, rows, *params, self.crop, out, self.mean, self.std)
+
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         corners, flips = self.params(x)
         if x.is_cuda:  # one gather, then one fused multiply-add into fresh (cached) GPU memory
-            crops = crop_flip(x, corners, flips, self.crop)
+            crops = crop_flip(x, corners, flips, self.crop).contiguous(memory_format=self.memory_format)
             return crops if self.dtype == torch.uint8 else normalize(crops, self.dtype, self.mean, self.std)
         shape = (x.shape[0], x.shape[1], self.crop, self.crop)
         if self.buffers == 0:
