@@ -204,3 +204,19 @@ def test_gpu_resumes_mid_epoch(mm, on_cuda):
     second.load_state_dict(first.state_dict())
     for (gx, gy), (wx, wy) in zip(list(second), whole[2:], strict=True):
         assert torch.equal(gy.cpu(), wy.cpu()) and torch.equal(gx.cpu(), wx.cpu())
+
+
+# -- the build's order, for the grouped shuffle -----------------------------------------------------
+
+def test_build_in_a_seeded_order_stores_the_same_rows_shuffled(tmp_path):
+    src = synth_folder(tmp_path / "jpeg", n=12, size=(40, 32), classes=3, progress=False).path
+    plain = load_memmap(build_memmap(src, tmp_path / "plain", size=(16, 16), progress=False).path)
+    r = build_memmap(src, tmp_path / "mixed", size=(16, 16), progress=False, order_seed=7)
+    mixed = load_memmap(r.path)
+    order = torch.randperm(12, generator=torch.Generator().manual_seed(7))  # row i <- folder image order[i]
+    assert torch.equal(mixed.images, plain.images[order]) and torch.equal(mixed.targets, plain.targets[order])
+    assert not torch.equal(mixed.targets, plain.targets)
+    again = build_memmap(src, tmp_path / "mixed", size=(16, 16), progress=False, order_seed=7, reuse=True)
+    assert again.reused
+    with pytest.raises(Exception, match="already holds a memmap dataset"):  # another order is another dataset
+        build_memmap(src, tmp_path / "mixed", size=(16, 16), progress=False, order_seed=8, reuse=True)
