@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib
 
-_MODULES = {'collate', 'distributed', 'doctor', 'efficiency', 'explorer', 'formats', 'hazards', 'instrument', 'knobs', 'ladder', 'launch', 'outofcore', 'pagecache', 'prose', 'quality', 'session', 'shards', 'shuffles', 'simcuda', 'simulator', 'timeline', 'trace', 'training', 'transfer'}
+_MODULES = {'collate', 'distributed', 'doctor', 'efficiency', 'explorer', 'formats', 'hazards', 'instrument', 'knobs', 'ladder', 'launch', 'outofcore', 'pagecache', 'ports', 'prose', 'quality', 'session', 'shards', 'shuffles', 'simcuda', 'simulator', 'timeline', 'trace', 'training', 'transfer'}
 
 __all__ = sorted(_MODULES)
 

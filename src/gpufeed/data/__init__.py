@@ -6,7 +6,7 @@ Each module holds one piece; none needs the lessons to be used safely:
   resize policy; :mod:`~gpufeed.data.jpeg`: the JPEG decoders.
 * :mod:`~gpufeed.data.memmap`: the memmap format (atomic build, load); :mod:`~gpufeed.data.staging`:
   folders that appear all at once or not at all; :mod:`~gpufeed.data.arrays`: the same arrays with
-  NumPy alone.
+  NumPy alone; :mod:`~gpufeed.data.manifest`: the format's names and manifest, which both use.
 * :mod:`~gpufeed.data.loader`: batched loading (one gather per batch), seeded, sharded.
 * :mod:`~gpufeed.data.prefetch`: prefetchers (a CUDA side stream; a thread on the CPU).
 * :mod:`~gpufeed.data.movers`: moving nested batches to a device.
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import importlib
 
-_MODULES = {'arrays', 'augment', 'folder', 'image_loader', 'jpeg', 'loader', 'memmap', 'movers', 'prefetch',
+_MODULES = {'arrays', 'augment', 'folder', 'image_loader', 'jpeg', 'loader', 'manifest', 'memmap', 'movers', 'prefetch',
             'resized', 'staging', 'transforms'}
 
 __all__ = sorted(_MODULES | {"ImageLoader"})

@@ -11,8 +11,8 @@ memmap SRC DST`` is the command line.
 On disk, ``DST/`` holds ``gpufeed-memmap.json`` (the manifest: count, shapes, dtypes, source,
 classes, policy, format version) and ``data/`` (tensordict's memmap: ``meta.json`` and one raw
 file per field). The build is atomic (:mod:`gpufeed.data.staging`): a killed build leaves no ``DST``,
-and :func:`load_memmap` refuses a folder without a valid manifest. The format's names, its manifest
-reader, the NumPy-only opener (:func:`gpufeed.data.arrays.open_arrays`) and the dataset for
+and :func:`load_memmap` refuses a folder without a valid manifest. The format's names and its manifest
+reader live in :mod:`gpufeed.data.manifest`; the NumPy-only opener (:func:`gpufeed.data.arrays.open_arrays`) and the dataset for
 DataLoader workers (:class:`gpufeed.data.arrays.MemmapDataset`) live in :mod:`gpufeed.data.arrays`,
 which starts without tensordict.
 
@@ -43,8 +43,8 @@ import torch
 from tensordict import tensorclass
 
 from gpufeed.data import staging
-from gpufeed.data.arrays import DATA, FORMAT, FORMAT_VERSION, MANIFEST, MemmapError, read_manifest  # noqa: F401
 from gpufeed.data.folder import POLICY, BadImageError, FolderError, ImageFolderDataset
+from gpufeed.data.manifest import DATA, FORMAT, FORMAT_VERSION, MANIFEST, MemmapError, read_manifest  # noqa: F401
 from gpufeed.data.staging import free_bytes  # tests point memmap.free_bytes at a tiny limit
 
 MIN_SIDE, MAX_SIDE = 8, 16384
