@@ -28,10 +28,25 @@ def mm(tmp_path_factory):
     return build_memmap(src, tmp / "mm", size=(24, 20), progress=False).path  # 20 high, 24 wide
 
 
-def naive_rrc(path, batch_size, size, *, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), seed=0, epoch=0, rank=0,
-              world_size=1, flip=True, shuffle=True, group_size=None, uint8=False):
+def naive_rrc(
+    path,
+    batch_size,
+    size,
+    *,
+    scale=(0.08, 1.0),
+    ratio=(3 / 4, 4 / 3),
+    seed=0,
+    epoch=0,
+    rank=0,
+    world_size=1,
+    flip=True,
+    shuffle=True,
+    group_size=None,
+    uint8=False,
+):
     """By hand: the epoch's order and shard, then per image torchvision's resized_crop on the box
-    drawn by RandomResizedCrop's rule (one generator, in batch order), a flip, (x / 255 - mean) / std."""
+    drawn by RandomResizedCrop's rule (one generator, in batch order), a flip, then
+    (x / 255 - mean) / std."""
     data = load_memmap(path)
     n, _, h, w = data.images.shape
     if not shuffle:
@@ -42,7 +57,7 @@ def naive_rrc(path, batch_size, size, *, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)
         order = torch.randperm(n, generator=seeded_generator(seed, epoch))
     base, extra = divmod(n, world_size)
     lo = rank * base + min(rank, extra)
-    order = order[lo:lo + base + (rank < extra)]
+    order = order[lo : lo + base + (rank < extra)]
     g = seeded_generator(seed, epoch, rank, 1)
     mean = torch.tensor(IMAGENET_MEAN, dtype=torch.float64).view(3, 1, 1)
     std = torch.tensor(IMAGENET_STD, dtype=torch.float64).view(3, 1, 1)
@@ -72,9 +87,16 @@ def same(got, want, atol=1e-5):
             assert torch.allclose(x.cpu().float(), rx, atol=atol)
 
 
-@pytest.mark.parametrize("kwargs", [{}, {"seed": 3, "scale": (0.5, 1.0), "ratio": (0.5, 2.0)},
-                                    {"flip": False, "shuffle": False}, {"rank": 1, "world_size": 3},
-                                    {"group_size": 4}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"seed": 3, "scale": (0.5, 1.0), "ratio": (0.5, 2.0)},
+        {"flip": False, "shuffle": False},
+        {"rank": 1, "world_size": 3},
+        {"group_size": 4},
+    ],
+)
 @pytest.mark.parametrize("size", [16, 32])  # 32: larger than the stored 20x24
 def test_random_resized_crop_is_torchvision_resized_crop_on_the_same_boxes(mm, kwargs, size):
     kwargs = {"scale": (0.08, 1.0), **kwargs}
@@ -98,17 +120,30 @@ def test_resized_crop_augment_on_a_batch_matches_its_cpu_tasks():
     assert (batched - out).abs().max() < 1e-3
 
 
-@pytest.mark.parametrize("bad, message", [({"scale": (0.5, 0.1)}, "scale=.* needs 0 < low <= high <= 1"),
-                                          ({"scale": 0.5}, "scale must be a pair"),
-                                          ({"scale": (0.1, 1), "ratio": (0, 1)}, "ratio=.* needs 0 < low"),
-                                          ({"memory_format": torch.preserve_format}, "memory_format must be")])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ({"scale": (0.5, 0.1)}, "scale=.* needs 0 < low <= high <= 1"),
+        ({"scale": 0.5}, "scale must be a pair"),
+        ({"scale": (0.1, 1), "ratio": (0, 1)}, "ratio=.* needs 0 < low"),
+        ({"memory_format": torch.preserve_format}, "memory_format must be"),
+    ],
+)
 def test_bad_recipe_arguments_get_one_clear_line(mm, bad, message):
     with pytest.raises(ValueError, match=message):
         ImageLoader(mm, 4, crop=16, **bad)
 
 
-@pytest.mark.parametrize("kwargs", [{}, {"scale": (0.08, 1.0)}, {"dtype": torch.uint8}, {"reuse_buffers": 2},
-                                    {"dtype": torch.uint8, "scale": (0.3, 1.0)}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"scale": (0.08, 1.0)},
+        {"dtype": torch.uint8},
+        {"reuse_buffers": 2},
+        {"dtype": torch.uint8, "scale": (0.3, 1.0)},
+    ],
+)
 def test_channels_last_is_the_same_batches_laid_out_nhwc(mm, kwargs):
     want = list(ImageLoader(mm, 4, crop=16, device="cpu", **kwargs))
     got = list(ImageLoader(mm, 4, crop=16, device="cpu", memory_format=CL, **kwargs))
@@ -122,12 +157,17 @@ def test_grouped_order_reads_few_blocks_per_batch(mm):
     loader = ImageLoader(mm, 4, crop=16, group_size=4, device="cpu")
     idx = loader.indices(0)
     assert sorted(torch.cat(idx).tolist()) == list(range(14))
-    assert all(len({i // 4 for i in b.tolist()}) <= 2 for b in idx)  # a batch of 4 spans at most 2 blocks
+    assert all(
+        len({i // 4 for i in b.tolist()}) <= 2 for b in idx
+    )  # a batch of 4 spans at most 2 blocks
 
 
-# -- resuming mid-epoch ------------------------------------------------------------------------------
+# -- resuming mid-epoch ------------------------------------------------------------
 
-@pytest.mark.parametrize("kwargs", [{}, {"scale": (0.08, 1.0), "group_size": 4}, {"rank": 1, "world_size": 2}])
+
+@pytest.mark.parametrize(
+    "kwargs", [{}, {"scale": (0.08, 1.0), "group_size": 4}, {"rank": 1, "world_size": 2}]
+)
 @pytest.mark.parametrize("stop", [0, 1, 3, 4])  # 4: the whole epoch (14 images in batches of 4)
 def test_state_dict_resumes_at_the_next_batch_with_the_same_crops(mm, kwargs, stop):
     whole = ImageLoader(mm, 4, crop=16, device="cpu", **kwargs)
@@ -151,7 +191,9 @@ def test_state_dict_resumes_at_the_next_batch_with_the_same_crops(mm, kwargs, st
 
 def test_a_state_from_other_settings_is_refused(mm):
     state = ImageLoader(mm, 4, crop=16, seed=1).state_dict()
-    with pytest.raises(ValueError, match="saved by a loader with other settings .*'seed': \\(1, 0\\)"):
+    with pytest.raises(
+        ValueError, match="saved by a loader with other settings .*'seed': \\(1, 0\\)"
+    ):
         ImageLoader(mm, 4, crop=16).load_state_dict(state)
 
 
@@ -175,24 +217,35 @@ RUN = textwrap.dedent("""
 def test_resume_in_a_new_process_gives_the_rest_of_the_epoch(mm, tmp_path):
     ckpt = str(tmp_path / "ckpt.pt")
     for mode in ("stop", "resume"):
-        subprocess.run([sys.executable, "-c", RUN, str(mm), mode, "2", ckpt], check=True, timeout=300)
+        subprocess.run(
+            [sys.executable, "-c", RUN, str(mm), mode, "2", ckpt], check=True, timeout=300
+        )
     got = torch.load(ckpt)["batches"] + torch.load(ckpt + ".rest")["batches"]
     loader = ImageLoader(mm, 3, crop=16, scale=(0.08, 1.0))
     loader.set_epoch(1)
     same(got, list(loader))
 
 
-# -- the device path, on a GPU or under the CUDA-ordering simulator ---------------------------------
+# -- the device path, on a GPU or under the CUDA-ordering simulator --------------------
+
 
 def test_gpu_random_resized_crop_and_channels_last_match_the_cpu(mm, on_cuda):
-    for kwargs in ({"scale": (0.08, 1.0)}, {"scale": (0.3, 1.0), "dtype": torch.uint8},
-                   {"memory_format": CL}, {"scale": (0.08, 1.0), "memory_format": CL, "dtype": torch.float16}):
+    for kwargs in (
+        {"scale": (0.08, 1.0)},
+        {"scale": (0.3, 1.0), "dtype": torch.uint8},
+        {"memory_format": CL},
+        {"scale": (0.08, 1.0), "memory_format": CL, "dtype": torch.float16},
+    ):
         gpu = list(ImageLoader(mm, 4, crop=16, device="cuda", **kwargs))
         cpu = list(ImageLoader(mm, 4, crop=16, device="cpu", **kwargs))
         for (gx, gy), (cx, cy) in zip(gpu, cpu, strict=True):
             assert gx.is_cuda and torch.equal(gy.cpu(), cy)
-            assert gx.is_contiguous(memory_format=kwargs.get("memory_format", torch.contiguous_format))
-            assert (gx.cpu().float() - cx.float()).abs().max() <= (1 if gx.dtype == torch.uint8 else 1e-2)
+            assert gx.is_contiguous(
+                memory_format=kwargs.get("memory_format", torch.contiguous_format)
+            )
+            assert (gx.cpu().float() - cx.float()).abs().max() <= (
+                1 if gx.dtype == torch.uint8 else 1e-2
+            )
 
 
 def test_gpu_resumes_mid_epoch(mm, on_cuda):
@@ -206,17 +259,28 @@ def test_gpu_resumes_mid_epoch(mm, on_cuda):
         assert torch.equal(gy.cpu(), wy.cpu()) and torch.equal(gx.cpu(), wx.cpu())
 
 
-# -- the build's order, for the grouped shuffle -----------------------------------------------------
+# -- the build's order, for the grouped shuffle ----------------------------------------
+
 
 def test_build_in_a_seeded_order_stores_the_same_rows_shuffled(tmp_path):
     src = synth_folder(tmp_path / "jpeg", n=12, size=(40, 32), classes=3, progress=False).path
     plain = load_memmap(build_memmap(src, tmp_path / "plain", size=(16, 16), progress=False).path)
     r = build_memmap(src, tmp_path / "mixed", size=(16, 16), progress=False, order_seed=7)
     mixed = load_memmap(r.path)
-    order = torch.randperm(12, generator=torch.Generator().manual_seed(7))  # row i <- folder image order[i]
-    assert torch.equal(mixed.images, plain.images[order]) and torch.equal(mixed.targets, plain.targets[order])
+    order = torch.randperm(
+        12, generator=torch.Generator().manual_seed(7)
+    )  # row i <- folder image order[i]
+    assert torch.equal(mixed.images, plain.images[order]) and torch.equal(
+        mixed.targets, plain.targets[order]
+    )
     assert not torch.equal(mixed.targets, plain.targets)
-    again = build_memmap(src, tmp_path / "mixed", size=(16, 16), progress=False, order_seed=7, reuse=True)
+    again = build_memmap(
+        src, tmp_path / "mixed", size=(16, 16), progress=False, order_seed=7, reuse=True
+    )
     assert again.reused
-    with pytest.raises(Exception, match="already holds a memmap dataset"):  # another order is another dataset
-        build_memmap(src, tmp_path / "mixed", size=(16, 16), progress=False, order_seed=8, reuse=True)
+    with pytest.raises(
+        Exception, match="already holds a memmap dataset"
+    ):  # another order is another dataset
+        build_memmap(
+            src, tmp_path / "mixed", size=(16, 16), progress=False, order_seed=8, reuse=True
+        )

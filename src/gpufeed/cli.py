@@ -54,7 +54,8 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--skip-bad", action="store_true", help="skip unreadable images (and list them) instead of stopping")
     m.add_argument("--overwrite", action="store_true", help="replace a memmap dataset already in DST")
     m.add_argument("--order-seed", type=int, default=None,
-                   help="store the images in a random order seeded by this (for a grouped shuffle); default: folder order")
+                   help="store the images in a random order seeded by this (for a grouped shuffle); "
+                        "default: folder order")
     m.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     b = sub.add_parser("bench", help="measure every input pipeline side by side (loader alone and with a "
@@ -122,7 +123,8 @@ def _memmap(args) -> int:
 
     r, status = _guarded(lambda: build_memmap(args.src, args.dst, size, workers=args.workers, skip_bad=args.skip_bad,
                                               overwrite=args.overwrite, progress=not args.no_progress,
-                                              order_seed=args.order_seed), MemmapError)
+                                              order_seed=args.order_seed),
+                           MemmapError)
     if status:
         return status
     w, h = r.size

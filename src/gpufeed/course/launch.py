@@ -24,7 +24,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpufeed.course.ports import free_port, loopback_ifname  # noqa: F401  (re-exported: the example above)
+from gpufeed.course.ports import free_port, loopback_ifname  # noqa: F401  (re-exported)
 
 #: What a failed launch shows of the processes' output (their last lines hold the error).
 TAIL_LINES = 25

@@ -70,9 +70,12 @@ def limit_method() -> str:
 
 @contextmanager
 def memory_cgroup(limit: int):
-    """``(method, cgroup folder or None)``: a fresh memory cgroup limited to ``limit`` bytes, removed
-    afterwards; ``("fadvise", None)`` where none can be made."""
-    for method, root, knob in (("cgroup v2", _v2_root(), "memory.max"), ("cgroup v1", V1, "memory.limit_in_bytes")):
+    """``(method, cgroup folder or None)``: a fresh memory cgroup limited to ``limit`` bytes,
+    removed afterwards; ``("fadvise", None)`` where none can be made."""
+    for method, root, knob in (
+        ("cgroup v2", _v2_root(), "memory.max"),
+        ("cgroup v1", V1, "memory.limit_in_bytes"),
+    ):
         if root is None or not (root / "cgroup.procs").exists():
             continue
         path = _try_mkdir(root)
@@ -81,7 +84,9 @@ def memory_cgroup(limit: int):
         try:
             (path / knob).write_text(str(limit))
             if method == "cgroup v2" and (path / "memory.swap.max").exists():
-                (path / "memory.swap.max").write_text("0")  # evict the cache, do not swap the process
+                (path / "memory.swap.max").write_text(
+                    "0"
+                )  # evict the cache, do not swap the process
             yield method, path
             return
         except OSError:
@@ -96,8 +101,14 @@ def memory_cgroup(limit: int):
     yield "fadvise", None
 
 
-def read_epoch(images: str | os.PathLike, shape: tuple[int, ...], order: np.ndarray, batch: int, limit: int,
-               advice: str = "normal") -> dict:
+def read_epoch(
+    images: str | os.PathLike,
+    shape: tuple[int, ...],
+    order: np.ndarray,
+    batch: int,
+    limit: int,
+    advice: str = "normal",
+) -> dict:
     """One epoch over the ``uint8`` rows ``shape`` of the file ``images``, in ``order``, batches of
     ``batch``, in a new process held to ``limit`` bytes, starting with the file out of the cache.
     ``advice``: ``"normal"`` (a plain mapping: a page fault reads ahead around the page, up to
@@ -111,11 +122,25 @@ def read_epoch(images: str | os.PathLike, shape: tuple[int, ...], order: np.ndar
     np.save(order_file, np.asarray(order, dtype=np.int64))
     try:
         with memory_cgroup(limit) as (method, cgroup):
-            args = [sys.executable, "-m", "gpufeed.course.outofcore", str(images), ",".join(map(str, shape)),
-                    str(order_file), str(batch), str(limit), method, str(cgroup or ""), advice]
+            args = [
+                sys.executable,
+                "-m",
+                "gpufeed.course.outofcore",
+                str(images),
+                ",".join(map(str, shape)),
+                str(order_file),
+                str(batch),
+                str(limit),
+                method,
+                str(cgroup or ""),
+                advice,
+            ]
             run = subprocess.run(args, capture_output=True, text=True, timeout=1800)
         if run.returncode != 0:
-            raise RuntimeError(f"gpufeed.course.outofcore: the reader failed ({run.returncode}): {run.stderr[-2000:]}")
+            raise RuntimeError(
+                f"gpufeed.course.outofcore: the reader failed ({run.returncode}): "
+                f"{run.stderr[-2000:]}"
+            )
         return json.loads(run.stdout.strip().splitlines()[-1])
     finally:
         order_file.unlink(missing_ok=True)
@@ -129,14 +154,21 @@ def write_images(path: str | os.PathLike, source: np.ndarray, rows: int) -> Path
     chunk = np.ascontiguousarray(source, dtype=np.uint8)
     with open(path, "wb") as f:
         for a in range(0, rows, len(chunk)):
-            f.write(chunk[:rows - a].tobytes())
+            f.write(chunk[: rows - a].tobytes())
         f.flush()
         os.fsync(f.fileno())
     return path
 
 
-def compare(images: str | os.PathLike, shape: tuple[int, ...], batch: int, group: int, limit: int,
-            seed: int = 0, first: int | None = None) -> dict[str, dict]:
+def compare(
+    images: str | os.PathLike,
+    shape: tuple[int, ...],
+    batch: int,
+    group: int,
+    limit: int,
+    seed: int = 0,
+    first: int | None = None,
+) -> dict[str, dict]:
     """:func:`read_epoch` of the full shuffle (plain, and with ``MADV_RANDOM``) and of the grouped
     one (blocks of ``group`` rows), seeded by ``seed``; only the epoch's ``first`` images if given.
 
@@ -146,10 +178,19 @@ def compare(images: str | os.PathLike, shape: tuple[int, ...], batch: int, group
     from gpufeed.data.loader import grouped_permutation, permutation
 
     n = Path(images).stat().st_size // int(np.prod(shape))
-    full, grouped = permutation(n, seed).numpy()[:first], grouped_permutation(n, group, seed).numpy()[:first]
-    runs = {"full shuffle": (full, "normal"), "full shuffle, MADV_RANDOM": (full, "random"),
-            "grouped": (grouped, "normal")}
-    return {name: read_epoch(images, shape, order, batch, limit, advice) for name, (order, advice) in runs.items()}
+    full, grouped = (
+        permutation(n, seed).numpy()[:first],
+        grouped_permutation(n, group, seed).numpy()[:first],
+    )
+    runs = {
+        "full shuffle": (full, "normal"),
+        "full shuffle, MADV_RANDOM": (full, "random"),
+        "grouped": (grouped, "normal"),
+    }
+    return {
+        name: read_epoch(images, shape, order, batch, limit, advice)
+        for name, (order, advice) in runs.items()
+    }
 
 
 def read_ahead_kb(path: str | os.PathLike) -> int | None:
@@ -157,7 +198,11 @@ def read_ahead_kb(path: str | os.PathLike) -> int | None:
     a page fault on a plain mapping may read around the page."""
     dev = os.stat(path).st_dev
     base = Path(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}")
-    for queue in (base / "queue", base.parent / "queue" if base.exists() else None, base / ".." / "queue"):
+    for queue in (
+        base / "queue",
+        base.parent / "queue" if base.exists() else None,
+        base / ".." / "queue",
+    ):
         if queue is not None and (queue / "read_ahead_kb").exists():
             return int((queue / "read_ahead_kb").read_text())
     return None
@@ -170,8 +215,16 @@ def _read_bytes() -> int:
     raise RuntimeError("/proc/self/io has no read_bytes (a kernel without task I/O accounting)")
 
 
-def _reader(images: str, shape: tuple[int, ...], order_file: str, batch: int, limit: int, method: str,
-            cgroup: str, advice: str) -> dict:
+def _reader(
+    images: str,
+    shape: tuple[int, ...],
+    order_file: str,
+    batch: int,
+    limit: int,
+    method: str,
+    cgroup: str,
+    advice: str,
+) -> dict:
     """The child's side of :func:`read_epoch`."""
     if cgroup:
         Path(cgroup, "cgroup.procs").write_text(str(os.getpid()))  # from now on our pages count
@@ -182,14 +235,20 @@ def _reader(images: str, shape: tuple[int, ...], order_file: str, batch: int, li
     row = int(np.prod(shape))
     mapped = mmap.mmap(fd, size, prot=mmap.PROT_READ)
     if advice == "random":
-        mapped.madvise(mmap.MADV_RANDOM)  # a fault reads its page, not the read-ahead window around it
-    rows = np.frombuffer(mapped, dtype=np.uint8).reshape(-1, *shape)  # [N, *shape], nothing read yet
+        mapped.madvise(
+            mmap.MADV_RANDOM
+        )  # a fault reads its page, not the read-ahead window around it
+    rows = np.frombuffer(mapped, dtype=np.uint8).reshape(
+        -1, *shape
+    )  # [N, *shape], nothing read yet
     lru: OrderedDict[int, None] = OrderedDict()  # the fadvise fallback's blocks, oldest first
     keep = max(1, limit // BLOCK)
     io0, t0, total = _read_bytes(), time.perf_counter(), 0
     for a in range(0, len(order), batch):
-        idx = order[a:a + batch]
-        total += int(rows[idx].sum(dtype=np.uint64) & 1)  # the gather; the sum keeps it from being skipped
+        idx = order[a : a + batch]
+        total += int(
+            rows[idx].sum(dtype=np.uint64) & 1
+        )  # the gather; the sum keeps it from being skipped
         if method == "fadvise":
             for r in idx.tolist():
                 for blk in range(r * row // BLOCK, ((r + 1) * row - 1) // BLOCK + 1):
@@ -198,24 +257,38 @@ def _reader(images: str, shape: tuple[int, ...], order_file: str, batch: int, li
             while len(lru) > keep:
                 blk, _ = lru.popitem(last=False)
                 start, length = blk * BLOCK, min(BLOCK, size - blk * BLOCK)
-                mapped.madvise(mmap.MADV_DONTNEED, start, length)  # unmap from us, then drop from the cache
+                mapped.madvise(
+                    mmap.MADV_DONTNEED, start, length
+                )  # unmap from us, then drop from the cache
                 os.posix_fadvise(fd, start, length, os.POSIX_FADV_DONTNEED)
     seconds = time.perf_counter() - t0
     read = _read_bytes() - io0
     del rows
     mapped.close()
     os.close(fd)
-    return {"images_per_s": len(order) / seconds, "images": len(order), "advice": advice, "seconds": seconds, "read_bytes": read, "file_bytes": size,
-            "method": method, "limit": limit, "check": total}
+    return {
+        "images_per_s": len(order) / seconds,
+        "images": len(order),
+        "advice": advice,
+        "seconds": seconds,
+        "read_bytes": read,
+        "file_bytes": size,
+        "method": method,
+        "limit": limit,
+        "check": total,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m gpufeed.course.outofcore IMAGES SHAPE ORDER.npy BATCH LIMIT METHOD CGROUP ADVICE``: the
-    reader :func:`read_epoch` starts; one JSON line on stdout."""
+    """``python -m gpufeed.course.outofcore IMAGES SHAPE ORDER.npy BATCH LIMIT METHOD CGROUP
+    ADVICE``: the reader :func:`read_epoch` starts; one JSON line on stdout."""
     a = sys.argv[1:] if argv is None else argv
     if len(a) != 8:
-        print("usage: python -m gpufeed.course.outofcore IMAGES SHAPE ORDER.npy BATCH LIMIT METHOD CGROUP ADVICE",
-              file=sys.stderr)
+        print(
+            "usage: python -m gpufeed.course.outofcore IMAGES SHAPE ORDER.npy BATCH LIMIT METHOD "
+            "CGROUP ADVICE",
+            file=sys.stderr,
+        )
         return 2
     shape = tuple(int(s) for s in a[1].split(","))
     print(json.dumps(_reader(a[0], shape, a[2], int(a[3]), int(a[4]), a[5], a[6], a[7])))

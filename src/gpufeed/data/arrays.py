@@ -41,7 +41,7 @@ import torch
 from torch.utils.data import Dataset
 
 from gpufeed.data.loader import take_rows
-from gpufeed.data.manifest import DATA, FORMAT, FORMAT_VERSION, MANIFEST, MemmapError, read_manifest  # noqa: F401
+from gpufeed.data.manifest import DATA, MANIFEST, MemmapError, read_manifest  # noqa: F401 (re-exported)
 
 _DTYPES = {"uint8": np.uint8, "int64": np.int64}
 

@@ -19,6 +19,56 @@ The crops and flips are drawn on the CPU from a generator seeded by ``(seed, epo
 same seed gives the same batches on a CPU and on a GPU. Each ``iter()`` is one epoch, reshuffled;
 :meth:`ImageLoader.set_epoch` picks the epoch (as DistributedSampler's does).
 
+What an ImageNet recipe asks for: ``scale``/``ratio`` make the crop RandomResizedCrop's
+(:mod:`gpufeed.data.resized`), ``memory_format=torch.channels_last`` lays the batch out for a
+channels-last model, ``group_size`` reads in FFCV's quasi-random order (a dataset larger than the
+memory, lesson 06), and :meth:`ImageLoader.state_dict` / :meth:`ImageLoader.load_state_dict`
+resume an interrupted epoch at its next batch.
+
+**The lifecycle of an iterator** (``it = iter(loader)``; a ``for`` loop makes one):
+
+* *Start.* ``iter()`` takes the epoch (the next one, or the one :meth:`ImageLoader.set_epoch` or
+  :meth:`ImageLoader.load_state_dict` set) at once. On CUDA the producer thread starts and the
+  first ``depth`` batches are started then; on the CPU the crop pool is given work at the first
+  ``next()``. Several iterators may be live at once; they share no state.
+* *Running.* At most ``depth`` batches are prepared ahead of the one you hold (plus one being
+  made). Every batch handed to you stays valid however long you keep it (fresh memory, or memory
+  nothing else holds any more), unless you opted into ``reuse_buffers``.
+* *End of the epoch.* ``StopIteration``; the threads' work for this iterator is over, and
+  :meth:`ImageLoader.state_dict` reads the next epoch's batch 0.
+* *``break``, or dropping the iterator.* When the last reference goes (at once in CPython; a
+  reference cycle waits for the garbage collector), the iterator closes itself, as
+  ``it.close()`` does: batches not yet started are cancelled, the ones being made are waited for
+  (no thread writes into anything afterwards), the producer thread is stopped and joined, the
+  reused buffers go back to the loader. Batches you already hold are untouched.
+* *An exception in your loop body.* As a ``break`` once the iterator is unreachable. A name of
+  yours (``it``) held by the exception's traceback keeps it alive with its threads waiting (they
+  stop at ``depth`` batches ahead): call ``it.close()`` in a ``finally`` or leave the loop first.
+* *An exception in the loader* (a crop task, a gather, a bad file): the batches before it are
+  handed out, then it is raised in your thread by ``next()``, its traceback pointing at where it
+  happened, and the iterator is closed (the next ``next()`` raises ``StopIteration``).
+* *Interpreter exit.* The producer thread is a daemon and does not delay exit; the crop pool's
+  threads finish the tasks already queued (at most ``depth + 1`` batches) and are joined by
+  :mod:`concurrent.futures`' exit hook.
+* *fork.* A child process has none of its parent's threads: an iterator inherited from the parent
+  must not be used there (it would wait for work that no thread will do). Call ``iter()`` in the
+  child, whose crop pool is its own. On CUDA, use the ``spawn`` start method (CUDA cannot be
+  used in a forked child).
+
+.. warning::
+    ``reuse_buffers=k`` makes a batch's images **be overwritten ``k`` batches later**: finish with
+    them, or copy them, before then.
+
+.. warning::
+    On CUDA a batch is made on the loader's side stream and handed over to the stream that is
+    current when you call ``next()`` (an event, then ``record_stream``). Use it on that stream; to
+    use it on another one, order that stream after it (``wait_stream``) and ``record_stream`` it
+    there yourself, as for any tensor that crosses streams.
+
+.. warning::
+    :meth:`ImageLoader.state_dict` counts the batches handed to you, not the ones your model has
+    finished with: save it together with the checkpoint of the step that used the last batch.
+
 Example:
     >>> import tempfile, pathlib
     >>> from gpufeed.measure.synth import synth_folder
@@ -32,7 +82,7 @@ Example:
     >>> it = iter(loader); first = next(it)  # a run stops after one batch of epoch 1...
     >>> state = loader.state_dict(); state["epoch"], state["batch"]
     (1, 1)
-    >>> again = ImageLoader(mm, batch_size=4, crop=24, drop_last=True)  # ...a new process resumes it
+    >>> again = ImageLoader(mm, batch_size=4, crop=24, drop_last=True)  # ...a new one resumes it
     >>> again.load_state_dict(state)
     >>> torch.equal(next(iter(again))[0], next(it)[0])  # the very batch the first would have given
     True
@@ -186,9 +236,11 @@ class ImageLoader:
         n, _, height, width = data.images.shape
         crop = min(height, width) if crop is None else crop
         if scale is not None:  # resized: any output side
-            scale, ratio = check_range("ImageLoader", "scale", scale), check_range("ImageLoader", "ratio", ratio)
+            scale = check_range("ImageLoader", "scale", scale)
+            ratio = check_range("ImageLoader", "ratio", ratio)
             if not isinstance(crop, int) or crop < 1:
-                raise ValueError(f"ImageLoader: crop={crop!r} must be a whole number >= 1 (the resized crops' side)")
+                raise ValueError(f"ImageLoader: crop={crop!r} must be a whole number >= 1 "
+                                 "(the side of the resized crops)")
         elif not isinstance(crop, int) or not 0 < crop <= min(height, width):
             raise ValueError(f"ImageLoader: crop={crop!r} does not fit the stored {height}x{width} (height x width) images of {path}; "
                              f"pick 1..{min(height, width)} or rebuild the memmap with a larger size")
@@ -200,8 +252,8 @@ class ImageLoader:
         self.path, self.batch_size, self.crop, self.flip, self.dtype = path, batch_size, crop, flip, dtype
         self.mean, self.std = mean, std
         if memory_format not in (torch.contiguous_format, torch.channels_last):
-            raise ValueError(f"ImageLoader: memory_format must be torch.contiguous_format or torch.channels_last "
-                             f"(got {memory_format!r})")
+            raise ValueError("ImageLoader: memory_format must be torch.contiguous_format or "
+                             f"torch.channels_last (got {memory_format!r})")
         self.scale, self.ratio, self.memory_format = scale, ratio, memory_format
         self.seed, self.rank, self.world_size, self.depth = seed, rank, world_size, depth
         self.threads = threads or min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else
@@ -213,8 +265,8 @@ class ImageLoader:
         # CUDA: gathered into fresh pinned memory from torch's caching host allocator, which keeps
         # each block until the copy out of it is done. The CPU path only takes its indices (_on_cpu).
         self.loader = FastLoader((data.images, data.targets), batch_size, shuffle=shuffle, seed=seed,
-                                 drop_last=drop_last, rank=rank, world_size=world_size, pin_memory=self.cuda,
-                                 group_size=group_size)
+                                 drop_last=drop_last, rank=rank, world_size=world_size,
+                                 pin_memory=self.cuda, group_size=group_size)
         self.epoch = 0
         self._resume = 0  # batches of self.epoch the next iter() skips (load_state_dict)
         self._progress: list[int] | None = None  # [epoch, batches handed out] of the latest iter()
@@ -261,13 +313,15 @@ class ImageLoader:
                 crop settings (the message names them): its position would mean other batches.
         """
         if not isinstance(state, dict) or not {"epoch", "batch", "config"} <= state.keys():
-            raise ValueError("ImageLoader.load_state_dict: expected the dict ImageLoader.state_dict() returns "
-                             f"(keys epoch, batch, config), got {type(state).__name__}")
+            raise ValueError("ImageLoader.load_state_dict: expected the dict that "
+                             "ImageLoader.state_dict() returns (keys epoch, batch, config), got "
+                             f"{type(state).__name__}")
         ours = self._config()
         diff = {k: (v, ours.get(k)) for k, v in state["config"].items() if ours.get(k) != v}
         if diff:
-            raise ValueError("ImageLoader.load_state_dict: the state was saved by a loader with other settings "
-                             f"(saved, here): {diff}; build this loader as the saved one was")
+            raise ValueError("ImageLoader.load_state_dict: the state was saved by a loader with "
+                             f"other settings (saved, here): {diff}; build this loader as the saved "
+                             "one was")
         self.epoch, self._resume, self._progress = int(state["epoch"]), int(state["batch"]), None
 
     def indices(self, epoch: int | None = None) -> list[torch.Tensor]:
@@ -285,7 +339,7 @@ class ImageLoader:
         else:
             augment = ResizedCropAugment(self.crop, self.scale, self.ratio, **common)
         stored = self.loader.fields.tensors["0"].shape[1:]
-        for idx in self.loader.indices(epoch)[:skip]:  # draws in batch order; only the shape is read
+        for idx in self.loader.indices(epoch)[:skip]:  # draws in batch order; only shapes read
             augment.params(torch.empty((len(idx), *stored), dtype=torch.uint8, device="meta"))
         return augment
 
@@ -310,7 +364,7 @@ class ImageLoader:
             return iter(CudaPrefetcher(host, self.device, depth=self.depth, pin_memory=False, transform=on_gpu))
         if self.device.type == "cpu":
             return self._on_cpu(epoch, start)
-        return self._to_device(self._on_cpu(epoch, start))  # another accelerator (e.g. mps): made here, copied there
+        return self._to_device(self._on_cpu(epoch, start))  # e.g. mps: made here, copied there
 
     def _to_device(self, batches: Iterator) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         for images, targets in batches:
@@ -328,8 +382,7 @@ class ImageLoader:
         sample (:func:`gpufeed.data.transforms.crop_tasks`, eight samples a task: no gathered uint8
         copy first) by a pool of ``threads`` threads. ``depth`` batches wait in the pool's queue
         behind the one it is making, so it goes from batch to batch without waiting for this thread
-        (measured side by side on 2 cores against one batch at a time from a producer thread:
-        1.2-1.6x at 224 over three runs, 1.8 cores busy instead of 1.5; 1.0-1.3x at 112). The same
+        (``make bench`` measures the front door against the other pipelines). The same
         crops, in the same order, as the other devices' path (one generator, drawn in batch order,
         here)."""
         augment = self.augmentation(epoch, start)
@@ -339,10 +392,12 @@ class ImageLoader:
         # depth more are queued behind the one you hold. Kept for the next epochs (fresh memory
         # costs a page fault per 4 KiB, every epoch); a live iterator owns its ring.
         count = self.reuse_buffers + self.depth + 1 if self.reuse_buffers else 0
+        layout = {"dtype": self.dtype, "memory_format": self.memory_format}
         ring = self._cpu_rings.pop() if self._cpu_rings else [
-            torch.empty(shape, dtype=self.dtype, memory_format=self.memory_format) for _ in range(count)]
+            torch.empty(shape, **layout) for _ in range(count)]
         if not ring and self._free is None:  # the batch you hold, the last one, the queue and the one being made
-            self._free = FreeBuffers(shape, self.dtype, keep=self.depth + 3, memory_format=self.memory_format)
+            self._free = FreeBuffers(shape, self.dtype, keep=self.depth + 3,
+                                     memory_format=self.memory_format)
         free, pool = self._free, crop_pool(self.threads)
         queued: deque[tuple[torch.Tensor, torch.Tensor, list[Future]]] = deque()  # oldest first
         try:
@@ -374,8 +429,9 @@ def _finished(batch: tuple[torch.Tensor, torch.Tensor, list[Future]]) -> tuple[t
 
 
 def _counted(batches: Iterator, progress: list[int]) -> Iterator:
-    """``batches``, counting in ``progress[1]`` those handed out (what :meth:`ImageLoader.state_dict`
-    reports); closing it closes ``batches`` at once (a break releases the prefetchers' threads)."""
+    """``batches``, counting in ``progress[1]`` those handed out (what
+    :meth:`ImageLoader.state_dict` reports); closing it closes ``batches`` at once (a ``break``
+    releases the prefetchers' threads)."""
     try:
         for batch in batches:
             progress[1] += 1

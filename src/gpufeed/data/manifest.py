@@ -33,5 +33,11 @@ def read_manifest(folder: str | os.PathLike, *, check_version: bool = False) -> 
     With ``check_version``, a manifest of another format version raises :class:`MemmapError`
     saying to rebuild.
     """
-    return staging.read_manifest(folder, MANIFEST, FORMAT, version=FORMAT_VERSION if check_version else None,
-                                 error=MemmapError, hint="rebuild it with --overwrite")
+    return staging.read_manifest(
+        folder,
+        MANIFEST,
+        FORMAT,
+        version=FORMAT_VERSION if check_version else None,
+        error=MemmapError,
+        hint="rebuild it with --overwrite",
+    )

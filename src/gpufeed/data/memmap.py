@@ -4,17 +4,18 @@
 ``targets: int64 [N]``, both memory-mapped files. :func:`build_memmap` writes it from an image
 folder (ImageFolder layout) through :class:`gpufeed.data.folder.ImageFolderDataset`, so every image
 gets the one resize policy (:func:`gpufeed.data.folder.fit`); :func:`load_memmap` maps it back in
-a few milliseconds whatever its size. A batch is then a slice or a gather of rows: no file to
-open, nothing to decode. Taught in ``notebooks/05_memmap.ipynb``; ``python -m gpufeed data
-memmap SRC DST`` is the command line.
+a time that does not grow with its size (nothing is read until a batch touches it). A batch is
+then a slice or a gather of rows: no file to open, nothing to decode. Taught in
+``notebooks/05_memmap.ipynb``; ``python -m gpufeed data memmap SRC DST`` is the command line.
 
 On disk, ``DST/`` holds ``gpufeed-memmap.json`` (the manifest: count, shapes, dtypes, source,
 classes, policy, format version) and ``data/`` (tensordict's memmap: ``meta.json`` and one raw
-file per field). The build is atomic (:mod:`gpufeed.data.staging`): a killed build leaves no ``DST``,
-and :func:`load_memmap` refuses a folder without a valid manifest. The format's names and its manifest
-reader live in :mod:`gpufeed.data.manifest`; the NumPy-only opener (:func:`gpufeed.data.arrays.open_arrays`) and the dataset for
-DataLoader workers (:class:`gpufeed.data.arrays.MemmapDataset`) live in :mod:`gpufeed.data.arrays`,
-which starts without tensordict.
+file per field). The build is atomic (:mod:`gpufeed.data.staging`): a killed build leaves no
+``DST``, and :func:`load_memmap` refuses a folder without a valid manifest. The format's names
+and its manifest reader live in :mod:`gpufeed.data.manifest`; the NumPy-only opener
+(:func:`gpufeed.data.arrays.open_arrays`) and the dataset for DataLoader workers
+(:class:`gpufeed.data.arrays.MemmapDataset`) in :mod:`gpufeed.data.arrays`, which starts without
+tensordict.
 
 Example:
     >>> import tempfile, pathlib
@@ -44,7 +45,14 @@ from tensordict import tensorclass
 
 from gpufeed.data import staging
 from gpufeed.data.folder import POLICY, BadImageError, FolderError, ImageFolderDataset
-from gpufeed.data.manifest import DATA, FORMAT, FORMAT_VERSION, MANIFEST, MemmapError, read_manifest  # noqa: F401
+from gpufeed.data.manifest import (  # noqa: F401  (the format's names, used here and re-exported)
+    DATA,
+    FORMAT,
+    FORMAT_VERSION,
+    MANIFEST,
+    MemmapError,
+    read_manifest,
+)
 from gpufeed.data.staging import free_bytes  # tests point memmap.free_bytes at a tiny limit
 
 MIN_SIDE, MAX_SIDE = 8, 16384
@@ -96,7 +104,7 @@ class _Tolerant(torch.utils.data.Dataset):
     raised, so that one bad file neither kills a DataLoader worker nor loses the batch."""
 
     def __init__(self, ds: ImageFolderDataset, order: list[int] | None = None):
-        self.ds, self.order = ds, order  # order: row i of the memmap is image order[i] of the folder
+        self.ds, self.order = ds, order  # row i of the memmap <- image order[i] of the folder
 
     def __len__(self) -> int:
         return len(self.ds)
@@ -237,8 +245,8 @@ def _fill(folder: ImageFolderDataset, prefix: Path, workers: int, skip_bad: bool
                          targets=torch.zeros((), dtype=torch.int64).expand(n), batch_size=[n])
     data = template.memmap_like(prefix=prefix)
     _reserve(prefix)
-    loader = DataLoader(_Tolerant(folder, order), batch_size=batch_size, num_workers=workers if workers > 1 else 0,
-                        collate_fn=_collate)
+    loader = DataLoader(_Tolerant(folder, order), batch_size=batch_size,
+                        num_workers=workers if workers > 1 else 0, collate_fn=_collate)
     skipped: list[dict] = []
     k = 0  # images written so far: bad ones leave no hole
     with tqdm(total=n, unit="img", desc=f"memmap {w}x{h}", disable=not progress) as bar:

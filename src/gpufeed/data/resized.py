@@ -11,8 +11,9 @@ device. Two ways to the same values:
 
 * on a GPU, the whole batch at once: :func:`gpufeed.data.augment.crop_resize`, two batched
   matmuls with per-sample resampling matrices (one call per batch, what a GPU does best);
-* on the CPU, one ``interpolate`` per sample straight out of the memmap (:meth:`ResizedCropAugment.tasks`,
-  :data:`gpufeed.data.transforms.GROUP` samples a task on the crop pool): the separable kernel
+* on the CPU, one ``interpolate`` per sample straight out of the memmap
+  (:meth:`ResizedCropAugment.tasks`, :data:`gpufeed.data.transforms.GROUP` samples a task on the
+  crop pool): the separable kernel
   reads only the box, where the dense matrices would multiply by the whole image.
 
 Sample ``i`` equals torchvision's ``v2.functional.resized_crop(x[i].float(), *boxes[i], [size,
@@ -61,8 +62,10 @@ def check_range(who: str, name: str, pair) -> tuple[float, float]:
         raise ValueError(f"{who}: {name} must be a pair (low, high), got {pair!r}") from None
     if not 0 < lo <= hi or (name == "scale" and hi > 1):
         bound = "0 < low <= high <= 1" if name == "scale" else "0 < low <= high"
-        raise ValueError(f"{who}: {name}={pair!r} needs {bound} (torchvision's default: "
-                         f"{SCALE if name == 'scale' else RATIO})")
+        raise ValueError(
+            f"{who}: {name}={pair!r} needs {bound} (torchvision's default: "
+            f"{SCALE if name == 'scale' else RATIO})"
+        )
     return lo, hi
 
 
@@ -79,10 +82,19 @@ class ResizedCropAugment:
         memory_format: the output's layout (``torch.channels_last`` for a channels-last model).
     """
 
-    def __init__(self, size: int, scale=SCALE, ratio=RATIO, mean=IMAGENET_MEAN, std=IMAGENET_STD, *,
-                 flip: bool = True, dtype: torch.dtype = torch.float32,
-                 generator: torch.Generator | None = None,
-                 memory_format: torch.memory_format = torch.contiguous_format):
+    def __init__(
+        self,
+        size: int,
+        scale=SCALE,
+        ratio=RATIO,
+        mean=IMAGENET_MEAN,
+        std=IMAGENET_STD,
+        *,
+        flip: bool = True,
+        dtype: torch.dtype = torch.float32,
+        generator: torch.Generator | None = None,
+        memory_format: torch.memory_format = torch.contiguous_format,
+    ):
         self.size, self.flip, self.dtype, self.memory_format = size, flip, dtype, memory_format
         self.scale = check_range("ResizedCropAugment", "scale", scale)
         self.ratio = check_range("ResizedCropAugment", "ratio", ratio)
@@ -90,23 +102,33 @@ class ResizedCropAugment:
         self.generator = generator if generator is not None else torch.Generator().manual_seed(0)
 
     def params(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The next batch's boxes ``int64 [B, 4]`` (top, left, height, width) and flips ``bool [B]``,
-        on the CPU, in batch order (only ``x``'s shape is read)."""
+        """The next batch's boxes ``int64 [B, 4]`` (top, left, height, width) and flips
+        ``bool [B]``, on the CPU, in batch order (only ``x``'s shape is read)."""
         n, (h, w) = x.shape[0], x.shape[-2:]
         boxes = crop_boxes(n, int(h), int(w), self.scale, self.ratio, self.generator)
         return boxes, torch.rand(n, generator=self.generator) < (0.5 if self.flip else 0.0)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        """The whole batch where it lives: boxes drawn here, then resampled in two batched matmuls."""
+        """The whole batch where it lives: boxes drawn here, resampled in two batched matmuls."""
         boxes, flips = self.params(x)
         raw = self.dtype == torch.uint8
-        out = crop_resize(x, boxes, (self.size, self.size), flip=flips,
-                          out_dtype=torch.uint8 if raw else torch.float32)  # [B, C, size, size], 0..255
+        out = crop_resize(
+            x,
+            boxes,
+            (self.size, self.size),
+            flip=flips,
+            out_dtype=torch.uint8 if raw else torch.float32,
+        )  # [B, C, size, size], 0..255
         out = out.contiguous(memory_format=self.memory_format)
         return out if raw else normalize(out, self.dtype, self.mean, self.std)  # keeps the layout
 
-    def tasks(self, src: torch.Tensor, rows: Sequence[int], params: tuple[torch.Tensor, torch.Tensor],
-              out: torch.Tensor) -> list[Callable[[], None]]:
+    def tasks(
+        self,
+        src: torch.Tensor,
+        rows: Sequence[int],
+        params: tuple[torch.Tensor, torch.Tensor],
+        out: torch.Tensor,
+    ) -> list[Callable[[], None]]:
         """The CPU's work as one task per :data:`~gpufeed.data.transforms.GROUP` samples: ``out[i]``
         = row ``rows[i]`` of ``src`` (the memmap itself), its box ``params[0][i]`` resized, flipped
         if ``params[1][i]``, normalised. Each task writes its own rows of ``out`` (any layout)."""
@@ -119,9 +141,16 @@ class ResizedCropAugment:
         def group(a: int, b: int) -> None:
             for i in range(a, b):
                 top, left, h, w = boxes[i]
-                box = src[rows[i], :, top:top + h, left:left + w]  # a view: only the box is read
-                small = F.interpolate(box[None].to(torch.float32), size=size, mode="bilinear",
-                                      align_corners=False, antialias=True)[0]  # [C, size, size], 0..255
+                box = src[
+                    rows[i], :, top : top + h, left : left + w
+                ]  # a view: only the box is read
+                small = F.interpolate(
+                    box[None].to(torch.float32),
+                    size=size,
+                    mode="bilinear",
+                    align_corners=False,
+                    antialias=True,
+                )[0]  # [C, size, size], 0..255
                 small = small.flip(-1) if flips[i] else small
                 out[i].copy_(small.round_().clamp_(0, 255) if raw else small)
             if raw:

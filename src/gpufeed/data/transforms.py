@@ -163,8 +163,8 @@ def crop_flip(x: torch.Tensor, corners: torch.Tensor, flips: torch.Tensor, crop:
     """Sample ``i`` of ``x`` ``[N, C, H, W]`` cropped to ``crop x crop`` at ``corners[i]``, flipped if ``flips[i]``.
 
     Two ways to the same values: on a GPU :func:`gather_crops`, one kernel for the whole batch; on
-    the CPU :func:`copy_crops`, one slice copy per sample (on a 2-core EPYC, 64 crops of 224: the
-    gather took about 40x longer, its index arithmetic costing more than the bytes). ``out``
+    the CPU :func:`copy_crops`, one slice copy per sample (on a CPU the gather's index arithmetic
+    per byte costs more than the bytes it moves). ``out``
     (``[N, C, crop, crop]``, any dtype) receives the result.
     """
     return (gather_crops if x.is_cuda else copy_crops)(x, corners, flips, crop, out)
@@ -207,9 +207,9 @@ def crop_flip_normalize(src: torch.Tensor, rows: Sequence[int], corners: torch.T
     A ``uint8`` ``out`` gets the crops alone (the stored bytes; normalise where they go).
     ``threads`` > 1 hands the groups to a small pool of threads (torch releases the GIL inside
     each op), so every core works on the batch; the groups are there because the Python between
-    the ops holds the GIL: four ops per group instead of three per sample, 1.07-1.26x as fast for
-    112x112 crops on 2 cores (more cores busy), 1.04x at 224. :func:`crop_tasks` gives the same
-    work as tasks, for a caller that keeps the pool busy with the next batch while it waits.
+    the ops holds the GIL: four ops per group instead of three per sample. :func:`crop_tasks`
+    gives the same work as tasks, for a caller that keeps the pool busy with the next batch
+    while it waits.
 
     Args:
         src: ``uint8 [N, C, H, W]``, e.g. the memmap's images.
@@ -379,7 +379,8 @@ class DeviceAugment:
     """
 
     def __init__(self, crop: int, seed: int = 0, mean=IMAGENET_MEAN, std=IMAGENET_STD, *, flip: bool = True,
-                 dtype: torch.dtype = torch.float32, buffers: int = 0, generator: torch.Generator | None = None,
+                 dtype: torch.dtype = torch.float32, buffers: int = 0,
+                 generator: torch.Generator | None = None,
                  memory_format: torch.memory_format = torch.contiguous_format):
         if not isinstance(buffers, int) or buffers < 0:
             raise ValueError(f"DeviceAugment: buffers must be a whole number >= 0, got {buffers!r}")
@@ -395,13 +396,14 @@ class DeviceAugment:
 
     def tasks(self, src: torch.Tensor, rows: Sequence[int], params: tuple[torch.Tensor, torch.Tensor],
               out: torch.Tensor) -> list[Callable[[], None]]:
-        """The CPU's work for rows ``rows`` of ``src`` with :meth:`params`' draw, as :func:`crop_tasks`."""
+        """The CPU's work for ``rows`` of ``src`` with :meth:`params`' draw (:func:`crop_tasks`)."""
         return crop_tasks(src, rows, *params, self.crop, out, self.mean, self.std)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         corners, flips = self.params(x)
         if x.is_cuda:  # one gather, then one fused multiply-add into fresh (cached) GPU memory
-            crops = crop_flip(x, corners, flips, self.crop).contiguous(memory_format=self.memory_format)
+            crops = crop_flip(x, corners, flips, self.crop)
+            crops = crops.contiguous(memory_format=self.memory_format)  # in uint8: 1/4 of the bytes
             return crops if self.dtype == torch.uint8 else normalize(crops, self.dtype, self.mean, self.std)
         shape = (x.shape[0], x.shape[1], self.crop, self.crop)
         if self.buffers == 0:
