@@ -284,3 +284,48 @@ def test_build_in_a_seeded_order_stores_the_same_rows_shuffled(tmp_path):
         build_memmap(
             src, tmp_path / "mixed", size=(16, 16), progress=False, order_seed=8, reuse=True
         )
+
+
+# -- the iterator's lifecycle, as image_loader's module docstring states it -------------------------
+
+
+def test_close_mid_epoch_gives_the_ring_back_and_ends_the_iterator(mm):
+    loader = ImageLoader(mm, 4, crop=16, reuse_buffers=1, device="cpu")
+    list(loader)  # one epoch makes the ring
+    it = iter(loader)
+    next(it)
+    assert loader._cpu_rings == []  # the live iterator owns it
+    it.close()
+    assert len(loader._cpu_rings) == 1  # given back: no task writes into it any more
+    with pytest.raises(StopIteration):
+        next(it)
+
+
+def test_an_error_in_the_loader_is_raised_once_then_the_epoch_is_over(mm, monkeypatch):
+    import gpufeed.data.resized as resized
+
+    real = resized.ResizedCropAugment.tasks
+
+    def failing(self, *args):
+        tasks = real(self, *args)
+        tasks[0] = lambda: 1 / 0  # a pool thread fails on the first group of each batch
+        return tasks
+
+    monkeypatch.setattr(resized.ResizedCropAugment, "tasks", failing)
+    it = iter(ImageLoader(mm, 4, crop=16, scale=(0.5, 1.0), device="cpu"))
+    with pytest.raises(ZeroDivisionError):
+        next(it)
+    with pytest.raises(StopIteration):
+        next(it)
+
+
+def test_closing_a_gpu_iterator_stops_its_producer_thread(mm, on_cuda):
+    import threading
+
+    from gpufeed.data.prefetch import THREAD_PREFIX
+
+    it = iter(ImageLoader(mm, 2, crop=16, scale=(0.5, 1.0), device="cuda"))
+    next(it)
+    it.close()
+    alive = [t for t in threading.enumerate() if t.name.startswith(THREAD_PREFIX) and t.is_alive()]
+    assert not alive
