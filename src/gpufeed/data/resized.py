@@ -138,6 +138,8 @@ class ResizedCropAugment:
         if not raw and self.mean is not None:
             scale_shift = affine(self.mean, self.std, out.dtype, out.device)
 
+        nhwc = not out.is_contiguous() and out.is_contiguous(memory_format=torch.channels_last)
+
         def group(a: int, b: int) -> None:
             for i in range(a, b):
                 top, left, h, w = boxes[i]
@@ -152,7 +154,12 @@ class ResizedCropAugment:
                     antialias=True,
                 )[0]  # [C, size, size], 0..255
                 small = small.flip(-1) if flips[i] else small
-                out[i].copy_(small.round_().clamp_(0, 255) if raw else small)
+                small = small.round_().clamp_(0, 255) if raw else small
+                if nhwc:  # one strided copy per channel plane beats torch's transposing copy
+                    for c, plane in enumerate(small.unbind(0)):
+                        out[i, c].copy_(plane)
+                else:
+                    out[i].copy_(small)
             if raw:
                 return
             o = out[a:b]

@@ -270,6 +270,8 @@ def crop_tasks(src: torch.Tensor, rows: Sequence[int], corners: torch.Tensor, fl
     else:
         scale, shift = affine(tuple(map(float, mean)), tuple(map(float, std)), out.dtype, out.device)
 
+    nhwc = not out.is_contiguous() and out.is_contiguous(memory_format=torch.channels_last)
+
     def group(a: int, b: int) -> None:
         windows = []
         for i in range(a, b):
@@ -280,7 +282,13 @@ def crop_tasks(src: torch.Tensor, rows: Sequence[int], corners: torch.Tensor, fl
             torch.stack(windows, out=out[a:b])  # the one read of each image, straight into the batch
             return
         scratch = _scratch((GROUP, *out.shape[1:]), src.dtype)  # this thread's own, kept between batches
-        o = out[a:b].copy_(torch.stack(windows, out=scratch[:b - a]))  # uint8 -> float, written once
+        stacked = torch.stack(windows, out=scratch[:b - a])
+        o = out[a:b]
+        if nhwc:  # channels_last: one strided copy per channel plane beats torch's transposing copy
+            for c, plane in enumerate(stacked.unbind(1)):
+                o.select(1, c).copy_(plane)
+        else:
+            o.copy_(stacked)  # uint8 -> float, written once
         if scale is None:
             o.mul_(1.0 / 255)
         else:
