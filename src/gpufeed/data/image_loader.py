@@ -192,8 +192,8 @@ class ImageLoader:
             None (the default): a full shuffle.
         memory_format: the images' layout: ``torch.contiguous_format`` (NCHW, the default) or
             ``torch.channels_last`` (NHWC in memory, same shape: what a channels-last model reads
-            without a conversion of its own). The memmap stores NCHW rows, so the CPU path
-            transposes each image on its way into the batch, a pass of its own; on CUDA the
+            without a conversion of its own). The memmap stores NCHW rows: the CPU path writes
+            each channel plane into the batch with a stride of 3 in the same pass; on CUDA the
             ``uint8`` crops are laid out before the normalisation, which keeps the layout.
         drop_last: drop each epoch's last, short batch.
         seed: the order and the crops of epoch ``e`` depend only on ``(seed, e)`` (and the rank).
