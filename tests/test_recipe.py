@@ -189,6 +189,17 @@ def test_state_dict_resumes_at_the_next_batch_with_the_same_crops(mm, kwargs, st
         same(list(second), want[1])  # and the epoch after goes on as usual
 
 
+def test_a_state_survives_json(mm):
+    import json
+
+    loader = ImageLoader(mm, 4, crop=16, scale=(0.08, 1.0))
+    it = iter(loader)
+    next(it)
+    again = ImageLoader(mm, 4, crop=16, scale=(0.08, 1.0))
+    again.load_state_dict(json.loads(json.dumps(loader.state_dict())))
+    same(list(again), [next(it) for _ in range(len(loader) - 1)])
+
+
 def test_a_state_from_other_settings_is_refused(mm):
     state = ImageLoader(mm, 4, crop=16, seed=1).state_dict()
     with pytest.raises(

@@ -289,7 +289,8 @@ class ImageLoader:
         return {"samples": self.loader.fields.n, "batch_size": self.batch_size, "seed": self.seed,
                 "rank": self.rank, "world_size": self.world_size, "shuffle": self.loader.shuffle,
                 "drop_last": self.loader.drop_last, "group_size": self.loader.group_size,
-                "crop": self.crop, "scale": self.scale, "ratio": self.ratio if self.scale else None}
+                "crop": self.crop, "flip": self.flip,  # lists, not tuples: the same after JSON
+                "scale": self.scale and list(self.scale), "ratio": self.scale and list(self.ratio)}
 
     def state_dict(self) -> dict:
         """Where the loader stands: the epoch and the batch within it that come next.
