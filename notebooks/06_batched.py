@@ -3,8 +3,9 @@
 #
 # **What you will learn:** what one Python call per sample costs; how to fetch a whole batch in
 # one call (`__getitems__`, a `BatchSampler` as the sampler, a minimal fast loader); what
-# shuffling a large index array costs each epoch, and the trade-off of a grouped shuffle; and,
-# as a quiz, which of three loops finishes 1000 epochs first.
+# shuffling a large index array costs each epoch, and the trade-off of a grouped shuffle; as a
+# quiz, which of three loops finishes 1000 epochs first; and what a dataset four times larger
+# than the memory costs to read in each order.
 #
 # **Time:** about 20 minutes (1 minute in quick mode). **Prerequisites:** [05 · Memory-mapped
 # datasets](05_memmap.ipynb).
@@ -460,6 +461,81 @@ saved = results.save_lesson("lesson06", [*ms, *gathers, *pieces, *rings, *full, 
 print(f"saved to {saved}")
 
 # %% [markdown]
+# ## 5. A dataset larger than the memory
+#
+# When the memmap is larger than the memory the process may use, the page cache cannot hold it,
+# and every read that misses waits for the disk. A full shuffle jumps all over the file: the pages
+# one batch brings in are evicted before their neighbours are asked for. The grouped shuffle
+# (section 3; FFCV calls it `QUASI_RANDOM`; `ImageLoader(..., group_size=g)`) reads one block of
+# neighbouring rows at a time, and a block fits in memory. We write a file **four times** the
+# limit and read it in a fresh process held to that limit, starting with none of it cached
+# (`gpufeed.course.outofcore`: a memory cgroup where one can be made, else an LRU of the file's
+# blocks evicted with `posix_fadvise`), in three ways: a full shuffle; a full shuffle with
+# `madvise(MADV_RANDOM)`, which tells the kernel not to read ahead; the grouped shuffle. We count
+# images/s and the bytes the process read from the disk (`read_bytes` in `/proc/self/io`).
+
+# %%
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from gpufeed.course import outofcore
+
+limit = config.pick(quick=32, full=256) << 20  # bytes the reader may use: its own memory and its page cache
+shape = config.pick(quick=(3, 128, 128), full=(3, 224, 224))  # one stored image, uint8
+row = int(np.prod(shape))
+ooc_dir = Path(tempfile.mkdtemp(prefix="gpufeed-ooc-"))
+pixels = np.random.default_rng(0).integers(0, 256, (64, *shape), dtype=np.uint8)  # the bytes do not matter
+images_file = outofcore.write_images(ooc_dir / "images.bin", pixels, rows=4 * limit // row)  # 4x the limit
+first = config.pick(quick=256, full=2048)  # images read in each order (the start of an epoch)
+group_rows = limit // 8 // row  # a block of the grouped shuffle: an eighth of the limit
+ooc = outofcore.compare(images_file, shape, batch=32, group=group_rows, limit=limit, first=first)
+method, ahead = ooc["grouped"]["method"], outofcore.read_ahead_kb(images_file)
+shutil.rmtree(ooc_dir)
+for name, r in ooc.items():
+    print(f"{name:>27}: {r['images_per_s']:8,.0f} images/s, {r['read_bytes'] / 2**20:8,.1f} MiB read from disk "
+          f"({r['read_bytes'] / (r['images'] * row):5.1f}x the bytes of the images used)")
+print(f"file {4 * limit // row * row / 2**20:.0f} MiB, limit {limit / 2**20:.0f} MiB ({method}), "
+      f"read_ahead_kb {ahead}, {first} images of {shape} in batches of 32")
+
+# %%
+fig, axes = plt.subplots(1, 2, figsize=(10, 3.2))
+names, colors = list(ooc), [plotting.COLORS["baseline"], plotting.COLORS["compute"], plotting.COLORS["copy"]]
+base = ooc["full shuffle"]["images_per_s"]
+axes[0].barh(names, [ooc[n]["images_per_s"] for n in names], color=colors)
+axes[0].set_xlabel("images/s")
+for i, n in enumerate(names):
+    axes[0].annotate(f" {ooc[n]['images_per_s'] / base:.1f}x", (ooc[n]["images_per_s"], i), va="center")
+axes[1].barh(names, [ooc[n]["read_bytes"] / 2**20 for n in names], color=colors)
+axes[1].set_xlabel("MiB read from disk")
+axes[1].set_xscale("log")
+axes[1].set_yticks([])
+fig.suptitle(f"{first} images from a file 4x the memory allowed ({limit >> 20} MiB, {method})", x=0.02, ha="left")
+plotting.caption(fig, S.machine)
+plt.show()
+
+# %%
+full_r, rnd_r, grp_r = ooc["full shuffle"], ooc["full shuffle, MADV_RANDOM"], ooc["grouped"]
+used = first * row / 2**20
+held = (f"a memory cgroup ({method}) held the reader to {limit >> 20} MiB" if method != "fadvise" else
+        f"no memory cgroup could be made here, so the reader evicted its own pages past {limit >> 20} MiB "
+        "(posix_fadvise)")
+say(f"Here {held}. Reading {first} images ({used:.0f} MiB), the full shuffle read "
+    f"**{full_r['read_bytes'] / 2**20:,.0f} MiB** from the disk at {full_r['images_per_s']:,.0f} images/s; the grouped "
+    f"one read {grp_r['read_bytes'] / 2**20:,.0f} MiB at {grp_r['images_per_s']:,.0f} images/s, "
+    f"**{grp_r['images_per_s'] / full_r['images_per_s']:.0f}x** as fast. "
+    + (f"Most of the full shuffle's bytes are read-ahead: a page fault on a plain mapping reads up to {ahead} KiB "
+       f"around the page on this disk, and those pages are evicted before they are used. " if ahead and
+       full_r["read_bytes"] > 2 * rnd_r["read_bytes"] else "")
+    + f"With `MADV_RANDOM` the full shuffle reads only what it uses ({rnd_r['read_bytes'] / 2**20:,.0f} MiB) at "
+    f"{rnd_r['images_per_s']:,.0f} images/s, "
+    + ("still slower than the grouped order, which gets whole blocks in few, large reads."
+       if rnd_r["images_per_s"] < grp_r["images_per_s"] else "as fast as the grouped order here.")
+    + (" (Quick mode reads only the start of an epoch, from a small file.)" if S.quick else ""))
+
+# %% [markdown]
 # ## Key takeaways
 #
 # * One `__getitem__` per sample costs microseconds of Python each; for data already in memory
@@ -472,6 +548,10 @@ print(f"saved to {saved}")
 # * Shuffling millions of indices is not free; a grouped shuffle is cheaper and reads nearby
 #   data together, but it is only as random as the order the data is stored in, and its blocks
 #   stay the same every epoch: samples meet the same neighbours in every epoch.
+# * A dataset larger than the memory wants blocks: the grouped shuffle (`group_size=g`, on a
+#   memmap built with `order_seed` so a block is not one class) keeps its reads inside a block
+#   that fits; a full shuffle over a plain mapping pays the kernel's read-ahead on every miss
+#   (section 5 measured how much on this machine).
 # * Workers do not remove per-sample overhead; at best they divide it by the number of workers
 #   (each pays it for its own samples), and they add their own: a collate and an inter-process
 #   transfer per batch.

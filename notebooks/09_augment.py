@@ -427,6 +427,10 @@ else:
 # * On a GPU, batched augmentation frees the CPU workers; on a CPU, per-sample transforms in workers
 #   are the better fit (the dense matrices cost more than torch's per-image resize). Both at once:
 #   random steps in the workers on `uint8`, conversion and normalisation on the device.
+# * The front door does both for you: `ImageLoader(path, batch, crop=224, scale=(0.08, 1.0))` draws
+#   RandomResizedCrop's boxes per sample on the CPU, then resamples them with these matrices on a
+#   GPU and with one `interpolate` per image on a CPU (`gpufeed.data.resized`; its tests check both
+#   against torchvision's `resized_crop` on the same boxes).
 # * Keep `uint8` until the last step: a quarter of the bytes through every queue and copy. The
 #   pointwise tail is what `torch.compile` can fuse, where it works and where the passes over
 #   memory, not the arithmetic, are the cost.

@@ -53,6 +53,9 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--workers", type=int, default=1, help="processes that decode (default 1: this one)")
     m.add_argument("--skip-bad", action="store_true", help="skip unreadable images (and list them) instead of stopping")
     m.add_argument("--overwrite", action="store_true", help="replace a memmap dataset already in DST")
+    m.add_argument("--order-seed", type=int, default=None,
+                   help="store the images in a random order seeded by this (for a grouped shuffle); "
+                        "default: folder order")
     m.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     b = sub.add_parser("bench", help="measure every input pipeline side by side (loader alone and with a "
@@ -119,7 +122,9 @@ def _memmap(args) -> int:
     from gpufeed.data.memmap import MemmapError, build_memmap
 
     r, status = _guarded(lambda: build_memmap(args.src, args.dst, size, workers=args.workers, skip_bad=args.skip_bad,
-                                              overwrite=args.overwrite, progress=not args.no_progress), MemmapError)
+                                              overwrite=args.overwrite, progress=not args.no_progress,
+                                              order_seed=args.order_seed),
+                           MemmapError)
     if status:
         return status
     w, h = r.size

@@ -36,7 +36,7 @@ from datetime import timedelta
 import torch
 
 from gpufeed.course import pagecache
-from gpufeed.course.launch import free_port, loopback_ifname
+from gpufeed.course.ports import free_port, loopback_ifname
 from gpufeed.measure.harness import Measurement, benchmark, save
 
 #: Up to this many samples, the JSON lists each rank's indices per epoch (beyond: digests only).

@@ -20,30 +20,15 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
+from gpufeed.course.ports import free_port, loopback_ifname  # noqa: F401  (re-exported)
+
 #: What a failed launch shows of the processes' output (their last lines hold the error).
 TAIL_LINES = 25
 
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nobody listens on right now (the OS picks it; another program could take it
-    before we do, which :func:`launch` answers by trying once more)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def loopback_ifname() -> str | None:
-    """The loopback interface's name (``lo`` on Linux, ``lo0`` on macOS), or None."""
-    try:
-        names = [name for _, name in socket.if_nameindex()]
-    except OSError:
-        return None
-    return next((n for n in ("lo", "lo0") if n in names), None)
 
 
 def torchrun_command(nproc: int, script_args, *, module: str = "gpufeed.course.distributed", port: int | None = None,

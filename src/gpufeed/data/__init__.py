@@ -6,13 +6,14 @@ Each module holds one piece; none needs the lessons to be used safely:
   resize policy; :mod:`~gpufeed.data.jpeg`: the JPEG decoders.
 * :mod:`~gpufeed.data.memmap`: the memmap format (atomic build, load); :mod:`~gpufeed.data.staging`:
   folders that appear all at once or not at all; :mod:`~gpufeed.data.arrays`: the same arrays with
-  NumPy alone.
+  NumPy alone; :mod:`~gpufeed.data.manifest`: the format's names and manifest, which both use.
 * :mod:`~gpufeed.data.loader`: batched loading (one gather per batch), seeded, sharded.
 * :mod:`~gpufeed.data.prefetch`: prefetchers (a CUDA side stream; a thread on the CPU).
 * :mod:`~gpufeed.data.movers`: moving nested batches to a device.
 * :mod:`~gpufeed.data.transforms`: the device transforms, each once: normalise, the ImageNet
   constants, per-sample crop + flip, :class:`~gpufeed.data.transforms.DeviceAugment`.
-* :mod:`~gpufeed.data.augment`: per-sample augmentation of whole batches, on any device.
+* :mod:`~gpufeed.data.augment`: per-sample augmentation of whole batches, on any device;
+  :mod:`~gpufeed.data.resized`: its RandomResizedCrop for the front door (CPU and device paths).
 * :mod:`~gpufeed.data.image_loader`: the front door, :class:`~gpufeed.data.ImageLoader`: a memmap
   folder to shuffled, augmented, prefetched batches on the device, for your own training loop.
 
@@ -24,8 +25,8 @@ from __future__ import annotations
 
 import importlib
 
-_MODULES = {'arrays', 'augment', 'folder', 'image_loader', 'jpeg', 'loader', 'memmap', 'movers', 'prefetch',
-            'staging', 'transforms'}
+_MODULES = {'arrays', 'augment', 'folder', 'image_loader', 'jpeg', 'loader', 'manifest', 'memmap', 'movers', 'prefetch',
+            'resized', 'staging', 'transforms'}
 
 __all__ = sorted(_MODULES | {"ImageLoader"})
 

@@ -4,7 +4,8 @@
 takes seconds (it imports ``torch._dynamo``), and a data-parallel job or a spawned DataLoader worker
 pays that on every start. This module needs only NumPy and torch:
 
-* :func:`read_manifest`: the dataset's manifest (format checked; version too where asked);
+* :func:`~gpufeed.data.manifest.read_manifest` (from :mod:`gpufeed.data.manifest`, the format's
+  names, re-exported here): the dataset's manifest (format checked; version too where asked);
 * :func:`open_arrays`: the two arrays, ``images.memmap`` and ``targets.memmap``, checked against the
   manifest's shapes and mapped with ``numpy.memmap`` as torch tensors (the same page cache as any
   other mapping of the files). When anything does not match (a missing or damaged folder, another
@@ -39,29 +40,10 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from gpufeed.data import staging
 from gpufeed.data.loader import take_rows
+from gpufeed.data.manifest import DATA, MANIFEST, MemmapError, read_manifest  # noqa: F401 (re-exported)
 
-MANIFEST = "gpufeed-memmap.json"
-DATA = "data"  # the tensordict memmap folder inside the dataset folder
-FORMAT = "gpufeed-memmap"
-FORMAT_VERSION = 1
 _DTYPES = {"uint8": np.uint8, "int64": np.int64}
-
-
-class MemmapError(ValueError):
-    """Bad arguments, an unusable source or destination, or a folder that is not a complete
-    memmap dataset; the message says what to do."""
-
-
-def read_manifest(folder: str | os.PathLike, *, check_version: bool = False) -> dict | None:
-    """The manifest of a memmap dataset in ``folder``, or None if it has none (or a foreign one).
-
-    With ``check_version``, a manifest of another format version raises :class:`MemmapError`
-    saying to rebuild.
-    """
-    return staging.read_manifest(folder, MANIFEST, FORMAT, version=FORMAT_VERSION if check_version else None,
-                                 error=MemmapError, hint="rebuild it with --overwrite")
 
 
 def _fast(folder: Path) -> tuple[torch.Tensor, torch.Tensor, dict] | None:

@@ -165,7 +165,8 @@ def resample_weights(start: torch.Tensor, length: torch.Tensor, in_size: int, ou
     start, length = start.to(torch.float32), length.to(torch.float32)
     scale = length / out_size  # [N] input pixels per output pixel
     center = scale[:, None] * (torch.arange(out_size, device=dev) + 0.5)  # [N, out], crop coordinates
-    stretch = torch.where(scale >= 1, 1 / scale, 1.0) if antialias else torch.ones_like(scale)
+    one = torch.ones_like(scale)  # a tensor, not 1.0: the CUDA simulator's where() needs tensors
+    stretch = torch.where(scale >= 1, 1 / scale, one) if antialias else one
     local = torch.arange(in_size, device=dev)[None] - start[:, None]  # [N, in], crop coordinates
     w = 1 - ((local[:, None, :] + 0.5 - center[:, :, None]) * stretch[:, None, None]).abs()
     w = w.clamp_min_(0) * ((local >= 0) & (local < length[:, None]))[:, None, :]  # outside the crop: 0

@@ -19,6 +19,56 @@ The crops and flips are drawn on the CPU from a generator seeded by ``(seed, epo
 same seed gives the same batches on a CPU and on a GPU. Each ``iter()`` is one epoch, reshuffled;
 :meth:`ImageLoader.set_epoch` picks the epoch (as DistributedSampler's does).
 
+What an ImageNet recipe asks for: ``scale``/``ratio`` make the crop RandomResizedCrop's
+(:mod:`gpufeed.data.resized`), ``memory_format=torch.channels_last`` lays the batch out for a
+channels-last model, ``group_size`` reads in FFCV's quasi-random order (a dataset larger than the
+memory, lesson 06), and :meth:`ImageLoader.state_dict` / :meth:`ImageLoader.load_state_dict`
+resume an interrupted epoch at its next batch.
+
+**The lifecycle of an iterator** (``it = iter(loader)``; a ``for`` loop makes one):
+
+* *Start.* ``iter()`` takes the epoch (the next one, or the one :meth:`ImageLoader.set_epoch` or
+  :meth:`ImageLoader.load_state_dict` set) at once. On CUDA the producer thread starts and the
+  first ``depth`` batches are started then; on the CPU the crop pool is given work at the first
+  ``next()``. Several iterators may be live at once; they share no state.
+* *Running.* At most ``depth`` batches are prepared ahead of the one you hold (plus one being
+  made). Every batch handed to you stays valid however long you keep it (fresh memory, or memory
+  nothing else holds any more), unless you opted into ``reuse_buffers``.
+* *End of the epoch.* ``StopIteration``; the threads' work for this iterator is over, and
+  :meth:`ImageLoader.state_dict` reads the next epoch's batch 0.
+* *``break``, or dropping the iterator.* When the last reference goes (at once in CPython; a
+  reference cycle waits for the garbage collector), the iterator closes itself, as
+  ``it.close()`` does: batches not yet started are cancelled, the ones being made are waited for
+  (no thread writes into anything afterwards), the producer thread is stopped and joined, the
+  reused buffers go back to the loader. Batches you already hold are untouched.
+* *An exception in your loop body.* As a ``break`` once the iterator is unreachable. A name of
+  yours (``it``) held by the exception's traceback keeps it alive with its threads waiting (they
+  stop at ``depth`` batches ahead): call ``it.close()`` in a ``finally`` or leave the loop first.
+* *An exception in the loader* (a crop task, a gather, a bad file): the batches before it are
+  handed out, then it is raised in your thread by ``next()``, its traceback pointing at where it
+  happened, and the iterator is closed (the next ``next()`` raises ``StopIteration``).
+* *Interpreter exit.* The producer thread is a daemon and does not delay exit; the crop pool's
+  threads finish the tasks already queued (at most ``depth + 1`` batches) and are joined by
+  :mod:`concurrent.futures`' exit hook.
+* *fork.* A child process has none of its parent's threads: an iterator inherited from the parent
+  must not be used there (it would wait for work that no thread will do). Call ``iter()`` in the
+  child, whose crop pool is its own. On CUDA, use the ``spawn`` start method (CUDA cannot be
+  used in a forked child).
+
+.. warning::
+    ``reuse_buffers=k`` makes a batch's images **be overwritten ``k`` batches later**: finish with
+    them, or copy them, before then.
+
+.. warning::
+    On CUDA a batch is made on the loader's side stream and handed over to the stream that is
+    current when you call ``next()`` (an event, then ``record_stream``). Use it on that stream; to
+    use it on another one, order that stream after it (``wait_stream``) and ``record_stream`` it
+    there yourself, as for any tensor that crosses streams.
+
+.. warning::
+    :meth:`ImageLoader.state_dict` counts the batches handed to you, not the ones your model has
+    finished with: save it together with the checkpoint of the step that used the last batch.
+
 Example:
     >>> import tempfile, pathlib
     >>> from gpufeed.measure.synth import synth_folder
@@ -29,6 +79,13 @@ Example:
     >>> loader = ImageLoader(mm, batch_size=4, crop=24, device="cpu", drop_last=True)
     >>> [(tuple(x.shape), x.dtype, y.dtype) for x, y in loader]
     [((4, 3, 24, 24), torch.float32, torch.int64), ((4, 3, 24, 24), torch.float32, torch.int64)]
+    >>> it = iter(loader); first = next(it)  # a run stops after one batch of epoch 1...
+    >>> state = loader.state_dict(); state["epoch"], state["batch"]
+    (1, 1)
+    >>> again = ImageLoader(mm, batch_size=4, crop=24, drop_last=True)  # ...a new one resumes it
+    >>> again.load_state_dict(state)
+    >>> torch.equal(next(iter(again))[0], next(it)[0])  # the very batch the first would have given
+    True
 """
 
 from __future__ import annotations
@@ -44,12 +101,12 @@ import torch
 from gpufeed.data.loader import FastLoader, seeded_generator
 from gpufeed.data.memmap import load_memmap
 from gpufeed.data.prefetch import CudaPrefetcher, ThreadPrefetcher
+from gpufeed.data.resized import RATIO, ResizedCropAugment, check_range
 from gpufeed.data.transforms import (
     IMAGENET_MEAN,
     IMAGENET_STD,
     DeviceAugment,
     crop_pool,
-    crop_tasks,
     output_stats,
 )
 
@@ -84,8 +141,9 @@ class FreeBuffers:
         True
     """
 
-    def __init__(self, shape: tuple[int, ...], dtype: torch.dtype, keep: int):
-        self.shape, self.dtype, self.keep = shape, dtype, keep
+    def __init__(self, shape: tuple[int, ...], dtype: torch.dtype, keep: int,
+                 memory_format: torch.memory_format = torch.contiguous_format):
+        self.shape, self.dtype, self.keep, self.memory_format = shape, dtype, keep, memory_format
         self.buffers: list[torch.Tensor] = []
         self._lock = threading.Lock()
 
@@ -96,7 +154,7 @@ class FreeBuffers:
                 for buf in self.buffers:
                     if _use_count(buf) == _ALONE:
                         return buf[:rows]
-            buf = torch.empty(self.shape, dtype=self.dtype)
+            buf = torch.empty(self.shape, dtype=self.dtype, memory_format=self.memory_format)
             if _HAS_USE_COUNT and len(self.buffers) < self.keep:
                 self.buffers.append(buf)
             return buf[:rows]
@@ -109,7 +167,14 @@ class ImageLoader:
         path: a folder written by :func:`gpufeed.data.memmap.build_memmap`.
         batch_size: images per batch.
         device: where the batches go: ``"cpu"``, ``"cuda"`` (or ``"cuda:1"``, ...).
-        crop: the side of the square random crop; None: the stored images' short side.
+        crop: the side of the square output; None: the stored images' short side. Without
+            ``scale``, a random ``crop x crop`` window of the stored image.
+        scale, ratio: RandomResizedCrop instead (the ImageNet recipe's; FFCV's and DALI's): a box
+            whose area is a uniform fraction ``scale`` of the stored image (e.g. ``(0.08, 1.0)``)
+            and whose aspect ratio (w / h) is log-uniform in ``ratio`` (default ``(3/4, 4/3)``),
+            resized to ``crop x crop`` (antialiased bilinear, as torchvision's
+            ``v2.RandomResizedCrop``; :class:`gpufeed.data.resized.ResizedCropAugment`). ``crop``
+            may then exceed the stored size.
         flip: random horizontal flips (probability 1/2).
         mean, std: per channel on the [0, 1] scale (default ImageNet's); None for both: only
             scaling to [0, 1].
@@ -118,6 +183,18 @@ class ImageLoader:
             used), 4x fewer bytes for a GPU to normalise on its side
             (:func:`gpufeed.data.transforms.normalize`).
         shuffle: a new random order each epoch; False: the stored order.
+        group_size: with ``shuffle``, FFCV's ``QUASI_RANDOM`` order for datasets larger than the
+            memory: blocks of ``group_size`` neighbouring rows in a random order, each block
+            shuffled within itself (:func:`gpufeed.data.loader.grouped_permutation`), so the reads
+            stay inside a few blocks of the file at a time and the page cache needs to hold only
+            those. A batch then mixes only a few blocks: build the memmap in a shuffled order
+            (``build_memmap(..., order_seed=0)``) so neighbours are not the same class.
+            None (the default): a full shuffle.
+        memory_format: the images' layout: ``torch.contiguous_format`` (NCHW, the default) or
+            ``torch.channels_last`` (NHWC in memory, same shape: what a channels-last model reads
+            without a conversion of its own). The memmap stores NCHW rows: the CPU path writes
+            each channel plane into the batch with a stride of 3 in the same pass; on CUDA the
+            ``uint8`` crops are laid out before the normalisation, which keeps the layout.
         drop_last: drop each epoch's last, short batch.
         seed: the order and the crops of epoch ``e`` depend only on ``(seed, e)`` (and the rank).
         rank, world_size: this process's disjoint shard of every epoch (DistributedDataParallel).
@@ -138,7 +215,9 @@ class ImageLoader:
     def __init__(self, path: str | os.PathLike, batch_size: int, *, device="cpu", crop: int | None = None,
                  flip: bool = True, mean=IMAGENET_MEAN, std=IMAGENET_STD, dtype: torch.dtype = torch.float32,
                  shuffle: bool = True, drop_last: bool = False, seed: int = 0, rank: int = 0, world_size: int = 1,
-                 depth: int = 2, reuse_buffers: int = 0, threads: int | None = None):
+                 depth: int = 2, reuse_buffers: int = 0, threads: int | None = None, scale=None,
+                 ratio=RATIO, group_size: int | None = None,
+                 memory_format: torch.memory_format = torch.contiguous_format):
         self.device = torch.device(device)
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise ValueError(f"ImageLoader: device={str(device)!r} but torch sees no CUDA GPU; pass device='cpu' "
@@ -158,7 +237,13 @@ class ImageLoader:
         data = load_memmap(path)  # MemmapError in one line if path is not a memmap dataset
         n, _, height, width = data.images.shape
         crop = min(height, width) if crop is None else crop
-        if not isinstance(crop, int) or not 0 < crop <= min(height, width):
+        if scale is not None:  # resized: any output side
+            scale = check_range("ImageLoader", "scale", scale)
+            ratio = check_range("ImageLoader", "ratio", ratio)
+            if not isinstance(crop, int) or crop < 1:
+                raise ValueError(f"ImageLoader: crop={crop!r} must be a whole number >= 1 "
+                                 "(the side of the resized crops)")
+        elif not isinstance(crop, int) or not 0 < crop <= min(height, width):
             raise ValueError(f"ImageLoader: crop={crop!r} does not fit the stored {height}x{width} (height x width) images of {path}; "
                              f"pick 1..{min(height, width)} or rebuild the memmap with a larger size")
         shard = n // world_size + (rank < n % world_size)
@@ -168,6 +253,10 @@ class ImageLoader:
                              "no batch; use a smaller batch_size or drop_last=False")
         self.path, self.batch_size, self.crop, self.flip, self.dtype = path, batch_size, crop, flip, dtype
         self.mean, self.std = mean, std
+        if memory_format not in (torch.contiguous_format, torch.channels_last):
+            raise ValueError("ImageLoader: memory_format must be torch.contiguous_format or "
+                             f"torch.channels_last (got {memory_format!r})")
+        self.scale, self.ratio, self.memory_format = scale, ratio, memory_format
         self.seed, self.rank, self.world_size, self.depth = seed, rank, world_size, depth
         self.threads = threads or min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else
                                       os.cpu_count() or 1)
@@ -178,8 +267,11 @@ class ImageLoader:
         # CUDA: gathered into fresh pinned memory from torch's caching host allocator, which keeps
         # each block until the copy out of it is done. The CPU path only takes its indices (_on_cpu).
         self.loader = FastLoader((data.images, data.targets), batch_size, shuffle=shuffle, seed=seed,
-                                 drop_last=drop_last, rank=rank, world_size=world_size, pin_memory=self.cuda)
+                                 drop_last=drop_last, rank=rank, world_size=world_size,
+                                 pin_memory=self.cuda, group_size=group_size)
         self.epoch = 0
+        self._resume = 0  # batches of self.epoch the next iter() skips (load_state_dict)
+        self._progress: list[int] | None = None  # [epoch, batches handed out] of the latest iter()
         self._cpu_rings: list[list[torch.Tensor]] = []  # the CPU path's reused outputs (reuse_buffers > 0)
         self._free: FreeBuffers | None = None  # the CPU path's outputs by default: reused once dropped
 
@@ -188,23 +280,85 @@ class ImageLoader:
         return len(self.loader)
 
     def set_epoch(self, epoch: int) -> None:
-        """The epoch the next ``iter()`` uses (each ``iter()`` then moves on by one by itself)."""
-        self.epoch = epoch
+        """The epoch the next ``iter()`` uses (each ``iter()`` then moves on by one by itself), from
+        its first batch."""
+        self.epoch, self._resume, self._progress = epoch, 0, None
+
+    def _config(self) -> dict:
+        """What a saved position only means for: the same samples, order, crops and shard."""
+        return {"samples": self.loader.fields.n, "batch_size": self.batch_size, "seed": self.seed,
+                "rank": self.rank, "world_size": self.world_size, "shuffle": self.loader.shuffle,
+                "drop_last": self.loader.drop_last, "group_size": self.loader.group_size,
+                "crop": self.crop, "flip": self.flip,  # lists, not tuples: the same after JSON
+                "scale": self.scale and list(self.scale), "ratio": self.scale and list(self.ratio)}
+
+    def state_dict(self) -> dict:
+        """Where the loader stands: the epoch and the batch within it that come next.
+
+        torchdata's ``StatefulDataLoader`` convention: save it beside the model's checkpoint, and
+        :meth:`load_state_dict` on a new loader (in a new process) makes the next ``iter()`` start
+        at exactly the next batch, with the same samples and the same crops and flips as the
+        interrupted epoch would have given. It counts the batches the latest ``iter()`` *handed
+        to you* (not those prepared ahead); a finished epoch reads as the next one's batch 0.
+
+        (The module's example resumes a loader this way.)
+        """
+        epoch, done = self._progress if self._progress is not None else (self.epoch, self._resume)
+        if done >= len(self):
+            epoch, done = epoch + 1, 0
+        return {"epoch": epoch, "batch": done, "config": self._config()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume from :meth:`state_dict`: the next ``iter()`` is its epoch, from its batch on.
+
+        Raises:
+            ValueError: the state was saved by a loader with other data, batch size, seed, shard or
+                crop settings (the message names them): its position would mean other batches.
+        """
+        if not isinstance(state, dict) or not {"epoch", "batch", "config"} <= state.keys():
+            raise ValueError("ImageLoader.load_state_dict: expected the dict that "
+                             "ImageLoader.state_dict() returns (keys epoch, batch, config), got "
+                             f"{type(state).__name__}")
+        ours = self._config()
+        diff = {k: (v, ours.get(k)) for k, v in state["config"].items() if ours.get(k) != v}
+        if diff:
+            raise ValueError("ImageLoader.load_state_dict: the state was saved by a loader with "
+                             f"other settings (saved, here): {diff}; build this loader as the saved "
+                             "one was")
+        self.epoch, self._resume, self._progress = int(state["epoch"]), int(state["batch"]), None
 
     def indices(self, epoch: int | None = None) -> list[torch.Tensor]:
         """The sample indices of each batch of an epoch (default: the next one) on this rank."""
         return self.loader.indices(self.epoch if epoch is None else epoch)
 
-    def augmentation(self, epoch: int) -> DeviceAugment:
-        """Epoch ``epoch``'s crop/flip/normalise, its generator seeded by ``(seed, epoch, rank)``."""
-        return DeviceAugment(self.crop, mean=self.mean, std=self.std, flip=self.flip, dtype=self.dtype,
-                             generator=seeded_generator(self.seed, epoch, self.rank, 1))
+    def augmentation(self, epoch: int, skip: int = 0) -> DeviceAugment | ResizedCropAugment:
+        """Epoch ``epoch``'s crop/flip/normalise, its generator seeded by ``(seed, epoch, rank)``,
+        with the draws of the epoch's first ``skip`` batches already made (a resumed epoch)."""
+        common = {"mean": self.mean, "std": self.std, "flip": self.flip, "dtype": self.dtype,
+                  "generator": seeded_generator(self.seed, epoch, self.rank, 1),
+                  "memory_format": self.memory_format}
+        if self.scale is None:
+            augment = DeviceAugment(self.crop, **common)
+        else:
+            augment = ResizedCropAugment(self.crop, self.scale, self.ratio, **common)
+        stored = self.loader.fields.tensors["0"].shape[1:]
+        for idx in self.loader.indices(epoch)[:skip]:  # draws in batch order; only shapes read
+            augment.params(torch.empty((len(idx), *stored), dtype=torch.uint8, device="meta"))
+        return augment
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         epoch, self.epoch = self.epoch, self.epoch + 1  # now, not at the first next()
+        start, self._resume = self._resume, 0
+        progress = self._progress = [epoch, start]
+        return _counted(self._batches(epoch, start), progress)
+
+    def _batches(self, epoch: int, start: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """Epoch ``epoch``'s batches from batch ``start`` on."""
         if self.cuda:
-            augment = self.augmentation(epoch)
-            host = ThreadPrefetcher(self._gathered(self.loader.epoch_batches(epoch)), depth=self.depth)
+            augment = self.augmentation(epoch, start)
+            fetch = self.loader._fetch  # the gather into fresh pinned memory
+            batches = (fetch(idx) for idx in self.loader.indices(epoch)[start:])
+            host = ThreadPrefetcher(self._gathered(batches), depth=self.depth)
 
             def on_gpu(batch):  # on the side stream, after the copy
                 images, targets = batch
@@ -212,8 +366,8 @@ class ImageLoader:
 
             return iter(CudaPrefetcher(host, self.device, depth=self.depth, pin_memory=False, transform=on_gpu))
         if self.device.type == "cpu":
-            return self._on_cpu(epoch)
-        return self._to_device(self._on_cpu(epoch))  # another accelerator (e.g. mps): made here, copied there
+            return self._on_cpu(epoch, start)
+        return self._to_device(self._on_cpu(epoch, start))  # e.g. mps: made here, copied there
 
     def _to_device(self, batches: Iterator) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         for images, targets in batches:
@@ -226,33 +380,35 @@ class ImageLoader:
             torch.cuda.set_device(self.device)
         yield from batches
 
-    def _on_cpu(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def _on_cpu(self, epoch: int, start: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """The CPU: each batch cropped, flipped and normalised straight from the memmap in one pass per
         sample (:func:`gpufeed.data.transforms.crop_tasks`, eight samples a task: no gathered uint8
         copy first) by a pool of ``threads`` threads. ``depth`` batches wait in the pool's queue
         behind the one it is making, so it goes from batch to batch without waiting for this thread
-        (measured side by side on 2 cores against one batch at a time from a producer thread:
-        1.2-1.6x at 224 over three runs, 1.8 cores busy instead of 1.5; 1.0-1.3x at 112). The same
+        (``make bench`` measures the front door against the other pipelines). The same
         crops, in the same order, as the other devices' path (one generator, drawn in batch order,
         here)."""
-        augment = self.augmentation(epoch)
+        augment = self.augmentation(epoch, start)
         images, targets = self.loader.fields.tensors["0"], self.loader.fields.tensors["1"]  # plain views of the memmap
         shape = (self.batch_size, images.shape[1], self.crop, self.crop)
         # Reused outputs: the promise is "overwritten reuse_buffers batches after you got it", and
         # depth more are queued behind the one you hold. Kept for the next epochs (fresh memory
         # costs a page fault per 4 KiB, every epoch); a live iterator owns its ring.
         count = self.reuse_buffers + self.depth + 1 if self.reuse_buffers else 0
-        ring = self._cpu_rings.pop() if self._cpu_rings else [torch.empty(shape, dtype=self.dtype) for _ in range(count)]
+        layout = {"dtype": self.dtype, "memory_format": self.memory_format}
+        ring = self._cpu_rings.pop() if self._cpu_rings else [
+            torch.empty(shape, **layout) for _ in range(count)]
         if not ring and self._free is None:  # the batch you hold, the last one, the queue and the one being made
-            self._free = FreeBuffers(shape, self.dtype, keep=self.depth + 3)
+            self._free = FreeBuffers(shape, self.dtype, keep=self.depth + 3,
+                                     memory_format=self.memory_format)
         free, pool = self._free, crop_pool(self.threads)
         queued: deque[tuple[torch.Tensor, torch.Tensor, list[Future]]] = deque()  # oldest first
         try:
-            for k, idx in enumerate(self.loader.indices(epoch)):
+            for k, idx in enumerate(self.loader.indices(epoch)[start:], start):
                 b = len(idx)
-                corners, flips = augment.params(images[:b])  # only the shape is read: draws in batch order
+                params = augment.params(images[:b])  # only the shape is read: draws in batch order
                 out = ring[k % len(ring)][:b] if ring else free.take(b)
-                tasks = crop_tasks(images, idx.tolist(), corners, flips, self.crop, out, self.mean, self.std)
+                tasks = augment.tasks(images, idx.tolist(), params, out)
                 queued.append((out, torch.index_select(targets, 0, idx), [pool.submit(t) for t in tasks]))
                 if len(queued) > self.depth:
                     yield _finished(queued.popleft())
@@ -273,3 +429,17 @@ def _finished(batch: tuple[torch.Tensor, torch.Tensor, list[Future]]) -> tuple[t
     for f in futures:
         f.result()
     return images, targets
+
+
+def _counted(batches: Iterator, progress: list[int]) -> Iterator:
+    """``batches``, counting in ``progress[1]`` those handed out (what
+    :meth:`ImageLoader.state_dict` reports); closing it closes ``batches`` at once (a ``break``
+    releases the prefetchers' threads)."""
+    try:
+        for batch in batches:
+            progress[1] += 1
+            yield batch
+    finally:
+        close = getattr(batches, "close", None)
+        if close is not None:
+            close()

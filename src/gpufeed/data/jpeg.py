@@ -82,7 +82,7 @@ def decode_batch(datas: list[bytes], device: str = "cpu") -> list[torch.Tensor]:
     """Decodes many JPEGs in one call of ``torchvision.io.decode_jpeg(list, device=...)``.
 
     On CUDA the list goes to nvJPEG's batched decoder, which decodes the whole batch with few
-    kernel launches: far faster than one call per image. On the CPU it equals a loop. Returns
+    kernel launches instead of one call per image. On the CPU it equals a loop. Returns
     ``uint8 [3, H, W]`` tensors on ``device``.
 
     Raises:

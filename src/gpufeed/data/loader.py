@@ -177,10 +177,10 @@ def take_rows(t: torch.Tensor, idx: torch.Tensor, out: torch.Tensor | None = Non
     meet 64 times a batch. Viewed as ``k`` equal pieces of fewer than 32,768 elements per row
     (``[N*k, row/k]``), the same gather takes the other path of the kernel: a ``parallel_for``
     over pieces, so each thread copies its own run of whole images with plain ``memcpy``. Same
-    bytes, same order; on 2 cores, 1.2x as fast for 240x240 images (lesson 06).
+    bytes, same order (lesson 06 measures both paths side by side).
 
-    A batch costs one small op (the piece indices) and the gather: ~11 us around the copy (53 us
-    against index_select's 42 for a batch of 32 at 128x128 on 1 thread), which matters for small images.
+    A batch costs one more small op (the piece indices) than ``index_select``, which matters for
+    small images.
 
     Example:
         >>> x = torch.arange(4 * 3 * 128 * 128, dtype=torch.int32).view(4, 3, 128, 128)  # 49,152 a row

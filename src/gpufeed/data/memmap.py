@@ -4,17 +4,18 @@
 ``targets: int64 [N]``, both memory-mapped files. :func:`build_memmap` writes it from an image
 folder (ImageFolder layout) through :class:`gpufeed.data.folder.ImageFolderDataset`, so every image
 gets the one resize policy (:func:`gpufeed.data.folder.fit`); :func:`load_memmap` maps it back in
-a few milliseconds whatever its size. A batch is then a slice or a gather of rows: no file to
-open, nothing to decode. Taught in ``notebooks/05_memmap.ipynb``; ``python -m gpufeed data
-memmap SRC DST`` is the command line.
+a time that does not grow with its size (nothing is read until a batch touches it). A batch is
+then a slice or a gather of rows: no file to open, nothing to decode. Taught in
+``notebooks/05_memmap.ipynb``; ``python -m gpufeed data memmap SRC DST`` is the command line.
 
 On disk, ``DST/`` holds ``gpufeed-memmap.json`` (the manifest: count, shapes, dtypes, source,
 classes, policy, format version) and ``data/`` (tensordict's memmap: ``meta.json`` and one raw
-file per field). The build is atomic (:mod:`gpufeed.data.staging`): a killed build leaves no ``DST``,
-and :func:`load_memmap` refuses a folder without a valid manifest. The format's names, its manifest
-reader, the NumPy-only opener (:func:`gpufeed.data.arrays.open_arrays`) and the dataset for
-DataLoader workers (:class:`gpufeed.data.arrays.MemmapDataset`) live in :mod:`gpufeed.data.arrays`,
-which starts without tensordict.
+file per field). The build is atomic (:mod:`gpufeed.data.staging`): a killed build leaves no
+``DST``, and :func:`load_memmap` refuses a folder without a valid manifest. The format's names
+and its manifest reader live in :mod:`gpufeed.data.manifest`; the NumPy-only opener
+(:func:`gpufeed.data.arrays.open_arrays`) and the dataset for DataLoader workers
+(:class:`gpufeed.data.arrays.MemmapDataset`) in :mod:`gpufeed.data.arrays`, which starts without
+tensordict.
 
 Example:
     >>> import tempfile, pathlib
@@ -43,8 +44,15 @@ import torch
 from tensordict import tensorclass
 
 from gpufeed.data import staging
-from gpufeed.data.arrays import DATA, FORMAT, FORMAT_VERSION, MANIFEST, MemmapError, read_manifest  # noqa: F401
 from gpufeed.data.folder import POLICY, BadImageError, FolderError, ImageFolderDataset
+from gpufeed.data.manifest import (  # noqa: F401  (the format's names, used here and re-exported)
+    DATA,
+    FORMAT,
+    FORMAT_VERSION,
+    MANIFEST,
+    MemmapError,
+    read_manifest,
+)
 from gpufeed.data.staging import free_bytes  # tests point memmap.free_bytes at a tiny limit
 
 MIN_SIDE, MAX_SIDE = 8, 16384
@@ -95,15 +103,15 @@ class _Tolerant(torch.utils.data.Dataset):
     """The folder dataset, with unreadable images returned as ``(None, path, reason)`` instead of
     raised, so that one bad file neither kills a DataLoader worker nor loses the batch."""
 
-    def __init__(self, ds: ImageFolderDataset):
-        self.ds = ds
+    def __init__(self, ds: ImageFolderDataset, order: list[int] | None = None):
+        self.ds, self.order = ds, order  # row i of the memmap <- image order[i] of the folder
 
     def __len__(self) -> int:
         return len(self.ds)
 
     def __getitem__(self, i):
         try:
-            return self.ds[i]
+            return self.ds[i if self.order is None else self.order[i]]
         except BadImageError as e:
             return None, e.path, e.reason
 
@@ -142,8 +150,19 @@ def build_memmap(
     reuse: bool = False,
     progress: bool = True,
     batch_size: int = 64,
+    order_seed: int | None = None,
 ) -> BuildResult:
     """Decodes every image of ``src`` once into a memory-mapped :class:`ImageData` at ``dst``.
+
+    Every image is stored at ``size`` exactly (one fixed shape, so a row is found by a
+    multiplication and a batch is one gather). The policy (:data:`gpufeed.data.folder.POLICY`)
+    scales the short side to fit and **crops the centre**: of a 4:3 photo built square, a quarter
+    of the width is gone (an eighth on each side), of a 16:9 one 44%, before any augmentation;
+    a later RandomResizedCrop draws its boxes from what is left. The course chose the fixed shape
+    for the one-gather batch (FFCV's ``max_resolution`` keeps the aspect ratio by storing each
+    image at its own size, at the price of an offsets table and a resize of every sample when
+    it is loaded). To keep more of the picture, build with the aspect ratio of most of your
+    images: ``size=(299, 224)`` keeps 4:3 landscape photos whole.
 
     Args:
         src: an image folder, ``src/<class>/<image>``.
@@ -157,6 +176,10 @@ def build_memmap(
             once with ``reused=True`` (what the notebooks do on a second run).
         progress: show a progress bar.
         batch_size: images decoded and written per step.
+        order_seed: None (the default): rows in the folder's order (class by class). An int:
+            rows in a random order seeded by it (the targets go with their images), so that
+            neighbouring rows are not the same class: what makes a grouped shuffle
+            (``ImageLoader(..., group_size=g)``, FFCV's ``QUASI_RANDOM``) give mixed batches.
 
     Raises:
         MemmapError: bad arguments, an unusable source or destination, too little disk space, or
@@ -174,7 +197,8 @@ def build_memmap(
     digest = _source_digest(folder.samples, src)
     existing = _check_destination(dst, src, overwrite)
     if existing is not None:
-        same = existing.get("source_digest") == digest and existing.get("size") == [w, h]
+        same = (existing.get("source_digest") == digest and existing.get("size") == [w, h]
+                and existing.get("order_seed") == order_seed)
         if reuse and same:
             return BuildResult(dst, existing["count"], (w, h), existing["bytes"], time.perf_counter() - t0,
                                reused=True, skipped=existing.get("skipped", []))
@@ -187,22 +211,28 @@ def build_memmap(
     staging.check_space(need + (1 << 20), free_bytes(dst.parent), dst.parent, MemmapError,
                         "choose a smaller --size or another DST")
     with staging.staged(dst, MemmapError, "DST") as tmp:
-        data, skipped = _fill(folder, tmp / DATA, workers, skip_bad, progress, batch_size)
+        order = None if order_seed is None else _shuffled(len(folder), order_seed)
+        data, skipped = _fill(folder, tmp / DATA, workers, skip_bad, progress, batch_size, order)
         manifest = {
             "format": FORMAT, "version": FORMAT_VERSION, "count": len(data),
             "images": {"shape": list(data.images.shape), "dtype": "uint8"},
             "targets": {"shape": list(data.targets.shape), "dtype": "int64"},
             "size": [w, h], "policy": POLICY, "source": str(src), "source_digest": digest,
             "classes": folder.classes, "skipped": skipped, "bytes": dataset_bytes(len(data), (w, h)),
-            "tensordict": _tensordict_version(),
+            "tensordict": _tensordict_version(), "order_seed": order_seed,
         }
         del data  # unmap before the rename
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")  # written last
     return BuildResult(dst, manifest["count"], (w, h), manifest["bytes"], time.perf_counter() - t0, skipped=skipped)
 
 
+def _shuffled(n: int, seed: int) -> list[int]:
+    """The folder's images in the random order ``seed`` gives (row i <- image ``[i]``)."""
+    return torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
+
+
 def _fill(folder: ImageFolderDataset, prefix: Path, workers: int, skip_bad: bool, progress: bool,
-          batch_size: int) -> tuple[ImageData, list[dict]]:
+          batch_size: int, order: list[int] | None = None) -> tuple[ImageData, list[dict]]:
     """Preallocates the memmap at ``prefix``, fills it by slices in folder order, and returns it
     (shrunk to the good images when some were skipped) with the list of skipped files."""
     from torch.utils.data import DataLoader
@@ -215,8 +245,8 @@ def _fill(folder: ImageFolderDataset, prefix: Path, workers: int, skip_bad: bool
                          targets=torch.zeros((), dtype=torch.int64).expand(n), batch_size=[n])
     data = template.memmap_like(prefix=prefix)
     _reserve(prefix)
-    loader = DataLoader(_Tolerant(folder), batch_size=batch_size, num_workers=workers if workers > 1 else 0,
-                        collate_fn=_collate)
+    loader = DataLoader(_Tolerant(folder, order), batch_size=batch_size,
+                        num_workers=workers if workers > 1 else 0, collate_fn=_collate)
     skipped: list[dict] = []
     k = 0  # images written so far: bad ones leave no hole
     with tqdm(total=n, unit="img", desc=f"memmap {w}x{h}", disable=not progress) as bar:

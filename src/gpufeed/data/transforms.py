@@ -163,8 +163,8 @@ def crop_flip(x: torch.Tensor, corners: torch.Tensor, flips: torch.Tensor, crop:
     """Sample ``i`` of ``x`` ``[N, C, H, W]`` cropped to ``crop x crop`` at ``corners[i]``, flipped if ``flips[i]``.
 
     Two ways to the same values: on a GPU :func:`gather_crops`, one kernel for the whole batch; on
-    the CPU :func:`copy_crops`, one slice copy per sample (on a 2-core EPYC, 64 crops of 224: the
-    gather took about 40x longer, its index arithmetic costing more than the bytes). ``out``
+    the CPU :func:`copy_crops`, one slice copy per sample (on a CPU the gather's index arithmetic
+    per byte costs more than the bytes it moves). ``out``
     (``[N, C, crop, crop]``, any dtype) receives the result.
     """
     return (gather_crops if x.is_cuda else copy_crops)(x, corners, flips, crop, out)
@@ -207,9 +207,9 @@ def crop_flip_normalize(src: torch.Tensor, rows: Sequence[int], corners: torch.T
     A ``uint8`` ``out`` gets the crops alone (the stored bytes; normalise where they go).
     ``threads`` > 1 hands the groups to a small pool of threads (torch releases the GIL inside
     each op), so every core works on the batch; the groups are there because the Python between
-    the ops holds the GIL: four ops per group instead of three per sample, 1.07-1.26x as fast for
-    112x112 crops on 2 cores (more cores busy), 1.04x at 224. :func:`crop_tasks` gives the same
-    work as tasks, for a caller that keeps the pool busy with the next batch while it waits.
+    the ops holds the GIL: four ops per group instead of three per sample. :func:`crop_tasks`
+    gives the same work as tasks, for a caller that keeps the pool busy with the next batch
+    while it waits.
 
     Args:
         src: ``uint8 [N, C, H, W]``, e.g. the memmap's images.
@@ -270,6 +270,8 @@ def crop_tasks(src: torch.Tensor, rows: Sequence[int], corners: torch.Tensor, fl
     else:
         scale, shift = affine(tuple(map(float, mean)), tuple(map(float, std)), out.dtype, out.device)
 
+    nhwc = not out.is_contiguous() and out.is_contiguous(memory_format=torch.channels_last)
+
     def group(a: int, b: int) -> None:
         windows = []
         for i in range(a, b):
@@ -280,7 +282,13 @@ def crop_tasks(src: torch.Tensor, rows: Sequence[int], corners: torch.Tensor, fl
             torch.stack(windows, out=out[a:b])  # the one read of each image, straight into the batch
             return
         scratch = _scratch((GROUP, *out.shape[1:]), src.dtype)  # this thread's own, kept between batches
-        o = out[a:b].copy_(torch.stack(windows, out=scratch[:b - a]))  # uint8 -> float, written once
+        stacked = torch.stack(windows, out=scratch[:b - a])
+        o = out[a:b]
+        if nhwc:  # channels_last: one strided copy per channel plane beats torch's transposing copy
+            for c, plane in enumerate(stacked.unbind(1)):
+                o.select(1, c).copy_(plane)
+        else:
+            o.copy_(stacked)  # uint8 -> float, written once
         if scale is None:
             o.mul_(1.0 / 255)
         else:
@@ -368,6 +376,8 @@ class DeviceAugment:
             ``k`` reused buffers in turn, which saves a page fault per 4 KiB of fresh memory but
             means a result is **overwritten ``k`` calls later**: use (or copy) it before then.
         generator: a ``torch.Generator`` to draw from instead of one seeded by ``seed``.
+        memory_format: the output's layout on a GPU (``torch.channels_last`` for a channels-last
+            model: the ``uint8`` crops are laid out so, and the normalisation keeps the layout).
 
     Example:
         >>> aug = DeviceAugment(crop=4, seed=0)
@@ -377,22 +387,31 @@ class DeviceAugment:
     """
 
     def __init__(self, crop: int, seed: int = 0, mean=IMAGENET_MEAN, std=IMAGENET_STD, *, flip: bool = True,
-                 dtype: torch.dtype = torch.float32, buffers: int = 0, generator: torch.Generator | None = None):
+                 dtype: torch.dtype = torch.float32, buffers: int = 0,
+                 generator: torch.Generator | None = None,
+                 memory_format: torch.memory_format = torch.contiguous_format):
         if not isinstance(buffers, int) or buffers < 0:
             raise ValueError(f"DeviceAugment: buffers must be a whole number >= 0, got {buffers!r}")
         self.crop, self.flip, self.dtype = crop, flip, dtype
         self.mean, self.std = output_stats("DeviceAugment", dtype, mean, std)
         self.generator = generator if generator is not None else torch.Generator().manual_seed(seed)
         self.buffers, self._ring, self._slot = buffers, [], 0
+        self.memory_format = memory_format
 
     def params(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The next batch's corners ``int64 [B, 2]`` and flips ``bool [B]`` (CPU), in batch order."""
         return draw_crops(x.shape[0], tuple(x.shape[-2:]), self.crop, self.generator, 0.5 if self.flip else 0.0)
 
+    def tasks(self, src: torch.Tensor, rows: Sequence[int], params: tuple[torch.Tensor, torch.Tensor],
+              out: torch.Tensor) -> list[Callable[[], None]]:
+        """The CPU's work for ``rows`` of ``src`` with :meth:`params`' draw (:func:`crop_tasks`)."""
+        return crop_tasks(src, rows, *params, self.crop, out, self.mean, self.std)
+
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         corners, flips = self.params(x)
         if x.is_cuda:  # one gather, then one fused multiply-add into fresh (cached) GPU memory
             crops = crop_flip(x, corners, flips, self.crop)
+            crops = crops.contiguous(memory_format=self.memory_format)  # in uint8: 1/4 of the bytes
             return crops if self.dtype == torch.uint8 else normalize(crops, self.dtype, self.mean, self.std)
         shape = (x.shape[0], x.shape[1], self.crop, self.crop)
         if self.buffers == 0:
