@@ -211,6 +211,7 @@ def test_the_built_site_in_chromium(page, site):
     assert page.locator("table").count() >= 1, "the README's lesson table is missing"
     assert not internal_links_resolve(page, site)
     deck = page.locator("a.deck-link")
+    assert deck.count() == (SITE / "slides" / "index.html").is_file(), "the deck is in the site iff it is linked"
     if deck.count():  # the deck was built (make slides) before the site
         assert page.request.get(site + deck.get_attribute("href")).status == 200, "the deck's link is broken"
     page.screenshot(path=str(ARTIFACTS / "book-home.png"))
@@ -254,3 +255,15 @@ def test_the_built_site_in_chromium(page, site):
     assert not page.outside, f"the site fetched from outside this machine: {page.outside}"
     assert not page.failed, f"requests that failed: {page.failed}"
     assert not page.errors, f"script errors: {page.errors}"
+
+
+def test_make_book_runs_the_lessons_as_make_test_does():
+    """In CI `make book` is the notebooks' only run: quick mode, offline, errors fail it."""
+    makefile = (ROOT / "Makefile").read_text()
+    target = makefile[makefile.index("\nbook:"):].split("\n\n")[0]
+    assert "GPUFEED_QUICK=1 $(IN_NETNS)" in target and "tools/book.py execute" in target
+    assert "tools/book.py build" in target
+    conf = (ROOT / "book" / "conf.py").read_text()
+    assert "nb_execution_raise_on_error = True" in conf and 'nb_execution_mode = "cache"' in conf
+    assert "ProcessData(r.pk, r.uri, cache, TIMEOUT_S, False)" in (ROOT / "tools" / "book.py").read_text(), \
+        "execute must not allow errors"
