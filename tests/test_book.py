@@ -92,6 +92,18 @@ def test_execute_refuses_full_mode(monkeypatch, capsys):
     assert "GPUFEED_QUICK=1" in capsys.readouterr().err
 
 
+def test_an_error_output_fails_the_build():
+    from docutils import nodes
+    from sphinx.errors import ExtensionError
+
+    ok = nodes.section("", nodes.literal_block("", "machine: x", classes=["output", "stream"]))
+    book().check_no_error_output(ok, "notebooks/00_x")
+    bad = nodes.section("", nodes.literal_block("", "ZeroDivisionError: division by zero",
+                                                classes=["output", "traceback", "highlight-ipythontb"]))
+    with pytest.raises(ExtensionError, match="00_x: an error output on the page: ZeroDivisionError"):
+        book().check_no_error_output(bad, "notebooks/00_x")
+
+
 def test_widget_reprs_are_recognised():
     assert book().WIDGET_REPR.match("interactive(children=(IntSlider(value=32, ...")
     assert book().WIDGET_REPR.match("VBox(children=(Dropdown(...")

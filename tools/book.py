@@ -190,6 +190,26 @@ def machine_note(text: str, when: float | None, seconds: float | None) -> str:
             f"{mode.group(2)} mode), {run}. Numbers from other machines are labelled with their hardware.")
 
 
+def check_no_error_output(doctree, docname: str) -> None:
+    """Fails the build on an error output, including one a cell tagged ``raises-exception`` kept
+    (nbclient lets those through): a lesson that shows an error catches it and prints it.
+
+    Example:
+        >>> from docutils import nodes
+        >>> page = nodes.section("", nodes.literal_block("", "ValueError: no", classes=["output", "traceback"]))
+        >>> check_no_error_output(page, "notebooks/99_x")
+        Traceback (most recent call last):
+        ...
+        sphinx.errors.ExtensionError: notebooks/99_x: an error output on the page: ValueError: no
+    """
+    from docutils import nodes
+    from sphinx.errors import ExtensionError
+
+    for block in doctree.findall(nodes.literal_block):
+        if "traceback" in block["classes"]:
+            raise ExtensionError(f"{docname}: an error output on the page: {block.astext()[-500:]}")
+
+
 def _doctree_read(app, doctree) -> None:
     from docutils import nodes
     from sphinx.errors import ExtensionError
@@ -197,6 +217,7 @@ def _doctree_read(app, doctree) -> None:
     docname = app.env.docname
     if not docname.startswith("notebooks/"):
         return
+    check_no_error_output(doctree, docname)
     # The Colab badge is an image on Colab's server: the site links the same address in words.
     for image in list(doctree.findall(nodes.image)):
         if "colab-badge" in image.get("uri", "") and isinstance(image.parent, nodes.reference):
