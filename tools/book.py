@@ -89,8 +89,14 @@ def execute(jobs: int = 1) -> int:
             print(f"book: the package or uv.lock changed since {old.name}: every lesson runs again")
             shutil.rmtree(old)
     cache = get_cache(str(here))
-    for nb in lessons():
-        cache.add_nb_to_project(str(nb))
+    # The project lists notebooks by absolute path: forget those of another checkout (a cache copied
+    # from elsewhere, as CI restores it) or of a renamed lesson, whose outputs stay matched by hash.
+    current = {str(nb) for nb in lessons()}
+    for record in cache.list_project_records():
+        if record.uri not in current:
+            cache.remove_nb_from_project(record.pk)
+    for nb in current:
+        cache.add_nb_to_project(nb)
     todo = sorted(cache.list_unexecuted(), key=lambda r: r.uri)
     print(f"book: {len(lessons()) - len(todo)} lessons cached, {len(todo)} to run ({jobs} at a time)", flush=True)
     work = [ProcessData(r.pk, r.uri, cache, TIMEOUT_S, False) for r in todo]
