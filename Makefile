@@ -49,7 +49,8 @@ endif
 test: lint
 	GPUFEED_QUICK=1 $(IN_NETNS) $(RUN) pytest --nbmake --nbmake-timeout=900 -m "not browser" $(PYTEST_ARGS)
 
-# Tests in a real browser (Debian's chromium, driven headless): the slide deck and JupyterLab.
+# Tests in a real browser (Debian's chromium, driven headless): the slide deck, JupyterLab and the
+# site (run `make book` first: tests/test_book.py opens build/book/html).
 # Installs what they need first, so it needs the network (and root for apt) on a fresh machine.
 # The peer loaders of `gpufeed bench --peers` (FFCV, SPDL, torchdata) and the Debian libraries they
 # build or run against, installed with apt-get when root and missing; then the `peers` extra.
