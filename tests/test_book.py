@@ -104,6 +104,35 @@ def test_an_error_output_fails_the_build():
         book().check_no_error_output(bad, "notebooks/00_x")
 
 
+@pytest.mark.slow
+def test_execute_names_a_failing_lesson_and_runs_an_unchanged_one_only_once(tmp_path, monkeypatch, capsys):
+    import nbformat
+
+    b = book()
+    monkeypatch.setattr(b, "NOTEBOOKS", tmp_path / "notebooks")
+    monkeypatch.setattr(b, "BUILD", tmp_path / "build")
+    monkeypatch.setenv("GPUFEED_QUICK", "1")
+    b.NOTEBOOKS.mkdir()
+    kernel = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
+
+    def lesson(name: str, code: str):
+        nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)], metadata=kernel),
+                       b.NOTEBOOKS / name)
+
+    lesson("00_a.ipynb", "print('fine')")
+    lesson("01_b.ipynb", "1 / 0")
+    assert b.execute() == 1
+    out = capsys.readouterr()
+    assert "01_b.ipynb failed" in out.err and "ZeroDivisionError" in out.err
+    assert "ran 00_a.ipynb" in out.out
+
+    lesson("01_b.ipynb", "print(1 / 1)")
+    assert b.execute() == 0
+    assert "1 lessons cached, 1 to run" in capsys.readouterr().out
+    assert b.execute() == 0
+    assert "2 lessons cached, 0 to run" in capsys.readouterr().out
+
+
 def test_widget_reprs_are_recognised():
     assert book().WIDGET_REPR.match("interactive(children=(IntSlider(value=32, ...")
     assert book().WIDGET_REPR.match("VBox(children=(Dropdown(...")
