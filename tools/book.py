@@ -43,12 +43,12 @@ DECK = ROOT / "slides" / "dist"
 TIMEOUT_S = 900  # per lesson, as `make test` gives nbmake
 #: The setup cell (tools/notebooks.py) prints these two lines: the page header reads them.
 MACHINE_LINE = re.compile(r"^machine: (.+)$", re.M)
+MODE_LINE = re.compile(r"^device:\s+(\S+)\s+mode: (\w+)", re.M)
 #: How ipywidgets' containers print themselves (the text a widget output keeps for a static page).
 WIDGET_REPR = re.compile(r"^(interactive|VBox|HBox|Box)\(children=\(")
-MODE_LINE = re.compile(r"^device:\s+(\S+)\s+mode: (\w+)", re.M)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from notebooks import LESSONS, repo_url  # noqa: E402,F401  (tools/notebooks.py: the one address)
+from notebooks import repo_url  # noqa: E402  (tools/notebooks.py: the repository's one address)
 
 
 def lessons() -> list[Path]:
@@ -95,7 +95,7 @@ def execute(jobs: int = 1) -> int:
     for record in cache.list_project_records():
         if record.uri not in current:
             cache.remove_nb_from_project(record.pk)
-    for nb in current:
+    for nb in sorted(current):
         cache.add_nb_to_project(nb)
     todo = sorted(cache.list_unexecuted(), key=lambda r: r.uri)
     print(f"book: {len(lessons()) - len(todo)} lessons cached, {len(todo)} to run ({jobs} at a time)", flush=True)
@@ -126,8 +126,8 @@ def build() -> int:
     if subprocess.run(cmd, cwd=ROOT).returncode:
         print("book: the Sphinx build failed (see the warnings above)", file=sys.stderr)
         return 1
+    shutil.rmtree(HTML / "slides", ignore_errors=True)  # no deck left from an earlier build
     if (DECK / "index.html").is_file():
-        shutil.rmtree(HTML / "slides", ignore_errors=True)
         shutil.copytree(DECK, HTML / "slides")
     # GitHub Pages (and a plain file server) open index.html; the home page is README.html, in the
     # same folder, so a copy of it keeps every relative link.
