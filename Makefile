@@ -7,6 +7,7 @@
 #                  LESSONS="03 08" runs only those lessons; offline with the wheelhouse when there is one
 #   make wheelhouse  (with internet) the wheels an offline GPU node lacks, into wheelhouse/
 #   make notebooks  regenerate notebooks/*.ipynb from their .py sources
+#   make book    the course as a static site in build/book/html, every lesson executed (quick mode) here
 
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -22,7 +23,7 @@ RUN := $(UV) run --no-sync
 # torchrun rank compiles torch from source on import (where PYTHONDONTWRITEBYTECODE is set, each did).
 SYNC := $(UV) sync --locked --extra dali --compile-bytecode
 
-.PHONY: env lab test test-oldest test-peers test-gpu node-env wheelhouse test-browser browser-deps peers-deps bench notebooks lint slides slides-deps clean
+.PHONY: book env lab test test-oldest test-peers test-gpu node-env wheelhouse test-browser browser-deps peers-deps bench notebooks lint slides slides-deps clean
 
 $(CURDIR)/.uv/bin/uv:
 	$(PYTHON) -m venv $(CURDIR)/.uv
@@ -48,7 +49,8 @@ endif
 test: lint
 	GPUFEED_QUICK=1 $(IN_NETNS) $(RUN) pytest --nbmake --nbmake-timeout=900 -m "not browser" $(PYTEST_ARGS)
 
-# Tests in a real browser (Debian's chromium, driven headless): the slide deck and JupyterLab.
+# Tests in a real browser (Debian's chromium, driven headless): the slide deck, JupyterLab and the
+# site (run `make book` first: tests/test_book.py opens build/book/html).
 # Installs what they need first, so it needs the network (and root for apt) on a fresh machine.
 # The peer loaders of `gpufeed bench --peers` (FFCV, SPDL, torchdata) and the Debian libraries they
 # build or run against, installed with apt-get when root and missing; then the `peers` extra.
@@ -134,6 +136,14 @@ test-gpu: $(GPU_ENV)
 	$(GPU_PYTHON) tools/wheelhouse.py check
 	GPUFEED_QUICK=0 GPUFEED_REQUIRE_CUDA=1 GPUFEED_RESULTS=$(CURDIR)/results \
 		$(GPU_PYTHON) -m pytest --nbmake --nbmake-timeout=3600 -m "not browser" $(GPU_TESTS) $(PYTEST_ARGS)
+
+# The course as a static site (Sphinx + MyST-NB, tools/book.py): the lessons the cache lacks run in
+# quick mode, offline like `make test` (BOOK_JOBS=2: two at a time, sharing the cores they measure),
+# then the pages are built from the cache into build/book/html. `make slides` first puts the deck in.
+BOOK_JOBS ?= 1
+book: env
+	GPUFEED_QUICK=1 $(IN_NETNS) nice $(RUN) python tools/book.py execute --jobs $(BOOK_JOBS)
+	GPUFEED_QUICK=1 nice $(RUN) python tools/book.py build
 
 bench: env
 	$(RUN) python -m gpufeed bench $(BENCH_ARGS)

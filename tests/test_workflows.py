@@ -18,8 +18,7 @@ def load(name: str) -> dict:
 
 
 def steps(doc: dict) -> list[dict]:
-    (job,) = doc["jobs"].values()
-    return job["steps"]
+    return [step for job in doc["jobs"].values() for step in job.get("steps", [])]
 
 
 def runs(doc: dict) -> list[str]:
@@ -30,7 +29,7 @@ def uploads(doc: dict) -> list[dict]:
     return [s for s in steps(doc) if s.get("uses", "").startswith("actions/upload-artifact@")]
 
 
-@pytest.mark.parametrize("name", ["ci.yml", "gpu.yml"])
+@pytest.mark.parametrize("name", ["ci.yml", "gpu.yml", "pages.yml"])
 def test_workflows_need_no_secrets_and_pin_their_actions(name):
     text = (WORKFLOWS / name).read_text()
     doc = load(name)
@@ -53,8 +52,11 @@ def test_cpu_workflow_runs_ci_run_on_python_311_and_keeps_the_screenshots():
     assert str(job["env"]["UV_PYTHON"]) == "3.11", "uv builds .venv with that same Python"
     assert "bash .ci/run" in runs(doc), "CI runs what .ci/run runs"
     ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
-    assert ci[-4:] == ["make test", "make test-peers", "make test-oldest", "make test-browser"], (
-        "the README's test command, the peer loaders, the oldest supported versions, then the browser tests")
+    commands = [line for line in ci if line.startswith("make ")]
+    assert commands == ['make test PYTEST_ARGS="--ignore-glob=notebooks/*.ipynb"', "make slides", "make book", "make test-peers",
+                        "make test-oldest", "make test-browser"], (
+        "the README's test command (its notebooks run once, in make book), the deck and the site, the peer "
+        "loaders, the oldest supported versions, then the browser tests (the site's among them)")
     assert "make test " in (ROOT / "README.md").read_text()
     assert [u["with"]["path"] for u in uploads(doc)] == ["out/test-artifacts"]
 
@@ -82,3 +84,18 @@ def test_make_test_oldest_installs_the_floors_of_pyproject():
     makefile = (ROOT / "Makefile").read_text()
     oldest = re.search(r"^OLDEST := (.*)$", makefile, re.M).group(1).split()
     assert oldest == [f"{name}=={floors[name]}.*" for name in ("torch", "torchvision", "tensordict")]
+
+
+def test_pages_workflow_builds_the_site_and_deploys_it_on_pushes_to_main():
+    doc = load("pages.yml")
+    assert doc["on"]["push"]["branches"] == ["main"]
+    build, deploy = doc["jobs"]["build"], doc["jobs"]["deploy"]
+    assert build["container"]["image"].startswith("python:3.11-") and str(build["env"]["UV_PYTHON"]) == "3.11"
+    assert "make slides book" in [s["run"].strip() for s in build["steps"] if "run" in s]
+    (upload,) = [s for s in build["steps"] if s.get("uses", "").startswith("actions/upload-pages-artifact@")]
+    assert upload["with"]["path"] == "build/book/html"
+    assert deploy["needs"] == "build" and deploy["permissions"] == {"pages": "write", "id-token": "write"}
+    assert deploy["environment"]["name"] == "github-pages"
+    assert [s["uses"].split("@")[0] for s in deploy["steps"]] == ["actions/deploy-pages"]
+    cached = [s["with"]["path"] for s in build["steps"] if s.get("uses", "").startswith("actions/cache@")]
+    assert "build/book/cache" in cached, "unchanged lessons are not run again on the next push"

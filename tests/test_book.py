@@ -1,0 +1,320 @@
+"""The course site (`make book`, ``tools/book.py``): its pieces here, the built site in a browser.
+
+Unmarked tests check the build's own logic (fast, no Sphinx run). The test marked ``browser`` opens
+``build/book/html`` (built by ``make book``) in headless Chromium, served on 127.0.0.1: the home
+page and three lessons, their figures drawn, their tables, no error output, the machine each page
+was measured on, the Colab link, next/previous between lessons, the search page, and no request
+leaving the machine. Without a built site or Chromium it skips, unless ``GPUFEED_REQUIRE_BROWSER=1``
+(``make test-browser``), where it fails and says which make target is missing.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import importlib.util
+import os
+import re
+import threading
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SITE = ROOT / "build" / "book" / "html"
+ARTIFACTS = ROOT / "out" / "test-artifacts"
+#: Lessons the browser opens: the Gantt charts and sliders (01), a sweep with its table (07), the
+#: ladder and the committed GPU reference (11).
+LESSONS = ("01_bottlenecks", "07_dataloader", "11_together")
+
+
+def needs_the_book_group():
+    """The site's tools come with the `book` dependency group (`make env` installs it; the oldest-
+    versions venv of `make test-oldest` does not, and skips these tests)."""
+    for module in ("sphinx", "myst_nb", "jupyter_cache"):
+        pytest.importorskip(module, reason="the `book` dependency group is not installed")
+
+
+def load(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@functools.cache
+def book():
+    return load("book")
+
+
+def test_home_page_lists_every_lesson_in_order_and_the_deck():
+    tail = book().home_page_tail(deck_built=True)
+    entries = re.search(r"```\{toctree\}\n(.*?)```", tail, re.S).group(1).split("\n")
+    lessons = [e for e in entries if e.startswith("notebooks/")]
+    assert lessons == [f"notebooks/{p.stem}" for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))]
+    assert len(lessons) >= 13
+    assert 'href="slides/index.html"' in tail
+    assert "make slides" in book().home_page_tail(deck_built=False)
+
+
+def test_readme_links_to_files_go_to_the_repository_and_lessons_stay_pages():
+    readme = book().link_files_to_repository((ROOT / "README.md").read_text())
+    url = book().repo_url()
+    assert f"]({url}/blob/main/LICENSE)" in readme
+    assert "](notebooks/03_dtypes.ipynb)" in readme
+    # every relative link left is a lesson or an anchor: the site has a page for each
+    for target in re.findall(r"\]\(([^)\s]+)\)", readme):
+        assert re.match(r"https?:|#|notebooks/\d\d_\w+\.ipynb$", target), target
+
+
+def test_machine_note_reads_the_setup_cells_lines_and_refuses_without_them():
+    out = ("gpufeed 0.1.0 · torch 2.11.0\nmachine: AMD EPYC (2 cores), no GPU, torch 2.11.0\n"
+           "device:  cpu   mode: quick (GPUFEED_QUICK=1: tiny sizes)\n")
+    note = book().machine_note(out, 1_700_000_000.0, 42.4)
+    assert "measured on AMD EPYC (2 cores), no GPU, torch 2.11.0 (device cpu, quick mode)" in note
+    assert "42 s run on 2023-11-1" in note
+    with pytest.raises(ValueError, match="machine:"):
+        book().machine_note("gpufeed 0.1.0\n", None, None)
+
+
+def test_the_setup_cell_prints_what_the_page_header_reads(capsys):
+    from gpufeed.course.session import setup
+
+    setup()
+    out = capsys.readouterr().out
+    assert book().MACHINE_LINE.search(out) and book().MODE_LINE.search(out)
+
+
+def test_cache_key_follows_the_package_and_quick_mode(monkeypatch):
+    monkeypatch.setenv("GPUFEED_QUICK", "1")
+    quick = book().cache_key()
+    assert quick == book().cache_key() and re.fullmatch(r"[0-9a-f]{12}", quick)
+    monkeypatch.setenv("GPUFEED_QUICK", "0")
+    assert book().cache_key() != quick
+
+
+def test_execute_refuses_full_mode(monkeypatch, capsys):
+    monkeypatch.delenv("GPUFEED_QUICK", raising=False)
+    assert book().execute() == 2
+    assert "GPUFEED_QUICK=1" in capsys.readouterr().err
+
+
+def test_an_error_output_fails_the_build():
+    needs_the_book_group()
+    from docutils import nodes
+    from sphinx.errors import ExtensionError
+
+    ok = nodes.section("", nodes.literal_block("", "machine: x", classes=["output", "stream"]))
+    book().check_no_error_output(ok, "notebooks/00_x")
+    bad = nodes.section("", nodes.literal_block("", "ZeroDivisionError: division by zero",
+                                                classes=["output", "traceback", "highlight-ipythontb"]))
+    with pytest.raises(ExtensionError, match="00_x: an error output on the page: ZeroDivisionError"):
+        book().check_no_error_output(bad, "notebooks/00_x")
+
+
+@pytest.mark.slow
+def test_execute_names_a_failing_lesson_and_runs_an_unchanged_one_only_once(tmp_path, monkeypatch, capsys):
+    needs_the_book_group()
+    import nbformat
+
+    b = book()
+    monkeypatch.setattr(b, "NOTEBOOKS", tmp_path / "notebooks")
+    monkeypatch.setattr(b, "BUILD", tmp_path / "build")
+    monkeypatch.setenv("GPUFEED_QUICK", "1")
+    b.NOTEBOOKS.mkdir()
+    kernel = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
+
+    def lesson(name: str, code: str):
+        nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)], metadata=kernel),
+                       b.NOTEBOOKS / name)
+
+    lesson("00_a.ipynb", "print('fine')")
+    lesson("01_b.ipynb", "1 / 0")
+    assert b.execute() == 1
+    out = capsys.readouterr()
+    assert "01_b.ipynb failed" in out.err and "ZeroDivisionError" in out.err
+    assert "ran 00_a.ipynb" in out.out
+
+    lesson("01_b.ipynb", "print(1 / 1)")
+    assert b.execute() == 0
+    assert "1 lessons cached, 1 to run" in capsys.readouterr().out
+    assert b.execute() == 0
+    assert "2 lessons cached, 0 to run" in capsys.readouterr().out
+
+
+def test_widget_reprs_are_recognised():
+    assert book().WIDGET_REPR.match("interactive(children=(IntSlider(value=32, ...")
+    assert book().WIDGET_REPR.match("VBox(children=(Dropdown(...")
+    assert not book().WIDGET_REPR.match("machine: AMD EPYC")
+
+
+def test_cells_tagged_hide_cell_are_folded_on_the_site(tmp_path):
+    """Worked solutions carry the tag hide-cell (and Jupyter's source_hidden for JupyterLab): MyST-NB
+    must fold them, input and output, in a closed <details>, under the site's theme."""
+    needs_the_book_group()
+    import subprocess
+    import sys
+
+    import nbformat
+
+    cell = nbformat.v4.new_code_cell("print('the answer')", metadata={
+        "tags": ["solution", "hide-cell"], "jupyter": {"source_hidden": True, "outputs_hidden": True}},
+        outputs=[nbformat.v4.new_output("stream", text="the answer\n")])
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# T"), cell], metadata={
+        "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+    nbformat.write(nb, tmp_path / "index.ipynb")
+    (tmp_path / "conf.py").write_text("extensions = ['myst_nb']\nnb_execution_mode = 'off'\n"
+                                      "html_theme = 'sphinx_book_theme'\n")
+    run = subprocess.run([sys.executable, "-m", "sphinx", "-q", "-b", "html", str(tmp_path), str(tmp_path / "out")],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    html = (tmp_path / "out" / "index.html").read_text()
+    folded = re.search(r'class="cell [^"]*tag_hide-cell[^"]*"[^>]*>\s*<details class="[^"]*\bhide\b[^"]*">', html)
+    assert folded, "the hide-cell cell is not folded in a closed <details>"
+    assert "the answer" in html[folded.end():], "the folded cell lost its output"
+
+
+def test_the_site_build_output_is_ignored_by_git():
+    ignored = (ROOT / ".gitignore").read_text().split()
+    assert "/build/" in ignored and book().HTML.is_relative_to(ROOT / "build")
+
+
+# ---------------------------------------------------------------------------------------------
+# The built site in a real browser.
+
+
+def unavailable(reason: str, hint: str):
+    if os.environ.get("GPUFEED_REQUIRE_BROWSER") == "1":
+        pytest.fail(f"{reason}: run `{hint}` (GPUFEED_REQUIRE_BROWSER=1 asks for this test to run)", pytrace=False)
+    pytest.skip(f"{reason} (`{hint}`)")
+
+
+@pytest.fixture(scope="module")
+def site():
+    """Serves build/book/html on 127.0.0.1; yields the base URL."""
+    if not (SITE / "index.html").is_file():
+        unavailable(f"no built site in {SITE.relative_to(ROOT)}", "make book")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(SITE))
+    handler.log_message = lambda *a: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    chromium = os.environ.get("GPUFEED_CHROMIUM") or "/usr/bin/chromium"
+    if not os.access(chromium, os.X_OK):
+        unavailable(f"no Chromium at {chromium}", "make browser-deps")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=chromium, headless=True,
+                              args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                                    "--disable-background-networking", "--disable-component-update"])
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser, site):
+    """A page that records every request and script error; requests off this machine are refused."""
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.set_default_timeout(30_000)
+    page.outside, page.errors, page.failed = [], [], []
+    page.route(re.compile(r"^(?!" + re.escape(site) + ")"), lambda route: (
+        page.outside.append(route.request.url), route.abort()))
+    page.on("pageerror", lambda e: page.errors.append(str(e)))
+    page.on("response", lambda r: r.status >= 400 and page.failed.append(f"{r.status} {r.url}"))
+    yield page
+    page.close()
+
+
+def figures_drawn(page) -> int:
+    """Output images that loaded and have a size (a broken image has naturalWidth 0)."""
+    return page.evaluate("""() => [...document.querySelectorAll('.cell_output img')]
+        .filter(img => img.complete && img.naturalWidth > 100 && img.naturalHeight > 100).length""")
+
+
+def internal_links_resolve(page, site: str) -> list[str]:
+    """Every link from this page to another page of the site, fetched: the ones that do not answer 200."""
+    hrefs = page.evaluate("() => [...document.querySelectorAll('a[href]')].map(a => a.href)")
+    targets = sorted({h.split("#")[0] for h in hrefs if h.startswith(site) and h.split("#")[0].endswith(".html")})
+    assert targets, "no links to other pages"
+    return [f"{r.status} {t}" for t in targets if (r := page.request.get(t)).status != 200]
+
+
+@pytest.mark.browser
+def test_the_built_site_in_chromium(page, site):
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    notebooks = load("notebooks")
+
+    # The home page is the README, with every lesson in the navigation, in order.
+    page.goto(f"{site}index.html")
+    assert "feeding images to the GPU" in page.locator("h1").first.inner_text()
+    nav = page.locator("nav.bd-links a").all_inner_texts()
+    numbered = [t.strip()[:2] for t in nav if re.match(r"\d\d ·", t.strip())]
+    assert numbered == sorted(numbered) and len(numbered) >= 13, f"lessons in the navigation: {nav}"
+    assert page.locator("table").count() >= 1, "the README's lesson table is missing"
+    assert not internal_links_resolve(page, site)
+    deck = page.locator("a.deck-link")
+    assert deck.count() == (SITE / "slides" / "index.html").is_file(), "the deck is in the site iff it is linked"
+    if deck.count():  # the deck was built (make slides) before the site
+        assert page.request.get(site + deck.get_attribute("href")).status == 200, "the deck's link is broken"
+    page.screenshot(path=str(ARTIFACTS / "book-home.png"))
+
+    for stem in LESSONS:
+        page.goto(f"{site}notebooks/{stem}.html")
+        title = page.locator("h1").first.inner_text()
+        assert title.startswith(stem[:2] + " ·"), title
+        note = page.locator(".machine-note").inner_text()
+        assert re.search(r"measured on .+ \(device \w+, quick mode\)", note), f"{stem}: {note}"
+        assert figures_drawn(page) >= 1, f"{stem}: no figure drawn"
+        assert page.locator("article table").count() >= 1, f"{stem}: no table"
+        errors = page.locator(".cell_output .traceback, .cell_output .output.error, .cell_output .stderr").filter(
+            has_text=re.compile("Traceback|Error"))
+        assert errors.count() == 0, f"{stem}: an error output: {errors.first.inner_text()[:500]}"
+        assert "Traceback (most recent call last)" not in page.locator("article").inner_text()
+        hidden = page.locator(".cell.tag_hide-cell")
+        for i in range(hidden.count()):  # worked solutions: folded until the reader opens them
+            assert hidden.nth(i).locator("details:not([open])").count() >= 1, f"{stem}: solution {i} is open"
+            assert not hidden.nth(i).locator(".cell_input").is_visible(), f"{stem}: solution {i} shows its code"
+        colab = notebooks.badge(ROOT / "notebooks" / f"{stem}.ipynb").split("](")[-1].rstrip(")")
+        assert page.locator(f'a[href="{colab}"]').count() >= 1, f"{stem}: no link to {colab}"
+        assert not internal_links_resolve(page, site), stem
+        page.screenshot(path=str(ARTIFACTS / f"book-{stem}.png"), full_page=False)
+
+        # Next and previous go to the neighbouring lessons.
+        number = int(stem[:2])
+        page.locator("a.right-next").click()
+        page.wait_for_load_state()
+        assert page.locator("h1").first.inner_text().startswith(f"{number + 1:02d} ·"), page.url
+        page.locator("a.left-prev").click()
+        page.wait_for_load_state()
+        assert page.url.endswith(f"notebooks/{stem}.html"), page.url
+
+    # Search finds a lesson by a word of its text.
+    page.goto(f"{site}search.html?q=memmap")
+    page.locator("#search-results li a").first.wait_for()
+    found = page.locator("#search-results li a").all_inner_texts()
+    assert any("Memory-mapped" in t for t in found), f"search for memmap found {found}"
+
+    assert not page.outside, f"the site fetched from outside this machine: {page.outside}"
+    assert not page.failed, f"requests that failed: {page.failed}"
+    assert not page.errors, f"script errors: {page.errors}"
+
+
+def test_make_book_runs_the_lessons_as_make_test_does():
+    """In CI `make book` is the notebooks' only run: quick mode, offline, errors fail it."""
+    makefile = (ROOT / "Makefile").read_text()
+    target = makefile[makefile.index("\nbook:"):].split("\n\n")[0]
+    assert "GPUFEED_QUICK=1 $(IN_NETNS)" in target and "tools/book.py execute" in target
+    assert "tools/book.py build" in target
+    conf = (ROOT / "book" / "conf.py").read_text()
+    assert "nb_execution_raise_on_error = True" in conf and 'nb_execution_mode = "cache"' in conf
+    assert "ProcessData(r.pk, r.uri, cache, TIMEOUT_S, False)" in (ROOT / "tools" / "book.py").read_text(), \
+        "execute must not allow errors"
