@@ -228,6 +228,14 @@ def test_to_of_a_device_tensor_to_its_own_device_is_the_tensor_itself():
         assert x.to("cuda", torch.float16).dtype == torch.float16
 
 
+def test_python_scalars_of_where_keep_their_values():
+    with simulated_cuda() as sim:
+        x = torch.tensor([-1.0, 2.0], device="cuda")
+        assert torch.where(x > 0, x, 0.5).cpu().tolist() == [0.5, 2.0]
+        assert x.where(x < 0, 7).cpu().tolist() == [-1.0, 7.0]
+        assert sim.stats["eager"] == 0
+
+
 def test_out_arguments_that_resize_are_resized():
     with simulated_cuda():
         assert torch.arange(5, device="cuda").tolist() == [0, 1, 2, 3, 4]

@@ -282,10 +282,12 @@ class Simulator:
     def _execute(self, work: Work) -> None:
         stream = work.stream
         stream.queue.popleft()
-        if work.run is not None:
-            work.run()
-        stream.done += 1
-        self.ran.append(work)
+        try:
+            if work.run is not None:
+                work.run()
+        finally:  # a step that raised still ran: the stream's count stays true for the next wait
+            stream.done += 1
+            self.ran.append(work)
 
     def _progress(self) -> None:
         """Runs what the streams' paces let run now (nothing under seed 0)."""

@@ -116,7 +116,20 @@ def _python_functions(sim: Simulator) -> dict:
             return out.copy_(plain) if fill else out
         return made
 
-    out = {(torch.Tensor, "to"): to_, (torch.Tensor, "cuda"): cuda_}
+    def scalars_on_the_host(op):
+        # torch.where(c, x, 1.0) wraps 1.0 as a tensor on x's C++ device, which for a simulated
+        # tensor is "meta": the value would be lost. As a 0-dim CPU tensor (which CUDA kernels take
+        # as a scalar) it reaches the step that runs later.
+        @functools.wraps(op)
+        def wrapped(*args, **kwargs):
+            if any(isinstance(a, tensor.SimTensor) for a in (*args, *kwargs.values())):
+                host = lambda a: torch.tensor(a) if isinstance(a, (bool, int, float)) else a  # noqa: E731
+                args, kwargs = tuple(host(a) for a in args), {k: host(v) for k, v in kwargs.items()}
+            return op(*args, **kwargs)
+        return wrapped
+
+    out = {(torch.Tensor, "to"): to_, (torch.Tensor, "cuda"): cuda_,
+           (torch, "where"): scalars_on_the_host(torch.where), (torch.Tensor, "where"): scalars_on_the_host(torch.Tensor.where)}
     out.update({(torch, name): on_device(getattr(torch, name)) for name in ("tensor", "as_tensor")})
     out.update({(torch, name): pinnable(getattr(torch, name)) for name in ("empty", "empty_strided", "zeros", "ones",
                                                                             "full")})
