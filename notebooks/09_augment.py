@@ -486,8 +486,8 @@ print(f"Batch {big}{' (all the images quick mode has)' if big < 256 else ''}: {t
 # Solution to exercise 3: TF32 matrix products.
 # Why it can differ: with precision "high", CUDA runs float32 matrix products on tensor cores in
 # TF32: each operand is rounded to 10 bits of mantissa (float32 keeps 23), the products summed in
-# float32. Our crop + resize is two matrix products, so its weights and pixels lose about three
-# decimal digits of precision; torchvision's per-image reference uses no matrix product.
+# float32. Our crop + resize is two matrix products, so its weights and pixels keep about three
+# significant decimal digits instead of seven; torchvision's per-image reference uses no matrix product.
 # Why it does not matter: compare the difference with one grey level, the smallest step of the
 # uint8 input, 1 / (255 x std) in normalised units, and with the jitter the augmentation adds on
 # purpose. Without a GPU we emulate TF32: a TorchFunctionMode rounds the float32 operands of every

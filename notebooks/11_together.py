@@ -503,8 +503,8 @@ del per_sample, swapped  # stops its workers
 # model's step takes; that step is the loader's *budget*. A heavier model has a longer step, so the
 # same loader fits more easily and the efficiency rises towards 1.0; a lighter one shrinks the
 # budget, and pipelines that reached the target fall below it. On a GPU the loader works during
-# the step; on this CPU the two share the cores, so a longer step also leaves the loader's threads
-# less room. Measure as section 5 does, in turns, with the model swapped (the same crops, batches).
+# the step; on a CPU-only machine it runs beside the step on the other cores, with the same budget.
+# Measure as section 5 does, in turns, with the model swapped (same crops, same batches).
 import dataclasses
 
 torch.set_num_threads(torch.get_num_threads() if S.cuda else 1)  # as while section 5 measured
