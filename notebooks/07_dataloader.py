@@ -688,6 +688,8 @@ print(f"saved to {saved}")
 #    `torch.set_num_threads(2)` in each worker. Does the folder get faster at `num_workers=1`?
 # 3. Predict: at what `num_workers` does the JPEG folder reach the memmap's `num_workers=0` rate on
 #    this machine, if the rate per worker stays as measured? Check with the cell below.
+#
+# A worked solution to each exercise follows the self-check, folded: try first, then unfold it.
 
 # %%
 # Self-check for exercise 3: your answer, a number of workers (an int).
@@ -697,6 +699,94 @@ needed = memmap[0] / per_worker
 if my_workers is not None:
     print(f"{needed:.0f} workers ({'right!' if abs(my_workers - needed) <= max(1, 0.1 * needed) else 'not quite'}); "
           f"this machine has {cores} cores.")
+
+
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["solution", "hide-cell"]
+# Solution to exercise 1: the main process's threads.
+# Why: a worker always runs one torch thread (`_worker_loop` sets it), whatever the main process
+# has. So the main process's threads matter where it does the loading itself, `num_workers=0`,
+# and only for torch's own work: the memmap's gather, the folder's per-sample layout copy and the
+# collate's `torch.stack` (Pillow's decode is one thread whatever torch says). With workers, its
+# threads can at most compete with the workers for cores. Machines change from minute to minute,
+# so time both thread counts now, back to back, at num_workers=0 and =cores.
+import math
+
+rate = {}
+for threads in (1, default_threads):
+    torch.set_num_threads(threads)
+    try:
+        for m in sweep(datasets, [{"num_workers": w, "persistent_workers": True} for w in (0, cores)], **kw):
+            rate[m.params["dataset"], m.params["num_workers"], threads] = m.items_per_s
+    finally:
+        torch.set_num_threads(1)  # what the rest of the lesson assumes
+change = {(name, w): rate[name, w, default_threads] / rate[name, w, 1] for name, w, _ in rate}
+for (name, w), r in change.items():
+    print(f"{name}, num_workers={w}: {rate[name, w, 1]:,.0f} images/s with 1 thread, "
+          f"{rate[name, w, default_threads]:,.0f} with {default_threads} ({r:.2f}x)")
+name, w = max(change, key=lambda k: abs(math.log(change[k])))
+r = change[name, w]
+if default_threads == 1:
+    print("torch runs one thread by default here: both runs are the same configuration.")
+elif abs(math.log(r)) < math.log(1.15):
+    print(f"No row moves by more than 15% (the most: {name} at num_workers={w}, {r:.2f}x): here the "
+          "main process's threads neither help nor hurt.")
+elif w == 0:
+    print(f"The row that moves is {name}, at num_workers=0 ({r:.2f}x), where the main process loads the batches "
+          + (f"itself; more than {default_threads} threads can give: the machine's load changed between the runs too."
+             if r > default_threads else "itself: its torch copies split over free cores." if r > 1 else
+             f"itself: each torch op now runs as a team of {default_threads} threads that waits for its slowest "
+             "member, and on a busy machine that member waits for a core."))
+else:
+    print(f"The row that moves is {name}, at num_workers={w} ({r:.2f}x): the main process's threads "
+          f"{'leave' if r > 1 else 'take'} cores the workers need.")
+
+
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["solution", "hide-cell"]
+# Solution to exercise 2: two torch threads in each worker.
+# Why a module: under spawn or forkserver a worker unpickles `worker_init_fn` by module and name
+# (section 5), so it lives in a file a fresh interpreter can import. We write one into the lesson's
+# cache folder and put that on `sys.path` (spawned workers inherit it); in your project it is a
+# module of your package. Why spawn here: with fork, a worker that raises its threads can hang for
+# ever. torch's CPU threads are an OpenMP team, and GNU OpenMP's team does not survive a fork once
+# the parent has used one (exercise 1 just did): the first parallel copy in the worker waits at a
+# barrier for threads that were never copied. One more reason `_worker_loop` sets one thread.
+# What to expect: a folder sample is a Pillow decode and resize, one thread whatever torch says;
+# only the collate's `torch.stack` and a layout copy are torch's. So expect little.
+import sys
+
+(here / "my_workers.py").write_text(
+    "import torch\n\n\ndef two_threads(worker_id):\n    torch.set_num_threads(2)  # this worker only\n")
+if str(here) not in sys.path:
+    sys.path.insert(0, str(here))
+from my_workers import two_threads  # noqa: E402
+
+one = {"num_workers": 1, "persistent_workers": True, "multiprocessing_context": "spawn"}
+plain, init = sweep({"JPEG folder": datasets["JPEG folder"]}, [one, {**one, "worker_init_fn": two_threads}], **kw)
+gain = plain.median / init.median
+why = ("slower: the stack and the copy now run as a team of two threads that waits for its slowest member, "
+       "which waits for a core the main process or another program holds" if gain < 1 / 1.1 else
+       "faster: the stack splits over a free core" if gain > 1.1 else
+       "neither faster nor slower by more than 10%: the decode, most of a sample's time, is one thread either way")
+print(f"JPEG folder, one spawned worker: {plain.items_per_s:,.0f} images/s with one torch thread in it, "
+      f"{init.items_per_s:,.0f} with two ({gain:.2f}x), on {cores} cores: {why}.")
+
+
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["solution", "hide-cell"]
+# Solution to exercise 3: how many workers the folder needs to match the memmap.
+# Why: if each worker decodes at the rate one worker reached (`folder[1]` images/s) and the rates
+# add up, W workers give W x folder[1]; the memmap gives memmap[0] with no worker at all. So
+# W = memmap[0] / folder[1], rounded up. Then compare W with the cores: workers past the cores
+# add no decoding, so a W above them is out of reach on this machine, whatever num_workers says.
+import math
+
+my_workers = math.ceil(memmap[0] / folder[1])
+assert abs(my_workers - needed) <= max(1, 0.1 * needed), "the self-check above would say 'not quite'"
+best = max(folder, key=folder.get)
+reach = (f"within this machine's {cores} cores" if my_workers <= cores
+         else f"more than this machine's {cores} cores: the folder cannot catch up here")
+print(f"One worker decodes {folder[1]:,.0f} images/s and the memmap serves {memmap[0]:,.0f} with none, so the "
+      f"folder needs {my_workers} workers, {reach}. The best the sweep measured for the folder was "
+      f"{folder[best]:,.0f} images/s at num_workers={best}, {folder[best] / memmap[0]:.0%} of the memmap's rate.")
 
 # %% [markdown]
 # ## Further reading

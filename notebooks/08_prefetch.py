@@ -536,6 +536,8 @@ print(f"saved to {saved}")
 #    in a short test, and what could go wrong in a long run?
 # 3. In section 4, what speed-up do you expect if the step took twice as long as decoding? Work it
 #    out from the formula, then check with the cell below.
+#
+# A worked solution to each exercise follows the self-check, folded: try first, then unfold it.
 
 # %%
 # Self-check for exercise 3: your answer, the speed-up as a number (e.g. 1.25).
@@ -543,6 +545,104 @@ my_speedup = None
 expected = (1 + 2) / 2  # (decode + step) / max(decode, step) with step = 2 x decode
 if my_speedup is not None:
     print("right!" if abs(my_speedup - expected) < 0.05 else f"not quite: (d + 2d) / max(d, 2d) = {expected}")
+
+
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["solution", "hide-cell"]
+# Solution to exercise 1: the prefetcher's depth.
+# Why: once a prefetched loop runs, it goes at the pace of its slower stage, max(decode, step). A
+# deeper queue cannot make the producer faster; it only lets it work further ahead. When every
+# batch costs the same, one batch ahead is all the step can use: depth 1 and 8 should tie. Depth
+# pays when costs vary (a large image, a cold file, a pause): a slow batch stalls the step unless
+# the queue holds enough batches made ahead to cover it, and the queue fills only if the producer
+# is faster than the step on average. So time both with a waiting step (a GPU's CPU side): section
+# 4's loader, then a source whose every eighth batch takes 25 ms and the others 1 ms (4 ms on
+# average) against a 5 ms step. Sleeps, so that the costs are exact even on a busy machine.
+
+
+def timed(source, step_s, depth):
+    t0 = time.perf_counter()
+    for _ in ThreadPrefetcher(source, depth=depth):
+        time.sleep(step_s)
+    return time.perf_counter() - t0
+
+
+def uneven(n=48, fast_s=0.001, slow_s=0.025):
+    for i in range(n):
+        time.sleep(slow_s if i % 8 == 7 else fast_s)
+        yield i
+
+
+even = {d: timed(loader, compute_ms / 1e3, d) for d in (1, 8)}
+bursty = {d: timed(uneven(), 0.005, d) for d in (1, 8)}
+print(f"Section 4's loader, waiting step: depth 8 takes {even[8] / even[1]:.2f}x the time of depth 1 "
+      f"({even[1]:.2f} s vs {even[8]:.2f} s an epoch).")
+print(f"Uneven batches: depth 1 takes {bursty[1] * 1e3:.0f} ms, depth 8 {bursty[8] * 1e3:.0f} ms "
+      f"({bursty[1] / bursty[8]:.2f}x); the step alone needs {48 * 5} ms. " + (
+          "With depth 1 the 25 ms batch finds at most two batches made ahead (one queued, one waiting to be: 10 ms "
+          "of steps) and the step waits for the rest; with depth 8 the queue filled during the fast batches and "
+          "covered it." if bursty[1] > 1.1 * bursty[8] else
+          "Within 10% of each other here: on a busy machine a sleeping thread wakes late, which blurs the costs."))
+
+
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["solution", "hide-cell"]
+# Solution to exercise 2: `simple_prefetch` without `record_stream`.
+# Why it matters: the batch is allocated on the side stream, so the caching allocator files its
+# memory under that stream. When your loop drops the batch, the allocator gives the memory to the
+# side stream's next copy at once: it does not know the default stream still has queued work that
+# reads it. `record_stream(current)` tells it to wait for that work first.
+# Why a short test passes: a test checks each batch as it comes (`.item()`, `.cpu()`, an assert),
+# and each check makes the CPU wait for the default stream. By the time the batch is dropped its
+# readers have run, so reusing the memory is harmless. A training loop never waits: it queues a
+# step and moves on, and the longer the GPU's queue, the more likely the next copy lands in memory
+# a queued step has not read yet. The result is no error, only steps trained on the wrong batch.
+# `hazards.hand_prefetch` is `simple_prefetch` with switches; on the simulator both consumers run
+# under every schedule, with the races recorded rather than raised.
+tested, tested_races = [], 0
+for seed in SCHEDULES:
+    with simulated_cuda(seed, races="record") as sim:
+        src = hazards.hand_prefetch(hazards.numbered_batches(), "cuda", record_stream=False)
+        tested.append([x.mean().item() for x in src])  # a test: one sync per batch
+        tested_races += len(sim.races)
+training = [hazards.play("no record_stream", seed) for seed in SCHEDULES]
+wrong = [p for p in training if p.held != right]
+print(f"A test that checks each batch: {sum(t == right for t in tested)} of {len(SCHEDULES)} schedules right, "
+      f"{tested_races} races reported.")
+print(f"A training loop that never waits: wrong batches under {len(wrong)} of {len(SCHEDULES)} schedules "
+      + (f"(schedule {wrong[0].seed}, {SCHEDULES[wrong[0].seed]}: held {' '.join(f'{v:g}' for v in wrong[0].held)}), " if wrong else "")
+      + f"races reported under {sum(p.races > 0 for p in training)}: the simulator finds the bug even in the "
+      "lucky orders, where a real GPU gives no sign.")
+
+
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["solution", "hide-cell"]
+# Solution to exercise 3: the speed-up when the step takes twice as long as decoding.
+# Why: without overlap a batch costs decode + step = d + 2d = 3d. With a prefetcher the two run at
+# once, so a batch costs the longer of the two, max(d, 2d) = 2d, and the shorter one is hidden. The
+# speed-up is 3d / 2d = 1.5, whatever d is. An epoch of n batches also starts with a decode that
+# nothing hides: n x 3d against d + n x 2d, at most 3n / (2n + 1). To check it, time section 4's
+# `run` with a waiting step of twice the decode time measured just before (it changes as the
+# machine's load does), three times in turn with and without the prefetcher, and take medians.
+import statistics
+
+my_speedup = (1 + 2) / max(1, 2)
+assert abs(my_speedup - expected) < 0.05, "the self-check above would say 'not quite'"
+t0 = time.perf_counter()
+list(loader)
+d = (time.perf_counter() - t0) / len(batches)  # seconds to decode a batch, now
+
+
+def twice_decode(x, y):
+    time.sleep(2 * d)
+
+
+seconds = {False: [], True: []}
+for _ in range(3):
+    for prefetched in seconds:
+        seconds[prefetched].append(run(prefetched, 1, twice_decode)[1])
+measured = statistics.median(seconds[False]) / statistics.median(seconds[True])
+n = len(batches)
+print(f"Predicted {my_speedup:.2f}x for long epochs, at most 3n / (2n + 1) = {3 * n / (2 * n + 1):.2f}x for "
+      f"epochs of n = {n} batches. Measured with a decode of {d * 1e3:.0f} ms and a {2 * d * 1e3:.0f} ms "
+      f"waiting step: {measured:.2f}x (median of 3 epochs each way).")
 
 # %% [markdown]
 # ## Further reading

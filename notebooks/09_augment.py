@@ -443,6 +443,8 @@ else:
 # 2. Time section 1 at batch size 256. Which version gains, and why?
 # 3. On a GPU, set `torch.set_float32_matmul_precision("high")` (TF32 matrix products) and re-run the
 #    check of section 2. How large is the difference now, and does it matter for training?
+#
+# A worked solution to each exercise follows the self-check, folded: try first, then unfold it.
 
 # %%
 # Self-check for exercise 1: write my_vflip_resize(x, boxes, size, vflip) -> float [N, 3, h, w].
@@ -455,6 +457,110 @@ if my_vflip_resize is not None:
     ok = all(torch.allclose(mine[i], F.vertical_flip(r) if vflip[i] else r, atol=1e-3)
              for i, r in enumerate(crop_resize(x, p.boxes, p.size)))
     print("right!" if ok else "not yet: reverse the rows of the row matrix (wy) of the flipped samples")
+
+
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["solution", "hide-cell"]
+# Solution to exercise 1: a vertical flip folded into the row matrix.
+# Why it is free: `crop_resize` computes output row i as a weighted sum of input rows, with the
+# weights in row i of the row matrix `wy` [N, h, H]. A vertical flip makes output row i what row
+# h - 1 - i was: reverse the rows of `wy` for the flipped samples, and the same two matrix
+# products make the flipped crops, with no extra pass over the images. The horizontal flip is the
+# same move on the column matrix `wx` (`crop_resize(..., flip=)`). A flip by `torch.where(mask,
+# out.flip(-2), out)` would also be right, at the cost of one more read and write of the batch.
+
+
+def my_vflip_resize(x, boxes, size, vflip):
+    """Per-sample crop + resize of x [N, C, H, W] to size (h, w); flips the samples where vflip [N]."""
+    wy = resample_weights(boxes[:, 0], boxes[:, 2], x.shape[2], size[0])  # [N, h, H]
+    wx = resample_weights(boxes[:, 1], boxes[:, 3], x.shape[3], size[1])  # [N, w, W]
+    wy = torch.where(vflip[:, None, None], wy.flip(1), wy)  # output row i <- row h - 1 - i
+    n, c, height, width = x.shape
+    rows = torch.bmm(x.float().reshape(n, c * height, width), wx.transpose(1, 2))  # [N, C H, w]
+    return torch.matmul(wy.unsqueeze(1), rows.view(n, c, height, -1))  # [N, C, h, w]
+
+
+vflip = torch.rand(8, generator=torch.Generator().manual_seed(3)) < 0.5  # the self-check's draw
+mine = my_vflip_resize(x, p.boxes, p.size, vflip)
+plain = crop_resize(x, p.boxes, p.size)
+want = torch.where(vflip[:, None, None, None], plain.flip(-2), plain)  # the flip as a separate pass
+print(f"{int(vflip.sum())} of 8 samples flipped; largest difference from crop_resize + vertical_flip: "
+      f"{(mine - want).abs().max().item():.1e} grey levels (the self-check allows 1e-3).")
+
+
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["solution", "hide-cell"]
+# Solution to exercise 2: section 1 at batch size 256.
+# Why each might change: the per-sample loop does the same work per image at any batch size. The
+# batched version has a cost per *batch* (drawing parameters, building the resampling matrices,
+# Python) besides its cost per image (the matrix products, as dense as before), and a larger batch
+# spreads the first over more images. The workers build whole batches, so fewer, larger batches
+# mean fewer hand-overs, but also fewer batches to share among workers: an epoch of n images has
+# n / 256 of them. Time both sizes back to back (the machine's load changes), with section 1's own
+# epoch functions, by rebinding the two loaders they read; quick mode has fewer than 256 images.
+big = min(256, n_images)
+section1_loader, rates = device_loader, {}
+for b in (batch_size, big):
+    device_loader = FastLoader(data, b, seed=0, device=S.device if S.cuda else None)
+    loaders["usual"] = DataLoader(MemmapDataset(mm_dir, per_sample, batched=False), batch_size=b, shuffle=True,
+                                  num_workers=cores, persistent_workers=True, pin_memory=S.cuda)
+    rates[b] = {"workers": benchmark(workers_epoch, name=f"workers, batch {b}", **kw).items_per_s}
+    loaders.clear()  # stops the workers
+    torch.set_num_threads(1)  # as in section 1
+    rates[b]["loop"] = benchmark(loop_epoch, name=f"loop, batch {b}", **kw).items_per_s
+    rates[b]["batched"] = benchmark(batched_epoch, name=f"batched, batch {b}", **kw).items_per_s
+    torch.set_num_threads(threads)
+device_loader = section1_loader
+gain = {v: rates[big][v] / rates[batch_size][v] for v in rates[big]}
+for v, g in gain.items():
+    print(f"{v:>8}: {rates[batch_size][v]:,.0f} images/s at batch {batch_size}, {rates[big][v]:,.0f} at {big} ({g:.2f}x)")
+why = {"batched": "its cost per batch is spread over more images; the matrix work per image stays",
+       "workers": "fewer hand-overs between processes",
+       "loop": "no reason: it works image by image; the difference is the machine's noise"}
+top, k = max(gain, key=gain.get), -(-n_images // big)  # k: batches an epoch at the large size
+print(f"Batch {big}{' (all the images quick mode has)' if big < 256 else ''}: {top} gains most ({gain[top]:.2f}x): "
+      f"{why[top]}.", f"The workers get {k} batch{'es' if k != 1 else ''} an epoch for {cores} workers: "
+      + ("some wait with nothing to do." if k < 2 * cores else "enough to keep them busy."))
+
+
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["solution", "hide-cell"]
+# Solution to exercise 3: TF32 matrix products.
+# Why it can differ: with precision "high", CUDA runs float32 matrix products on tensor cores in
+# TF32: each operand is rounded to 10 bits of mantissa (float32 keeps 23), the products summed in
+# float32. Our crop + resize is two matrix products, so its weights and pixels keep about three
+# significant decimal digits instead of seven; torchvision's per-image reference uses no matrix product.
+# Why it does not matter: compare the difference with one grey level, the smallest step of the
+# uint8 input, 1 / (255 x std) in normalised units, and with the jitter the augmentation adds on
+# purpose. Without a GPU we emulate TF32: a TorchFunctionMode rounds the float32 operands of every
+# matrix product to 10 mantissa bits (to nearest) and lets float32 do the rest, as tensor cores do.
+from torch.overrides import TorchFunctionMode
+
+
+def to_tf32(t):  # round float32 to TF32's 10-bit mantissa, to nearest: drop 13 of the 23 bits
+    return ((t.contiguous().view(torch.int32) + 0x1000) & ~0x1FFF).view(torch.float32)
+
+
+class TF32Products(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in (torch.bmm, torch.matmul, torch.Tensor.__matmul__):
+            args = [to_tf32(a) if isinstance(a, torch.Tensor) and a.dtype == torch.float32 else a for a in args]
+        return func(*args, **(kwargs or {}))
+
+
+if S.cuda:
+    torch.set_float32_matmul_precision("high")
+    tf32 = augment(x.to(S.device), p.to(S.device)).cpu()
+    torch.set_float32_matmul_precision("highest")
+    how = f"on {torch.cuda.get_device_name()} (no change before Ampere: no TF32 there)"
+else:
+    with TF32Products():
+        tf32 = augment(x, p)
+    how = "emulated on the CPU (no GPU here)"
+worst32 = (tf32 - reference).abs().max().item()
+grey = 1 / (255 * max(IMAGENET_STD))  # the smallest step between two grey levels, normalised
+moved = (p.brightness - 1).abs().max().item()  # this draw's largest brightness change, on purpose
+print(f"TF32 products, {how}: largest difference {worst32:.1e} (float32: {worst:.1e}; the check allows "
+      f"{TOLERANCE:.0e}), {worst32 / grey:.2f} of a grey level ({grey:.3f} normalised). "
+      + ("The check's tolerance would fail it; " if worst32 > TOLERANCE else "Within the check's tolerance; ")
+      + f"training would not notice: the brightness jitter of these samples moves pixels by up to {moved:.0%}.")
 
 # %% [markdown]
 # ## Further reading

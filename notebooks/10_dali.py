@@ -486,6 +486,8 @@ else:
 #    scales better, and why?
 # 3. On a GPU: decode on the CPU (`device="cpu"`) and move the images with `.gpu()` before the crop.
 #    How does the throughput change, and which resource is now the bottleneck (lesson 01)?
+#
+# A worked solution to each exercise follows the self-check, folded: try first, then unfold it.
 
 # %%
 # Self-check for exercise 1: define my_pipeline(root, size, on_gpu) with @pipeline_def, then run this cell.
@@ -497,6 +499,121 @@ if my_pipeline is not None and HAVE_DALI:
     means = jittered.float().mean(dim=(1, 2, 3))
     ok = jittered.shape == (8, 3, out_size[1], out_size[0]) and len(set(means.round(decimals=3).tolist())) == 8
     print("right!" if ok else "not yet: the output must stay float [8, 3, h, w], with a different jitter per image")
+
+
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["solution", "hide-cell"]
+# Solution to exercise 1: per-sample colour jitter in DALI.
+# Why it is per sample: an argument given as a DALI node (`fn.random.uniform(...)`) is a tensor
+# with one value per sample, drawn afresh every batch; a Python number would be one value for all.
+# So, unlike the batch call of a torchvision transform (lesson 09's trap), every image gets its own
+# brightness and contrast. Where: after the crop, so it touches only the pixels that are kept, and
+# before `crop_mirror_normalize`, on `uint8` HWC images, whose range [0, 255] the result is clamped
+# to; after normalising, the same factors would scale values around zero instead.
+if HAVE_DALI:
+    @pipeline_def
+    def my_pipeline(root, size, on_gpu):
+        jpegs, labels = fn.readers.file(file_root=root, random_shuffle=True, name="reader")
+        images = fn.decoders.image(jpegs, device="mixed" if on_gpu else "cpu", output_type=types.RGB)  # uint8 HWC
+        images = fn.random_resized_crop(images, size=size)
+        images = fn.brightness_contrast(images, brightness=fn.random.uniform(range=[0.6, 1.4]),
+                                        contrast=fn.random.uniform(range=[0.6, 1.4]))  # one draw per sample
+        images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout="CHW",
+                                          mirror=fn.random.coin_flip(probability=0.5),
+                                          mean=gdali.MEAN255, std=gdali.STD255)
+        return images, labels.gpu() if on_gpu else labels
+
+    mine = my_pipeline(str(jpeg_dir), list(out_size), S.cuda, batch_size=8, num_threads=cores,
+                       device_id=DEVICE_ID, seed=3)
+    mine.build()
+    jittered, _ = gdali.unpack(next(iter(DALIGenericIterator(mine, ["images", "labels"], reader_name="reader"))))
+    means = jittered.float().mean(dim=(1, 2, 3))  # one number per image: its brightness, normalised
+    assert jittered.shape == (8, 3, out_size[1], out_size[0]) and len(set(means.round(decimals=3).tolist())) == 8
+    print(f"{tuple(jittered.shape)} float32, as before; the 8 images' mean values (normalised) range from "
+          f"{means.min():.2f} to {means.max():.2f}, all different: the self-check above says right! for this pipeline.")
+else:
+    print("DALI is not installed here (section 2 says how); the pipeline above is the answer.")
+
+
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["solution", "hide-cell"]
+# Solution to exercise 2: 1 worker or thread against all cores.
+# Why they scale differently: each DataLoader worker is a process that decodes whole batches and
+# copies each to this process: more workers, more interpreters and hand-overs. DALI's `num_threads`
+# are threads of one pipeline, with no copy between processes (its executor adds a few threads).
+# Ideal is x cores. DALI's threads live in this process, so forking it could hang the workers
+# (section 3): they start from a fork server, a clean process that imports torch once (preload).
+import multiprocessing
+
+
+def dali_rate(pipe, name):
+    pipe.build()
+    it = DALIGenericIterator(pipe, ["images", "labels"], reader_name="reader",
+                             last_batch_policy=LastBatchPolicy.PARTIAL, auto_reset=True)
+    torch.set_num_threads(1)  # as in section 7: this process only moves the batches
+    try:
+        return benchmark(lambda: dali_epoch(it), name=name, items=n_images, repeats=3, warmup=1).items_per_s
+    finally:
+        torch.set_num_threads(threads)
+
+
+if HAVE_DALI:
+    forkserver = multiprocessing.get_context("forkserver")
+    forkserver.set_forkserver_preload(["torch", "torchvision"])  # takes effect when the server starts
+    scaling = {"DataLoader": {}, "DALI": {}}
+    for n in (1, cores):
+        dl = DataLoader(datasets["JPEG folder"], batch_size=batch_size, shuffle=True, num_workers=n,
+                        persistent_workers=True, multiprocessing_context=forkserver)
+        scaling["DataLoader"][n] = benchmark(lambda dl=dl: epoch(dl), items=n_images, repeats=3).items_per_s
+        del dl  # stops its workers
+        scaling["DALI"][n] = dali_rate(folder_pipeline(str(jpeg_dir), list(out_size), S.cuda, batch_size=batch_size,
+                                                       num_threads=n, device_id=DEVICE_ID, seed=0), f"DALI, {n} threads")
+    gain = {k: v[cores] / v[1] for k, v in scaling.items()}
+    for k, v in scaling.items():
+        print(f"{k}: {v[1]:,.0f} images/s with 1, {v[cores]:,.0f} with {cores} ({gain[k]:.2f}x; ideal {cores}x)")
+    best = max(gain, key=gain.get)
+    print(f"{best} scales better here ({gain[best]:.2f}x against {min(gain.values()):.2f}x). " + (
+        f"More than {cores}x is the machine's load changing between runs." if gain[best] > cores * 1.1 else
+        f"On {cores} cores shared with this process, {cores}x is out of reach." if gain[best] < cores * 0.75 else ""))
+else:
+    print("DALI is not installed here (section 2 says how).")
+
+
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["solution", "hide-cell"]
+# Solution to exercise 3: decode on the CPU, then move to the GPU.
+# Why: with `device="mixed"` nvJPEG does the heavy part of decoding on the GPU (the inverse DCT,
+# colour conversion) and the CPU only parses the file. With `device="cpu"` all of the decoding is
+# on the CPU threads, and `.gpu()` copies the decoded image, several times the JPEG's bytes. The
+# pipeline can then go no faster than the CPU decodes, so measure that ceiling alone: a pipeline
+# that only reads and decodes on the CPU. If the CPU-decode pipeline runs near that rate, the CPU
+# is the bottleneck (lesson 01: the slowest stage sets the pace), and the GPU waits.
+if HAVE_DALI:
+    @pipeline_def
+    def cpu_decode_pipeline(root, size, on_gpu, decode_only=False):
+        jpegs, labels = fn.readers.file(file_root=root, random_shuffle=True, name="reader")
+        images = fn.decoders.image(jpegs, device="cpu", output_type=types.RGB)  # uint8 HWC on the CPU
+        if decode_only:
+            return images, labels
+        if on_gpu:
+            images, labels = images.gpu(), labels.gpu()  # the decoded image crosses the bus
+        images = fn.random_resized_crop(images, size=size)
+        images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout="CHW", mean=gdali.MEAN255,
+                                          std=gdali.STD255, mirror=fn.random.coin_flip(probability=0.5))
+        return images, labels
+
+    def build(pipeline, **kw):  # the pipeline settings of section 4, with num_threads=cores
+        return pipeline(str(jpeg_dir), list(out_size), S.cuda, batch_size=batch_size, num_threads=cores,
+                        device_id=DEVICE_ID, seed=0, **kw)
+
+    ceiling = dali_rate(build(cpu_decode_pipeline, decode_only=True), "read + decode on the CPU")
+    cpu_decode = dali_rate(build(cpu_decode_pipeline), "decode on the CPU, then the rest")
+    where = "mixed decode" if S.cuda else "all on the CPU, the decode included"
+    print(f"Read + decode on {cores} CPU threads: {ceiling:,.0f} images/s, the ceiling. The whole pipeline with the "
+          f"CPU decode: {cpu_decode:,.0f} ({cpu_decode / ceiling:.0%} of it); section 7's pipeline ({where}): "
+          f"{by['DALI, JPEG folder']:,.0f}.")
+    if not S.cuda:
+        print("No GPU here, so both pipelines decode on the CPU: the ceiling shows how much of the CPU's time is "
+              "decoding, the share a GPU's nvJPEG takes away with device='mixed'.")
+else:
+    print("DALI is not installed here (section 2 says how).")
 
 # %% [markdown]
 # ## Further reading

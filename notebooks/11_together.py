@@ -454,6 +454,8 @@ print(f"saved to {saved}")
 #    same conversion and normalisation as the `memmap` rung). Does prefetching gain more there? Why?
 # 3. Make the model heavier (`torchvision.models.resnet50`) or lighter and measure the efficiency
 #    again. Which pipelines reach the target now, and what does that say about the loader's budget?
+#
+# A worked solution to each exercise follows the self-check, folded: try first, then unfold it.
 
 # %%
 # Self-check for exercise 1: replace None with your number of epochs.
@@ -462,6 +464,92 @@ if my_epochs is not None:
     want = efficiency.break_even(build_s, w.n / rates["naive"], w.n / rates["course"])
     ok = math.isclose(my_epochs, want, rel_tol=0.01) or (math.isinf(want) and math.isinf(my_epochs))
     print("right!" if ok else "not yet: epochs = build time / (naive epoch time - course epoch time)")
+
+
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["solution", "hide-cell"]
+# Solution to exercise 1: when the memmap pays for itself against the naive loop.
+# Why: the build is paid once, before the first epoch; after it, each epoch of training costs the
+# course's epoch time instead of the naive one. An epoch of n images at r images/s takes n / r
+# seconds, so each epoch saves n / r_naive - n / r_course seconds, and the build is paid back after
+# build time / saving epochs. If the course's loop saves nothing here, it is never paid back. Both
+# the build and the saving grow with n, so the answer does not depend on the dataset's size.
+naive_s, course_s = w.n / rates["naive"], w.n / rates["course"]  # seconds per epoch
+saving = naive_s - course_s
+my_epochs = build_s / saving if saving > 0 else math.inf
+want = efficiency.break_even(build_s, naive_s, course_s)  # what the self-check compares with
+assert math.isclose(my_epochs, want, rel_tol=0.01) or (math.isinf(want) and math.isinf(my_epochs))
+if math.isfinite(my_epochs):
+    print(f"An epoch takes {naive_s:.2f} s naive and {course_s:.2f} s with the course's loop: {saving:.2f} s saved "
+          f"per epoch, so the {build_s:.2f} s build is paid back after {my_epochs:.1f} epochs "
+          f"({math.ceil(my_epochs)} whole ones).")
+else:
+    print(f"The course's loop was not faster here ({course_s:.2f} s an epoch against {naive_s:.2f} s): the "
+          f"{build_s:.2f} s build is never paid back on this machine, my_epochs = inf.")
+
+
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["solution", "hide-cell"]
+# Solution to exercise 2: prefetching before batched fetching.
+# Why it may gain less there: a DataLoader with workers already works ahead: each of its worker
+# processes keeps `prefetch_factor` batches in flight while this process takes the finished ones.
+# A prefetch thread on top only moves the last step (to float, normalise) off the main thread and
+# adds a hand-off. After batched fetching, the FastLoader gathers and crops in *this* process, one
+# batch at a time, so a thread that makes the next batch meanwhile is the first parallelism there.
+# Timed as section 4 times the ladder: the loader alone, in turns, with the same `kw` and threads.
+from gpufeed.data.prefetch import prefetch
+
+torch.set_num_threads(torch.get_num_threads() if S.cuda else 1)  # as while section 4 measured
+per_sample = pipelines.tuned_loader(data, w, S.device, cores, dataset=ladder.memmap_samples(data, w))
+swapped = {"memmap": rungs["memmap"],
+           "memmap + prefetch": lambda dl=per_sample: iter(prefetch(dl, S.device, torch.float32, IMAGENET_MEAN, IMAGENET_STD)),
+           "batched": rungs["batched"], "batched + prefetch": rungs["prefetch"]}
+swap_ms = bench.interleave({k: (lambda e=e: ladder.epoch_pass(e)) for k, e in swapped.items()}, **kw)
+r = {m.name: m.items_per_s for m in swap_ms}
+early, late = r["memmap + prefetch"] / r["memmap"], r["batched + prefetch"] / r["batched"]
+print(f"Prefetching after the per-sample DataLoader: {early:.2f}x ({r['memmap']:,.0f} -> {r['memmap + prefetch']:,.0f} "
+      f"images/s); after batched fetching, the course's order: {late:.2f}x ({r['batched']:,.0f} -> "
+      f"{r['batched + prefetch']:,.0f}).")
+epoch_ms = {k: w.n / v * 1e3 for k, v in r.items()}
+print(f"It gains more {'in the course order' if late > early else 'before batched fetching'} here. Timed alone, a "
+      "loader has no model step to overlap with; what a thread can take off the main thread is the conversion and "
+      f"the gather. An epoch of batched fetching lasts {epoch_ms['batched']:.0f} ms here, so the thread's own costs "
+      "(its start each epoch, hand-offs that wait for Python's GIL) weigh on it; section 5's training is the test.")
+torch.set_num_threads(threads)
+del per_sample, swapped  # stops its workers
+
+
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["solution", "hide-cell"]
+# Solution to exercise 3: a heavier model, ResNet-50.
+# Why it changes the efficiency: a pipeline keeps up when it makes a batch in less time than the
+# model's step takes; that step is the loader's *budget*. A heavier model has a longer step, so the
+# same loader fits more easily and the efficiency rises towards 1.0; a lighter one shrinks the
+# budget, and pipelines that reached the target fall below it. On a GPU the loader works during
+# the step; on a CPU-only machine it runs beside the step on the other cores, with the same budget.
+# Measure as section 5 does, in turns, with the model swapped (same crops, same batches).
+import dataclasses
+
+torch.set_num_threads(torch.get_num_threads() if S.cuda else 1)  # as while section 5 measured
+heavy = dataclasses.replace(w, model="resnet50")
+_, heavy_step = make_model(heavy, S.device)
+section5_step, step = step, heavy_step  # section 5's `train_epoch` calls the global `step`
+try:
+    heavy_ms = bench.interleave({k: runs[k] for k in ("naive", "course", "resident")}, **{**kw, "repeats": config.pick(quick=1, full=3)})
+finally:
+    step = section5_step
+heavy_rates = {m.name: m.items_per_s for m in heavy_ms}
+heavy_eff = {r["pipeline"]: r["efficiency"] for r in efficiency.efficiency(heavy_rates)}
+for name, model_rates, eff_by in (("ResNet-18", rates, by), ("ResNet-50", heavy_rates, heavy_eff)):
+    budget_ms = w.batch / model_rates["resident"] * 1e3  # one step of the model on resident data
+    print(f"{name}: a step takes {budget_ms:.0f} ms (the loader's budget per batch); efficiency naive "
+          f"{eff_by['naive']:.2f}, course {eff_by['course']:.2f} (target {efficiency.TARGET})")
+for name in ("naive", "course"):  # section 4's loader rates against the heavy model's: no training noise
+    serial, _ = efficiency.bounds(alone[name], heavy_rates["resident"])
+    print(f"  ResNet-50, {name}: {serial:.2f} even if none of the loader's work overlapped the model's")
+reach = [k for k in ("naive", "course") if heavy_eff[k] >= efficiency.TARGET]
+print(f"With ResNet-50, {' and '.join(reach) or 'no pipeline'} reach{'es' if len(reach) == 1 else ''} the target: "
+      f"the step is {rates['resident'] / heavy_rates['resident']:.1f}x as long, so the loader has that much more time "
+      "per batch. The lighter the model, the faster the loader must be."
+      + (" (Above 1.0 is noise: one epoch each, on a busy machine.)" if max(heavy_eff.values()) > 1.02 else ""))
+torch.set_num_threads(threads)
 
 # %% [markdown]
 # ## Further reading

@@ -432,6 +432,8 @@ print(f"saved to {saved}")
 #    machine's cores. What happens to the per-rank images/s, and why?
 # 3. Remove `sampler.set_epoch(epoch)` from section 2's loop and measure with `check_shards` how many
 #    samples each rank sees in epochs 0 and 1 taken together. What fraction of the dataset is that?
+#
+# A worked solution to each exercise follows the self-check, folded: try first, then unfold it.
 
 # %%
 # Self-check for exercise 1: your answer (an int) for 255 images over 2 ranks with DistributedSampler.
@@ -439,6 +441,76 @@ my_repeats = None
 if my_repeats is not None:
     truth = check_shards([shard(255, r, 2, kind="sampler") for r in range(2)], 255)["duplicates"]
     print("right" if my_repeats == truth else f"not quite: count the padding DistributedSampler adds ({truth})")
+
+
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["solution", "hide-cell"]
+# Solution to exercise 1: DistributedSampler's padding, 255 images over 2 ranks.
+# Why: DistributedSampler gives every rank ceil(n / w) samples, so that all take the same number of
+# steps: ceil(255 / 2) = 128 each, 256 reads for 255 images. It fills the gap by repeating the first
+# (-n) % w samples of the epoch's order: 1 sample read twice per epoch. `--loader fast` repeats
+# nothing and gives the ranks 128 and 127. The script builds each rank's loader with the same
+# `make_loader` that `shard` uses here, so its all-reduce of the read counts finds the same number
+# (a two-process run of it takes tens of seconds on a busy machine; section 5 shows how).
+import math
+
+my_repeats = math.ceil(255 / 2) * 2 - 255
+per_rank = len(DistributedSampler(range(255), num_replicas=2, rank=0))  # the sampler's own length
+counted = {kind: check_shards([shard(255, r, 2, kind=kind) for r in range(2)], 255) for kind in ("sampler", "fast")}
+assert my_repeats == counted["sampler"]["duplicates"], "the self-check above would say 'not quite'"
+print(f"DistributedSampler: {per_rank} samples per rank, {2 * per_rank} reads of 255 images, so {my_repeats} read "
+      f"twice per epoch (check_shards counts {counted['sampler']['duplicates']}); FastLoader: "
+      f"{counted['fast']['duplicates']} read twice, every image read ({counted['fast']['covered']} of 255).")
+
+
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["solution", "hide-cell"]
+# Solution to exercise 2: two threads in each of two processes.
+# Why it can hurt: torch's threads are an OpenMP team, and each parallel operation ends when its
+# slowest thread is done. Two processes with two threads each make four threads for this machine's
+# cores, which also run torchrun's agent, this kernel and whatever else is running. A thread that
+# waits for a core holds up its whole team at every operation, so each rank's step waits, and DDP's
+# all-reduce then makes the other rank wait for it too. Both phases run parallel operations: the
+# gather of each batch is one, and a training step is many. Section 5 measured one thread per
+# process; run the same script with two, with fewer epochs so that a slow case stays short (the
+# rates are per epoch, so they compare).
+short = ["--data", mm.path, "--batch-size", "32", "--epochs", "1", "--load-epochs", "2", "--train", "--backend", "gloo"]
+two_threads = {m.name: m.items_per_s for m in launch(2, short, work / "run-2-threads2.json", threads=2, verbose=False)[0]}
+for phase in ("load", "train"):
+    one_each = [by[f"{phase}, rank {r}"].items_per_s for r in range(2)]
+    two_each = [two_threads[f"{phase}, rank {r}"] for r in range(2)]
+    print(f"{phase:>5}, images/s per rank: {[f'{v:,.0f}' for v in one_each]} with 1 thread each (section 5), "
+          f"{[f'{v:,.0f}' for v in two_each]} with 2 ({sum(two_each) / sum(one_each):.2f}x)")
+gain = two_threads["train, 2 processes"] / by["train, 2 processes"].items_per_s
+print(f"Training with 4 threads on {cores} cores: {gain:.2f}x the images/s of 2 threads. " + (
+    "Slower: the teams wait for threads that wait for a core." if gain < 0.9 else
+    "Faster: the cores had room for the extra threads at this moment." if gain > 1.1 else
+    "No clear change: what the second thread gains, waiting for a core takes back."))
+
+
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["solution", "hide-cell"]
+# Solution to exercise 3: forgetting `set_epoch`.
+# Why: DistributedSampler draws its order from seed + epoch, and the epoch is only what you tell
+# it. Without `set_epoch`, epoch 1 repeats epoch 0: each rank reads the very same shard again, so
+# over two epochs it sees n / w distinct samples, 1 / w of the dataset, where a fresh shuffle
+# would have shown it about 1 - (1 - 1 / w)^2 of it (75% for 2 ranks: a sample missed in epoch 0
+# has an even chance of landing in this rank's half in epoch 1). Count it with `check_shards` on
+# section 2's 10 samples over 2 ranks, then on 10,000 so that the fractions are not luck.
+fraction = {}
+for n in (10, 10_000):
+    for told_epoch in (False, True):
+        seen = []
+        for rank in range(2):
+            sampler = DistributedSampler(range(n), num_replicas=2, rank=rank, shuffle=True, seed=0)
+            epochs = []
+            for epoch in range(2):
+                if told_epoch:
+                    sampler.set_epoch(epoch)
+                epochs.append(list(sampler))
+            seen.append(check_shards(epochs, n)["covered"])  # distinct samples this rank saw in epochs 0 and 1
+        fraction[n, told_epoch] = sum(seen) / (2 * n)
+        print(f"n = {n:>6}, {'with' if told_epoch else 'without'} set_epoch: each rank saw {seen} distinct samples in "
+              f"epochs 0 and 1, {fraction[n, told_epoch]:.0%} of the dataset on average")
+print(f"Without set_epoch a rank sees {fraction[10_000, False]:.0%} of the dataset, the same part in every epoch, and "
+      f"never the rest; with it, {fraction[10_000, True]:.0%} after two epochs, and more with each new shuffle.")
 
 # %% [markdown]
 # ## Further reading

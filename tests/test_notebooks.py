@@ -124,10 +124,31 @@ def test_a_source_opened_through_jupytext_runs_top_to_bottom(tmp_path, monkeypat
     assert not errors and all(c.execution_count for c in notebook.cells if c.cell_type == "code")
 
 
+SOLUTION = '# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["solution", "hide-cell"]'
+
+
+def test_a_folded_solution_keeps_its_folding_in_the_notebook_and_through_jupyterlab(tmp_path):
+    """A worked solution's header folds it in JupyterLab (``jupyter``) and on the site (``tags``):
+    the builder carries both into the .ipynb, and JupyterLab saves the header back as written."""
+    contents = pytest.importorskip("jupyter_server.services.contents.filemanager")
+    from jupytext.sync_contentsmanager import build_sync_jupytext_contents_manager_class
+
+    src = tmp_path / "00_t.py"
+    src.write_text(f"# %% [markdown]\n# # 00 · T\n\n# %%\n{builder.SETUP}\n\n# %%\nx = 1\n\n{SOLUTION}\n# Solution\ny = 2\n")
+    built = builder.build(src).cells
+    assert [c.metadata for c in built[2:4]] == [
+        {}, {"tags": ["solution", "hide-cell"], "jupyter": {"outputs_hidden": True, "source_hidden": True}}]
+    shutil.copy(ROOT / "notebooks" / "jupytext.toml", tmp_path)
+    manager = build_sync_jupytext_contents_manager_class(contents.FileContentsManager)(root_dir=str(tmp_path))
+    before = src.read_text()
+    manager.save(manager.get(src.name), src.name)
+    assert src.read_text() == before
+
+
 def test_jupyterlab_opens_a_source_as_a_notebook_and_saves_it_unchanged(tmp_path):
     """What `make lab` does with notebooks/NN_topic.py: jupytext's contents manager (its server
     extension is installed with the environment) opens it as a notebook; saving it after a run
-    (outputs, kernel metadata, cell tags) writes back the same text, and no paired .ipynb."""
+    (outputs, kernel metadata, execution times) writes back the same text, and no paired .ipynb."""
     contents = pytest.importorskip("jupyter_server.services.contents.filemanager")
     from jupytext.sync_contentsmanager import build_sync_jupytext_contents_manager_class
 
@@ -142,7 +163,7 @@ def test_jupyterlab_opens_a_source_as_a_notebook_and_saves_it_unchanged(tmp_path
     notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     code = next(c for c in notebook.cells if c.cell_type == "code")
     code.outputs, code.execution_count = [{"output_type": "stream", "name": "stdout", "text": "1\n"}], 1
-    code.metadata["tags"] = ["ran"]
+    code.metadata.update(scrolled=True, execution={"iopub.status.idle": "2026-01-01T00:00:00Z"})  # a run's
     manager.save({"type": "notebook", "content": notebook}, source.name)
     assert (tmp_path / source.name).read_text() == source.read_text()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["jupytext.toml", source.name])

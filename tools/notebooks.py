@@ -55,6 +55,9 @@ LESSONS = {
 COLAB_EXTRAS = {"10": ["dali"], "11": ["dali"]}  # 11: DALI as a side rung of the ladder
 #: The setup cell every source holds right after its title (the builder adds the Colab lines above it).
 SETUP = "import gpufeed\n\nS = gpufeed.setup()  # S.device, S.quick, S.machine"
+#: Cell metadata the notebooks keep from their sources (and JupyterLab saves back, jupytext.toml):
+#: ``tags`` ("solution", "hide-cell": the site folds the cell) and ``jupyter`` (JupyterLab folds it).
+CELL_METADATA = ("tags", "jupyter")
 #: The pip constraints file the Colab setup writes: it pins torch to the version Colab has.
 COLAB_CONSTRAINTS = "/tmp/gpufeed-colab-constraints.txt"
 
@@ -111,31 +114,38 @@ def footer(path: Path) -> str:
     return "---\nThis is the last lesson of the course so far. Back to the [course overview](../README.md)."
 
 
-def read_cells(source: Path) -> list[tuple[str, str]]:
-    """``(cell_type, source)`` pairs of a percent-format script, as jupytext reads it."""
+def read_cells(source: Path, metadata: bool = False) -> list[tuple]:
+    """``(cell_type, source)`` pairs of a percent-format script, as jupytext reads it; with
+    ``metadata=True``, ``(cell_type, source, metadata)`` triples, the metadata being what the cell's
+    header holds: a worked solution's tags and folding (``tags=["solution", "hide-cell"]`` for the
+    site, ``jupyter={"source_hidden": true, ...}`` for JupyterLab)."""
     notebook = jupytext.read(source, fmt="py:percent")
+    if metadata:
+        # Only what the author wrote for readers; jupytext's own layout keys (lines_to_next_cell) stay out.
+        kept = [{k: v for k, v in cell.metadata.items() if k in CELL_METADATA} for cell in notebook.cells]
+        return [(cell.cell_type, cell.source, meta) for cell, meta in zip(notebook.cells, kept)]
     return [(cell.cell_type, cell.source) for cell in notebook.cells]
 
 
 def build(source: Path) -> nbformat.NotebookNode:
     """The notebook for one percent-format source: its cells plus the badge, Colab lines and footer."""
-    cells = read_cells(source)
+    cells = read_cells(source, metadata=True)
     if not cells or cells[0][0] != "markdown" or not re.match(r"# \d\d · ", cells[0][1]):
         raise ValueError(f"{source}: the first cell must be markdown starting with '# NN · Title'")
-    if len(cells) < 2 or cells[1] != ("code", SETUP):
+    if len(cells) < 2 or cells[1][:2] != ("code", SETUP):
         raise ValueError(f"{source}: the second cell must be the setup cell, exactly:\n{SETUP}\n"
                          "(the builder adds the Colab installs above it)")
     title, _, rest = cells[0][1].partition("\n")
     ipynb = source.with_suffix(".ipynb")
     cells = [
-        ("markdown", f"{title}\n\n{badge(ipynb)}\n{rest}".rstrip()),
-        ("code", setup_source(source.name[:2])),
+        ("markdown", f"{title}\n\n{badge(ipynb)}\n{rest}".rstrip(), cells[0][2]),
+        ("code", setup_source(source.name[:2]), cells[1][2]),
         *cells[2:],
-        ("markdown", footer(ipynb)),
+        ("markdown", footer(ipynb), {}),
     ]
     new = {"markdown": nbformat.v4.new_markdown_cell, "code": nbformat.v4.new_code_cell}
     notebook = nbformat.v4.new_notebook(
-        cells=[new[kind](src, id=f"c{i:03d}") for i, (kind, src) in enumerate(cells)],
+        cells=[new[kind](src, id=f"c{i:03d}", metadata=meta) for i, (kind, src, meta) in enumerate(cells)],
         # No jupytext metadata: the notebook is not paired; the same kernel everywhere.
         metadata={
             "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
