@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 
 from gpufeed.measure import harness as bench
-from gpufeed.measure import pipelines
+from gpufeed.measure import pipelines, progress
 from gpufeed.measure.pipelines import Workload
 
 FILE = "results.json"
@@ -199,6 +199,7 @@ def _run(out: Path, quick: bool, device: torch.device, workload: Workload | None
     from gpufeed.measure.machine import usable_cores
     from gpufeed.measure.memory import PeakPss
 
+    log = progress.around(log)  # lines above the bars, not inside them
     w = workload or pipelines.workload(quick, device)
     repeats = repeats or 5
     dali = gdali.available() if dali is None else dali
@@ -221,19 +222,20 @@ def _run(out: Path, quick: bool, device: torch.device, workload: Workload | None
     peak: dict[str, int | None] = {}  # bytes: PSS of this process and its workers while a pipeline ran
     busy: dict[str, float | None] = {}  # cores this process and its workers kept busy, warm-up included
     try:
-        for name, s in streams.items():
-            if name != "resident":
-                with PeakPss() as p, CoresBusy() as c:
-                    ms.append(bench.benchmark(lambda s=s: consume(s, per_epoch), name=f"{name} loader", warmup=1,
-                                              repeats=repeats, items=images["loader"],
-                                              params={"pipeline": name, "mode": "loader"}))
-                peak[name], busy[name] = p.peak, c.cores
-                log(f"  {ms[-1]}")
+        for name, s in progress.bar([(n, s) for n, s in streams.items() if n != "resident"], unit="pipeline",
+                                    desc=f"bench: each loader alone, {repeats + 1} epochs"):
+            with PeakPss() as p, CoresBusy() as c:
+                ms.append(bench.benchmark(lambda s=s: consume(s, per_epoch), name=f"{name} loader", warmup=1,
+                                          repeats=repeats, items=images["loader"],
+                                          params={"pipeline": name, "mode": "loader"}))
+            peak[name], busy[name] = p.peak, c.cores
+            log(f"  {ms[-1]}")
         _, step = make_model(w, device)
         trainable = {n: s for n, s in streams.items() if n not in pipelines.LOADER_ONLY}
         trained = bench.interleave({n: (lambda s=s: train(s, step, steps)) for n, s in trainable.items()},
                                    repeats=repeats, items=images["train"],
-                                   params={n: {"pipeline": n, "mode": "train"} for n in trainable})
+                                   params={n: {"pipeline": n, "mode": "train"} for n in trainable},
+                                   desc=f"bench: {steps} training steps per pass, in turns")
         for m in trained:
             m.name = f"{m.params['pipeline']} train"
             log(f"  {m}")
