@@ -104,7 +104,7 @@ test-oldest: | $(UV)
 WHEELHOUSE ?= $(CURDIR)/wheelhouse
 WHEELHOUSE_ARGS ?=
 wheelhouse: env
-	$(RUN) python tools/wheelhouse.py collect --out $(WHEELHOUSE) --pip "$(UV) tool run pip" $(WHEELHOUSE_ARGS)
+	$(RUN) python tools/wheelhouse.py collect --out $(WHEELHOUSE) --uv "$(UV)" --pip "$(UV) tool run pip" $(WHEELHOUSE_ARGS)
 
 # On the node: a venv that sees the node's own torch, the wheelhouse installed without an index,
 # and this checkout's src/ on the path (a .pth file: nothing to build).
