@@ -361,24 +361,24 @@ def markdown(doc: dict) -> str:
     c = doc["ceilings"]
     model = model_name(doc)
     if "memcpy_stream_images_per_s" not in c:  # a file from before the honest ceilings: its old table
-        rows = [f"| pipeline | loader alone, images/s | vs naive | with a {model} step, images/s | loader efficiency |",
-                "|---|---:|---:|---:|---:|"]
+        rows = []
         for name in [r["pipeline"] for r in doc["records"] if r["mode"] == "train"]:
             loader, train = by.get((name, "loader")), by[name, "train"]
             rate, ratio = (f"{loader['images_per_s']:,.0f}", f"{loader['ratio_to_naive']:.2f}x") if loader else ("-", "-")
-            rows.append(f"| {name} | {rate} | {ratio} | {train['images_per_s']:,.1f} | {train['fraction_of_ceiling']:.2f} |")
-        return head + "\n\n" + "\n".join(rows)
+            rows.append([name, rate, ratio, f"{train['images_per_s']:,.1f}", f"{train['fraction_of_ceiling']:.2f}"])
+        header = ["pipeline", "loader alone, images/s", "vs naive", f"with a {model} step, images/s", "loader efficiency"]
+        return head + "\n\n" + _table(header, rows)
     head += (f" Ceilings for the loader alone: the memmap's images streamed by memcpy, "
              f"{c['memcpy_stream_images_per_s']:,.0f} images/s; the raw batch fetch (FastLoader's gather alone), "
              f"{c['batch_fetch_images_per_s']:,.0f} images/s.")
     cores = any(r.get("cores_busy") is not None for r in doc["records"])  # files from before it lack the column
-    rows = ["| pipeline | loader alone, images/s | vs naive | of memcpy stream | of raw fetch | peak memory (PSS), MB "
-            + ("| cores busy " if cores else "") + f"| with a {model} step, images/s | loader efficiency |",
-            "|---|---:|---:|---:|---:|---:|" + ("---:|" if cores else "") + "---:|---:|"]
-    names = list(dict.fromkeys(r["pipeline"] for r in doc["records"]))
-    for name in names:
+    header = ["pipeline", "loader alone, images/s", "vs naive", "of memcpy stream", "of raw fetch",
+              "peak memory (PSS), MB", *(["cores busy"] if cores else []), f"with a {model} step, images/s",
+              "loader efficiency"]
+    rows = []
+    for name in dict.fromkeys(r["pipeline"] for r in doc["records"]):
         loader, train = by.get((name, "loader")), by.get((name, "train"))
-        cells = ["-"] * (8 if cores else 7)
+        cells = ["-"] * (len(header) - 1)
         if loader:
             mb, busy = loader.get("peak_pss_mb"), loader.get("cores_busy")
             cells[:5] = [f"{loader['images_per_s']:,.0f}",
@@ -389,8 +389,18 @@ def markdown(doc: dict) -> str:
                 cells[5] = "-" if busy is None else f"{busy:.2f}"
         if train:
             cells[-2:] = [f"{train['images_per_s']:,.1f}", f"{train['fraction_of_ceiling']:.2f}"]
-        rows.append(f"| {name} | " + " | ".join(cells) + " |")
-    return head + "\n\n" + "\n".join(rows)
+        rows.append([name, *cells])
+    return head + "\n\n" + _table(header, rows)
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    """A GitHub Markdown table: names left, numbers right. tabulate's ``pipe`` format is GitHub's
+    table syntax with the alignment colons (its ``github`` format leaves them out); the cells are
+    formatted here already (thousands separators, ``x``, ``-``), so tabulate must not parse them."""
+    from tabulate import tabulate
+
+    return tabulate(rows, headers=header, tablefmt="pipe", colalign=("left", *["right"] * (len(header) - 1)),
+                    disable_numparse=True)
 
 
 def plot(path: str | Path) -> list[Path]:
