@@ -89,7 +89,7 @@ slides: slides-deps
 # The oldest versions pyproject.toml allows of what the course leans on most (tests/test_workflows.py
 # checks them against pyproject's floors), in a second venv beside .venv: the same tests as
 # `make test`, so that an API newer than the floor fails here rather than on a learner's machine.
-OLDEST := torch==2.11.* torchvision==0.26.* tensordict==0.10.*
+OLDEST := torch==2.9.* torchvision==0.24.* tensordict==0.10.*
 OLDEST_VENV ?= $(CURDIR)/.venv-oldest
 test-oldest: | $(UV)
 	$(UV) venv --quiet --allow-existing $(OLDEST_VENV)
