@@ -44,9 +44,12 @@ def test_writes_one_record_per_pipeline_and_mode(tiny_run):
         low, high = r["images_per_s_iqr"]
         assert low <= r["images_per_s"] <= high
         assert r["fraction_of_ceiling"] > 0
-        assert r["ratio_to_naive"] == pytest.approx(
-            r["images_per_s"] / next(b["images_per_s"] for b in doc["records"]
-                                     if b["pipeline"] == "naive" and b["mode"] == r["mode"]), rel=0.01, abs=0.005)  # rounded to 0.01
+        base = next(b["images_per_s"] for b in doc["records"] if b["pipeline"] == "naive" and b["mode"] == r["mode"])
+        ratio = r["images_per_s"] / base
+        # Both rates are rounded to 0.1 images/s and the ratio to 0.01: on a busy machine a tiny
+        # run trains at a few images/s, where the rates' rounding alone moves the ratio by over 1%.
+        rounding = ratio * (0.05 / r["images_per_s"] + 0.05 / base) + 0.005
+        assert r["ratio_to_naive"] == pytest.approx(ratio, rel=0.01, abs=rounding)
     resident = next(r for r in doc["records"] if r["pipeline"] == "resident")
     assert resident["fraction_of_ceiling"] == 1.0
     assert doc["ceilings"]["loader_images_per_s"] > 0 and doc["ceilings"]["wire"].startswith("memcpy")
