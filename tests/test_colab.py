@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 import notebooks as builder  # noqa: E402  (tools/notebooks.py)
 
 #: What Colab's image already holds, of what gpufeed needs (so the setup need not install it).
-COLAB_HAS = {"torch", "torchvision", "numpy", "pillow", "matplotlib", "ipywidgets", "tqdm"}
+COLAB_HAS = {"torch", "torchvision", "numpy", "pillow", "matplotlib", "ipywidgets", "tqdm", "setuptools"}
 #: Colab's own builds, which an install must never replace (a CUDA mismatch, gigabytes, a restart).
 NEVER = {"torch", "torchvision", "torchaudio"}
 #: What may be installed with its dependencies (under the constraint that keeps Colab's torch).
