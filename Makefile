@@ -91,7 +91,7 @@ slides: slides-deps
 # The oldest versions pyproject.toml allows of what the course leans on most (tests/test_workflows.py
 # checks them against pyproject's floors), in a second venv beside .venv: the same tests as
 # `make test`, so that an API newer than the floor fails here rather than on a learner's machine.
-OLDEST := torch==2.11.* torchvision==0.26.* tensordict==0.10.*
+OLDEST := torch==2.9.* torchvision==0.24.* tensordict==0.10.*
 OLDEST_VENV ?= $(CURDIR)/.venv-oldest
 test-oldest: | $(UV)
 	$(UV) venv --quiet --allow-existing $(OLDEST_VENV)
@@ -106,7 +106,7 @@ test-oldest: | $(UV)
 WHEELHOUSE ?= $(CURDIR)/wheelhouse
 WHEELHOUSE_ARGS ?=
 wheelhouse: env
-	$(RUN) python tools/wheelhouse.py collect --out $(WHEELHOUSE) --pip "$(UV) tool run pip" $(WHEELHOUSE_ARGS)
+	$(RUN) python tools/wheelhouse.py collect --out $(WHEELHOUSE) --uv "$(UV)" --pip "$(UV) tool run pip" $(WHEELHOUSE_ARGS)
 
 # On the node: a venv that sees the node's own torch, the wheelhouse installed without an index,
 # and this checkout's src/ on the path (a .pth file: nothing to build).

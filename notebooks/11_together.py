@@ -241,7 +241,7 @@ from gpufeed.measure import harness as bench
 per_epoch = w.n // w.batch * w.batch  # images in one pass (the last, short batch is dropped)
 kw = {"repeats": config.pick(quick=3, full=5), "warmup": 1, "items": per_epoch}
 loader_ms = bench.interleave({k: (lambda e=e: ladder.epoch_pass(e)) for k, e in rungs.items()},
-                             params={k: {"section": "ladder", "rung": k} for k in rungs}, **kw)
+                             params={k: {"section": "ladder", "rung": k} for k in rungs}, desc="the ladder", **kw)
 for m in loader_ms:
     print(m)
 
@@ -276,7 +276,7 @@ if not S.cuda and not S.quick:  # quick mode: no time for it
             torch.set_num_threads(1)
 
     runs[ALL_CORES] = all_cores
-train_ms = bench.interleave(runs, params={k: {"section": "train", "pipeline": k} for k in runs},
+train_ms = bench.interleave(runs, params={k: {"section": "train", "pipeline": k} for k in runs}, desc="training",
                             **{**kw, "repeats": config.pick(quick=2, full=3)})
 for m in train_ms:
     print(m)

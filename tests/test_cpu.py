@@ -35,7 +35,7 @@ def test_a_busy_thread_counts():
     assert busy.cpu_s >= 0.29 and busy.cores == pytest.approx(busy.cpu_s / busy.wall_s)
 
 
-@pytest.mark.skipif(cpu.proc_cpu_seconds(1) is None, reason="needs /proc")
+@pytest.mark.skipif(cpu.proc_cpu_seconds(1) is None, reason="cannot read other processes")
 def test_a_running_worker_counts():
     child = subprocess.Popen([sys.executable, "-c", SPIN.format(s=60)])
     try:

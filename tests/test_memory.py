@@ -8,7 +8,7 @@ import pytest
 
 from gpufeed.measure import memory
 
-pytestmark = pytest.mark.skipif(memory.pss(1) is None and memory.tree_pss() is None, reason="needs /proc smaps_rollup")
+pytestmark = pytest.mark.skipif(memory.pss(1) is None and memory.tree_pss() is None, reason="this OS reports no PSS (Linux only)")
 
 
 def test_peak_grows_with_touched_memory():

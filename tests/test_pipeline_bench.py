@@ -9,6 +9,21 @@ from gpufeed.measure import dali as gdali
 from gpufeed.measure import suite as pb
 
 
+def cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def columns(md: str) -> list[str]:
+    """The header cells of the Markdown table in ``md``."""
+    return cells(next(line for line in md.splitlines() if line.startswith("| pipeline")))
+
+
+def pipelines_in(md: str) -> list[str]:
+    """The first cell of each body row of the table in ``md``."""
+    rows = [line for line in md.splitlines() if line.startswith("|")]
+    return [cells(line)[0] for line in rows[2:]]
+
+
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
@@ -29,9 +44,12 @@ def test_writes_one_record_per_pipeline_and_mode(tiny_run):
         low, high = r["images_per_s_iqr"]
         assert low <= r["images_per_s"] <= high
         assert r["fraction_of_ceiling"] > 0
-        assert r["ratio_to_naive"] == pytest.approx(
-            r["images_per_s"] / next(b["images_per_s"] for b in doc["records"]
-                                     if b["pipeline"] == "naive" and b["mode"] == r["mode"]), rel=0.01, abs=0.005)  # rounded to 0.01
+        base = next(b["images_per_s"] for b in doc["records"] if b["pipeline"] == "naive" and b["mode"] == r["mode"])
+        ratio = r["images_per_s"] / base
+        # Both rates are rounded to 0.1 images/s and the ratio to 0.01: on a busy machine a tiny
+        # run trains at a few images/s, where the rates' rounding alone moves the ratio by over 1%.
+        rounding = ratio * (0.05 / r["images_per_s"] + 0.05 / base) + 0.005
+        assert r["ratio_to_naive"] == pytest.approx(ratio, rel=0.01, abs=rounding)
     resident = next(r for r in doc["records"] if r["pipeline"] == "resident")
     assert resident["fraction_of_ceiling"] == 1.0
     assert doc["ceilings"]["loader_images_per_s"] > 0 and doc["ceilings"]["wire"].startswith("memcpy")
@@ -44,7 +62,7 @@ def test_writes_one_record_per_pipeline_and_mode(tiny_run):
             assert r["fraction_of_batch_fetch"] == pytest.approx(r["images_per_s"] / fetch, rel=0.01)
             assert r["peak_pss_mb"] is None or r["peak_pss_mb"] > 10
             assert r["cores_busy"] > 0  # the process and its workers: CPU seconds over wall seconds
-    assert "| cores busy |" in pb.markdown(doc)
+    assert "cores busy" in columns(pb.markdown(doc))
 
 
 def test_plots_and_summary(tiny_run, capsys):
@@ -55,7 +73,9 @@ def test_plots_and_summary(tiny_run, capsys):
     assert table.splitlines()[0].split()[:2] == ["pipeline", "mode"] and "course" in table
     assert "memcpy stream" in table.splitlines()[-1]
     md = pb.markdown(pb.load(tiny_run))
-    assert "| of memcpy stream | of raw fetch | peak memory (PSS), MB |" in md and "| course |" in md
+    cols = columns(md)
+    assert cols[cols.index("of memcpy stream"):][:3] == ["of memcpy stream", "of raw fetch", "peak memory (PSS), MB"]
+    assert "course" in pipelines_in(md)
 
 
 def test_load_refuses_other_files(tmp_path):
@@ -106,10 +126,10 @@ def test_the_gpu_size_trains_the_efficiency_bar_s_resnet50(tiny_run):
                                                 model="resnet50"), "cpu")
     assert isinstance(model, torchvision.models.ResNet) and model.fc.in_features == 2048  # ResNet-50's width
     doc = pb.load(tiny_run)
-    assert doc["workload"]["model"] == "resnet18" and "| with a ResNet-18 step, images/s |" in pb.markdown(doc)
+    assert doc["workload"]["model"] == "resnet18" and "with a ResNet-18 step, images/s" in columns(pb.markdown(doc))
     doc["workload"]["model"] = "resnet50"
-    assert "| with a ResNet-50 step, images/s |" in pb.markdown(doc)
+    assert "with a ResNet-50 step, images/s" in columns(pb.markdown(doc))
     del doc["workload"]["model"]  # a file from before the field
-    assert "| with a ResNet-18 step, images/s |" in pb.markdown(doc)
+    assert "with a ResNet-18 step, images/s" in columns(pb.markdown(doc))
     with pytest.raises(ValueError, match="model must be one of"):
         pipelines.Workload(n=4, jpeg_size=(64, 48), resize=40, crop=32, batch=2, model="vit")

@@ -7,6 +7,7 @@ behaviour these tests check.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import json
 import os
 import re
@@ -263,7 +264,58 @@ def test_no_unsafe_loading_or_shells():
         assert not re.search(r"\bos\.(system|popen)\(", text), f"{path}: os.system/os.popen runs a shell"
 
 
+#: Paths this process opened for writing, created, renamed or removed while :func:`writes` records;
+#: an audit hook cannot be removed once added, so one hook for the session, recording only then.
+_WRITES: list[str] | None = None
+_HOOKED: list = []
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
+_PATH_EVENTS = {"os.mkdir": 0, "os.rename": 1, "os.remove": 0, "os.rmdir": 0, "os.symlink": 1, "os.link": 1,
+                "os.truncate": 0, "shutil.rmtree": 0, "shutil.copyfile": 1}  # event -> where its target path is
+
+
+def _audit(event: str, args: tuple) -> None:
+    if _WRITES is None:
+        return
+    if event == "open":
+        path, mode, flags = args
+        writing = any(c in mode for c in "wax+") if isinstance(mode, str) else bool(flags & _WRITE_FLAGS)
+        target = path if writing else None
+    else:
+        target = args[_PATH_EVENTS[event]] if event in _PATH_EVENTS else None
+    if isinstance(target, (str, bytes, os.PathLike)):
+        _WRITES.append(os.path.abspath(os.fsdecode(target)))
+
+
+@contextlib.contextmanager
+def writes():
+    """Records every path this process writes while inside (PEP 578 audit events: ``open`` for
+    writing, ``os.mkdir``, ``os.rename``...): writes anywhere on the machine, not only where a
+    test looks afterwards. Child processes are not seen; the folder scan after the run covers them."""
+    global _WRITES
+    if _audit not in _HOOKED:  # added on first use, so a session that never records pays nothing
+        sys.addaudithook(_audit)
+        _HOOKED.append(_audit)
+    _WRITES = []
+    try:
+        yield _WRITES
+    finally:
+        _WRITES = None
+
+
+def test_the_write_audit_sees_writes_and_not_reads(tmp_path):
+    (tmp_path / "old").write_text("1")
+    with writes() as written:
+        (tmp_path / "x").write_text("1")
+        os.mkdir(tmp_path / "d")
+        (tmp_path / "old").read_text()
+        os.replace(tmp_path / "x", tmp_path / "d" / "y")
+    assert written == [str(tmp_path / "x"), str(tmp_path / "d"), str(tmp_path / "d" / "y")]
+
+
 def test_generated_files_stay_in_the_chosen_folders(tmp_path, monkeypatch):
+    """The commands write only into the folders they are given: nothing in the working directory
+    or the home folder (matplotlib's own font cache aside). ``bench`` at the tiny size runs the same
+    writers (dataset, memmap, results, plots) as ``--quick`` in seconds instead of minutes."""
     home, cache, out, cwd = (tmp_path / d for d in ("home", "cache", "out", "cwd"))
     for d in (home, cwd):
         d.mkdir()
@@ -271,15 +323,19 @@ def test_generated_files_stay_in_the_chosen_folders(tmp_path, monkeypatch):
                         ("GPUFEED_RESULTS", out / "results")):
         monkeypatch.setenv(name, str(value))
     monkeypatch.chdir(cwd)
-    for cmd in (["data", "synth", "--n", "8", "--size", "64x48", "--out", str(out / "jpeg"), "--no-progress"],
-                ["data", "memmap", str(out / "jpeg"), str(out / "mm"), "--size", "32x32", "--no-progress"],
-                ["bench", "--quick", "--device", "cpu"]):
-        assert cli.main(cmd) == 0, cmd
+    with writes() as written:
+        for cmd in (["data", "synth", "--n", "8", "--size", "64x48", "--out", str(out / "jpeg"), "--no-progress"],
+                    ["data", "memmap", str(out / "jpeg"), str(out / "mm"), "--size", "32x32", "--no-progress"],
+                    ["bench", "--quick", "--size", "tiny", "--repeats", "1", "--device", "cpu"]):
+            assert cli.main(cmd) == 0, cmd
     theirs = home / ".cache" / "matplotlib"  # matplotlib's own font cache, not ours
     assert list(cwd.iterdir()) == []
     assert all(p in (home / ".cache", theirs) or theirs in p.parents for p in home.rglob("*"))
     for path in tmp_path.rglob("*"):
         assert any(path == a or a in path.parents for a in (cache, out, home, cwd)), path
+    inside = lambda w, roots: any(Path(w) == a or a in Path(w).parents for a in roots)  # noqa: E731
+    stray = sorted({w for w in written if not inside(w, (cache, out, theirs)) and w not in (str(home / ".cache"), os.devnull)})
+    assert written and not stray, f"written outside the chosen folders: {stray}"
     assert (out / "results").is_dir() and (cache / "bench").is_dir()
 
 

@@ -93,7 +93,7 @@ def setup_source(number: str) -> str:
         '        f.write(f"torch=={torch.__version__}\\n")',
         f'    pip = [sys.executable, "-m", "pip", "install", "-q", "-c", "{COLAB_CONSTRAINTS}"]',
         f'    subprocess.run([*pip, "--no-deps", "gpufeed @ git+{repo_url()}@main"], check=True)',
-        '    subprocess.run([*pip, "tensordict", "imageio-ffmpeg"], check=True)  # ffmpeg for lesson 04',
+        '    subprocess.run([*pip, "tensordict", "imageio-ffmpeg", "psutil", "tabulate"], check=True)  # ffmpeg: lesson 04',
     ]
     if "dali" in COLAB_EXTRAS.get(number, []):
         lines += [

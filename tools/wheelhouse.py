@@ -2,17 +2,21 @@
 
 A cluster's GPU node typically has Python, torch, torchvision, numpy, Pillow and matplotlib
 installed, no internet, and none of tensordict, Jupyter, nbmake, ipywidgets or DALI. This tool
-reads ``uv.lock`` (so the node gets the versions CI tested), walks the dependencies the node needs
-to run the tests and the notebooks (the package's dependencies and the test tools), leaves out
-what the node already has *and everything that pulls in* (torch's own dependencies are there with
-torch), evaluates the lock's markers for the node's Python and platform, and downloads exactly
-those wheels with ``pip download --no-deps --only-binary=:all:``. Copy the folder (and the
-repository) to the node, then ``make test-gpu`` there installs it with ``pip --no-index``.
+asks ``uv export`` for the versions ``uv.lock`` pins (so the node gets the versions CI tested):
+once for what the node needs to run the tests and the notebooks (the package's dependencies and
+the test tools, with what the node has and the dev tools it does not need pruned: ``--prune``
+drops a package and what only it pulls in), once for what the node has (with everything else
+pruned). The wheels are the first list less the second, since a package torch pulls in is there
+with torch even where tensordict needs it too. uv exports universal requirements (markers for
+every platform); this tool evaluates the markers for the node's Python and platform, which
+``uv export`` cannot be asked to do, and downloads exactly those wheels with
+``pip download --no-deps --only-binary=:all:``. Copy the folder (and the repository) to the node,
+then ``make test-gpu`` there installs it with ``pip --no-index``.
 
 Usage::
 
     python tools/wheelhouse.py collect [--python 3.12] [--glibc 2.28] [--have torch,numpy,...]
-                                       [--dali] [--out wheelhouse] [--dry-run]
+                                       [--dali] [--out wheelhouse] [--dry-run] [--uv uv]
     python tools/wheelhouse.py check   # on the node: print torch, CUDA and the GPU; exit 1 without CUDA
 
 Only the collect step needs the network; the tests check the selection offline.
@@ -21,13 +25,15 @@ Only the collect step needs the network; the tests check the selection offline.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from packaging.markers import Marker
+from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 try:
@@ -63,73 +69,65 @@ def marker_environment(python: str = "3.12", machine: str = "x86_64") -> dict[st
     }
 
 
-def _applies(dep: dict, env: dict[str, str]) -> bool:
-    return "marker" not in dep or Marker(dep["marker"]).evaluate(env)
+def find_uv() -> str:
+    """``$UV``, else ``uv`` on the PATH, else the private copy ``make`` installs in ``.uv/``."""
+    uv = os.environ.get("UV") or shutil.which("uv") or str(ROOT / ".uv" / "bin" / "uv")
+    if not Path(uv).is_file() and not shutil.which(uv):
+        raise FileNotFoundError(f"no uv at {uv}: run `make env` (it installs uv into .uv/) or pass --uv")
+    return uv
 
 
-def _entries(lock: dict) -> dict[str, list[dict]]:
-    by_name: dict[str, list[dict]] = {}
-    for package in lock["package"]:
-        by_name.setdefault(canonicalize_name(package["name"]), []).append(package)
-    return by_name
+def uv_export(uv: str, *, prune=(), groups=(), extras=(), dev: bool = False, project: Path = ROOT) -> str:
+    """``uv export`` of ``project``'s lock as requirements (``name==version ; marker`` lines), without
+    the project itself, the dev group unless ``dev`` (and no other default group: the node builds no
+    site), and the ``prune`` packages with what only they need."""
+    cmd = [*shlex.split(uv), "export", "--frozen", "--no-hashes", "--no-header", "--no-annotate",
+           "--no-emit-project", "--format", "requirements.txt", "--project", str(project)]
+    cmd += ["--no-default-groups"] + (["--group", "dev"] if dev else [])
+    cmd += [a for g in groups for a in ("--group", g)] + [a for e in extras for a in ("--extra", e)]
+    cmd += [a for n in prune for a in ("--prune", n)]
+    return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
 
 
-def _resolve(by_name: dict[str, list[dict]], dep: dict, env: dict[str, str]) -> dict:
-    """The lock entry a dependency reference means (several versions may be locked, by marker)."""
-    candidates = by_name.get(canonicalize_name(dep["name"]), [])
-    if "version" in dep:
-        candidates = [p for p in candidates if p["version"] == dep["version"]]
-    elif len(candidates) > 1:  # a bare name: the version locked for this Python
-        candidates = [p for p in candidates if any(Marker(m).evaluate(env) for m in p.get("resolution-markers", []))]
-    if len(candidates) != 1:
-        raise ValueError(f"uv.lock: {dep['name']} {dep.get('version', '')} is locked {len(candidates)} times: run `uv lock`")
-    return candidates[0]
+def pinned(requirements: str, env: dict[str, str]) -> dict[str, str]:
+    """``{name: version}`` of the ``name==version ; marker`` lines whose marker holds in ``env``.
 
-
-def _children(package: dict, dep: dict, env: dict[str, str]) -> list[dict]:
-    deps = list(package.get("dependencies", []))
-    for extra in dep.get("extra", []):
-        deps += package.get("optional-dependencies", {}).get(extra, [])
-    return [d for d in deps if _applies(d, env)]
-
-
-def closure(lock: dict, roots: list[dict], env: dict[str, str], stop: set[str] = frozenset()) -> dict[str, str]:
-    """``{name: version}`` of ``roots`` and all they depend on, not entering the names in ``stop``."""
-    by_name, found, todo = _entries(lock), {}, [d for d in roots if _applies(d, env)]
-    while todo:
-        dep = todo.pop()
-        name = canonicalize_name(dep["name"])
-        if name in stop:
+    >>> pinned("tqdm==4.70.1\\nipython==8.39.0 ; python_full_version < '3.11'\\n", marker_environment("3.12"))
+    {'tqdm': '4.70.1'}
+    """
+    out = {}
+    for line in requirements.splitlines():
+        line = line.split("#")[0].strip()
+        if not line or line.startswith("-"):
             continue
-        package = _resolve(by_name, dep, env)
-        key = (name, tuple(dep.get("extra", [])))
-        if found.get(key) == package["version"]:
-            continue
-        found[key] = package["version"]
-        todo += _children(package, dep, env)
-    return {name: version for (name, _), version in sorted(found.items())}
+        req = Requirement(line)
+        if req.marker is None or req.marker.evaluate(env):
+            (spec,) = req.specifier
+            out[canonicalize_name(req.name)] = spec.version
+    return out
 
 
-def select(lock: dict, env: dict[str, str], have=HAVE, tools=TOOLS, dali: bool = False, pins=PINS) -> dict[str, str]:
+def select(env: dict[str, str], have=HAVE, tools=TOOLS, dali: bool = False, pins=PINS, *, uv: str | None = None,
+           project: Path = ROOT) -> dict[str, str]:
     """``{name: version}`` of the wheels a node needs that has ``have`` (and their dependencies).
 
     The package's dependencies, the ``dali`` extra only when asked, and the dev-group ``tools``;
     the project itself is not a wheel (the node runs it from the checkout). ``pins`` (``name==version``)
     replace the locked version of a package that is selected.
     """
-    project = next(p for p in lock["package"] if p["name"] == PROJECT)
-    have = {canonicalize_name(n) for n in have}
-    roots = list(project.get("dependencies", []))
-    if dali:
-        roots += project.get("optional-dependencies", {}).get("dali", [])
-    dev = {canonicalize_name(d["name"]): d for d in project.get("dev-dependencies", {}).get("dev", [])}
-    unknown = {canonicalize_name(t) for t in tools} - set(dev)
+    uv = uv or find_uv()
+    pyproject = tomllib.loads((project / "pyproject.toml").read_text())
+    names = lambda reqs: {canonicalize_name(Requirement(r).name) for r in reqs}  # noqa: E731
+    have, dev = {canonicalize_name(n) for n in have}, names(pyproject["dependency-groups"]["dev"])
+    unknown = {canonicalize_name(t) for t in tools} - dev
     if unknown:
         raise ValueError(f"--tools: {sorted(unknown)} not in the dev group of pyproject.toml")
-    roots += [dev[canonicalize_name(t)] for t in tools]
-    node = closure(lock, [{"name": n} for n in have if n in _entries(lock)], env)
-    need = closure(lock, roots, env, stop=have)
-    wheels = {name: version for name, version in need.items() if name not in node and name != PROJECT}
+    skip_tools = dev - {canonicalize_name(t) for t in tools}
+    need = pinned(uv_export(uv, prune=sorted(have | skip_tools), groups=["dev"], extras=["dali"] if dali else [],
+                            dev=True, project=project), env)
+    others = names(pyproject["project"]["dependencies"]) - have
+    node = pinned(uv_export(uv, prune=sorted(others), project=project), env) if have else {}
+    wheels = {name: version for name, version in sorted(need.items()) if name not in node}
     for pin in pins:
         name, _, version = pin.partition("==")
         if not version:
@@ -189,13 +187,13 @@ def main(argv: list[str]) -> int:
     c.add_argument("--out", type=Path, default=ROOT / "wheelhouse")
     c.add_argument("--pip", default=f"{shlex.quote(sys.executable)} -m pip", help="the pip to download with")
     c.add_argument("--dry-run", action="store_true", help="print the requirements, download nothing")
+    c.add_argument("--uv", default=None, help="the uv that exports uv.lock (default: $UV, uv on PATH, .uv/bin/uv)")
     args = parser.parse_args(argv[1:])
     if args.command == "check":
         return check()
-    lock = tomllib.loads((ROOT / "uv.lock").read_text())
     split = lambda s: [x for x in s.replace(" ", ",").split(",") if x]  # noqa: E731
-    wheels = select(lock, marker_environment(args.python), split(args.have), split(args.tools), args.dali,
-                    split(args.pins))
+    wheels = select(marker_environment(args.python), split(args.have), split(args.tools), args.dali,
+                    split(args.pins), uv=args.uv)
     text = "".join(f"{name}=={version}\n" for name, version in wheels.items())
     if args.dry_run:
         print(text, end="")

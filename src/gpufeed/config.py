@@ -10,6 +10,7 @@ variable                  meaning                                               
 ``GPUFEED_CACHE``         where generated datasets live                               see below
 ``GPUFEED_RESULTS``       where notebooks and ``gpufeed bench`` write measurements    see below
 ``GPUFEED_REQUIRE_CUDA``  ``1`` makes :func:`device` fail instead of using the CPU    ``0``
+``GPUFEED_PROGRESS``      ``1``/``0``: long loops' progress bars always/never         watched
 ========================  ==========================================================  ===========
 
 Example:

@@ -35,6 +35,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from gpufeed.data.loader import no_collate
+from gpufeed.measure import progress
 from gpufeed.measure.harness import Measurement, benchmark
 
 
@@ -98,8 +99,10 @@ def sweep(datasets: dict[str, Dataset], configs: Iterable[dict], batch_size: int
     """
     out = []
     configs = list(configs)
-    for name, ds in datasets.items():
-        for config in configs:
+    cases = [(name, ds, config) for name, ds in datasets.items() for config in configs]
+    with progress.bar(total=len(cases), desc=f"sweep of {', '.join(datasets)}", unit="config") as shown:
+        for name, ds, config in cases:
+            shown.set_postfix_str(label(config))
             with warnings.catch_warnings():  # more workers than cores is what a sweep is for
                 warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
                 dl = loader(ds, batch_size, **config)
@@ -107,6 +110,7 @@ def sweep(datasets: dict[str, Dataset], configs: Iterable[dict], batch_size: int
                                      items=len(ds), repeats=repeats, warmup=warmup,
                                      params={"dataset": name, "batch_size": batch_size, **config}))
             del dl  # stops its workers now (persistent ones would live on until collected)
+            shown.update()
     return out
 
 

@@ -166,6 +166,7 @@ def quality_sweep(images: Sequence, qualities: Sequence[int], decode: Callable[[
             every quality (see :func:`gpufeed.measure.synth.encode_jpeg`).
     """
     from gpufeed.data.jpeg import decode_pil
+    from gpufeed.measure import progress
     from gpufeed.measure.harness import benchmark
     from gpufeed.measure.synth import encode_jpeg
 
@@ -175,7 +176,7 @@ def quality_sweep(images: Sequence, qualities: Sequence[int], decode: Callable[[
     w, h = images[0].size
     originals = [to_tensor(im) for im in images]
     rows = []
-    for q in qualities:
+    for q in progress.bar(qualities, desc=f"quality sweep {w}x{h}, {len(images)} images", unit="quality"):
         data = [encode_jpeg(im, q, subsampling) for im in images]
         decoded = [decode(d) for d in data]
         m = benchmark(lambda data=data: [decode(d) for d in data], repeats=repeats, warmup=1, with_machine=False)

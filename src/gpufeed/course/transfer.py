@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
+from gpufeed.measure import progress
 from gpufeed.measure.harness import Measurement, benchmark
 
 #: The image sizes of the course (width, height), from the talks it grew from.
@@ -135,18 +136,18 @@ def sweep(variants: Sequence[Variant], device, sizes: Iterable[tuple[int, int]] 
     device = torch.device(device)
     out = []
     can_pin = torch.cuda.is_available()
-    for size in sizes:
-        for b in batches:
-            x = random_batch(b, size)
-            xp = x.pin_memory() if can_pin and any(v.pinned for v in variants) else x
-            for v in variants:
-                src = xp if v.pinned else x
-                m = benchmark(lambda v=v, src=src: v.fn(src, device), name=v.name, repeats=repeats,
-                              warmup=warmup, items=b, nbytes=x.numel(),
-                              params={"size": size_name(size), "batch": b, "variant": v.name,
-                                      "device": str(device), "where": v.where})
-                out.append(m)
-            del x, xp
+    cases = [(size, b) for size in sizes for b in batches]
+    for size, b in progress.bar(cases, desc=f"transfer sweep of {len(variants)} variants on {device}", unit="batch"):
+        x = random_batch(b, size)
+        xp = x.pin_memory() if can_pin and any(v.pinned for v in variants) else x
+        for v in variants:
+            src = xp if v.pinned else x
+            m = benchmark(lambda v=v, src=src: v.fn(src, device), name=v.name, repeats=repeats,
+                          warmup=warmup, items=b, nbytes=x.numel(),
+                          params={"size": size_name(size), "batch": b, "variant": v.name,
+                                  "device": str(device), "where": v.where})
+            out.append(m)
+        del x, xp
     return out
 
 

@@ -12,6 +12,7 @@
 * :mod:`~gpufeed.measure.memory` and :mod:`~gpufeed.measure.cpu`: what a pipeline costs beside its
   speed, the peak memory and the cores busy of its process and workers; :mod:`~gpufeed.measure.peers`:
   other loaders (FFCV, SPDL, torchdata.nodes) doing the same work, each in its own process.
+* :mod:`~gpufeed.measure.progress`: the progress bars of the long loops, and when they show.
 * :mod:`~gpufeed.measure.plotting`: the plot style of every result (units, ratios, "measured on").
 
 It may import :mod:`gpufeed.data`, never :mod:`gpufeed.course`.
@@ -22,7 +23,7 @@ from __future__ import annotations
 import importlib
 
 _MODULES = {'ceilings', 'pipelines', 'suite', 'synth', 'machine', 'harness', 'plotting', 'dali', 'results', 'photos',
-            'memory', 'peers', 'cpu', 'published'}
+            'memory', 'peers', 'cpu', 'published', 'progress'}
 
 __all__ = sorted(_MODULES)
 

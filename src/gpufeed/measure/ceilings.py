@@ -115,7 +115,8 @@ def loader_bounds(images: torch.Tensor, batch: int, repeats: int = 5, seed: int 
     common = {"batch": batch, "row_bytes": row, "threads": torch.get_num_threads(), "epochs": epochs}
     ms = interleave({names[c]: sample(epoch) for c, (epoch, _) in epochs_of.items()}, repeats=repeats, warmup=1,
                     params={names[c]: {"ceiling": c, **common, **({"buffers": buffers} if c == "batch_fetch" else {})}
-                            for c in epochs_of})
+                            for c in epochs_of},
+                    desc="the loader's two bounds: memcpy stream, batch fetch")
     for m, (_, n) in zip(ms, epochs_of.values()):  # seconds per epoch
         m.samples = [t / epochs for t in m.samples]
         m.items, m.nbytes = n, n * row

@@ -3,38 +3,57 @@
 A loader that makes 5,000 images/s on 8 cores with 1.2 of them busy has 6.8 cores left to give
 it; one at 7.9 of 8 is bound by the CPU. :class:`CoresBusy` counts the CPU time of every thread of
 the process (torch's, DALI's, a prefetch thread) and of its descendants (DataLoader workers, their
-own workers), those still running (``/proc/<pid>/stat``) and those already ended and reaped
-(``getrusage(RUSAGE_CHILDREN)``). Linux reads the workers; elsewhere only this process counts.
+own workers), those still running (psutil's ``cpu_times``, on Linux, macOS and Windows) and those
+already ended and reaped (``getrusage(RUSAGE_CHILDREN)``, on Linux and macOS).
 
-Example:
+Example (CPU time asserted, not wall time: a busy machine may give the spin only part of a core):
+    >>> import time
     >>> with CoresBusy() as busy:
-    ...     _ = sum(i * i for i in range(200_000))  # one thread, busy the whole time
-    >>> 0.3 < busy.cores < 1.5 and busy.cpu_s > 0 and busy.wall_s > 0
-    True
+    ...     start = time.process_time()
+    ...     while time.process_time() - start < 0.2:  # one thread spins for 0.2 s of CPU
+    ...         pass
+    >>> busy.cpu_s >= 0.19, busy.cores <= 1.5, busy.wall_s >= busy.cpu_s / 1.5
+    (True, True, True)
 """
 
 from __future__ import annotations
 
 import os
-import resource
 import time
-from pathlib import Path
 
-from gpufeed.measure.memory import children
+import psutil
 
-_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100  # /proc's unit of CPU time, per second
+from gpufeed.measure.memory import GONE, children
+
+try:
+    import resource  # not on Windows
+except ImportError:
+    resource = None
 
 
 def proc_cpu_seconds(pid: int) -> float | None:
-    """CPU seconds (user + system) of ``pid`` and of its children it has already waited for, from
-    ``/proc/<pid>/stat`` in clock ticks (10 ms); None if there is no such process or no ``/proc``."""
+    """CPU seconds (user + system) of ``pid`` and of its children it has already waited for (on
+    Linux; macOS reports those as 0); None if there is no such process or we may not read it."""
     try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+        t = psutil.Process(pid).cpu_times()
+    except GONE:
         return None
-    fields = text[text.rindex(")") + 2:].split()  # after "pid (comm) ": the name may hold spaces
-    utime, stime, cutime, cstime = (int(v) for v in fields[11:15])  # fields 14-17 of proc(5)
-    return (utime + stime + cutime + cstime) / _TICK
+    return t.user + t.system + getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0)
+
+
+def _own_and_reaped_seconds() -> float:
+    """CPU seconds of this process and of the children it has waited for.
+
+    ``getrusage`` rather than psutil's ``cpu_times`` of this process: it counts in microseconds
+    rather than 10 ms clock ticks (a short block would read 0 or 0.01 s), and on macOS it has the
+    reaped children, which psutil reports as 0 there.
+    """
+    if resource is None:  # Windows: no reaped children to ask about
+        t = psutil.Process().cpu_times()
+        return t.user + t.system
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    reaped = resource.getrusage(resource.RUSAGE_CHILDREN)  # ended workers that were waited for
+    return me.ru_utime + me.ru_stime + reaped.ru_utime + reaped.ru_stime
 
 
 def tree_cpu_seconds() -> float:
@@ -44,18 +63,16 @@ def tree_cpu_seconds() -> float:
     A worker alive at the start and reaped before the end is counted both times, once live and
     once reaped, so a difference of two readings holds exactly its time in between.
     """
-    me = resource.getrusage(resource.RUSAGE_SELF)
-    reaped = resource.getrusage(resource.RUSAGE_CHILDREN)  # ended workers that were waited for
-    live = sum(v for v in map(proc_cpu_seconds, children(os.getpid())) if v is not None)  # none without /proc
-    return me.ru_utime + me.ru_stime + reaped.ru_utime + reaped.ru_stime + live
+    live = sum(v for v in map(proc_cpu_seconds, children(os.getpid())) if v is not None)
+    return _own_and_reaped_seconds() + live
 
 
 class CoresBusy:
     """A context that measures the cores this process and its workers kept busy while it was open.
 
     After the block: ``cpu_s`` (CPU seconds of the process tree), ``wall_s`` and ``cores``
-    (``cpu_s / wall_s``: 2.0 means two cores busy the whole time). Reading ``/proc`` costs well
-    under a millisecond, at the start and the end only.
+    (``cpu_s / wall_s``: 2.0 means two cores busy the whole time). Reading the process table costs
+    well under a millisecond, at the start and the end only.
     """
 
     def __init__(self):

@@ -245,12 +245,15 @@ def interleave(
     warmup: int = 1,
     items: float | dict[str, float] | None = None,
     params: dict[str, dict] | None = None,
+    desc: str | None = None,
 ) -> list[Measurement]:
     """Times several cases in turns (a, b, c, a, b, c, ...): one :class:`Measurement` per case.
 
     On a noisy machine a burst of other work then slows every case a little rather than one case
     a lot, so the ratios between them are what this protects (lesson 11, ``gpufeed bench``). Each
-    case gets ``warmup`` untimed calls first; CUDA is synchronised before every clock read.
+    case gets ``warmup`` untimed calls first; CUDA is synchronised before every clock read. Each
+    case is typically a whole epoch, so a progress bar (:mod:`gpufeed.measure.progress`, labelled
+    ``desc``, by default the cases' names) counts the calls where someone watches.
 
     Example:
         >>> ms = interleave({"a": lambda: sum(range(1000)), "b": lambda: sum(range(10))}, repeats=3, items=1)
@@ -259,19 +262,26 @@ def interleave(
     """
     if repeats < 1 or warmup < 0:
         raise ValueError("repeats must be at least 1, warmup at least 0")
+    from gpufeed.measure import progress
     from gpufeed.measure.machine import machine_info
 
-    for fn in cases.values():
-        for _ in range(warmup):
-            fn()
     samples: dict[str, list[float]] = {name: [] for name in cases}
-    for _ in range(repeats):
+    with progress.bar(total=len(cases) * (warmup + repeats), unit="call",
+                      desc=desc or f"in turns: {', '.join(cases)}"[:60]) as shown:
         for name, fn in cases.items():
-            cuda_sync()
-            start = time.perf_counter()
-            fn()
-            cuda_sync()
-            samples[name].append(time.perf_counter() - start)
+            shown.set_postfix_str(f"warm-up {name}")
+            for _ in range(warmup):
+                fn()
+                shown.update()
+        for r in range(repeats):
+            for name, fn in cases.items():
+                shown.set_postfix_str(f"{name}, {r + 1}/{repeats}")
+                cuda_sync()
+                start = time.perf_counter()
+                fn()
+                cuda_sync()
+                samples[name].append(time.perf_counter() - start)
+                shown.update()
     machine = machine_info()
     ms = [Measurement(name, samples[name], items.get(name) if isinstance(items, dict) else items, None,
                       dict((params or {}).get(name, {})), machine) for name in cases]

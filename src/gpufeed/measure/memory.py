@@ -3,7 +3,8 @@
 PSS counts each page a process maps divided by the number of processes sharing it, so summing it
 over a loader's main process and its workers counts a page shared after ``fork`` (the dataset's
 memmap, torch's libraries) once, not once per worker: the memory the pipeline really costs.
-Linux only (``/proc/<pid>/smaps_rollup``); elsewhere the readings are ``None``.
+Read with psutil (``memory_full_info``, which reads Linux's ``/proc/<pid>/smaps_rollup``). Only
+Linux reports PSS: elsewhere the readings are ``None`` (see :func:`pss` for why not another number).
 
 Example:
     >>> import os
@@ -19,34 +20,32 @@ from __future__ import annotations
 
 import os
 import threading
-from pathlib import Path
+
+import psutil
+
+#: what a process that ended, or that we may not read, raises
+GONE = (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess)
 
 
 def pss(pid: int) -> int | None:
-    """The proportional set size of ``pid`` in bytes, or None (no such process, or no smaps_rollup)."""
+    """The proportional set size of ``pid`` in bytes, or None (no such process, or the OS reports no PSS).
+
+    Only Linux has PSS. macOS and Windows give the USS (pages no other process maps) and the RSS
+    instead; summed over workers the first leaves out every shared page and the second counts each
+    once per worker, so neither reads as what PSS means here: None says "not measured" honestly.
+    """
     try:
-        text = Path(f"/proc/{pid}/smaps_rollup").read_text()
-    except OSError:
+        return getattr(psutil.Process(pid).memory_full_info(), "pss", None)
+    except GONE:
         return None
-    for line in text.splitlines():
-        if line.startswith("Pss:"):
-            return int(line.split()[1]) * 1024  # the file says kB
-    return None
 
 
 def children(pid: int) -> list[int]:
-    """Every descendant of ``pid`` (workers, and their own workers), from ``/proc/<pid>/task/*/children``."""
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        for task in Path(f"/proc/{p}/task").glob("*/children"):
-            try:
-                kids = [int(k) for k in task.read_text().split()]
-            except OSError:
-                continue
-            out += kids
-            todo += kids
-    return out
+    """Every descendant of ``pid`` (workers, and their own workers), running now; [] if ``pid`` is gone."""
+    try:
+        return [c.pid for c in psutil.Process(pid).children(recursive=True)]
+    except GONE:
+        return []
 
 
 def tree_pss(pid: int | None = None) -> int | None:

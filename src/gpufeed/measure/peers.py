@@ -205,8 +205,10 @@ def measure_all(data: Data, w: Workload, threads: int, repeats: int, names=None,
     """One process per installed peer, an epoch each in turns (a warm-up round first): Measurements
     named ``"<peer> loader"`` with ``params`` ``pipeline``, ``mode``, ``peak_pss`` (bytes) and
     ``cores_busy`` (over every round, the warm-up included, as the in-process loaders are counted)."""
+    from gpufeed.measure import progress
     from gpufeed.measure.harness import Measurement
 
+    log = progress.around(log)
     names = [n for n, ok in available().items() if ok] if names is None else list(names)
     skipped = sorted(set(PEERS) - set(names))
     if skipped:
@@ -221,14 +223,18 @@ def measure_all(data: Data, w: Workload, threads: int, repeats: int, names=None,
                 log(f"  peer {n} failed to start (exit {p.wait()}); left out")
                 continue
             procs[n], out[n], cpu[n] = p, [], [0.0, 0.0]  # CPU seconds, wall seconds
+        shown = progress.bar(total=(repeats + 1) * len(procs), unit="epoch", desc=f"peers: {', '.join(procs)}")
         for r in range(repeats + 1):
             for n, p in procs.items():
+                shown.set_postfix_str(f"{n}, {'warm-up' if r == 0 else f'{r}/{repeats}'}")
                 p.stdin.write("epoch\n")
                 p.stdin.flush()
                 got = json.loads(p.stdout.readline())
                 cpu[n][0], cpu[n][1] = cpu[n][0] + got["cpu_s"], cpu[n][1] + got["s"]
                 if r:  # round 0 is the warm-up
                     out[n].append(got)
+                shown.update()
+        shown.close()
     finally:
         for p in procs.values():
             p.stdin.close()

@@ -112,16 +112,20 @@ class Data:
     memmap_s: float
 
 
-def prepare(w: Workload, root: str | os.PathLike, *, workers: int = 1, progress: bool = False) -> Data:
+def prepare(w: Workload, root: str | os.PathLike, *, workers: int = 1, progress: bool | None = None) -> Data:
     """Generates the JPEG folder and the memmap made from it under ``root``; a second call reuses them.
+
+    ``progress``: bars for both builds; None: where someone watches (:func:`gpufeed.measure.progress.wanted`).
 
     The memmap build is the one-off price of the course pipeline (decode and resize once); it is
     reported beside the throughputs, not hidden.
     """
     from gpufeed.data.memmap import MemmapError, build_memmap
+    from gpufeed.measure.progress import wanted
     from gpufeed.measure.synth import SynthError, synth_folder
 
     root = Path(root)
+    progress = wanted() if progress is None else progress
     (jw, jh), r = w.jpeg_size, w.resize
     try:
         jpeg = synth_folder(root / f"jpeg-{jw}x{jh}-q{w.quality}-n{w.n}-c{w.classes}", n=w.n, size=(jw, jh),

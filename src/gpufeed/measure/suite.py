@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 
 from gpufeed.measure import harness as bench
-from gpufeed.measure import pipelines
+from gpufeed.measure import pipelines, progress
 from gpufeed.measure.pipelines import Workload
 
 FILE = "results.json"
@@ -199,6 +199,7 @@ def _run(out: Path, quick: bool, device: torch.device, workload: Workload | None
     from gpufeed.measure.machine import usable_cores
     from gpufeed.measure.memory import PeakPss
 
+    log = progress.around(log)  # lines above the bars, not inside them
     w = workload or pipelines.workload(quick, device)
     repeats = repeats or 5
     dali = gdali.available() if dali is None else dali
@@ -221,19 +222,20 @@ def _run(out: Path, quick: bool, device: torch.device, workload: Workload | None
     peak: dict[str, int | None] = {}  # bytes: PSS of this process and its workers while a pipeline ran
     busy: dict[str, float | None] = {}  # cores this process and its workers kept busy, warm-up included
     try:
-        for name, s in streams.items():
-            if name != "resident":
-                with PeakPss() as p, CoresBusy() as c:
-                    ms.append(bench.benchmark(lambda s=s: consume(s, per_epoch), name=f"{name} loader", warmup=1,
-                                              repeats=repeats, items=images["loader"],
-                                              params={"pipeline": name, "mode": "loader"}))
-                peak[name], busy[name] = p.peak, c.cores
-                log(f"  {ms[-1]}")
+        for name, s in progress.bar([(n, s) for n, s in streams.items() if n != "resident"], unit="pipeline",
+                                    desc=f"bench: each loader alone, {repeats + 1} epochs"):
+            with PeakPss() as p, CoresBusy() as c:
+                ms.append(bench.benchmark(lambda s=s: consume(s, per_epoch), name=f"{name} loader", warmup=1,
+                                          repeats=repeats, items=images["loader"],
+                                          params={"pipeline": name, "mode": "loader"}))
+            peak[name], busy[name] = p.peak, c.cores
+            log(f"  {ms[-1]}")
         _, step = make_model(w, device)
         trainable = {n: s for n, s in streams.items() if n not in pipelines.LOADER_ONLY}
         trained = bench.interleave({n: (lambda s=s: train(s, step, steps)) for n, s in trainable.items()},
                                    repeats=repeats, items=images["train"],
-                                   params={n: {"pipeline": n, "mode": "train"} for n in trainable})
+                                   params={n: {"pipeline": n, "mode": "train"} for n in trainable},
+                                   desc=f"bench: {steps} training steps per pass, in turns")
         for m in trained:
             m.name = f"{m.params['pipeline']} train"
             log(f"  {m}")
@@ -359,24 +361,24 @@ def markdown(doc: dict) -> str:
     c = doc["ceilings"]
     model = model_name(doc)
     if "memcpy_stream_images_per_s" not in c:  # a file from before the honest ceilings: its old table
-        rows = [f"| pipeline | loader alone, images/s | vs naive | with a {model} step, images/s | loader efficiency |",
-                "|---|---:|---:|---:|---:|"]
+        rows = []
         for name in [r["pipeline"] for r in doc["records"] if r["mode"] == "train"]:
             loader, train = by.get((name, "loader")), by[name, "train"]
             rate, ratio = (f"{loader['images_per_s']:,.0f}", f"{loader['ratio_to_naive']:.2f}x") if loader else ("-", "-")
-            rows.append(f"| {name} | {rate} | {ratio} | {train['images_per_s']:,.1f} | {train['fraction_of_ceiling']:.2f} |")
-        return head + "\n\n" + "\n".join(rows)
+            rows.append([name, rate, ratio, f"{train['images_per_s']:,.1f}", f"{train['fraction_of_ceiling']:.2f}"])
+        header = ["pipeline", "loader alone, images/s", "vs naive", f"with a {model} step, images/s", "loader efficiency"]
+        return head + "\n\n" + _table(header, rows)
     head += (f" Ceilings for the loader alone: the memmap's images streamed by memcpy, "
              f"{c['memcpy_stream_images_per_s']:,.0f} images/s; the raw batch fetch (FastLoader's gather alone), "
              f"{c['batch_fetch_images_per_s']:,.0f} images/s.")
     cores = any(r.get("cores_busy") is not None for r in doc["records"])  # files from before it lack the column
-    rows = ["| pipeline | loader alone, images/s | vs naive | of memcpy stream | of raw fetch | peak memory (PSS), MB "
-            + ("| cores busy " if cores else "") + f"| with a {model} step, images/s | loader efficiency |",
-            "|---|---:|---:|---:|---:|---:|" + ("---:|" if cores else "") + "---:|---:|"]
-    names = list(dict.fromkeys(r["pipeline"] for r in doc["records"]))
-    for name in names:
+    header = ["pipeline", "loader alone, images/s", "vs naive", "of memcpy stream", "of raw fetch",
+              "peak memory (PSS), MB", *(["cores busy"] if cores else []), f"with a {model} step, images/s",
+              "loader efficiency"]
+    rows = []
+    for name in dict.fromkeys(r["pipeline"] for r in doc["records"]):
         loader, train = by.get((name, "loader")), by.get((name, "train"))
-        cells = ["-"] * (8 if cores else 7)
+        cells = ["-"] * (len(header) - 1)
         if loader:
             mb, busy = loader.get("peak_pss_mb"), loader.get("cores_busy")
             cells[:5] = [f"{loader['images_per_s']:,.0f}",
@@ -387,8 +389,18 @@ def markdown(doc: dict) -> str:
                 cells[5] = "-" if busy is None else f"{busy:.2f}"
         if train:
             cells[-2:] = [f"{train['images_per_s']:,.1f}", f"{train['fraction_of_ceiling']:.2f}"]
-        rows.append(f"| {name} | " + " | ".join(cells) + " |")
-    return head + "\n\n" + "\n".join(rows)
+        rows.append([name, *cells])
+    return head + "\n\n" + _table(header, rows)
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    """A GitHub Markdown table: names left, numbers right. tabulate's ``pipe`` format is GitHub's
+    table syntax with the alignment colons (its ``github`` format leaves them out); the cells are
+    formatted here already (thousands separators, ``x``, ``-``), so tabulate must not parse them."""
+    from tabulate import tabulate
+
+    return tabulate(rows, headers=header, tablefmt="pipe", colalign=("left", *["right"] * (len(header) - 1)),
+                    disable_numparse=True)
 
 
 def plot(path: str | Path) -> list[Path]:

@@ -212,7 +212,7 @@ def synth_folder(
     classes: int | None = None,
     seed: int = 0,
     workers: int = 1,
-    progress: bool = True,
+    progress: bool | None = None,
     overwrite: bool = False,
 ) -> SynthResult:
     """Writes ``n`` distinct JPEGs to ``out/class_XX/NNNNNN.jpg``, or finds them already there.
@@ -227,7 +227,7 @@ def synth_folder(
             class ``i % classes``.
         seed: the same seed gives the same bytes.
         workers: processes to render with (the bytes do not depend on it).
-        progress: show a progress bar.
+        progress: show a progress bar; None: where someone watches (:func:`gpufeed.measure.progress.wanted`).
         overwrite: replace a *different* dataset that gpufeed generated earlier in ``out``.
 
     Raises:
@@ -261,12 +261,12 @@ def synth_folder(
     return SynthResult(out, spec.n, total, False, time.perf_counter() - t0)
 
 
-def _generate(spec: SynthSpec, staging: Path, workers: int, progress: bool) -> int:
-    from tqdm.auto import tqdm
+def _generate(spec: SynthSpec, staging: Path, workers: int, progress: bool | None) -> int:
+    from gpufeed.measure.progress import bar as progress_bar
 
     chunk = 64
     ranges = [(s, min(s + chunk, spec.n)) for s in range(0, spec.n, chunk)]
-    bar = tqdm(total=spec.n, unit="img", desc=f"synth {spec.width}x{spec.height} q{spec.quality}", disable=not progress)
+    bar = progress_bar(total=spec.n, unit="img", desc=f"synth {spec.width}x{spec.height} q{spec.quality}", show=progress)
     total = 0
     try:
         if workers <= 1:
