@@ -14,10 +14,12 @@ Usage::
     python tools/notebooks.py check    # exit 1 if any .ipynb is out of date (the tests run this)
 
 Source format: jupytext's "percent" format, read with jupytext itself (``# %%`` starts a code cell,
-``# %% [markdown]`` a markdown cell whose lines start with ``# ``); the notebook is written with
-nbformat. The first cell is markdown and starts with ``# NN · Title``. JupyterLab opens the sources
-as notebooks through jupytext's contents manager (``notebooks/jupytext.toml``); the sources are not
-paired with the ``.ipynb`` files, which only this builder writes.
+``# %% [markdown]`` a markdown cell whose lines start with ``# ``; a worked solution's header
+carries its folding as metadata, ``# %% tags=["solution", "hide-cell"] jupyter={...}``, which the
+notebook keeps); the notebook is written with nbformat. The first cell is markdown and starts
+with ``# NN · Title``. JupyterLab opens the sources as notebooks through jupytext's contents
+manager (``notebooks/jupytext.toml``); the sources are not paired with the ``.ipynb`` files, which
+only this builder writes.
 """
 
 from __future__ import annotations
@@ -107,28 +109,44 @@ def footer(path: Path) -> str:
     return "---\nThis is the last lesson of the course so far. Back to the [course overview](../README.md)."
 
 
+#: The cell metadata a source may carry into its notebook (the same keys notebooks/jupytext.toml
+#: lets JupyterLab save): ``tags`` ("solution", "hide-cell": Jupyter Book folds the cell) and
+#: ``jupyter`` (``source_hidden``/``outputs_hidden``: JupyterLab folds it).
+CELL_METADATA = ("tags", "jupyter")
+
+
 def read_cells(source: Path) -> list[tuple[str, str]]:
     """``(cell_type, source)`` pairs of a percent-format script, as jupytext reads it."""
+    return [(kind, src) for kind, src, _ in read_cells_with_metadata(source)]
+
+
+def read_cells_with_metadata(source: Path) -> list[tuple[str, str, dict]]:
+    """``(cell_type, source, metadata)`` of a percent-format script; metadata keeps CELL_METADATA only.
+
+    A worked solution is written ``# %% tags=["solution", "hide-cell"] jupyter={"source_hidden": true,
+    "outputs_hidden": true}``: the JSON after ``# %%`` is the cell's metadata.
+    """
     notebook = jupytext.read(source, fmt="py:percent")
-    return [(cell.cell_type, cell.source) for cell in notebook.cells]
+    return [(cell.cell_type, cell.source, {k: v for k, v in cell.metadata.items() if k in CELL_METADATA})
+            for cell in notebook.cells]
 
 
 def build(source: Path) -> nbformat.NotebookNode:
     """The notebook for one percent-format source: its cells plus the badge, setup cell and footer."""
-    cells = read_cells(source)
+    cells = read_cells_with_metadata(source)
     if not cells or cells[0][0] != "markdown" or not re.match(r"# \d\d · ", cells[0][1]):
         raise ValueError(f"{source}: the first cell must be markdown starting with '# NN · Title'")
     title, _, rest = cells[0][1].partition("\n")
     ipynb = source.with_suffix(".ipynb")
     cells = [
-        ("markdown", f"{title}\n\n{badge(ipynb)}\n{rest}".rstrip()),
-        ("code", setup_source(source.name[:2])),
+        ("markdown", f"{title}\n\n{badge(ipynb)}\n{rest}".rstrip(), {}),
+        ("code", setup_source(source.name[:2]), {}),
         *cells[1:],
-        ("markdown", footer(ipynb)),
+        ("markdown", footer(ipynb), {}),
     ]
     new = {"markdown": nbformat.v4.new_markdown_cell, "code": nbformat.v4.new_code_cell}
     notebook = nbformat.v4.new_notebook(
-        cells=[new[kind](src, id=f"c{i:03d}") for i, (kind, src) in enumerate(cells)],
+        cells=[new[kind](src, id=f"c{i:03d}", metadata=meta) for i, (kind, src, meta) in enumerate(cells)],
         # No jupytext metadata: the notebook is not paired; the same kernel everywhere.
         metadata={
             "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
