@@ -376,6 +376,7 @@ else:
 # only the host's conversion, which the model's own float32 work dwarfs.
 sizes3 = config.pick(quick=[(32, 32), (64, 64)], full=sizes)
 batch3 = config.pick(quick=4, full=max(tbatches))
+sizes3 = [size for size in sizes3 if training.fits(batch3, size, S.device)]  # as section 5: what this GPU holds
 runs3 = [training.train_epoch(batch3, size, wire, S.device, epoch_images=batch3, amp=use_amp, repeats=3)
          for size in sizes3 for wire in ("uint8", "float16", "float32")]
 gaps = {wire: transfer.gains_by_size(runs3, wire, "uint8", key="wire") for wire in ("float16", "float32")}
