@@ -375,18 +375,17 @@ else:
 # sizes at one batch (gains_by_size), not as one ratio. On a CPU nothing crosses a bus: the gap is
 # only the host's conversion, which the model's own float32 work dwarfs.
 sizes3 = config.pick(quick=[(32, 32), (64, 64)], full=sizes)
-batch3 = config.pick(quick=4, full=max(tbatches))
+batch3 = config.pick(quick=2, full=max(tbatches))
 sizes3 = [size for size in sizes3 if training.fits(batch3, size, S.device)]  # as section 5: what this GPU holds
-runs3 = [training.train_epoch(batch3, size, wire, S.device, epoch_images=batch3, amp=use_amp, repeats=3)
-         for size in sizes3 for wire in ("uint8", "float16", "float32")]
-gaps = {wire: transfer.gains_by_size(runs3, wire, "uint8", key="wire") for wire in ("float16", "float32")}
-for wire, g in gaps.items():
-    print(f"{wire} from the host vs uint8: " + transfer.read_trend(g))
+runs3 = [training.train_epoch(batch3, size, wire, S.device, epoch_images=batch3, amp=use_amp,
+                              repeats=config.pick(quick=1, full=3)) for size in sizes3 for wire in ("uint8", "float32")]
+gap = transfer.gains_by_size(runs3, "float32", "uint8", key="wire")
+print("float32 from the host vs uint8: " + transfer.read_trend(gap))
 if not S.cuda:
-    say(f"Without a GPU, float32 from the host takes {min(gaps['float32'].values()):.2f}x to "
-        f"{max(gaps['float32'].values()):.2f}x the time of uint8. No bytes cross a bus here: the only extra work is "
-        "one conversion, small next to a ResNet-18 step, so these ratios are mostly this machine's noise (rerun "
-        "the cell and they move). The gap that grows with the image size is a GPU's.")
+    say(f"Without a GPU, float32 from the host takes {min(gap.values()):.2f}x to {max(gap.values()):.2f}x the time "
+        "of uint8. No bytes cross a bus here: the only extra work is one conversion, small next to a ResNet-18 "
+        "step, so these ratios are mostly this machine's noise (rerun the cell and they move). The gap that grows "
+        "with the image size is a GPU's.")
 if ref is not None and any(m.params.get("wire") == "float32" for m in ref[0]):
     print(f"On {ref[1]['machine']['gpu']} (committed reference): float32 vs uint8: "
           + transfer.read_trend(transfer.gains_by_size(ref_train, "float32", "uint8", key="wire")))
