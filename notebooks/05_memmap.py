@@ -360,11 +360,13 @@ if my_gb is not None:
 my_gb = 1_281_167 * 3 * 224 * 224 / 1e9
 print("self-check:", "right!" if abs(my_gb / answer_gb - 1) < 0.05 else "not quite")
 labels_gb = 1_281_167 * 8 / 1e9
-ram_gb = (S.machine.get("memory_gib") or 0) * 2**30 / 1e9
-say(f"ImageNet at 224x224 is **{my_gb:.1f} GB** of pixels (+{labels_gb:.2f} GB of labels); this machine has "
-    f"{ram_gb:.0f} GB of RAM: " + ("it fits, so after the first epoch every epoch is warm." if my_gb + labels_gb < 0.8 * ram_gb
-    else "it does not fit (with room left for everything else), so every epoch reads from the disk: the cold rate "
-         "is the one that counts, or store it smaller (exercise 2)."))
+ram_gb = S.machine.get("memory_gib") and S.machine["memory_gib"] * 2**30 / 1e9  # None where unknown
+say(f"ImageNet at 224x224 is **{my_gb:.1f} GB** of pixels (+{labels_gb:.2f} GB of labels); " + (
+    "this machine's RAM is unknown: compare with what `free -g` says." if not ram_gb else
+    f"this machine has {ram_gb:.0f} GB of RAM: " + (
+        "it fits, so after the first epoch every epoch is warm." if my_gb + labels_gb < 0.8 * ram_gb else
+        "it does not fit (with room left for everything else), so every epoch reads from the disk: the cold rate "
+        "is the one that counts, or store it smaller (exercise 2).")))
 
 # %% tags=["solution", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution to exercise 2: the same images at 112x112
