@@ -261,8 +261,8 @@ if my_answer is not None:
 
 # %% tags=["solution", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution to exercise 1: how many workers a 5 ms GPU needs
-# Why: in a fully overlapped pipeline each resource must finish a batch before the GPU does. The
-# workers share the loading: B x (read + decode) per sample, plus one collate, divided by W. Pin
+# Why: in a fully overlapped pipeline compute is the slowest stage when no other resource spends
+# more time per batch than the GPU's 5 ms. The workers share the loading: B x (read + decode) per sample, plus one collate, divided by W. Pin
 # (2 ms) and pinned copy (1.6 ms) are already under 5 ms, so the only question is the smallest W
 # with loading / W <= 5 ms, that is W = ceil(loading / 5). Then let the simulator confirm it: one
 # worker fewer and compute is no longer the slowest stage.

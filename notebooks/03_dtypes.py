@@ -346,7 +346,7 @@ say(f"**{my_mb:.1f} MB** as float16; {my_mb / 2:.1f} MB as uint8, {my_mb * 2:.1f
 # Solution to exercise 2: the order with bfloat16
 # Why: bfloat16 also stores a value in 2 bytes, so converting on the host sends exactly as many bytes
 # as float16 does: the order saves the same half of the wire. (uint8 values are exact in bfloat16
-# too: its 8 bits of mantissa hold 0..255.) What can differ is the conversion's own cost, on the
+# too: 8 significant bits, 7 stored and 1 implied, hold every integer to 256.) What can differ is the conversion's own cost, on the
 # host or on the GPU. So on a GPU, time both orders for both dtypes and compare the two gains;
 # on a CPU there is no wire, and what can be measured is the host's conversion to each dtype.
 bf_size, bf_batch = transfer.SIZES[-1], max(batches)
@@ -370,9 +370,9 @@ else:
 # %% tags=["solution", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution to exercise 3: float32 instead of float16 from the host, over image sizes
 # Why: float32 sends 4 bytes per value, twice float16 and four times uint8, and the host writes all
-# of them before the copy starts. Both costs grow with the pixels, while the model step on the GPU
-# grows more slowly (Tensor Cores), so the gap should widen with the size. Read it as a trend over
-# sizes at one batch (gains_by_size), not as one ratio. On a CPU nothing crosses a bus: the gap is
+# of them before the copy starts. Both costs grow in proportion to the pixels; whether the gap
+# widens with the size depends on how fast the GPU's step grows with them, which is what to
+# measure. Read it as a trend over sizes at one batch (gains_by_size), not as one ratio. On a CPU nothing crosses a bus: the gap is
 # only the host's conversion, which the model's own float32 work dwarfs.
 sizes3 = config.pick(quick=[(32, 32), (64, 64)], full=sizes)
 batch3 = config.pick(quick=2, full=max(tbatches))

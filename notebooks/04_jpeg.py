@@ -424,14 +424,17 @@ say(f"At **quality {q}** the worst window's SSIM on brightness is {crop_ssim:.3f
 # Why: 4:2:0 keeps the brightness plane (luma, Y) at full resolution and halves both colour planes
 # (Cb, Cr) in each direction. An R, G or B channel mixes Y with Cb and Cr, so the per-channel SSIM
 # also sees the colour detail that subsampling threw away; luma alone sees only the quantisation.
-# So SSIM on luma should be higher, and most so at high quality, where quantisation is mild and
-# the lost colour resolution is most of the error. Decode times are not needed here: one pass.
+# So SSIM on luma should be higher; and at high quality, where quantisation is mild, the lost
+# colour resolution should be most of what error is left. Decode times are not needed: one pass.
 luma_sweep = quality.quality_sweep(originals, qualities, repeats=1, luma=True)
 for r in luma_sweep:
     print(f"q{r.quality:3d}: SSIM per channel {row(largest, r.quality).ssim:.4f}, on luma {r.ssim:.4f}")
 higher = sum(r.ssim > row(largest, r.quality).ssim for r in luma_sweep)
+top_q = luma_sweep[-1]
 say(f"SSIM on luma is higher than per channel at **{higher} of {len(luma_sweep)}** qualities ({largest}, "
-    f"4:2:0): the colour planes' halved resolution is error that brightness alone does not carry.")
+    f"4:2:0): the colour planes' halved resolution is error that brightness alone does not carry. At quality "
+    f"{top_q.quality}, luma keeps {(1 - top_q.ssim) / (1 - row(largest, top_q.quality).ssim):.0%} of the "
+    "per-channel error (1 - SSIM): the rest is the subsampled colour.")
 
 # %% tags=["solution", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution to exercise 3: the quality that halves the file of quality 90
