@@ -312,6 +312,8 @@ print(f"\nsaved to {saved}")
 #    your answer with the cell below.
 # 3. Point `ceilings.make_file` at a folder on another disk (a USB stick, a network share) and
 #    compare cold and warm reads there.
+#
+# Each exercise has a worked solution after the self-check, folded: try it first, then open the cell.
 
 # %%
 # Self-check for exercise 2: fill in your estimate (a ratio, memcpy images/s / decode images/s).
@@ -320,6 +322,75 @@ best640 = max((m for m in decode_ms if m.name.endswith("640x480")), key=lambda m
 answer = (ram.gb_per_s * 1e9 / (3 * 640 * 480)) / (best640.items_per_s * S.machine["cores"])
 if my_estimate is not None:
     print("close enough!" if abs(my_estimate / answer - 1) < 0.25 else f"not quite: recompute (hint: {answer:.0f} is in the right decade)")
+
+
+# %% tags=["solution", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# Solution to exercise 1: how much of the copy rate comes from several cores
+# Why: torch splits a large `copy_` across its intra-op threads, one chunk per core. One core alone
+# cannot keep every memory channel busy (it has only so many cache-line misses in flight), so the
+# rate with all threads over the rate with one says what the other cores add. `ceilings.memcpy`
+# takes `threads=`: it calls `torch.set_num_threads` for the timing and restores it afterwards, so
+# the rest of the lesson keeps all its threads. Both are measured now, one after the other, so that
+# they share the same conditions (the sweep above ran earlier, maybe beside other work).
+threads = torch.get_num_threads()
+one_core = ceilings.memcpy(sizes[-1], repeats=5 if S.quick else 10, threads=1)
+all_cores = ceilings.memcpy(sizes[-1], repeats=5 if S.quick else 10, threads=threads)
+gain = all_cores.gb_per_s / one_core.gb_per_s
+print(one_core, all_cores, sep="\n")  # a [noisy] mark: other work shared the cores; rerun
+say(f"Copying {sizes[-1] / 2**20:.0f} MiB: **{one_core.gb_per_s:.1f} GB/s** on one thread, "
+    f"**{all_cores.gb_per_s:.1f} GB/s** on {threads}, {gain:.2f}x. "
+    + ("More threads did not help here: one core already gets what the memory gives (or the other cores "
+       "were busy with other work; rerun to see)." if gain < 1.1 else
+       f"The other cores add {100 * (gain - 1):.0f}%: a single-threaded copy (a loader's main thread) leaves "
+       "part of the bus idle."))
+
+# %% tags=["solution", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# Solution to exercise 2: the decode ceiling against the memcpy ceiling, for 640x480 images
+# Why: compare ceilings in one unit, images/s. A 640x480 RGB uint8 image is 3 x 640 x 480 = 921,600
+# bytes, so memcpy's GB/s x 1e9 / 921,600 is how many images/s any step that touches every byte
+# could move. Decoding runs on one core per image, so its ceiling is the fastest decoder's images/s
+# on one core times the number of cores. Their ratio is the estimate the self-check asks for; far
+# above 1 means that decoding, not memory, caps a folder of JPEGs (what lessons 04 and 05 attack).
+memcpy_images = ram.gb_per_s * 1e9 / (3 * 640 * 480)
+decode_images = best640.items_per_s * S.machine["cores"]
+my_estimate = memcpy_images / decode_images
+print("self-check:", "close enough!" if abs(my_estimate / answer - 1) < 0.25 else "not quite")
+lower = "decoding" if decode_images < memcpy_images else "memcpy"
+say(f"memcpy could move {memcpy_images:,.0f} images/s of 640x480; {S.machine['cores']} cores decode at most "
+    f"{decode_images:,.0f} images/s with {best640.name.split()[0]}. The lower ceiling is **{lower}**, "
+    f"by **{max(my_estimate, 1 / my_estimate):.1f}x**.")
+
+# %% tags=["solution", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# Solution to exercise 3: cold and warm reads on another disk
+# Why: the cold read asks the kernel to drop the file's pages (posix_fadvise DONTNEED) before each
+# read. Whether that shows the disk depends on the file system: a local disk obeys, tmpfs lives in
+# RAM, network and overlay file systems may keep their own cache. So name the file system beside the
+# numbers. A temporary folder on the other disk is removed afterwards: nothing is left behind.
+import tempfile
+from pathlib import Path
+
+import psutil
+
+other_disk = None  # your folder on another disk, e.g. "/media/usb"; None: this machine's temporary folder
+
+
+def file_system(path):
+    """The type of the file system holding ``path`` (the longest mount point above it)."""
+    mounts = [m for m in psutil.disk_partitions(all=True) if Path(m.mountpoint) in (path, *path.parents)]
+    return max(mounts, key=lambda m: len(m.mountpoint)).fstype if mounts else "unknown"
+
+
+with tempfile.TemporaryDirectory(dir=other_disk) as folder:
+    there = ceilings.make_file(Path(folder) / "read-test.bin", read_bytes)
+    cold2, warm2 = (ceilings.file_read(there, cold=c, repeats=3 if S.quick else 5) for c in (True, False))
+    fs_there, fs_here = file_system(there.resolve()), file_system(path.resolve())
+rows = [("the cache folder", fs_here, cold, warm), (f"{folder} (removed since)", fs_there, cold2, warm2)]
+for where, fs, c, w in rows:
+    print(f"{where} on {fs}: cold {c.gb_per_s:.2f} GB/s, warm {w.gb_per_s:.2f} GB/s, warm/cold {w.gb_per_s / c.gb_per_s:.1f}x")
+kept = [f"{where} ({fs})" for where, fs, c, w in rows if w.gb_per_s / c.gb_per_s < 1.5]
+say(f"Warm is barely faster than cold in {' and '.join(kept)}: that file system kept the data in RAM "
+    "(tmpfs, or a cache of its own) or its disk is nearly as fast as RAM, so its 'cold' number is not the disk's." if kept else
+    "Both file systems dropped the pages when asked: each cold number is its disk's own rate.")
 
 # %% [markdown]
 # ## Sources

@@ -280,6 +280,8 @@ else:
 #    behind compute? (Hint: what does a copy from pageable memory do to the host thread?)
 # 3. Re-run section 5 with `decode=gpufeed.data.jpeg.decode_torchvision` passed to `naive_loop`. How
 #    much does the predicted rate of the "workers" preset change with the measured decode cost?
+#
+# Each exercise has a worked solution after the self-check, folded: try it first, then open the cell.
 
 # %%
 # Self-check for exercise 1: fill in your answer (a number of workers).
@@ -288,6 +290,73 @@ answer = next(w for w in range(1, 257) if slowest_stage(preset("GPU prefetch", c
 if my_answer is not None:
     loading = naive.batch_size * (costs.read_ms + costs.decode_ms) + costs.collate_ms
     print("right!" if my_answer == answer else f"not quite: loading costs {loading:.0f} ms per batch; divide it among workers")
+
+
+# %% tags=["solution", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# Solution to exercise 1: how many workers a 5 ms GPU needs
+# Why: in a fully overlapped pipeline compute is the slowest stage when no other resource spends
+# more time per batch than the GPU's 5 ms. The workers share the loading: B x (read + decode) per sample, plus one collate, divided by W. Pin
+# (2 ms) and pinned copy (1.6 ms) are already under 5 ms, so the only question is the smallest W
+# with loading / W <= 5 ms, that is W = ceil(loading / 5). Then let the simulator confirm it: one
+# worker fewer and compute is no longer the slowest stage.
+import math
+
+fast_gpu = preset("GPU prefetch", compute_ms=5.0)
+loading = fast_gpu.batch_size * (costs.read_ms + costs.decode_ms) + costs.collate_ms
+my_answer = math.ceil(loading / fast_gpu.costs.compute_ms)
+print("self-check:", "right!" if my_answer == answer else "not quite")
+for w in (my_answer - 1, my_answer):
+    r = simulate(fast_gpu.but(workers=w), n_batches=24)
+    print(f"{w} workers: slowest stage {slowest_stage(r.pipeline)[0]}, {r.images_per_s:,.0f} images/s, "
+          f"GPU busy {r.utilisation()['GPU']:.0%}")
+say(f"Loading costs {loading:.0f} ms per batch, so it takes **{my_answer} workers** to bring it under "
+    f"{fast_gpu.costs.compute_ms:.0f} ms: a fast GPU needs many cores (or less work per image, lessons 04-06).")
+
+# %% tags=["solution", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# Solution to exercise 2: GPU prefetch without pinned memory
+# Why: GPU prefetch works because the host *issues* the next batch's copy and goes straight on to
+# launch this batch's compute, while the copy engine runs. A copy from pageable memory cannot do
+# that: the driver first copies into its own pinned staging buffer, and the call returns only when
+# the whole copy is done. The host is held, so this batch's compute starts only after the next
+# batch's copy: copy and compute are serial again. The simulator models exactly that hold.
+with_pin = simulate(preset("GPU prefetch"), n_batches=24)
+without = simulate(preset("GPU prefetch", pin=False), n_batches=24)
+fig, ax = gantt(without.intervals, until=3 * with_pin.ms_per_batch, note="simulated with the default costs",
+                title="GPU prefetch, pinning off: compute waits for each copy")
+plt.show()
+say(f"Pinned: {with_pin.ms_per_batch:.1f} ms per batch, GPU busy {with_pin.utilisation()['GPU']:.0%}. "
+    f"Pageable: **{without.ms_per_batch:.1f} ms**, GPU busy {without.utilisation()['GPU']:.0%}: each batch "
+    f"pays {without.ms_per_batch - with_pin.ms_per_batch:.1f} ms more, the pageable copy's "
+    f"{costs.copy_pageable_ms} ms, on top of its compute.")
+
+# %% tags=["solution", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# Solution to exercise 3: the "workers" prediction with another decoder
+# Why: the simulator only knows costs, so swapping the decoder changes one number: decode ms per
+# sample. Measure the loop again with torchvision's decoder and take only its decode cost (the
+# other stages vary from run to run, more so on a shared CPU: keep them from section 5). The
+# "workers" preset does not prefetch: the loop waits for each batch's loading (shared by 4 workers),
+# then copies and computes, so every millisecond of decoding saved shows, whatever the slowest
+# stage. "CPU prefetch" overlaps loading with compute: there only the slowest stage counts, so
+# a faster decoder helps only while loading is that stage. Both presets, both decoders:
+import dataclasses
+
+from gpufeed.data import jpeg
+
+rec_tv = naive_loop(files, labels, batch_size=B, n_batches=n_batches, device=S.device, decode=jpeg.decode_torchvision)
+costs_tv = dataclasses.replace(measured_costs, decode_ms=Costs.from_stage_means(rec_tv.stage_means(), B).decode_ms)
+rates = {}
+for name in ("workers", "CPU prefetch"):
+    for decoder, c in (("Pillow", measured_costs), ("torchvision", costs_tv)):
+        p = preset(name, costs=c, batch_size=B)
+        rates[name, decoder] = simulate(p).images_per_s
+        print(f"{name:>12}, {decoder:>11} ({c.decode_ms:5.2f} ms per image): {rates[name, decoder]:7,.0f} "
+              f"images/s predicted; slowest stage {slowest_stage(p)[0]}")
+gain = {name: rates[name, "torchvision"] / rates[name, "Pillow"] for name in ("workers", "CPU prefetch")}
+say(f"torchvision's decoder takes {costs_tv.decode_ms / measured_costs.decode_ms:.2f}x Pillow's time per image; "
+    f"the 'workers' preset's predicted rate changes **{gain['workers']:.2f}x**, the 'CPU prefetch' one "
+    f"{gain['CPU prefetch']:.2f}x. " + ("Compute is the slowest stage here, so the decoder matters only as far as "
+    "loading is not overlapped." if slowest_stage(p)[0] == "compute" else "Loading is the slowest stage, so "
+    "the decoder's speed sets the loop's."))
 
 # %% [markdown]
 # ## Further reading

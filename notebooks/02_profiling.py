@@ -393,6 +393,8 @@ print(f"saved to {saved}")
 # 3. Time `iter(loader)` alone, then `next(iter(loader))`, for `num_workers=0` and `2`. Which of
 #    the three mistakes does each number show? Why is `iter(loader)` nearly free with 0 workers
 #    but not with 2 (section 7)?
+#
+# Each exercise has a worked solution after the self-check, folded: try it first, then open the cell.
 
 # %%
 # Self-check for exercise 1: fill in your answer, a list such as [3, 7]: for each run of
@@ -405,6 +407,65 @@ with profile(activities=[ProfilerActivity.CPU], on_trace_ready=lambda p: ready_a
         p.step()
 if my_answer is not None:
     print("right!" if list(my_answer) == ready_at else "not quite: count skip_first, then cycles of wait + warmup + active")
+
+
+# %% tags=["solution", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# Solution to exercise 1: when on_trace_ready runs
+# Why: the schedule's only clock is the count of prof.step() calls. The first skip_first calls are
+# ignored; then each cycle takes wait + warmup + active calls, and on_trace_ready runs at the call
+# that ends the cycle's last active step. So cycle k (0, 1, 2, ...) ends after
+# skip_first + (k + 1) x (wait + warmup + active) calls, for `repeat` cycles, as long as the loop
+# makes that many calls. Here: 2 + 4, 2 + 8, 2 + 12; the other 6 calls after that record nothing.
+skip_first, wait, warmup, active, repeat, calls = 2, 1, 1, 2, 3, 20
+cycle = wait + warmup + active
+my_answer = [skip_first + (k + 1) * cycle for k in range(repeat) if skip_first + (k + 1) * cycle <= calls]
+print("self-check:", "right!" if list(my_answer) == ready_at else "not quite")
+say(f"on_trace_ready runs **{len(my_answer)} times**, after calls {my_answer} of prof.step(); each time the "
+    f"trace holds that cycle's {active} active steps, and the last {calls - my_answer[-1]} calls are not recorded.")
+
+# %% tags=["solution", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# Solution to exercise 2: prof.step() once, after the loop
+# Why: the schedule moves on only when prof.step() is called. With the call after the loop, every
+# step of the loop runs in the schedule's first state, skip_first (not recorded), and the single
+# call only moves it to `wait`, which records nothing either. So the profiler never starts
+# recording: on_trace_ready never runs, no trace is written, and there is nothing to average.
+# Run the lesson's loop and schedule that way and look:
+moved_traces = []
+with profile(activities=activities, schedule=plan, on_trace_ready=moved_traces.append) as moved:
+    for b in range(3):  # any number of steps: without prof.step() inside, the schedule never sees them
+        one_step(b)
+    moved.step()
+try:
+    recorded = f"{len(moved.key_averages())} event names"
+except AssertionError as e:  # torch: "Profiler must be initialized before getting key averages"
+    recorded = f"nothing ({e})"
+say(f"With prof.step() after the loop: {len(moved_traces)} traces (vs {len(traces)} in section 3), "
+    f"and key_averages() has {recorded}. The profiler counted {moved.step_num} step.")
+
+# %% tags=["solution", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# Solution to exercise 3: iter(loader) and next(iter(loader)) with 0 and 2 workers
+# Why: with 0 workers, iter() only makes an object; the loading happens in next(), in this process.
+# So timing iter() alone is mistake 1 (timing a lazy thing). With 2 workers, iter() starts two
+# processes and hands each its first batches to load (prefetch_factor x workers), so it costs the
+# start-up, and the first next() waits for a worker to start and load: mistake 2 (that first
+# batch is warm-up, not the steady state). No number here shows mistake 3: nothing runs on a GPU.
+iter_ms = {}
+for workers in (0, 2):
+    loader_w = DataLoader(TensorDataset(torch.arange(64 * B)), batch_size=B, num_workers=workers)
+    t0 = time.perf_counter()
+    it = iter(loader_w)
+    t1 = time.perf_counter()
+    next(it)
+    t2 = time.perf_counter()
+    rest = sum(1 for _ in it)
+    steady_s = (time.perf_counter() - t2) / rest
+    del it  # shuts the workers down
+    print(f"num_workers={workers}: iter() {(t1 - t0) * 1e3:7.2f} ms, first next() {(t2 - t1) * 1e3:7.2f} ms, "
+          f"then {steady_s * 1e3:.3f} ms per batch")
+    iter_ms[workers] = (t1 - t0) * 1e3
+say(f"iter() took **{iter_ms[2] / iter_ms[0]:,.0f}x** as long with 2 workers as with 0 ({iter_ms[2]:.1f} vs "
+    f"{iter_ms[0]:.2f} ms): it started the worker processes. Timing only iter() with 0 workers measures "
+    "nothing (mistake 1); timing only the first batch with 2 measures the start-up (mistake 2).")
 
 # %% [markdown]
 # ## Further reading

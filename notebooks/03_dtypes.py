@@ -344,6 +344,8 @@ print(f"saved to {saved}")
 #    the order matter as much as for `float16`?
 # 3. In section 5, send `float32` instead of `float16` from the host (`wires=("uint8", "float32")`).
 #    By how much does the gap grow with the image size?
+#
+# Each exercise has a worked solution after the self-check, folded: try it first, then open the cell.
 
 # %%
 # Self-check for exercise 1: your answer in MB (10^6 bytes).
@@ -351,6 +353,67 @@ my_mb = None
 answer = transfer.batch_bytes(32, (640, 480), torch.float16) / 1e6
 if my_mb is not None:
     print("right!" if abs(my_mb - answer) < 0.5 else "not quite: batch x 3 channels x height x width x 2 bytes")
+
+
+# %% tags=["solution", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# Solution to exercise 1: a batch of 32 images of 640x480 as float16
+# Why: count values, then bytes. Each image has 3 channels of 480 rows of 640 values, and float16
+# stores each value in 2 bytes: 32 x 3 x 480 x 640 x 2 = 58,982,400 bytes, about 59 MB. The same
+# batch is 29.5 MB as uint8 (1 byte) and 118 MB as float32 (4 bytes): the dtype you send decides
+# the bytes on the wire, before any question of speed.
+my_mb = 32 * 3 * 480 * 640 * 2 / 1e6
+print("self-check:", "right!" if abs(my_mb - answer) < 0.5 else "not quite")
+say(f"**{my_mb:.1f} MB** as float16; {my_mb / 2:.1f} MB as uint8, {my_mb * 2:.1f} MB as float32.")
+
+# %% tags=["solution", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# Solution to exercise 2: the order with bfloat16
+# Why: bfloat16 also stores a value in 2 bytes, so converting on the host sends exactly as many bytes
+# as float16 does: the order saves the same half of the wire. (uint8 values are exact in bfloat16
+# too: 8 significant bits, 7 stored and 1 implied, hold every integer to 256.) What can differ is the conversion's own cost, on the
+# host or on the GPU. So on a GPU, time both orders for both dtypes and compare the two gains;
+# on a CPU there is no wire, and what can be measured is the host's conversion to each dtype.
+bf_size, bf_batch = transfer.SIZES[-1], max(batches)
+small = transfer.random_batch(2, (64, 48))
+assert torch.equal(small.bfloat16().float(), small.float())  # exact, so the order cannot change the result
+if S.cuda:
+    gains = {}
+    for d in (torch.float16, torch.bfloat16):
+        slow, fast = transfer.sweep(transfer.order_variants(d)[:2], S.device, [bf_size], [bf_batch], repeats, warmup)
+        gains[d] = slow.median / fast.median
+        print(f"{slow.name}: {slow.median * 1e3:.2f} ms, {fast.name}: {fast.median * 1e3:.2f} ms ({gains[d]:.2f}x)")
+    say(f"Sending uint8 and converting on the GPU gains **{gains[torch.bfloat16]:.2f}x** for bfloat16 and "
+        f"{gains[torch.float16]:.2f}x for float16 ({transfer.size_name(bf_size)}, batch {bf_batch}).")
+else:
+    host = [transfer.Variant(f"x.{n}()", lambda x, dev, d=d: x.to(d)) for n, d in (("half", torch.float16), ("bfloat16", torch.bfloat16))]
+    half, bf = transfer.sweep(host, S.device, [bf_size], [bf_batch], repeats, warmup)
+    say(f"No GPU here, so no wire: on the host, x.bfloat16() takes {bf.median * 1e3:.1f} ms and x.half() "
+        f"{half.median * 1e3:.1f} ms ({transfer.size_name(bf_size)}, batch {bf_batch}), **{bf.median / half.median:.2f}x**. "
+        "With a GPU both send 2 bytes per value, so the order saves the same bytes; this cell then times both orders.")
+
+# %% tags=["solution", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# Solution to exercise 3: float32 instead of float16 from the host, over image sizes
+# Why: float32 sends 4 bytes per value, twice float16 and four times uint8, and the host writes all
+# of them before the copy starts. Both costs grow in proportion to the pixels; whether the gap
+# widens with the size depends on how fast the GPU's step grows with them, which is what to
+# measure. Read it as a trend over sizes at one batch (gains_by_size), not as one ratio. On a CPU nothing crosses a bus: the gap is
+# only the host's conversion, which the model's own float32 work dwarfs.
+sizes3 = config.pick(quick=[(32, 32), (64, 64)], full=sizes)
+batch3 = config.pick(quick=2, full=max(tbatches))
+sizes3 = [size for size in sizes3 if training.fits(batch3, size, S.device)]  # as section 5: what this GPU holds
+runs3 = [training.train_epoch(batch3, size, wire, S.device, epoch_images=batch3, amp=use_amp,
+                              repeats=config.pick(quick=1, full=3)) for size in sizes3 for wire in ("uint8", "float32")]
+gap = transfer.gains_by_size(runs3, "float32", "uint8", key="wire")
+print("float32 from the host vs uint8: " + transfer.read_trend(gap))
+if not S.cuda:
+    say(f"Without a GPU, float32 from the host takes {min(gap.values()):.2f}x to {max(gap.values()):.2f}x the time "
+        "of uint8. No bytes cross a bus here: the only extra work is one conversion, small next to a ResNet-18 "
+        "step, so these ratios are mostly this machine's noise (rerun the cell and they move). The gap that grows "
+        "with the image size is a GPU's.")
+if ref is not None and any(m.params.get("wire") == "float32" for m in ref[0]):
+    print(f"On {ref[1]['machine']['gpu']} (committed reference): float32 vs uint8: "
+          + transfer.read_trend(transfer.gains_by_size(ref_train, "float32", "uint8", key="wire")))
+elif not S.cuda:
+    print("No GPU reference with float32 on the wire is committed: on a GPU this cell times the sizes of section 5.")
 
 # %% [markdown]
 # ## Further reading

@@ -393,6 +393,8 @@ print(f"saved to {saved}")
 #    alone higher or lower than per channel? Why might that be (hint: 4:2:0)?
 # 3. Predict from section 3's table: which quality halves the file size of quality 90 at the
 #    largest size? Check with the cell below.
+#
+# Each exercise has a worked solution after the self-check, folded: try it first, then open the cell.
 
 # %%
 # Self-check for exercise 3: your predicted quality (one of the sweep's qualities).
@@ -401,6 +403,70 @@ target = row(largest, 90).bytes / 2
 closest = min((r for r in sweep if r.size == largest and r.subsampling == "4:2:0"), key=lambda r: abs(r.bytes - target))
 if my_quality is not None:
     print("right!" if my_quality == closest.quality else f"not quite: look for about {target / 1e3:.0f} KB in the table")
+
+
+# %% tags=["solution", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# Solution to exercise 1: the quality where the zoomed crop looks the same
+# Why: "I cannot see it" is your eye's call, but a number gets you there fast. Look where the JPEG
+# is worst (the 128x128 window of largest error, as section 5 does) and raise the quality until
+# that window's SSIM *on brightness* reaches 0.99. Brightness, because the eye resolves brightness
+# detail far better than colour detail (the reason JPEG subsamples colour at all); 0.99 is our
+# stand-in for "no visible difference", a choice to check by eye on the crops drawn below.
+def worst_window(q):
+    dec = jpeg.decode_pil(encode_jpeg(original, q))
+    err = torch.nn.functional.avg_pool2d((a.int() - dec.int()).abs().float().mean(0)[None, None], 128, stride=32)[0, 0]
+    r, c = divmod(int(err.argmax()), err.shape[1])
+    crop = (slice(None), slice(32 * r, 32 * r + 128), slice(32 * c, 32 * c + 128))
+    return quality.ssim(a[crop], dec[crop], luma=True), a[crop], dec[crop]
+
+
+for q in (40, 50, 60, 70, 80, 90, 95, 100):
+    crop_ssim, crop_a, crop_b = worst_window(q)
+    print(f"q{q:3d}: SSIM on luma of the worst 128x128 window {crop_ssim:.4f}")
+    if crop_ssim >= 0.99:
+        break
+fig, axes = plt.subplots(1, 2, figsize=(6, 3))
+for ax, im, title in ((axes[0], crop_a, "original"), (axes[1], crop_b, f"JPEG q{q}")):
+    ax.imshow(im.permute(1, 2, 0), interpolation="nearest")
+    ax.set_title(title + " (worst window)", fontsize=9)
+    ax.axis("off")
+plt.show()
+kib = len(encode_jpeg(original, q)) / 2**10
+say(f"At **quality {q}** the worst window's SSIM on brightness is {crop_ssim:.3f}"
+    + ("" if crop_ssim >= 0.99 else " (never 0.99 here: look at the crops and choose by eye)")
+    + f"; the file is {kib:.0f} KiB, **{raw / 2**10 / kib:.0f}x smaller than raw**.")
+
+# %% tags=["solution", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# Solution to exercise 2: SSIM on brightness alone
+# Why: 4:2:0 keeps the brightness plane (luma, Y) at full resolution and halves both colour planes
+# (Cb, Cr) in each direction. An R, G or B channel mixes Y with Cb and Cr, so the per-channel SSIM
+# also sees the colour detail that subsampling threw away; luma alone sees only the quantisation.
+# So SSIM on luma should be higher; and at high quality, where quantisation is mild, the lost
+# colour resolution should be most of what error is left. Decode times are not needed: one pass.
+luma_sweep = quality.quality_sweep(originals, qualities, repeats=1, luma=True)
+for r in luma_sweep:
+    print(f"q{r.quality:3d}: SSIM per channel {row(largest, r.quality).ssim:.4f}, on luma {r.ssim:.4f}")
+higher = sum(r.ssim > row(largest, r.quality).ssim for r in luma_sweep)
+top_q = luma_sweep[-1]
+say(f"SSIM on luma is higher than per channel at **{higher} of {len(luma_sweep)}** qualities ({largest}, "
+    f"4:2:0): the colour planes' halved resolution is error that brightness alone does not carry. At quality "
+    f"{top_q.quality}, luma keeps {(1 - top_q.ssim) / (1 - row(largest, top_q.quality).ssim):.0%} of the "
+    "per-channel error (1 - SSIM): the rest is the subsampled colour.")
+
+# %% tags=["solution", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# Solution to exercise 3: the quality that halves the file of quality 90
+# Why: file size does not fall in proportion to quality. Near the top, each step of quality
+# changes the quantisation table a lot and the size falls fast; lower down, most coefficients are
+# already zero and the size falls slowly. So read the table: take half of q90's bytes and find
+# the sweep's quality nearest to it; between two rows, interpolate log(bytes) for a finer guess.
+target_kb = row(largest, 90).bytes / 2e3
+table = sorted((r.quality, r.bytes / 1e3) for r in sweep if r.size == largest and r.subsampling == "4:2:0")
+my_quality = min(table, key=lambda t: abs(t[1] - target_kb))[0]
+print("self-check:", "right!" if my_quality == closest.quality else "not quite")
+(q0, kb0), (q1, kb1) = next((lo, hi) for lo, hi in zip(table, table[1:]) if lo[1] <= target_kb <= hi[1])
+q_exact = q0 + (q1 - q0) * math.log(target_kb / kb0) / math.log(kb1 / kb0)
+say(f"Half of quality 90's {2 * target_kb:.0f} KB is {target_kb:.0f} KB: of the sweep's qualities, **{my_quality}** is "
+    f"closest; between q{q0} ({kb0:.0f} KB) and q{q1} ({kb1:.0f} KB), about q{q_exact:.0f} would hit it.")
 
 # %% [markdown]
 # ## Further reading

@@ -347,6 +347,8 @@ else:
 # 2. Build a memmap of the 224x224 JPEGs above at 112x112 (`build_memmap(jpeg_dir, ..., size=(112, 112))`)
 #    and measure its warm throughput in images/s. Is it 4 times higher? Why, or why not?
 # 3. Re-run section 3 with `batch_size = 256`. Which side changes more, and why?
+#
+# Each exercise has a worked solution after the self-check, folded: try it first, then open the cell.
 
 # %%
 # Self-check for exercise 1: your answer in GB (10^9 bytes) of uint8 images.
@@ -355,6 +357,84 @@ answer_gb = 1_281_167 * 3 * 224 * 224 / 1e9
 if my_gb is not None:
     print("right!" if abs(my_gb / answer_gb - 1) < 0.05 else "not quite: N x 3 x H x W bytes, in 10^9")
     print(f"This machine has {S.machine.get('memory_gib')} GiB of RAM.")
+
+
+# %% tags=["solution", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# Solution to exercise 1: ImageNet as a 224x224 memmap
+# Why: a memmap stores every pixel as one uint8, with no compression, so its size is simply
+# N x 3 x H x W bytes (plus 8 bytes per int64 label, which is small). To compare it with RAM,
+# mind the units: the machine record gives GiB (2^30 bytes), the answer is in GB (10^9 bytes).
+# Whether it fits decides cold vs warm: a memmap larger than RAM is read from the disk every epoch.
+my_gb = 1_281_167 * 3 * 224 * 224 / 1e9
+print("self-check:", "right!" if abs(my_gb / answer_gb - 1) < 0.05 else "not quite")
+labels_gb = 1_281_167 * 8 / 1e9
+ram_gb = S.machine.get("memory_gib") and S.machine["memory_gib"] * 2**30 / 1e9  # None where unknown
+say(f"ImageNet at 224x224 is **{my_gb:.1f} GB** of pixels (+{labels_gb:.2f} GB of labels); " + (
+    "this machine's RAM is unknown: compare with what `free -g` says." if not ram_gb else
+    f"this machine has {ram_gb:.0f} GB of RAM: " + (
+        "it fits, so after the first epoch every epoch is warm." if my_gb + labels_gb < 0.8 * ram_gb else
+        "it does not fit (with room left for everything else), so every epoch reads from the disk: the cold rate "
+        "is the one that counts, or store it smaller (exercise 2).")))
+
+# %% tags=["solution", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# Solution to exercise 2: the same images at 112x112
+# Why: a warm memmap epoch only copies bytes, and 112x112 has a quarter of 224x224's bytes, so
+# the copy itself is 4x shorter. But each batch also pays fixed costs that do not shrink with the
+# image: Python, the shuffled indices, the loop. So expect *less* than 4x, closer to 4x the larger
+# the images. Measure both now, side by side, warm, on one thread as in section 3, on the host.
+small_dir = build_memmap(jpeg_dir, config.cache_dir() / "lesson05" / f"mm-112-{n_images}", size=(112, 112),
+                         workers=cores, reuse=True, progress=False).path
+
+
+def memmap_warm(path, batch, name):
+    """A warm FastLoader epoch over the memmap at ``path``, timed on one thread (as in section 3)."""
+    data = load_memmap(path)
+    loader = FastLoader(data, batch, seed=0, reuse_buffers=2)
+    torch.set_num_threads(1)
+    try:
+        return benchmark(lambda: [None for _ in loader], name=name, items=len(data), nbytes=data.images.numel(),
+                         repeats=3 * repeats, warmup=1)
+    finally:
+        torch.set_num_threads(threads)
+
+
+big_mm, small_mm = (memmap_warm(p, batch_size, f"memmap {s}, warm") for p, s in ((mm_dir, 224), (small_dir, 112)))
+print(big_mm, small_mm, sep="\n")
+say(f"112x112: **{small_mm.items_per_s:,.0f} images/s**, {small_mm.items_per_s / big_mm.items_per_s:.1f}x the "
+    f"{big_mm.items_per_s:,.0f} of 224x224 for a quarter of the bytes; in bytes moved, {small_mm.gb_per_s:.2f} vs "
+    f"{big_mm.gb_per_s:.2f} GB/s: " + ("the per-batch costs weigh more on small images." if small_mm.gb_per_s < big_mm.gb_per_s
+                                       else "small images even copy faster per byte (they stay in the CPU's caches)."))
+
+# %% tags=["solution", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# Solution to exercise 3: batch_size = 256 on both sides
+# Why: the folder's cost is per image (open, decode), so its images/s barely depends on the batch
+# size, except that a DataLoader gives each batch to *one* worker: with few batches per epoch, some
+# workers idle. The memmap's per-image cost is a small copy and its fixed cost is per batch, so a
+# 4x larger batch divides that fixed cost by 4; but its two output buffers grow 4x too, and once
+# they outgrow the CPU's last-level cache every write goes to RAM (lesson 06 measures it). Which
+# effect wins is for this machine to say. Warm only, on the host (memmap_warm: exercise 2's cell).
+import math
+
+
+def folder_warm(batch):
+    dl = DataLoader(ImageFolderDataset(jpeg_dir, size=(224, 224)), batch_size=batch, shuffle=True,
+                    num_workers=cores, persistent_workers=True)
+    m = benchmark(lambda dl=dl: [None for _ in dl], name=f"folder, batch {batch}", items=n_images, repeats=repeats, warmup=1)
+    del dl  # stops its workers
+    return m
+
+
+rates = {(side, b): (folder_warm(b) if side == "folder" else memmap_warm(mm_dir, b, f"memmap, batch {b}")).items_per_s
+         for side in ("folder", "memmap") for b in (batch_size, 256)}
+change = {side: rates[side, 256] / rates[side, batch_size] for side in ("folder", "memmap")}
+for (side, b), r in rates.items():
+    print(f"{side:>6}, batch {b:3d}: {r:8,.0f} images/s")
+say(f"From batch {batch_size} to 256 the folder's rate changes **{change['folder']:.2f}x**, the memmap's "
+    f"**{change['memmap']:.2f}x**: the {max(change, key=lambda k: abs(math.log(change[k])))} side changes more."
+    + (f" With {n_images} images, batch 256 leaves {n_images // 256} batch(es) per epoch for {cores} workers."
+       if n_images // 256 < cores else "")
+    + (f" The memmap got slower: two buffers of 256 images are {2 * 256 * 3 * 224 * 224 / 1e6:.0f} MB, larger than most CPUs' "
+       "last-level cache (tens of MB), and that cost more than the per-batch savings." if change["memmap"] < 1 else ""))
 
 # %% [markdown]
 # ## Further reading

@@ -563,6 +563,8 @@ say(f"Here {held}. Reading {first} images ({used:.0f} MiB), the full shuffle rea
 # 2. In section 3, with the data in class order, which group size gives on average at least 100
 #    classes per batch of 300? Check with the cell below.
 # 3. Add a fourth loop to the quiz: `FastLoader` over `torch.from_numpy(values)`. Where does it land?
+#
+# Each exercise has a worked solution after the self-check, folded: try it first, then open the cell.
 
 # %%
 # Self-check for exercise 2: your group size (an int), checked on the class-ordered labels.
@@ -570,6 +572,67 @@ my_group = None
 if my_group is not None:
     found = classes_per_batch(labels, grouped_permutation(len(labels), my_group), B)
     print(f"{found:.0f} classes per batch: " + ("yes, at least 100" if found >= 100 else "not yet: try larger blocks"))
+
+
+# %% tags=["solution", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# Solution to exercise 1: batch sizes 32 and 1024
+# Why: split each loader's cost into a part per sample and a part per batch. The DataLoader over a
+# TensorDataset pays per sample (a __getitem__ call, then collate stacks one small tensor per
+# sample), so its samples/s should hardly move with the batch size. FastLoader pays per batch (a
+# slice of the permutation, one index_select per field, Python around them) and almost nothing per
+# sample, so 32x more samples per batch divides its fixed cost by 32: its samples/s should climb.
+sizes_b = (32, 1024)
+runs = {(name, b): benchmark(lambda ld=ld: epoch(ld), name=f"{name}, batch {b}", items=n_epoch, repeats=3)
+        for b in sizes_b
+        for name, ld in (("per sample", DataLoader(per_sample, batch_size=b, shuffle=True)),
+                         ("FastLoader", FastLoader((x[:n_epoch], y[:n_epoch]), b, seed=0)))}
+for m in runs.values():
+    print(m)
+growth = {name: runs[name, 1024].items_per_s / runs[name, 32].items_per_s for name in ("per sample", "FastLoader")}
+say(f"From batch 32 to 1024, the per-sample DataLoader's samples/s changes **{growth['per sample']:.2f}x** and "
+    f"FastLoader's **{growth['FastLoader']:.1f}x**: the "
+    + ("FastLoader's rate depends on the batch size, because its cost is per batch." if growth["FastLoader"] > growth["per sample"]
+       else "per-sample loader moved more here, against the prediction: re-run, this machine is busy."))
+
+# %% tags=["solution", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# Solution to exercise 2: the group size for 100 classes per batch
+# Why: in class order, a block of g neighbours holds g / 300 classes, and a batch of 300 is drawn
+# from one block (or two, at an edge). Drawing 300 samples from C equally common classes misses a
+# class with probability about (1 - 1/C)^300, so a batch holds about C x (1 - (1 - 1/C)^300)
+# classes. Find the smallest C that gives 100, turn it into g = 300 C, then measure around it.
+def expected_classes(c):
+    return c * (1 - (1 - 1 / c) ** B)
+
+
+c = next(c for c in itertools.count(100) if expected_classes(c) >= 100)
+predicted_g = 300 * c
+print(f"predicted: C = {c} classes per block, g = {predicted_g:,} ({expected_classes(c):.1f} classes per batch)")
+my_group = predicted_g
+while classes_per_batch(labels, grouped_permutation(len(labels), my_group), B) < 100:
+    my_group = int(my_group * 1.05)  # edges and chance: step up until the measurement agrees
+found = classes_per_batch(labels, grouped_permutation(len(labels), my_group), B)
+print(f"self-check: {found:.0f} classes per batch: " + ("yes, at least 100" if found >= 100 else "not yet"))
+say(f"A group of **{my_group:,}** indices ({my_group / 300:.0f} classes per block) gives {found:.0f} classes per "
+    f"batch; the formula predicted {predicted_g:,}. Blocks that large shuffle {my_group / group:.0f}x the 4,096 of "
+    "section 3: storing the data shuffled once is the cheaper fix.")
+
+# %% tags=["solution", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# Solution to exercise 3: FastLoader in the quiz
+# Why: FastLoader does what the NumPy loop does, a permutation per epoch and one gather per batch
+# in C, plus some Python per batch (slicing the permutation, building the output). So it should
+# land near NumPy, far ahead of the per-sample ways, and a little behind NumPy if its Python per
+# batch shows. Time NumPy again beside it, so that both run under the same conditions.
+values_t = torch.from_numpy(values)  # shares NumPy's memory: no copy
+fast_quiz = FastLoader(values_t, B, seed=0)
+assert len(next(iter(fast_quiz))) == B
+beside = [benchmark(lambda: epoch(fast_quiz), name="FastLoader", items=N, repeats=config.pick(quick=5, full=100), warmup=1),
+          benchmark(numpy_epoch, name="NumPy", items=N, repeats=config.pick(quick=5, full=100), warmup=1)]
+fast_m, numpy_m = beside
+for m in beside:
+    print(f"{m.name:>10}: {m.items_per_s:12,.0f} samples/s -> 1000 epochs in {1000 * N / m.items_per_s / 60:6.1f} min")
+slowest_quiz = min(quiz, key=lambda m: m.items_per_s)
+say(f"FastLoader runs at **{fast_m.items_per_s / numpy_m.items_per_s:.2f}x** NumPy's rate and "
+    f"{fast_m.items_per_s / slowest_quiz.items_per_s:,.0f}x the quiz's slowest ({slowest_quiz.name}).")
 
 # %% [markdown]
 # ## Further reading

@@ -193,3 +193,26 @@ def test_lesson01_runs_in_jupyterlab_and_its_sliders_redraw_the_plot(browser, la
         assert not errors, f"errors in the page: {errors}"
     finally:
         page.close()
+
+
+def test_the_worked_solutions_open_folded_in_jupyterlab(browser, lab):
+    """Each solution cell (tagged "solution", jupyter.source_hidden) shows in JupyterLab as a folded
+    input, a placeholder with its first line ("# Solution to exercise N: ..."), and no editor."""
+    url, root = lab
+    solutions = [c for c in json.loads((root / NOTEBOOK).read_text())["cells"] if "solution" in c["metadata"].get("tags", [])]
+    assert solutions, f"{NOTEBOOK} has no solution cells"
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        page.goto(f"{url}/lab/tree/{NOTEBOOK}", timeout=120_000)
+        code_cells(page).first.wait_for(timeout=120_000)
+        folded = page.locator(".jp-Notebook .jp-CodeCell .jp-InputPlaceholder .jp-PlaceholderText")
+        folded.first.wait_for(timeout=60_000)
+        titles = [t.strip() for t in folded.all_inner_texts() if t.strip().startswith("# Solution to exercise")]
+        assert titles == [''.join(c["source"]).splitlines()[0] for c in solutions]
+        editors = page.locator(".jp-Notebook .jp-CodeCell .jp-Editor").all_inner_texts()
+        assert not [e for e in editors if "# Solution to exercise" in e], "a solution's code is shown unfolded"
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.locator(".jp-InputPlaceholder").first.scroll_into_view_if_needed()
+        page.screenshot(path=str(ARTIFACTS / "lab-01-solutions-folded.png"))
+    finally:
+        page.close()

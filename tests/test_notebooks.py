@@ -148,7 +148,8 @@ def test_a_folded_solution_keeps_its_folding_in_the_notebook_and_through_jupyter
 def test_jupyterlab_opens_a_source_as_a_notebook_and_saves_it_unchanged(tmp_path):
     """What `make lab` does with notebooks/NN_topic.py: jupytext's contents manager (its server
     extension is installed with the environment) opens it as a notebook; saving it after a run
-    (outputs, kernel metadata, execution times) writes back the same text, and no paired .ipynb."""
+    (outputs, kernel metadata, execution times) writes back the same text, the folded solutions'
+    tags and folding included, and no paired .ipynb."""
     contents = pytest.importorskip("jupyter_server.services.contents.filemanager")
     from jupytext.sync_contentsmanager import build_sync_jupytext_contents_manager_class
 
@@ -185,3 +186,38 @@ def test_lesson_00_names_the_sources_of_the_course():
     assert "## Sources" in text and "results/published.json" in text
     for quoted in ("3.5 MB to 207 KB", "122 us", "3.4 us"):  # what the lessons quote from the talk
         assert quoted in text
+
+
+def exercises(path):
+    """The numbers of the exercises listed under a lesson's "## Exercises" heading (up to the next
+    heading), the index of that cell, and its text."""
+    for i, c in enumerate(cells(path)):
+        if c["cell_type"] == "markdown" and "## Exercises" in source(c):
+            text = re.split(r"^#", source(c).split("## Exercises", 1)[1], flags=re.M)[0]
+            return [int(n) for n in re.findall(r"^(\d+)\. ", text, re.M)], i, text
+    raise AssertionError(f"{path.name} has no '## Exercises' heading")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_exercise_has_a_folded_solution(path):
+    """Every exercise has one worked solution after the exercises: a code cell tagged "solution" and
+    "hide-cell" (Jupyter Book folds it) with jupyter.source_hidden (JupyterLab folds it), opening with
+    "# Solution to exercise N: title" and comment lines of why, printing what it found (nbmake runs
+    it). The exercises tell the learner that the solutions follow, folded."""
+    numbers, at, text = exercises(path)
+    assert numbers == list(range(1, len(numbers) + 1)) and len(numbers) >= 2, f"{path.name}: exercises {numbers}"
+    assert re.search(r"solution", text, re.I), f"{path.name}: the exercises should say a worked solution follows"
+    solved = []
+    for c in cells(path)[at + 1:]:
+        if "solution" not in c.get("metadata", {}).get("tags", []):
+            continue
+        src = source(c)
+        head = re.match(r"# Solution to exercise (\d+): \S", src)
+        assert c["cell_type"] == "code" and head, f"{path.name}: a solution cell starts '# Solution to exercise N: title'"
+        assert "hide-cell" in c["metadata"]["tags"], f"{path.name}: solution {head[1]} is not tagged hide-cell"
+        assert c["metadata"].get("jupyter", {}).get("source_hidden") is True, f"{path.name}: solution {head[1]} is not folded"
+        why = re.match(r"((?:#[^\n]*\n)+)", src)[1].count("\n")
+        assert why >= 3, f"{path.name}: solution {head[1]} says why in a few comment lines before its code"
+        assert re.search(r"\b(print|say)\(", src), f"{path.name}: solution {head[1]} prints what it found"
+        solved.append(int(head[1]))
+    assert solved == numbers, f"{path.name}: exercises {numbers}, worked solutions {solved}"
