@@ -286,3 +286,24 @@ def test_the_readme_example_runs(tmp_path, monkeypatch):
     scope = {}
     exec(compile(code, "README.md", "exec"), scope)
     assert scope["loss"].isfinite() and scope["images"].shape == (3, 3, 32, 32)
+
+
+def reserved(sim) -> int:
+    """Device bytes the caching allocator holds (the simulator's, or the real GPU's)."""
+    return sim.device_memory.reserved if sim is not None else torch.cuda.memory_reserved()
+
+
+def test_device_memory_stops_growing_after_the_first_epochs(mm, on_cuda):
+    """Issue 26, defect 1: a new side stream per epoch strands each epoch's blocks in that stream's
+    pool (the caching allocator reuses a block only on the stream that allocated it). One stream,
+    owned by the loader: the memory held after epoch 2 is all epoch 7 needs."""
+    loader = ImageLoader(mm, 4, crop=16, device="cuda", depth=2)
+    for epoch in range(7):
+        deferred_sum = [x.float().sum() for x, _ in loader]
+        torch.cuda.synchronize()
+        del deferred_sum
+        if epoch == 1:
+            after_two = reserved(on_cuda)
+    assert reserved(on_cuda) == after_two
+    if on_cuda is not None:  # the simulator counts streams: the default one and the loader's own
+        assert len(on_cuda.streams) == 2

@@ -173,8 +173,7 @@ class ImageLoader:
                                       os.cpu_count() or 1)
         self.reuse_buffers = reuse_buffers if self.device.type != "cuda" else 0
         self.cuda = self.device.type == "cuda"
-        if self.cuda and self.device.index is None:
-            self.device = torch.device("cuda", torch.cuda.current_device())
+        self._streams: dict[int, torch.cuda.Stream] = {}  # CUDA: the loader's one side stream per device
         # CUDA: gathered into fresh pinned memory from torch's caching host allocator, which keeps
         # each block until the copy out of it is done. The CPU path only takes its indices (_on_cpu).
         self.loader = FastLoader((data.images, data.targets), batch_size, shuffle=shuffle, seed=seed,
@@ -203,14 +202,16 @@ class ImageLoader:
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         epoch, self.epoch = self.epoch, self.epoch + 1  # now, not at the first next()
         if self.cuda:
-            augment = self.augmentation(epoch)
-            host = ThreadPrefetcher(self._gathered(self.loader.epoch_batches(epoch)), depth=self.depth)
+            augment, device = self.augmentation(epoch), self._cuda_device()
+            host = ThreadPrefetcher(self._gathered(self.loader.epoch_batches(epoch), device), depth=self.depth)
 
             def on_gpu(batch):  # on the side stream, after the copy
                 images, targets = batch
                 return augment(images), targets
 
-            return iter(CudaPrefetcher(host, self.device, depth=self.depth, pin_memory=False, transform=on_gpu))
+            # A new prefetcher per epoch, on the loader's one stream (see CudaPrefetcher's stream)
+            return iter(CudaPrefetcher(host, device, depth=self.depth, pin_memory=False, transform=on_gpu,
+                                       stream=self._stream(device)))
         if self.device.type == "cpu":
             return self._on_cpu(epoch)
         return self._to_device(self._on_cpu(epoch))  # another accelerator (e.g. mps): made here, copied there
@@ -219,11 +220,24 @@ class ImageLoader:
         for images, targets in batches:
             yield images.to(self.device), targets.to(self.device)
 
-    def _gathered(self, batches: Iterator) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def _cuda_device(self) -> torch.device:
+        """``device`` with its index: ``"cuda"`` alone is the current device when ``iter()`` is called
+        (not when the loader was made), so a loader made before ``set_device(local_rank)`` still
+        lands on its rank's GPU."""
+        return self.device if self.device.index is not None else torch.device("cuda", torch.cuda.current_device())
+
+    def _stream(self, device: torch.device) -> torch.cuda.Stream:
+        """The loader's side stream on ``device``, made at its first epoch there and kept: every
+        epoch's blocks come back to the same stream's pool of the caching allocator."""
+        if device.index not in self._streams:
+            self._streams[device.index] = torch.cuda.Stream(device)
+        return self._streams[device.index]
+
+    @staticmethod
+    def _gathered(batches: Iterator, device: torch.device) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """CUDA: the loader's batches, on the producer thread (whose current CUDA device is set first, as
         torch's pin-memory thread does: pinned memory then belongs to our device)."""
-        if self.cuda:
-            torch.cuda.set_device(self.device)
+        torch.cuda.set_device(device)
         yield from batches
 
     def _on_cpu(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:

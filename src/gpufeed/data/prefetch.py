@@ -100,13 +100,22 @@ class CudaPrefetcher(_Closable):
         pin_memory: pin batches that are not pinned yet (on this thread: better let the DataLoader's
             pin-memory thread do it with ``pin_memory=True``); from pageable memory a copy is not
             asynchronous.
+        stream: the side stream to use, on ``device``; None: a new one, this prefetcher's own. An
+            owner that makes a prefetcher per epoch passes its one stream (as
+            :class:`gpufeed.data.ImageLoader` does): the caching allocator reuses a freed block
+            only on the stream that allocated it, so a new stream per epoch would strand every
+            epoch's blocks in a pool of their own until an allocation fails.
+
+    ``"cuda"`` without an index is the current device when the prefetcher is made (build it after
+    ``torch.cuda.set_device(local_rank)``).
 
     Raises:
         RuntimeError: torch sees no CUDA GPU (use :func:`prefetch`, which falls back to threads).
     """
 
     def __init__(self, loader: Iterable, device="cuda", dtype: torch.dtype | None = None, mean=None, std=None,
-                 depth: int = 1, pin_memory: bool = True, transform: Callable | None = None):
+                 depth: int = 1, pin_memory: bool = True, transform: Callable | None = None,
+                 stream: torch.cuda.Stream | None = None):
         if not torch.cuda.is_available():
             raise RuntimeError("CudaPrefetcher needs a CUDA GPU and torch sees none; use "
                                "gpufeed.data.prefetch.prefetch(loader, device), which falls back to ThreadPrefetcher")
@@ -119,7 +128,8 @@ class CudaPrefetcher(_Closable):
             raise ValueError(f"CudaPrefetcher: depth must be a whole number >= 1, got {depth!r}")
         self.loader, self.depth, self.pin_memory = loader, depth, pin_memory
         self.dtype, self.mean, self.std, self.transform = dtype, mean, std, transform
-        self.stream = torch.cuda.Stream(self.device)  # the side stream for copies and conversions
+        # the side stream for copies and conversions
+        self.stream = stream if stream is not None else torch.cuda.Stream(self.device)
         self._iterators = weakref.WeakSet()
 
     def _start(self, batch):
