@@ -185,3 +185,39 @@ def test_load_refuses_foreign_or_damaged_folders(tmp_path, src):
     shutil.rmtree(tmp_path / "mm" / memmap.DATA)
     with pytest.raises(MemmapError, match="is damaged"):
         load_memmap(tmp_path / "mm")
+
+
+@pytest.mark.parametrize("name", ["images", "targets"])
+def test_a_truncated_file_is_refused_by_every_reader_and_left_as_it_was(tmp_path, src, name):
+    """Issue 26, defect 2: tensordict maps a writable file shared and torch.from_file extends a short
+    one with zeros, so a truncated dataset used to load as black images and come back full size.
+    Every reader checks each file's size against the manifest first, names the file, and changes
+    nothing on disk."""
+    from gpufeed.data.arrays import MemmapDataset, open_arrays
+    from gpufeed.data.image_loader import ImageLoader
+
+    build_memmap(src, tmp_path / "mm", (32, 32), progress=False)
+    (damaged,) = (tmp_path / "mm").rglob(f"{name}.memmap")
+    before = damaged.read_bytes()[:100]
+    os.truncate(damaged, 100)
+    for read in (load_memmap, open_arrays, MemmapDataset, lambda p: ImageLoader(p, 4)):
+        with pytest.raises(MemmapError, match=rf"{damaged.name}.* 100 bytes.*--overwrite") as info:
+            read(tmp_path / "mm")
+        assert str(damaged) in str(info.value) and "\n" not in str(info.value)
+        assert damaged.stat().st_size == 100 and damaged.read_bytes() == before
+
+
+def test_loading_maps_read_only_so_writes_never_reach_the_files(tmp_path, src):
+    """Issue 26, defect 2: nothing of the user's is modified by loading; ``writable=True`` asks for it."""
+    build_memmap(src, tmp_path / "mm", (32, 32), progress=False)
+    (images,) = (tmp_path / "mm").rglob("images.memmap")
+    before = images.read_bytes()
+    data = load_memmap(tmp_path / "mm")
+    data.images[0] = 7  # copy-on-write: this process sees it, the file does not
+    assert data.images[0].eq(7).all()
+    del data
+    assert images.read_bytes() == before
+    data = load_memmap(tmp_path / "mm", writable=True)
+    data.images[0] = 7  # a shared mapping: the page cache, so the file, has it
+    del data
+    assert images.read_bytes()[:3 * 32 * 32] == bytes([7]) * (3 * 32 * 32)

@@ -64,15 +64,19 @@ def read_manifest(folder: str | os.PathLike, *, check_version: bool = False) -> 
                                  error=MemmapError, hint="rebuild it with --overwrite")
 
 
-def _fast(folder: Path) -> tuple[torch.Tensor, torch.Tensor, dict] | None:
-    """The mapped arrays and the manifest, or None if anything is not as expected."""
-    try:
-        manifest = read_manifest(folder, check_version=True)
-    except MemmapError:
-        return None  # load_memmap says which version and what to do
-    if manifest is None:
-        return None
-    out = []
+def data_files(folder: Path, manifest: dict) -> dict[str, tuple[Path, np.dtype, tuple[int, ...]]] | None:
+    """``{"images": (file, dtype, shape), "targets": ...}``: the dataset's two raw files, each checked
+    against the manifest; None for a layout this reader does not know (another tensordict's).
+
+    Checked before anything maps a file: tensordict maps a writable file shared, and
+    ``torch.from_file`` then *extends* a short file with zeros, so a truncated dataset would load
+    as black images and be rewritten full size on disk. Nothing here writes.
+
+    Raises:
+        MemmapError: a file's size is not what the manifest's shape and dtype give; the message
+            names the file and says how to rebuild.
+    """
+    found = {}
     for name in ("images", "targets"):
         spec = manifest.get(name) or {}
         files = list((folder / DATA).rglob(f"{name}.memmap"))
@@ -80,11 +84,34 @@ def _fast(folder: Path) -> tuple[torch.Tensor, torch.Tensor, dict] | None:
         if len(files) != 1 or dtype is None or not spec.get("shape"):
             return None
         shape = tuple(int(s) for s in spec["shape"])
-        if files[0].stat().st_size != int(np.prod(shape)) * np.dtype(dtype).itemsize:
-            return None  # a damaged or foreign file: let load_memmap say so
+        want, size = int(np.prod(shape)) * np.dtype(dtype).itemsize, files[0].stat().st_size
+        if size != want:
+            raise MemmapError(
+                f"{files[0]} holds {size:,} bytes but {folder / MANIFEST} says {name} {list(shape)} "
+                f"{spec['dtype']}: {want:,} bytes; the dataset is damaged (truncated or overwritten) and was "
+                f"left as it is; rebuild it with `python -m gpufeed data memmap {manifest.get('source', 'SRC')} "
+                f"{folder} --overwrite`")
+        found[name] = (files[0], dtype, shape)
+    return found
+
+
+def _fast(folder: Path) -> tuple[torch.Tensor, torch.Tensor, dict] | None:
+    """The mapped arrays and the manifest, or None if anything is not as expected (MemmapError for a
+    file whose size is not the manifest's: :func:`data_files`)."""
+    try:
+        manifest = read_manifest(folder, check_version=True)
+    except MemmapError:
+        return None  # load_memmap says which version and what to do
+    if manifest is None:
+        return None
+    files = data_files(folder, manifest)
+    if files is None:
+        return None
+    out = []
+    for file, dtype, shape in files.values():
         with warnings.catch_warnings():  # read-only mapping: torch warns that it is not writable; we only read
             warnings.simplefilter("ignore", UserWarning)
-            out.append(torch.from_numpy(np.memmap(files[0], dtype=dtype, mode="r", shape=shape)))
+            out.append(torch.from_numpy(np.memmap(file, dtype=dtype, mode="r", shape=shape)))
     if len(out[0]) != len(out[1]):
         return None
     return out[0], out[1], manifest
@@ -97,8 +124,9 @@ def open_arrays(folder: str | os.PathLike) -> tuple[torch.Tensor, torch.Tensor, 
     The tensors are read-only mappings: copy (``clone``, ``index_select``) before writing.
 
     Raises:
-        gpufeed.data.arrays.MemmapError: the folder is missing, incomplete or damaged; the message
-            says how to build or rebuild it.
+        gpufeed.data.arrays.MemmapError: the folder is missing, incomplete or damaged (a file shorter
+            or longer than its manifest says is named, and left as it is); the message says how to
+            build or rebuild it.
     """
     folder = Path(folder).expanduser().absolute()
     got = _fast(folder)

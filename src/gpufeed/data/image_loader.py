@@ -41,8 +41,8 @@ from concurrent.futures import Future, wait
 
 import torch
 
+from gpufeed.data.arrays import open_arrays
 from gpufeed.data.loader import FastLoader, seeded_generator
-from gpufeed.data.memmap import load_memmap
 from gpufeed.data.prefetch import CudaPrefetcher, ThreadPrefetcher
 from gpufeed.data.transforms import (
     IMAGENET_MEAN,
@@ -155,8 +155,8 @@ class ImageLoader:
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise ValueError(f"ImageLoader: threads must be None or a whole number >= 1 (got {threads!r})")
         mean, std = output_stats("ImageLoader", dtype, mean, std)  # a clear ValueError if they do not fit dtype
-        data = load_memmap(path)  # MemmapError in one line if path is not a memmap dataset
-        n, _, height, width = data.images.shape
+        images, targets, _ = open_arrays(path)  # read-only; MemmapError in one line if path is not a dataset
+        n, _, height, width = images.shape
         crop = min(height, width) if crop is None else crop
         if not isinstance(crop, int) or not 0 < crop <= min(height, width):
             raise ValueError(f"ImageLoader: crop={crop!r} does not fit the stored {height}x{width} (height x width) images of {path}; "
@@ -176,7 +176,7 @@ class ImageLoader:
         self._streams: dict[int, torch.cuda.Stream] = {}  # CUDA: the loader's one side stream per device
         # CUDA: gathered into fresh pinned memory from torch's caching host allocator, which keeps
         # each block until the copy out of it is done. The CPU path only takes its indices (_on_cpu).
-        self.loader = FastLoader((data.images, data.targets), batch_size, shuffle=shuffle, seed=seed,
+        self.loader = FastLoader((images, targets), batch_size, shuffle=shuffle, seed=seed,
                                  drop_last=drop_last, rank=rank, world_size=world_size, pin_memory=self.cuda)
         self.epoch = 0
         self._cpu_rings: list[list[torch.Tensor]] = []  # the CPU path's reused outputs (reuse_buffers > 0)

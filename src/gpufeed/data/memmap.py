@@ -43,7 +43,15 @@ import torch
 from tensordict import tensorclass
 
 from gpufeed.data import staging
-from gpufeed.data.arrays import DATA, FORMAT, FORMAT_VERSION, MANIFEST, MemmapError, read_manifest  # noqa: F401
+from gpufeed.data.arrays import (  # noqa: F401
+    DATA,
+    FORMAT,
+    FORMAT_VERSION,
+    MANIFEST,
+    MemmapError,
+    data_files,
+    read_manifest,
+)
 from gpufeed.data.folder import POLICY, BadImageError, FolderError, ImageFolderDataset
 from gpufeed.data.staging import free_bytes  # tests point memmap.free_bytes at a tiny limit
 
@@ -285,14 +293,22 @@ def _tensordict_version() -> str | None:
         return None
 
 
-def load_memmap(path: str | os.PathLike) -> ImageData:
+def load_memmap(path: str | os.PathLike, *, writable: bool = False) -> ImageData:
     """Maps a dataset written by :func:`build_memmap`: an :class:`ImageData` of memory-mapped tensors.
 
     Nothing is read yet: pages come from the disk (or the page cache) when a batch touches them.
+    Loading never changes the files: each one's size is checked against the manifest before it is
+    mapped (:func:`gpufeed.data.arrays.data_files`), and the mapping is copy-on-write.
+
+    Args:
+        path: the dataset folder.
+        writable: map the files shared, so that writes into the tensors reach the files; False
+            (the default): a write stays in this process's memory.
 
     Raises:
         MemmapError: ``path`` is missing, incomplete (an interrupted build), foreign, of another
-            format version, or does not match its manifest.
+            format version, or does not match its manifest (a truncated file is named, and left
+            as it is).
     """
     path = Path(path).expanduser().absolute()
     rebuild = f"build it with `python -m gpufeed data memmap SRC {path}`"
@@ -310,8 +326,9 @@ def load_memmap(path: str | os.PathLike) -> ImageData:
                           f"or a foreign folder; {rebuild}")
     read_manifest(path, check_version=True)  # another format version: raises, saying to rebuild
     overwrite = f"rebuild it with `python -m gpufeed data memmap {manifest.get('source', 'SRC')} {path} --overwrite`"
+    data_files(path, manifest)  # a file of the wrong size: raises, naming it, before anything maps it
     try:
-        data = ImageData.load_memmap(path / DATA)
+        data = ImageData.load_memmap(path / DATA, mode="r+" if writable else "r")
     except Exception as e:  # tensordict's own errors vary by version: say what to do in one line
         why = " ".join(f"{type(e).__name__}: {e}".split())  # one line, whatever tensordict wrote
         raise MemmapError(f"{path} is damaged or was written by another gpufeed/tensordict ({why}); {overwrite}") from e
