@@ -32,9 +32,13 @@ def naive(path, batch_size, crop, *, seed=0, epoch=0, rank=0, world_size=1, drop
     data = load_memmap(path)
     n, _, h, w = data.images.shape
     order = torch.randperm(n, generator=seeded_generator(seed, epoch)) if shuffle else torch.arange(n)
-    base, extra = divmod(n, world_size)
-    lo = rank * base + min(rank, extra)
-    order = order[lo:lo + base + (rank < extra)]
+    if drop_last:  # disjoint parts, sizes differing by at most one
+        base, extra = divmod(n, world_size)
+        lo = rank * base + min(rank, extra)
+        order = order[lo:lo + base + (rank < extra)]
+    else:  # padded with the order's start to ceil(n / world_size) a rank, as DistributedSampler pads
+        per = -(-n // world_size)
+        order = torch.cat([order, order[:per * world_size - n]])[rank * per:(rank + 1) * per]
     cut = (n // world_size) // batch_size * batch_size if drop_last else len(order)
     g = seeded_generator(seed, epoch, rank, 1)
     out = []
@@ -307,3 +311,14 @@ def test_device_memory_stops_growing_after_the_first_epochs(mm, on_cuda):
     assert reserved(on_cuda) == after_two
     if on_cuda is not None:  # the simulator counts streams: the default one and the loader's own
         assert len(on_cuda.streams) == 2
+
+
+def test_every_rank_yields_as_many_batches_padded_as_distributed_sampler_pads(mm):
+    """Issue 26, defect 3: 14 images on 3 ranks in batches of 4 used to give 2, 1 and 1 batches (DDP
+    hangs in the last all-reduce); padded to 5 a rank, every rank yields 2."""
+    loaders = [ImageLoader(mm, 4, crop=16, rank=r, world_size=3) for r in range(3)]
+    got = [list(loader) for loader in loaders]
+    assert [len(loader) for loader in loaders] == [len(g) for g in got] == [2, 2, 2]
+    for r, g in enumerate(got):
+        same(g, naive(mm, 4, 16, rank=r, world_size=3))
+    assert sorted({i for g in got for _, y in g for i in y.tolist()}) == sorted(set(load_memmap(mm).targets.tolist()))

@@ -93,6 +93,20 @@ def _grouped_chunks(n: int, group: int, seed: int, epoch: int, lo: int, hi: int)
             return
 
 
+def _segments(lo: int, hi: int, n: int) -> Iterator[tuple[int, int]]:
+    """Positions ``lo..hi-1`` of an order of ``n`` read around and around: ``[a, b)`` runs within ``0..n``.
+
+    Example:
+        >>> list(_segments(4, 12, 5))
+        [(4, 5), (0, 5), (0, 2)]
+    """
+    while lo < hi:
+        a = lo % n
+        b = min(n, a + hi - lo)
+        yield a, b
+        lo += b - a
+
+
 class _Fields:
     """``data`` as named tensors sharing their first dimension, and how to rebuild a batch of the
     same kind: a tensor, a tuple/list or dict of tensors, a TensorDict or a tensorclass."""
@@ -236,10 +250,18 @@ class FastLoader:
         batch_size: samples per batch.
         shuffle: a new random order each epoch; False keeps ``0..n-1``.
         seed: the order of epoch ``e`` depends only on ``(seed, e)``: the same on every rank.
-        drop_last: drop the last, short batch (with ``world_size > 1``: every rank then yields the
-            same number of batches, which DistributedDataParallel needs).
+        drop_last: drop the last, short batch (with ``world_size > 1``: each rank's part of the
+            epoch is cut to the smallest's full batches).
         rank, world_size: this process's shard: the epoch's order is cut into ``world_size``
-            contiguous, disjoint parts that together cover it (sizes differ by at most one).
+            contiguous parts that together cover it. Every rank yields the same number of batches,
+            which DistributedDataParallel needs (a rank with one batch fewer would wait forever in
+            the others' last all-reduce): without ``drop_last`` each part has ``ceil(n /
+            world_size)`` samples, the order padded with its own first samples as
+            ``DistributedSampler`` pads (DALI: ``pad_last_batch``), so up to ``world_size - 1``
+            samples are seen twice an epoch; with ``drop_last`` the parts are disjoint (sizes
+            differ by at most one) and each yields the smallest's full batches.
+        pad: False: without ``drop_last`` too, disjoint parts whose sizes differ by one, so ranks
+            may yield different numbers of batches (lesson 12 shows why DDP then hangs).
         group_size: use the grouped shuffle (:func:`grouped_permutation`) with blocks of this size.
         sort_indices: sort the indices within each batch. The batch holds the same samples (the
             mean loss and its gradient are unchanged) and reads go forward through the file,
@@ -261,7 +283,7 @@ class FastLoader:
 
     def __init__(self, data, batch_size: int, *, shuffle: bool = True, seed: int = 0, drop_last: bool = False,
                  rank: int = 0, world_size: int = 1, group_size: int | None = None, sort_indices: bool = False,
-                 device=None, reuse_buffers: int = 0, pin_memory: bool = False):
+                 device=None, reuse_buffers: int = 0, pin_memory: bool = False, pad: bool = True):
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"FastLoader: batch_size must be a whole number, at least 1 (got {batch_size!r})")
         if not (isinstance(world_size, int) and world_size >= 1 and isinstance(rank, int) and 0 <= rank < world_size):
@@ -270,7 +292,7 @@ class FastLoader:
             raise ValueError(f"FastLoader: group_size must be None or a whole number, at least 1 (got {group_size!r})")
         self.data, self.fields = data, _Fields(data)
         self.batch_size, self.shuffle, self.seed, self.drop_last = batch_size, shuffle, seed, drop_last
-        self.rank, self.world_size, self.group_size = rank, world_size, group_size
+        self.rank, self.world_size, self.group_size, self.pad = rank, world_size, group_size, pad
         if not isinstance(reuse_buffers, int) or reuse_buffers < 0:
             raise ValueError(f"FastLoader: reuse_buffers must be a whole number >= 0 (got {reuse_buffers!r})")
         self.sort_indices, self.reuse_buffers, self.pin_memory = sort_indices, reuse_buffers, pin_memory
@@ -286,8 +308,16 @@ class FastLoader:
         self.epoch = epoch
 
     def _bounds(self) -> tuple[int, int]:
-        """This rank's part ``[lo, hi)`` of the epoch's order: ``torch.tensor_split`` sizes."""
-        base, extra = divmod(self.fields.n, self.world_size)
+        """This rank's positions ``[lo, hi)`` in the epoch's order. With ``drop_last`` (or without
+        ``pad``): the ``torch.tensor_split`` parts (sizes differ by at most one; with ``drop_last``
+        ``__len__`` counts the smallest's full batches). Else ``ceil(n / world_size)`` positions
+        each, as ``DistributedSampler`` pads, the ones past ``n`` wrapping to the order's start, so
+        every rank yields as many batches."""
+        n, ws = self.fields.n, self.world_size
+        if self.pad and not self.drop_last:
+            per = -(-n // ws)
+            return self.rank * per, (self.rank + 1) * per
+        base, extra = divmod(n, ws)
         lo = self.rank * base + min(self.rank, extra)
         return lo, lo + base + (self.rank < extra)
 
@@ -298,14 +328,17 @@ class FastLoader:
         return math.ceil((hi - lo) / self.batch_size)
 
     def _chunks(self, epoch: int) -> Iterator[torch.Tensor]:
+        """This rank's part of the epoch's order, in pieces; positions past ``n`` (the padding)
+        wrap to the order's start."""
         lo, hi = self._bounds()
         n = self.fields.n
-        if not self.shuffle:
-            yield torch.arange(lo, hi)
-        elif self.group_size is None:
-            yield permutation(n, self.seed, epoch)[lo:hi]
-        else:
-            yield from _grouped_chunks(n, self.group_size, self.seed, epoch, lo, hi)
+        if self.shuffle and self.group_size is not None:
+            for a, b in _segments(lo, hi, n):
+                yield from _grouped_chunks(n, self.group_size, self.seed, epoch, a, b)
+            return
+        order = permutation(n, self.seed, epoch) if self.shuffle else None
+        parts = [order[a:b] if order is not None else torch.arange(a, b) for a, b in _segments(lo, hi, n)]
+        yield parts[0] if len(parts) == 1 else torch.cat(parts)
 
     def indices(self, epoch: int | None = None) -> list[torch.Tensor]:
         """The index batches of an epoch (default: the next one) on this rank, without fetching."""
