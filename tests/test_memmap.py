@@ -221,3 +221,26 @@ def test_loading_maps_read_only_so_writes_never_reach_the_files(tmp_path, src):
     data.images[0] = 7  # a shared mapping: the page cache, so the file, has it
     del data
     assert images.read_bytes()[:3 * 32 * 32] == bytes([7]) * (3 * 32 * 32)
+
+
+def test_skip_bad_cuts_the_files_in_place_without_a_second_copy(tmp_path, with_bad, monkeypatch):
+    """Issue 26, defect 4: compaction used to write the good rows again into new files (a second
+    copy that check_space never budgeted: SIGBUS on a nearly full disk). The good rows come first,
+    so the files preallocated for the build are cut in place: the same files (inodes), no more."""
+    copy, bad = with_bad
+    reserved = {}
+    real_reserve = memmap._reserve
+
+    def reserve(prefix):
+        real_reserve(prefix)
+        reserved.update({f.name: f.stat().st_ino for f in prefix.rglob("*.memmap")})
+
+    monkeypatch.setattr(memmap, "_reserve", reserve)
+    r = build_memmap(copy, tmp_path / "mm", (32, 32), progress=False, skip_bad=True, batch_size=4)
+    assert r.n == 22 and set(reserved) == {"images.memmap", "targets.memmap"}
+    final = {f.name: f for f in (tmp_path / "mm").rglob("*.memmap")}
+    assert {name: f.stat().st_ino for name, f in final.items()} == reserved
+    assert final["images.memmap"].stat().st_size == 22 * 3 * 32 * 32 and final["targets.memmap"].stat().st_size == 22 * 8
+    ds = ImageFolderDataset(copy, (32, 32))
+    assert_same_as_folder(load_memmap(tmp_path / "mm"), ds, [i for i, (p, _) in enumerate(ds.samples)
+                                                             if p not in {str(b) for b in bad}])

@@ -34,7 +34,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -240,17 +239,30 @@ def _fill(folder: ImageFolderDataset, prefix: Path, workers: int, skip_bad: bool
             bar.update(len(targets) + len(bad))
     if k == 0:
         raise MemmapError(f"SRC {folder.root}: none of its {n} images could be read")
-    if k < n:  # compact: copy the good rows into files of the right size, drop the long ones
-        rows = ImageData(images=data.images[:k].as_subclass(torch.Tensor),  # plain views: a copy, not a
-                         targets=data.targets[:k].as_subclass(torch.Tensor), batch_size=[k])  # re-link
-        compact = rows.memmap(prefix=prefix.with_name(prefix.name + "-compact"))
-        del data, rows
-        shutil.rmtree(prefix)
-        prefix.with_name(prefix.name + "-compact").rename(prefix)
-        del compact
+    if k < n:  # the good rows are rows 0..k-1: cut the files there, in place (a compacted second
+        del data  # copy would need disk space that check_space never budgeted: SIGBUS on a full disk)
+        _cut(prefix, n, k)
         data = ImageData.load_memmap(prefix)
+        if len(data) != k:
+            raise MemmapError(f"could not shorten {prefix} to its {k} good images: tensordict "
+                              f"{_tensordict_version()} stores shapes in a way this gpufeed does not know")
     _sync(prefix)
     return data, skipped
+
+
+def _cut(prefix: Path, n: int, k: int) -> None:
+    """Shortens the (unmapped) memmap at ``prefix`` from ``n`` rows to its first ``k``: every raw
+    file truncated to ``k`` rows, and the first dimension of the shapes tensordict keeps in its
+    ``meta.json`` files set to ``k``. No byte is copied."""
+    for f in prefix.rglob("*.memmap"):
+        os.truncate(f, f.stat().st_size // n * k)
+    for meta in prefix.rglob("meta.json"):
+        doc = json.loads(meta.read_text())
+        for entry in (doc, *(v for v in doc.values() if isinstance(v, dict))):  # the batch and each field
+            shape = entry.get("shape")
+            if isinstance(shape, list) and shape and shape[0] == n:
+                shape[0] = k
+        meta.write_text(json.dumps(doc))
 
 
 def _reserve(prefix: Path) -> None:
