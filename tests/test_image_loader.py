@@ -322,3 +322,50 @@ def test_every_rank_yields_as_many_batches_padded_as_distributed_sampler_pads(mm
     for r, g in enumerate(got):
         same(g, naive(mm, 4, 16, rank=r, world_size=3))
     assert sorted({i for g in got for _, y in g for i in y.tolist()}) == sorted(set(load_memmap(mm).targets.tolist()))
+
+
+def test_free_buffers_never_reuse_shared_memory_or_a_held_storage():
+    """Issue 26, defect 5: a batch pickled in a DataLoader worker moves to shared memory, the worker
+    drops it, another process still reads it; and a held ``untyped_storage()`` holds the memory."""
+    from gpufeed.data.image_loader import FreeBuffers
+
+    pool = FreeBuffers((4, 8), torch.float32, keep=4)
+    shared = pool.take(4)
+    shared.share_memory_()  # what pickling it to another process does
+    ptr = shared.data_ptr()
+    del shared
+    storage = pool.take(4).untyped_storage()  # the tensor dropped, its storage held
+    assert pool.take(4).data_ptr() != ptr
+    assert pool.take(4).data_ptr() not in (ptr, storage.data_ptr())
+
+
+def test_a_cpu_loader_in_dataloader_workers_gives_every_batch_intact(mm):
+    """Issue 26, defect 5, end to end: ImageLoader in a DataLoader worker process; each batch goes
+    to the main process through shared memory; none may be overwritten by a later one."""
+    from torch.utils.data import DataLoader, IterableDataset
+
+    class Batches(IterableDataset):
+        def __iter__(self):
+            for _ in range(4):
+                yield from ImageLoader(mm, 2, crop=16, depth=1, threads=1)
+
+    got = [x for x, _ in DataLoader(Batches(), batch_size=None, num_workers=1)]
+    want = [x for _ in range(4) for x, _ in ImageLoader(mm, 2, crop=16, depth=1, threads=1)]
+    assert len(got) == len(want) == 28
+    bad = sum(not torch.equal(g, w) for g, w in zip(got, want))
+    assert bad == 0, f"{bad} of {len(got)} batches were overwritten after they were sent"
+
+
+def test_without_torchs_private_use_count_every_batch_is_fresh_memory(mm, monkeypatch):
+    """Issue 26, defect 11: ``torch._C._storage_Use_Count`` is private; where it is absent nothing
+    is reused (correct, at the cost of fresh memory's page faults), and the batches are the same."""
+    import gpufeed.data.image_loader as il
+
+    monkeypatch.setattr(il, "_HAS_USE_COUNT", False)
+    loader = ImageLoader(mm, 4, crop=16, depth=1)
+    ptrs = []
+    for x, _ in loader:
+        ptrs.append(x.data_ptr())
+        del x
+    assert len(ptrs) == len(loader) and loader._free.buffers == []
+    same(list(ImageLoader(mm, 4, crop=16)), naive(mm, 4, 16))

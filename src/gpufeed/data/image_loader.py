@@ -34,6 +34,7 @@ Example:
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from collections import deque
 from collections.abc import Iterator
@@ -59,8 +60,22 @@ def _use_count(t: torch.Tensor) -> int:
     return torch._C._storage_Use_Count(t.untyped_storage()._cdata)
 
 
+def _storage_refs(t: torch.Tensor) -> int:
+    """Python references to ``t``'s storage object: torch keeps one storage object per storage, so
+    an ``untyped_storage()`` someone holds is this count going up, not the use count."""
+    return sys.getrefcount(t.untyped_storage())
+
+
 _HAS_USE_COUNT = hasattr(torch._C, "_storage_Use_Count")  # private; registered with torch's CUDA module (2.x)
 _ALONE = _use_count(torch.empty(1)) if _HAS_USE_COUNT else None  # the count of a tensor nothing else holds
+_ALONE_REFS = _storage_refs(torch.empty(1))  # the same for the storage object
+
+
+def _free(buf: torch.Tensor) -> bool:
+    """Whether nothing but the pool holds ``buf``: no other tensor, array or storage object here,
+    and no other process (memory moved to shared memory, e.g. by pickling a batch out of a
+    DataLoader worker, may be mapped elsewhere: never free again)."""
+    return not buf.is_shared() and _use_count(buf) == _ALONE and _storage_refs(buf) == _ALONE_REFS
 
 
 class FreeBuffers:
@@ -68,10 +83,14 @@ class FreeBuffers:
 
     A batch is a view of one buffer. :meth:`take` hands out a buffer whose memory nobody holds any
     more (torch's own use count of the storage: every view, ``.numpy()`` array or tensor saved for
-    backward counts), else fresh memory, which joins the pool while the pool has fewer than
-    ``keep``. A batch you keep is never written again; one you dropped is reused, so its pages are
-    not faulted in again every batch. Where torch has no use count (a private call that CPU-only
-    builds may lack), every batch is fresh memory.
+    backward counts; and the references to its storage object, which a held ``untyped_storage()``
+    adds), else fresh memory, which joins the pool while the pool has fewer than ``keep``. A
+    buffer in shared memory (a batch pickled to another process, as a DataLoader worker sends
+    it) leaves the pool for good: the other process's mapping is not counted here. A batch you
+    keep is never written again; one you dropped is reused, so its pages are not faulted in again
+    every batch. Where torch has no use count (``torch._C._storage_Use_Count`` is private; a
+    build without it, or a torch that renames it), nothing is ever reused: every batch is fresh
+    memory, which is always correct and costs the page faults of fresh memory (lesson 06).
     Thread-safe: two producers never take the same buffer.
 
     Example:
@@ -93,8 +112,9 @@ class FreeBuffers:
         """A ``[rows, *shape[1:]]`` view of a buffer nobody else holds."""
         with self._lock:  # the check and the taking (the view raises the count) as one step
             if _HAS_USE_COUNT:
+                self.buffers = [buf for buf in self.buffers if not buf.is_shared()]  # theirs now, not ours
                 for buf in self.buffers:
-                    if _use_count(buf) == _ALONE:
+                    if _free(buf):
                         return buf[:rows]
             buf = torch.empty(self.shape, dtype=self.dtype)
             if _HAS_USE_COUNT and len(self.buffers) < self.keep:
