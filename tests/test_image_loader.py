@@ -369,3 +369,17 @@ def test_without_torchs_private_use_count_every_batch_is_fresh_memory(mm, monkey
         del x
     assert len(ptrs) == len(loader) and loader._free.buffers == []
     same(list(ImageLoader(mm, 4, crop=16)), naive(mm, 4, 16))
+
+
+@pytest.mark.parametrize("depth", [1, 2])
+def test_reuse_buffers_keeps_its_promise_across_the_epoch_boundary(mm, depth):
+    """Issue 26, defect 6: the ring's slot restarted at 0 each epoch, so the first batches of an
+    epoch overwrote the last ones of the epoch before while they were still promised."""
+    k = 2
+    loader = ImageLoader(mm, 2, crop=16, drop_last=True, reuse_buffers=k, depth=depth)
+    held = []  # every batch as yielded and a copy, across three epochs (7 batches each)
+    for _epoch in range(3):
+        for x, _ in loader:
+            held.append((x, x.clone()))
+            for old, copy in held[-k:]:  # batch j is intact while batch j + k - 1 is in use
+                assert torch.equal(old, copy)

@@ -199,7 +199,7 @@ class ImageLoader:
         self.loader = FastLoader((images, targets), batch_size, shuffle=shuffle, seed=seed,
                                  drop_last=drop_last, rank=rank, world_size=world_size, pin_memory=self.cuda)
         self.epoch = 0
-        self._cpu_rings: list[list[torch.Tensor]] = []  # the CPU path's reused outputs (reuse_buffers > 0)
+        self._cpu_rings: list[tuple[list[torch.Tensor], int]] = []  # CPU, reuse_buffers > 0: (ring, cursor)
         self._free: FreeBuffers | None = None  # the CPU path's outputs by default: reused once dropped
 
     def __len__(self) -> int:
@@ -276,7 +276,10 @@ class ImageLoader:
         # depth more are queued behind the one you hold. Kept for the next epochs (fresh memory
         # costs a page fault per 4 KiB, every epoch); a live iterator owns its ring.
         count = self.reuse_buffers + self.depth + 1 if self.reuse_buffers else 0
-        ring = self._cpu_rings.pop() if self._cpu_rings else [torch.empty(shape, dtype=self.dtype) for _ in range(count)]
+        # the ring keeps its cursor: the next epoch goes on from the slot after the last one written
+        ring, start = self._cpu_rings.pop() if self._cpu_rings else ([torch.empty(shape, dtype=self.dtype)
+                                                                     for _ in range(count)], 0)
+        taken = 0  # ring slots written this epoch
         if not ring and self._free is None:  # the batch you hold, the last one, the queue and the one being made
             self._free = FreeBuffers(shape, self.dtype, keep=self.depth + 3)
         free, pool = self._free, crop_pool(self.threads)
@@ -285,7 +288,8 @@ class ImageLoader:
             for k, idx in enumerate(self.loader.indices(epoch)):
                 b = len(idx)
                 corners, flips = augment.params(images[:b])  # only the shape is read: draws in batch order
-                out = ring[k % len(ring)][:b] if ring else free.take(b)
+                out = ring[(start + k) % len(ring)][:b] if ring else free.take(b)
+                taken = k + 1
                 tasks = crop_tasks(images, idx.tolist(), corners, flips, self.crop, out, self.mean, self.std)
                 queued.append((out, torch.index_select(targets, 0, idx), [pool.submit(t) for t in tasks]))
                 if len(queued) > self.depth:
@@ -298,7 +302,7 @@ class ImageLoader:
                 f.cancel()  # not started yet: never will be
             wait(left)  # the running ones (an error there has no one to go to)
             if ring:
-                self._cpu_rings.append(ring)
+                self._cpu_rings.append((ring, start + taken))
 
 
 def _finished(batch: tuple[torch.Tensor, torch.Tensor, list[Future]]) -> tuple[torch.Tensor, torch.Tensor]:
