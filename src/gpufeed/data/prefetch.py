@@ -163,8 +163,25 @@ class CudaPrefetcher(_Closable):
                 t.record_stream(current)
         return batch
 
+    def _asked_on_stream(self, source):
+        """The loader's batches, each asked for with the side stream current: a loader that guards
+        the pinned buffers it reuses with an event on the current stream (a
+        :class:`~gpufeed.data.loader.FastLoader` with ``pin_memory`` and ``reuse_buffers``) then
+        covers the copies this prefetcher issued on that stream."""
+        try:
+            while True:
+                with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
+                    try:
+                        batch = next(source)
+                    except StopIteration:
+                        return
+                yield batch
+        finally:
+            if hasattr(source, "close"):
+                source.close()
+
     def __iter__(self):
-        it = Lookahead(iter(self.loader), self.depth, self._start, self._finish)
+        it = Lookahead(self._asked_on_stream(iter(self.loader)), self.depth, self._start, self._finish)
         self._iterators.add(it)
         return it
 
