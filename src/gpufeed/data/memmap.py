@@ -31,6 +31,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -179,33 +180,42 @@ def build_memmap(
     except FolderError as e:
         raise MemmapError(f"SRC: {e}") from None
     digest = _source_digest(folder.samples, src)
-    existing = _check_destination(dst, src, overwrite)
-    if existing is not None:
-        same = existing.get("source_digest") == digest and existing.get("size") == [w, h]
-        if reuse and same:
-            return BuildResult(dst, existing["count"], (w, h), existing["bytes"], time.perf_counter() - t0,
-                               reused=True, skipped=existing.get("skipped", []))
-        if not overwrite:
-            raise MemmapError(f"DST {dst} already holds a memmap dataset ({existing.get('count')} images "
-                              f"from {existing.get('source')}); pass --overwrite to replace it, or choose a new folder")
-    n = len(folder)
-    need = dataset_bytes(n, (w, h))
-    staging.prepare_parent(dst, MemmapError, "DST")
-    staging.check_space(need + (1 << 20), free_bytes(dst.parent), dst.parent, MemmapError,
-                        "choose a smaller --size or another DST")
-    with staging.staged(dst, MemmapError, "DST") as tmp:
-        data, skipped = _fill(folder, tmp / DATA, workers, skip_bad, progress, batch_size)
-        manifest = {
-            "format": FORMAT, "version": FORMAT_VERSION, "count": len(data),
-            "images": {"shape": list(data.images.shape), "dtype": "uint8"},
-            "targets": {"shape": list(data.targets.shape), "dtype": "int64"},
-            "size": [w, h], "policy": POLICY, "source": str(src), "source_digest": digest,
-            "classes": folder.classes, "skipped": skipped, "bytes": dataset_bytes(len(data), (w, h)),
-            "tensordict": _tensordict_version(),
-        }
-        del data  # unmap before the rename
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")  # written last
-    return BuildResult(dst, manifest["count"], (w, h), manifest["bytes"], time.perf_counter() - t0, skipped=skipped)
+    # Ranks of one job building the same DST take turns: the first builds, the others then find
+    # it built (reuse=True) instead of each decoding everything (README, "Under torchrun"). Where
+    # nothing can be written (a dataset reused from read-only storage) there is nothing to lock.
+    lock = contextlib.nullcontext()
+    if not dst.parent.exists() or os.access(dst.parent, os.W_OK | os.X_OK):
+        staging.prepare_parent(dst, MemmapError, "DST")
+        lock = staging.locked(dst)
+    with lock:
+        existing = _check_destination(dst, src, overwrite)
+        if existing is not None:
+            same = existing.get("source_digest") == digest and existing.get("size") == [w, h]
+            if reuse and same:
+                return BuildResult(dst, existing["count"], (w, h), existing["bytes"], time.perf_counter() - t0,
+                                   reused=True, skipped=existing.get("skipped", []))
+            if not overwrite:
+                raise MemmapError(f"DST {dst} already holds a memmap dataset ({existing.get('count')} images "
+                                  f"from {existing.get('source')}); pass --overwrite to replace it, or choose a new folder")
+        n = len(folder)
+        need = dataset_bytes(n, (w, h))
+        staging.prepare_parent(dst, MemmapError, "DST")
+        staging.check_space(need + (1 << 20), free_bytes(dst.parent), dst.parent, MemmapError,
+                            "choose a smaller --size or another DST")
+        with staging.staged(dst, MemmapError, "DST") as tmp:
+            data, skipped = _fill(folder, tmp / DATA, workers, skip_bad, progress, batch_size)
+            manifest = {
+                "format": FORMAT, "version": FORMAT_VERSION, "count": len(data),
+                "images": {"shape": list(data.images.shape), "dtype": "uint8"},
+                "targets": {"shape": list(data.targets.shape), "dtype": "int64"},
+                "size": [w, h], "policy": POLICY, "source": str(src), "source_digest": digest,
+                "classes": folder.classes, "skipped": skipped, "bytes": dataset_bytes(len(data), (w, h)),
+                "tensordict": _tensordict_version(),
+            }
+            del data  # unmap before the rename
+            (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")  # written last
+        return BuildResult(dst, manifest["count"], (w, h), manifest["bytes"], time.perf_counter() - t0,
+                           skipped=skipped)
 
 
 def _fill(folder: ImageFolderDataset, prefix: Path, workers: int, skip_bad: bool, progress: bool,
