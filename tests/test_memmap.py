@@ -244,3 +244,17 @@ def test_skip_bad_cuts_the_files_in_place_without_a_second_copy(tmp_path, with_b
     ds = ImageFolderDataset(copy, (32, 32))
     assert_same_as_folder(load_memmap(tmp_path / "mm"), ds, [i for i, (p, _) in enumerate(ds.samples)
                                                              if p not in {str(b) for b in bad}])
+
+
+def test_the_progress_bar_shows_only_where_someone_watches(tmp_path, src, capfd, monkeypatch):
+    """A bar on a terminal or in a notebook; none in a log (stderr not a terminal), under CI or
+    GPUFEED_QUICK, or with progress=False."""
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.delenv("GPUFEED_QUICK", raising=False)
+    build_memmap(src, tmp_path / "a", (16, 16))  # pytest's stderr is not a terminal
+    assert "img" not in capfd.readouterr().err
+    assert memmap.show_progress(True) is False and memmap.show_progress(False) is False
+    monkeypatch.setattr("sys.stderr.isatty", lambda: True, raising=False)
+    assert memmap.show_progress(True) is True
+    monkeypatch.setenv("GPUFEED_QUICK", "1")
+    assert memmap.show_progress(True) is False

@@ -35,6 +35,7 @@ import contextlib
 import hashlib
 import json
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -163,7 +164,7 @@ def build_memmap(
         overwrite: replace a memmap dataset already at ``dst``.
         reuse: if ``dst`` already holds this very dataset (same source files and size), return at
             once with ``reused=True`` (what the notebooks do on a second run).
-        progress: show a progress bar.
+        progress: show a progress bar where someone watches (:func:`show_progress`).
         batch_size: images decoded and written per step.
 
     Raises:
@@ -218,6 +219,15 @@ def build_memmap(
                            skipped=skipped)
 
 
+def show_progress(progress: bool = True) -> bool:
+    """Whether to draw a progress bar: asked for, and someone watches: stderr is a terminal or this
+    is a notebook's kernel, and neither ``CI`` nor ``GPUFEED_QUICK`` (the test runs) is set. A log
+    file or a CI job gets no bar (a redrawn bar there is thousands of lines)."""
+    if not progress or os.environ.get("CI") or os.environ.get("GPUFEED_QUICK"):
+        return False
+    return sys.stderr.isatty() or "ipykernel" in sys.modules
+
+
 def _fill(folder: ImageFolderDataset, prefix: Path, workers: int, skip_bad: bool, progress: bool,
           batch_size: int) -> tuple[ImageData, list[dict]]:
     """Preallocates the memmap at ``prefix``, fills it by slices in folder order, and returns it
@@ -236,7 +246,7 @@ def _fill(folder: ImageFolderDataset, prefix: Path, workers: int, skip_bad: bool
                         collate_fn=_collate)
     skipped: list[dict] = []
     k = 0  # images written so far: bad ones leave no hole
-    with tqdm(total=n, unit="img", desc=f"memmap {w}x{h}", disable=not progress) as bar:
+    with tqdm(total=n, unit="img", desc=f"memmap {w}x{h}", disable=not show_progress(progress)) as bar:
         for images, targets, bad in loader:
             if bad and not skip_bad:
                 raise MemmapError(f"cannot read image {bad[0]['path']}: {bad[0]['error']}; fix or remove it, "
