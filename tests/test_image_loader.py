@@ -383,3 +383,27 @@ def test_reuse_buffers_keeps_its_promise_across_the_epoch_boundary(mm, depth):
             held.append((x, x.clone()))
             for old, copy in held[-k:]:  # batch j is intact while batch j + k - 1 is in use
                 assert torch.equal(old, copy)
+
+
+def test_cuda_is_the_current_device_at_iter_not_at_construction(mm, on_cuda, monkeypatch):
+    """Issue 26, defect 11: a loader made before ``torch.cuda.set_device(local_rank)`` used to keep
+    the device current at construction (every rank on GPU 0); ``"cuda"`` is now resolved by
+    ``iter()``. The simulator has one device, so the prefetcher and the stream are stand-ins here."""
+    import gpufeed.data.image_loader as il
+
+    loader = ImageLoader(mm, 4, crop=16, device="cuda")
+    seen = []
+
+    class Recorder:
+        def __init__(self, host, device, **kwargs):
+            seen.append(device)
+
+        def __iter__(self):
+            return iter([])
+
+    monkeypatch.setattr(il, "CudaPrefetcher", Recorder)
+    monkeypatch.setattr(ImageLoader, "_stream", lambda self, device: None, raising=False)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)  # set_device(1) after the loader was made
+    list(loader)
+    assert seen == [torch.device("cuda", 1)]
+    assert list(ImageLoader(mm, 4, crop=16, device="cuda:0")) == [] and seen[-1] == torch.device("cuda", 0)

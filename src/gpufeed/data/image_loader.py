@@ -128,7 +128,9 @@ class ImageLoader:
     Args:
         path: a folder written by :func:`gpufeed.data.memmap.build_memmap`.
         batch_size: images per batch.
-        device: where the batches go: ``"cpu"``, ``"cuda"`` (or ``"cuda:1"``, ...).
+        device: where the batches go: ``"cpu"``, ``"cuda"`` (or ``"cuda:1"``, ...). ``"cuda"``
+            alone is the current device when each ``iter()`` starts (under torchrun call
+            ``torch.cuda.set_device(local_rank)`` before the first epoch).
         crop: the side of the square random crop; None: the stored images' short side.
         flip: random horizontal flips (probability 1/2).
         mean, std: per channel on the [0, 1] scale (default ImageNet's); None for both: only
@@ -149,6 +151,15 @@ class ImageLoader:
             which saves the page faults of fresh memory. ``k > 0`` (CPU only; ignored on CUDA): the
             images are written into ``k`` buffers in turn without that check, **so a batch's images
             are overwritten ``k`` batches later**: finish with them (or copy them) first.
+
+    .. warning::
+        On the CPU the crops are made by a pool of threads that lives as long as the process
+        (:func:`gpufeed.data.transforms.crop_pool`), so a ``fork`` after the first epoch (a
+        DataLoader's workers, ``multiprocessing``) forks a process with threads. They wait on
+        their queue holding no lock and each runs its ops on itself alone (no OpenMP team of its
+        own), and a forked child makes its own pool; but prefer the ``spawn`` or ``forkserver``
+        start method for processes started after training began, as PyTorch advises for any
+        threaded process.
 
     Raises:
         gpufeed.data.memmap.MemmapError: ``path`` is not a complete memmap dataset.
