@@ -78,10 +78,13 @@ def test_cuda_prefetcher_inputs_already_on_the_gpu_are_waited_for_and_kept_alive
     """Inputs made on the current stream just before (a producer on the GPU) and dropped by it at
     once: the side stream must wait for them and the allocator must not reuse them early."""
     want = [(torch.full((2, 3, 4, 4), k, dtype=torch.uint8), torch.tensor([k, k])) for k in range(6)]
+    consumer = torch.cuda.current_stream()
 
-    def made_on_the_gpu():
+    def made_on_the_gpu():  # on the consumer's stream (the prefetcher asks with its side stream current)
         for x, y in want:
-            yield (x.pin_memory().to("cuda", non_blocking=True) + 0, y.to("cuda", non_blocking=True) + 0)
+            with torch.cuda.stream(consumer):
+                batch = (x.pin_memory().to("cuda", non_blocking=True) + 0, y.to("cuda", non_blocking=True) + 0)
+            yield batch
 
     got = deferred(CudaPrefetcher(made_on_the_gpu(), "cuda", dtype=torch.float32, depth=2))
     same(got, [(x.float().sum(dim=(1, 2, 3)) / 255, y) for x, y in want])

@@ -100,7 +100,12 @@ class CudaPrefetcher(_Closable):
         pin_memory: pin batches that are not pinned yet (on this thread: better let the DataLoader's
             pin-memory thread do it with ``pin_memory=True``); from pageable memory a copy is not
             asynchronous.
-        stream: the side stream to use, on ``device``; None: a new one, this prefetcher's own. An
+        stream: the side stream to use, on ``device``; None: a new one, this prefetcher's own. The
+            wrapped loader is asked for each batch with this stream current, so GPU work the
+            loader does itself runs there, ahead of yours, and a loader that guards pinned buffers
+            with an event on the current stream covers the copies issued here; tensors it hands
+            over that were made on another stream (your current one) are waited for
+            (``wait_stream``) and kept alive (``record_stream``). An
             owner that makes a prefetcher per epoch passes its one stream (as
             :class:`gpufeed.data.ImageLoader` does): the caching allocator reuses a freed block
             only on the stream that allocated it, so a new stream per epoch would strand every
