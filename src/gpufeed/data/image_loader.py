@@ -142,7 +142,9 @@ class ImageLoader:
         shuffle: a new random order each epoch; False: the stored order.
         drop_last: drop each epoch's last, short batch.
         seed: the order and the crops of epoch ``e`` depend only on ``(seed, e)`` (and the rank).
-        rank, world_size: this process's disjoint shard of every epoch (DistributedDataParallel).
+        rank, world_size: this process's shard of every epoch (DistributedDataParallel); every rank
+            yields the same number of batches (:class:`~gpufeed.data.loader.FastLoader`: without
+            ``drop_last`` the order is padded with its own start, as ``DistributedSampler`` pads).
         depth: batches prepared ahead of the one in use.
         threads: on the CPU, threads that crop and normalise the batches (default: the usable
             cores, at most 8); they work ``depth`` batches ahead of you, beside the training step.

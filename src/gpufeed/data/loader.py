@@ -5,8 +5,8 @@ sample indices (seeded by ``seed`` and the epoch, so every epoch has a new order
 gives the same orders), cuts it into slices of ``batch_size``, and fetches each slice with one
 ``torch.index_select`` per field (:func:`gather`). It works on the memmap dataset
 (:class:`gpufeed.data.memmap.ImageData`), on in-memory tensors, tuples or dicts of tensors, TensorDicts
-and NumPy arrays (``np.memmap`` included). ``rank``/``world_size`` give each process a disjoint
-shard of every epoch (lesson 12), and ``group_size`` switches to a grouped shuffle
+and NumPy arrays (``np.memmap`` included). ``rank``/``world_size`` give each process its shard of
+every epoch, the same number of batches on every rank (lesson 12), and ``group_size`` switches to a grouped shuffle
 (:func:`grouped_permutation`). Taught in ``notebooks/06_batched.ipynb``; used in 05 and later.
 
 Example:
