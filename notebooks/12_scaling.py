@@ -69,9 +69,10 @@ S = gpufeed.setup()  # S.device, S.quick, S.machine
 # %% [markdown]
 # ## 2. Shards: who reads what
 #
-# Two ways to cut an epoch. gpufeed's `FastLoader(..., rank=r, world_size=w)` draws the epoch's
-# order from `(seed, epoch)` (every rank draws the same one, no communication) and gives each rank
-# a contiguous part of it. `DistributedSampler` draws `randperm(n)` seeded by `seed + epoch` and
+# Two ways to cut an epoch. gpufeed's `FastLoader(..., rank=r, world_size=w, pad=False)` draws the
+# epoch's order from `(seed, epoch)` (every rank draws the same one, no communication) and gives each
+# rank a contiguous part of it (its default, `pad=True`, first pads the order as below, so that every
+# rank yields as many batches). `DistributedSampler` draws `randperm(n)` seeded by `seed + epoch` and
 # deals it out like cards: rank r gets positions r, r + w, r + 2w, ... To give every rank the same
 # number of samples, it **pads** the order with its own first few samples when `n` is not a
 # multiple of `w`. Below, 3 ranks over 10 samples, three epochs each way; a black dot marks a sample
@@ -96,7 +97,7 @@ for kind in ("fast", "sampler"):
           f"{c['duplicates']} read twice")
 
 # %% [markdown]
-# Both cover the epoch and reshuffle it every epoch. `FastLoader`'s shards never overlap, but
+# Both cover the epoch and reshuffle it every epoch. `FastLoader(pad=False)`'s shards never overlap, but
 # their sizes differ by one; `DistributedSampler`'s are equal, at the price of repeating
 # `(-n) % w` samples per epoch. For ImageNet-1k on 8 ranks, `DistributedSampler` itself says how
 # many:
@@ -417,8 +418,8 @@ print(f"saved to {saved}")
 #   buffers, such as BatchNorm statistics, broadcast from rank 0.
 # * Each rank reads its own shard: disjoint, covering the epoch, reshuffled per epoch from a seed
 #   shared by all ranks. `DistributedSampler` pads with repeats for equal sizes and needs
-#   `set_epoch`; `FastLoader` never repeats; train with `drop_last` so every rank takes as many steps,
-#   or with `Join` where they cannot.
+#   `set_epoch`; `FastLoader` pads the same way by default, and with `pad=False` never repeats; then
+#   train with `drop_last` so every rank takes as many steps, or with `Join` where they cannot.
 # * On one machine all ranks share one page cache: one copy of a memmap in RAM, read from disk once.
 # * Scaling needs resources per rank. On a small CPU-only machine the ranks share the cores and the
 #   gain stays below 2x; on GPUs each rank brings its own compute, and the loader must keep up with N

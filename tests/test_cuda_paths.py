@@ -78,10 +78,13 @@ def test_cuda_prefetcher_inputs_already_on_the_gpu_are_waited_for_and_kept_alive
     """Inputs made on the current stream just before (a producer on the GPU) and dropped by it at
     once: the side stream must wait for them and the allocator must not reuse them early."""
     want = [(torch.full((2, 3, 4, 4), k, dtype=torch.uint8), torch.tensor([k, k])) for k in range(6)]
+    consumer = torch.cuda.current_stream()
 
-    def made_on_the_gpu():
+    def made_on_the_gpu():  # on the consumer's stream (the prefetcher asks with its side stream current)
         for x, y in want:
-            yield (x.pin_memory().to("cuda", non_blocking=True) + 0, y.to("cuda", non_blocking=True) + 0)
+            with torch.cuda.stream(consumer):
+                batch = (x.pin_memory().to("cuda", non_blocking=True) + 0, y.to("cuda", non_blocking=True) + 0)
+            yield batch
 
     got = deferred(CudaPrefetcher(made_on_the_gpu(), "cuda", dtype=torch.float32, depth=2))
     same(got, [(x.float().sum(dim=(1, 2, 3)) / 255, y) for x, y in want])
@@ -122,3 +125,42 @@ def test_movers_send_nested_batches_without_blocking(on_cuda):
     assert all(t.is_cuda for t in leaves(moved))
     torch.cuda.synchronize()
     assert equal(moved, batch)
+
+
+@pytest.mark.parametrize("reuse", [1, 3])
+def test_fast_loader_pinned_ring_waits_for_the_consumers_copies(reuse, on_cuda):
+    """Issue 26, defect 7: with ``pin_memory=True`` and ``reuse_buffers=k`` the consumer copies each
+    batch with ``non_blocking=True``; slot j must not be refilled while that copy may be queued. An
+    event recorded on the consumer's stream when it asks for the next batch guards it."""
+    x, y = torch.randint(0, 256, (30, 3, 8, 8), dtype=torch.uint8), torch.arange(30)
+    pinned = FastLoader((x, y), batch_size=4, seed=1, pin_memory=True, reuse_buffers=reuse)
+    cpu = FastLoader((x, y), batch_size=4, seed=1)
+    for _ in range(2):
+        got = deferred((xb.to("cuda", non_blocking=True), yb.to("cuda", non_blocking=True)) for xb, yb in pinned)
+        same(got, deferred(cpu))
+
+
+def test_fast_loader_pinned_ring_under_a_cuda_prefetcher_is_guarded_on_its_side_stream(on_cuda):
+    """The prefetcher copies on its side stream: it asks for the next batch with that stream current."""
+    x, y = torch.randint(0, 256, (30, 3, 8, 8), dtype=torch.uint8), torch.arange(30)
+    pinned = FastLoader((x, y), batch_size=4, seed=1, pin_memory=True, reuse_buffers=1)
+    cpu = FastLoader((x, y), batch_size=4, seed=1)
+    for depth in (1, 2):
+        same(deferred(CudaPrefetcher(pinned, "cuda", depth=depth)), deferred(cpu))
+
+
+def test_fast_loader_on_cuda_copies_on_its_own_side_stream(on_cuda):
+    """Issue 26, defect 10: the copies used to go on the consumer's current stream, queued behind
+    its compute; on a side stream of the loader's they overlap it, ordered by wait_stream and kept
+    alive with record_stream (the read-later tests above fail without either)."""
+    x, y = torch.randint(0, 256, (30, 3, 8, 8), dtype=torch.uint8), torch.arange(30)
+    for reuse in (0, 2):
+        loader = FastLoader((x, y), batch_size=4, seed=1, device="cuda", reuse_buffers=reuse)
+        cpu = FastLoader((x, y), batch_size=4, seed=1)
+        for _ in range(2):
+            same(deferred(loader), deferred(cpu))
+        if on_cuda is not None:
+            current = torch.cuda.current_stream()
+            copies = {w.stream.name for s in on_cuda.streams.values() for w in on_cuda.issued_work(s)
+                      if w.kind == "copy" and w.what.startswith("copy to cuda")}
+            assert copies and current.name not in copies, copies

@@ -32,9 +32,13 @@ def naive(path, batch_size, crop, *, seed=0, epoch=0, rank=0, world_size=1, drop
     data = load_memmap(path)
     n, _, h, w = data.images.shape
     order = torch.randperm(n, generator=seeded_generator(seed, epoch)) if shuffle else torch.arange(n)
-    base, extra = divmod(n, world_size)
-    lo = rank * base + min(rank, extra)
-    order = order[lo:lo + base + (rank < extra)]
+    if drop_last:  # disjoint parts, sizes differing by at most one
+        base, extra = divmod(n, world_size)
+        lo = rank * base + min(rank, extra)
+        order = order[lo:lo + base + (rank < extra)]
+    else:  # padded with the order's start to ceil(n / world_size) a rank, as DistributedSampler pads
+        per = -(-n // world_size)
+        order = torch.cat([order, order[:per * world_size - n]])[rank * per:(rank + 1) * per]
     cut = (n // world_size) // batch_size * batch_size if drop_last else len(order)
     g = seeded_generator(seed, epoch, rank, 1)
     out = []
@@ -286,3 +290,120 @@ def test_the_readme_example_runs(tmp_path, monkeypatch):
     scope = {}
     exec(compile(code, "README.md", "exec"), scope)
     assert scope["loss"].isfinite() and scope["images"].shape == (3, 3, 32, 32)
+
+
+def reserved(sim) -> int:
+    """Device bytes the caching allocator holds (the simulator's, or the real GPU's)."""
+    return sim.device_memory.reserved if sim is not None else torch.cuda.memory_reserved()
+
+
+def test_device_memory_stops_growing_after_the_first_epochs(mm, on_cuda):
+    """Issue 26, defect 1: a new side stream per epoch strands each epoch's blocks in that stream's
+    pool (the caching allocator reuses a block only on the stream that allocated it). One stream,
+    owned by the loader: the memory held after epoch 2 is all epoch 7 needs."""
+    loader = ImageLoader(mm, 4, crop=16, device="cuda", depth=2)
+    for epoch in range(7):
+        deferred_sum = [x.float().sum() for x, _ in loader]
+        torch.cuda.synchronize()
+        del deferred_sum
+        if epoch == 1:
+            after_two = reserved(on_cuda)
+    assert reserved(on_cuda) == after_two
+    if on_cuda is not None:  # the simulator counts streams: the default one and the loader's own
+        assert len(on_cuda.streams) == 2
+
+
+def test_every_rank_yields_as_many_batches_padded_as_distributed_sampler_pads(mm):
+    """Issue 26, defect 3: 14 images on 3 ranks in batches of 4 used to give 2, 1 and 1 batches (DDP
+    hangs in the last all-reduce); padded to 5 a rank, every rank yields 2."""
+    loaders = [ImageLoader(mm, 4, crop=16, rank=r, world_size=3) for r in range(3)]
+    got = [list(loader) for loader in loaders]
+    assert [len(loader) for loader in loaders] == [len(g) for g in got] == [2, 2, 2]
+    for r, g in enumerate(got):
+        same(g, naive(mm, 4, 16, rank=r, world_size=3))
+    assert sorted({i for g in got for _, y in g for i in y.tolist()}) == sorted(set(load_memmap(mm).targets.tolist()))
+
+
+def test_free_buffers_never_reuse_shared_memory_or_a_held_storage():
+    """Issue 26, defect 5: a batch pickled in a DataLoader worker moves to shared memory, the worker
+    drops it, another process still reads it; and a held ``untyped_storage()`` holds the memory."""
+    from gpufeed.data.image_loader import FreeBuffers
+
+    pool = FreeBuffers((4, 8), torch.float32, keep=4)
+    shared = pool.take(4)
+    shared.share_memory_()  # what pickling it to another process does
+    ptr = shared.data_ptr()
+    del shared
+    storage = pool.take(4).untyped_storage()  # the tensor dropped, its storage held
+    assert pool.take(4).data_ptr() != ptr
+    assert pool.take(4).data_ptr() not in (ptr, storage.data_ptr())
+
+
+def test_a_cpu_loader_in_dataloader_workers_gives_every_batch_intact(mm):
+    """Issue 26, defect 5, end to end: ImageLoader in a DataLoader worker process; each batch goes
+    to the main process through shared memory; none may be overwritten by a later one."""
+    from torch.utils.data import DataLoader, IterableDataset
+
+    class Batches(IterableDataset):
+        def __iter__(self):
+            for _ in range(4):
+                yield from ImageLoader(mm, 2, crop=16, depth=1, threads=1)
+
+    got = [x for x, _ in DataLoader(Batches(), batch_size=None, num_workers=1)]
+    want = [x for _ in range(4) for x, _ in ImageLoader(mm, 2, crop=16, depth=1, threads=1)]
+    assert len(got) == len(want) == 28
+    bad = sum(not torch.equal(g, w) for g, w in zip(got, want))
+    assert bad == 0, f"{bad} of {len(got)} batches were overwritten after they were sent"
+
+
+def test_without_torchs_private_use_count_every_batch_is_fresh_memory(mm, monkeypatch):
+    """Issue 26, defect 11: ``torch._C._storage_Use_Count`` is private; where it is absent nothing
+    is reused (correct, at the cost of fresh memory's page faults), and the batches are the same."""
+    import gpufeed.data.image_loader as il
+
+    monkeypatch.setattr(il, "_HAS_USE_COUNT", False)
+    loader = ImageLoader(mm, 4, crop=16, depth=1)
+    ptrs = []
+    for x, _ in loader:
+        ptrs.append(x.data_ptr())
+        del x
+    assert len(ptrs) == len(loader) and loader._free.buffers == []
+    same(list(ImageLoader(mm, 4, crop=16)), naive(mm, 4, 16))
+
+
+@pytest.mark.parametrize("depth", [1, 2])
+def test_reuse_buffers_keeps_its_promise_across_the_epoch_boundary(mm, depth):
+    """Issue 26, defect 6: the ring's slot restarted at 0 each epoch, so the first batches of an
+    epoch overwrote the last ones of the epoch before while they were still promised."""
+    k = 2
+    loader = ImageLoader(mm, 2, crop=16, drop_last=True, reuse_buffers=k, depth=depth)
+    held = []  # every batch as yielded and a copy, across three epochs (7 batches each)
+    for _epoch in range(3):
+        for x, _ in loader:
+            held.append((x, x.clone()))
+            for old, copy in held[-k:]:  # batch j is intact while batch j + k - 1 is in use
+                assert torch.equal(old, copy)
+
+
+def test_cuda_is_the_current_device_at_iter_not_at_construction(mm, on_cuda, monkeypatch):
+    """Issue 26, defect 11: a loader made before ``torch.cuda.set_device(local_rank)`` used to keep
+    the device current at construction (every rank on GPU 0); ``"cuda"`` is now resolved by
+    ``iter()``. The simulator has one device, so the prefetcher and the stream are stand-ins here."""
+    import gpufeed.data.image_loader as il
+
+    loader = ImageLoader(mm, 4, crop=16, device="cuda")
+    seen = []
+
+    class Recorder:
+        def __init__(self, host, device, **kwargs):
+            seen.append(device)
+
+        def __iter__(self):
+            return iter([])
+
+    monkeypatch.setattr(il, "CudaPrefetcher", Recorder)
+    monkeypatch.setattr(ImageLoader, "_stream", lambda self, device: None, raising=False)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)  # set_device(1) after the loader was made
+    list(loader)
+    assert seen == [torch.device("cuda", 1)]
+    assert list(ImageLoader(mm, 4, crop=16, device="cuda:0")) == [] and seen[-1] == torch.device("cuda", 0)

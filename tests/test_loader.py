@@ -62,7 +62,9 @@ def test_no_shuffle_and_drop_last():
 
 @pytest.mark.parametrize("world_size", [1, 2, 3])
 @pytest.mark.parametrize("shuffle, group_size", [(True, None), (True, 8), (False, None)])
-def test_ranks_get_disjoint_shards_that_cover_the_epoch(world_size, shuffle, group_size):
+def test_ranks_get_shards_that_cover_the_epoch_padded_to_one_length(world_size, shuffle, group_size):
+    """Issue 26, defect 3: as DistributedSampler pads, every rank gets ceil(n / world_size) positions
+    of the epoch's order, the last ones wrapping to its start; without padding DDP hangs."""
     n = 101
     for epoch in (0, 1):
         shards = []
@@ -72,12 +74,31 @@ def test_ranks_get_disjoint_shards_that_cover_the_epoch(world_size, shuffle, gro
             loader.set_epoch(epoch)
             shards.append(epoch_order(loader))
         flat = [i for s in shards for i in s]
-        assert sorted(flat) == list(range(n)) and len(flat) == n  # covering and disjoint
-        assert max(map(len, shards)) - min(map(len, shards)) <= 1
+        whole = FastLoader(torch.arange(n), 4, shuffle=shuffle, seed=0, group_size=group_size)
+        whole.set_epoch(epoch)
+        order = epoch_order(whole)
+        pad = -n % world_size
+        assert flat == order + order[:pad]  # the whole order once, then its start again as padding
+        assert [len(s) for s in shards] == [-(-n // world_size)] * world_size
         # drop_last: every rank yields the same number of full batches
         counts = [len(list(FastLoader(torch.arange(n), 4, shuffle=shuffle, rank=r, world_size=world_size,
                                       group_size=group_size, drop_last=True))) for r in range(world_size)]
         assert counts == [(n // world_size) // 4] * world_size
+
+
+@pytest.mark.parametrize("group_size", [None, 5])
+def test_64_images_on_3_ranks_in_batches_of_7_give_every_rank_4_batches(group_size):
+    """Issue 26, defect 3, the case that hung: unpadded, ranks yielded 4, 3 and 3 batches."""
+    loaders = [FastLoader(torch.arange(64), 7, rank=r, world_size=3, group_size=group_size) for r in range(3)]
+    got = [[b.tolist() for b in loader] for loader in loaders]
+    assert [len(loader) for loader in loaders] == [len(g) for g in got] == [4, 4, 4]
+    assert sorted({i for g in got for b in g for i in b}) == list(range(64))
+    assert sum(len(b) for g in got for b in g) == 66  # two images seen twice, as DistributedSampler does
+
+
+def test_more_ranks_than_samples_still_give_every_rank_a_batch():
+    got = [[b.tolist() for b in FastLoader(torch.arange(2), 4, rank=r, world_size=5, seed=3)] for r in range(5)]
+    assert all(len(g) == 1 and len(g[0]) == 1 for g in got) and {g[0][0] for g in got} == {0, 1}
 
 
 def test_grouped_shuffle_keeps_neighbours_together():

@@ -155,7 +155,7 @@ def test_a_killed_build_leaves_nothing_that_loads(tmp_path, src):
     assert not dst.exists()
     (partial,) = tmp_path.glob(".mm.partial-*")
     assert (partial / memmap.DATA).is_dir() and read_manifest(partial) is None
-    with pytest.raises(MemmapError, match=r"does not exist; \.mm\.partial-\d+ beside it is an incomplete build"):
+    with pytest.raises(MemmapError, match=r"does not exist; \.mm\.partial-.*-\d+ beside it is an incomplete build"):
         load_memmap(dst)
     with pytest.raises(MemmapError, match="not a complete gpufeed memmap dataset.*no gpufeed-memmap.json"):
         load_memmap(partial)
@@ -185,3 +185,76 @@ def test_load_refuses_foreign_or_damaged_folders(tmp_path, src):
     shutil.rmtree(tmp_path / "mm" / memmap.DATA)
     with pytest.raises(MemmapError, match="is damaged"):
         load_memmap(tmp_path / "mm")
+
+
+@pytest.mark.parametrize("name", ["images", "targets"])
+def test_a_truncated_file_is_refused_by_every_reader_and_left_as_it_was(tmp_path, src, name):
+    """Issue 26, defect 2: tensordict maps a writable file shared and torch.from_file extends a short
+    one with zeros, so a truncated dataset used to load as black images and come back full size.
+    Every reader checks each file's size against the manifest first, names the file, and changes
+    nothing on disk."""
+    from gpufeed.data.arrays import MemmapDataset, open_arrays
+    from gpufeed.data.image_loader import ImageLoader
+
+    build_memmap(src, tmp_path / "mm", (32, 32), progress=False)
+    (damaged,) = (tmp_path / "mm").rglob(f"{name}.memmap")
+    before = damaged.read_bytes()[:100]
+    os.truncate(damaged, 100)
+    for read in (load_memmap, open_arrays, MemmapDataset, lambda p: ImageLoader(p, 4)):
+        with pytest.raises(MemmapError, match=rf"{damaged.name}.* 100 bytes.*--overwrite") as info:
+            read(tmp_path / "mm")
+        assert str(damaged) in str(info.value) and "\n" not in str(info.value)
+        assert damaged.stat().st_size == 100 and damaged.read_bytes() == before
+
+
+def test_loading_maps_read_only_so_writes_never_reach_the_files(tmp_path, src):
+    """Issue 26, defect 2: nothing of the user's is modified by loading; ``writable=True`` asks for it."""
+    build_memmap(src, tmp_path / "mm", (32, 32), progress=False)
+    (images,) = (tmp_path / "mm").rglob("images.memmap")
+    before = images.read_bytes()
+    data = load_memmap(tmp_path / "mm")
+    data.images[0] = 7  # copy-on-write: this process sees it, the file does not
+    assert data.images[0].eq(7).all()
+    del data
+    assert images.read_bytes() == before
+    data = load_memmap(tmp_path / "mm", writable=True)
+    data.images[0] = 7  # a shared mapping: the page cache, so the file, has it
+    del data
+    assert images.read_bytes()[:3 * 32 * 32] == bytes([7]) * (3 * 32 * 32)
+
+
+def test_skip_bad_cuts_the_files_in_place_without_a_second_copy(tmp_path, with_bad, monkeypatch):
+    """Issue 26, defect 4: compaction used to write the good rows again into new files (a second
+    copy that check_space never budgeted: SIGBUS on a nearly full disk). The good rows come first,
+    so the files preallocated for the build are cut in place: the same files (inodes), no more."""
+    copy, bad = with_bad
+    reserved = {}
+    real_reserve = memmap._reserve
+
+    def reserve(prefix):
+        real_reserve(prefix)
+        reserved.update({f.name: f.stat().st_ino for f in prefix.rglob("*.memmap")})
+
+    monkeypatch.setattr(memmap, "_reserve", reserve)
+    r = build_memmap(copy, tmp_path / "mm", (32, 32), progress=False, skip_bad=True, batch_size=4)
+    assert r.n == 22 and set(reserved) == {"images.memmap", "targets.memmap"}
+    final = {f.name: f for f in (tmp_path / "mm").rglob("*.memmap")}
+    assert {name: f.stat().st_ino for name, f in final.items()} == reserved
+    assert final["images.memmap"].stat().st_size == 22 * 3 * 32 * 32 and final["targets.memmap"].stat().st_size == 22 * 8
+    ds = ImageFolderDataset(copy, (32, 32))
+    assert_same_as_folder(load_memmap(tmp_path / "mm"), ds, [i for i, (p, _) in enumerate(ds.samples)
+                                                             if p not in {str(b) for b in bad}])
+
+
+def test_the_progress_bar_shows_only_where_someone_watches(tmp_path, src, capfd, monkeypatch):
+    """A bar on a terminal or in a notebook; none in a log (stderr not a terminal), under CI or
+    GPUFEED_QUICK, or with progress=False."""
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.delenv("GPUFEED_QUICK", raising=False)
+    build_memmap(src, tmp_path / "a", (16, 16))  # pytest's stderr is not a terminal
+    assert "img" not in capfd.readouterr().err
+    assert memmap.show_progress(True) is False and memmap.show_progress(False) is False
+    monkeypatch.setattr("sys.stderr.isatty", lambda: True, raising=False)
+    assert memmap.show_progress(True) is True
+    monkeypatch.setenv("GPUFEED_QUICK", "1")
+    assert memmap.show_progress(True) is False

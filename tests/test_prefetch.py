@@ -335,12 +335,13 @@ def test_cuda_prefetcher_protocol_with_a_stand_in_for_torch_cuda(monkeypatch):
         monkeypatch.setattr(torch.cuda, name, value)
     p = CudaPrefetcher(batches(4), "cuda", dtype=torch.float32, depth=2, pin_memory=False)
     p.device = torch.device("cpu")  # the copies themselves stay on the CPU here
-    started = [("enter", "side"), ("record", 1, "side"), ("exit", "side"),
-               ("enter", "side"), ("record", 2, "side"), ("exit", "side")]
+    ask = [("enter", "side"), ("exit", "side")]  # each batch is asked for with the side stream current
+    started = [*ask, ("enter", "side"), ("record", 1, "side"), ("exit", "side"),
+               *ask, ("enter", "side"), ("record", 2, "side"), ("exit", "side")]
     it = iter(p)
     assert calls == started  # two batches in flight before the first is asked for
     first = next(it)
-    assert calls == [*started, ("wait", 1), ("enter", "side"), ("record", 3, "side"), ("exit", "side")]
+    assert calls == [*started, ("wait", 1), *ask, ("enter", "side"), ("record", 3, "side"), ("exit", "side")]
     rest = list(it)  # batch k is waited for only when it is handed over, after its copy was issued
     assert [c[1] for c in calls if c[0] == "wait"] == [1, 2, 3, 4]
     assert all(calls.index(("record", n, "side")) < calls.index(("wait", n)) for n in range(1, 5))

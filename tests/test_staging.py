@@ -9,7 +9,7 @@ from gpufeed.data import staging
 def test_the_folder_appears_only_when_the_block_ends(tmp_path):
     out = tmp_path / "d"
     with staging.staged(out, ValueError) as tmp:
-        assert tmp.name == f".d.partial-{os.getpid()}" and tmp.parent == tmp_path
+        assert tmp.name == f".d.partial-{staging.host()}-{os.getpid()}" and tmp.parent == tmp_path
         (tmp / "x").write_text("1")
         assert not out.exists()
     assert (out / "x").read_text() == "1"
@@ -64,3 +64,45 @@ def test_space_and_parent_checks(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="permission denied; choose another --out"):
         staging.prepare_parent(tmp_path / "out", ValueError, "--out")
     assert staging.free_bytes(tmp_path) > 0
+
+
+def test_another_hosts_staging_folder_is_never_judged_by_a_local_pid(tmp_path):
+    """Issue 26, defect 8: on storage shared between machines, a pid of another host says nothing
+    here; its staging folder (named with its host) is left alone. Older names (no host) and this
+    host's are judged by the pid as before."""
+    here, pid = staging.host(), 999999999
+    theirs = tmp_path / f".d.partial-other-node-7-{pid}"
+    mine = tmp_path / f".d.partial-{here}-{pid}"
+    legacy = tmp_path / f".d.partial-{pid}"
+    live = staging.staging_path(tmp_path / "d")
+    for p in (theirs, mine, legacy, live):
+        p.mkdir()
+    assert sorted(staging.stale_staging(tmp_path / "d")) == sorted([mine, legacy])
+    assert "-" in here or here  # a host name with dashes still parses (other-node-7 above)
+
+
+def _build(src, dst, barrier, out):
+    from gpufeed.data.memmap import build_memmap
+
+    barrier.wait(60)  # both start the build at once
+    out.put(build_memmap(src, dst, (32, 32), reuse=True, progress=False).reused)
+
+
+def test_ranks_building_one_memmap_at_once_decode_it_once(tmp_path):
+    """Issue 26, defect 8: two processes (two ranks) call build_memmap(..., reuse=True) on one
+    destination at the same moment: a lock beside it lets one decode, the other reuses its result."""
+    import multiprocessing
+
+    from gpufeed.measure.synth import synth_folder
+
+    src = synth_folder(tmp_path / "jpeg", n=60, size=(64, 48), classes=3, progress=False).path
+    ctx = multiprocessing.get_context("spawn")
+    barrier, out = ctx.Barrier(2), ctx.Queue()
+    procs = [ctx.Process(target=_build, args=(src, tmp_path / "mm", barrier, out)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    reused = sorted(out.get(timeout=120) for _ in procs)
+    for p in procs:
+        p.join(60)
+    assert reused == [False, True]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["jpeg", "mm"]  # no staging folder, no lock left

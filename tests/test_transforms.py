@@ -213,3 +213,22 @@ def test_device_augment_into_uint8_crops_and_flips_only():
     aug = T.DeviceAugment(crop=5, seed=1, dtype=torch.uint8)
     corners, flips = T.DeviceAugment(crop=5, seed=1).params(x)
     assert torch.equal(aug(x), T.crop_flip(x, corners, flips, 5))  # the GPU's: test_image_loader's cuda test
+
+
+def test_crop_pool_threads_run_their_ops_on_one_thread_each_and_leave_the_rest_alone():
+    """Issue 26, defect 9: each pool thread's ops are above torch's grain size, so each opened an
+    OpenMP team of get_num_threads(): pool x cores threads. In the pool, one intra-op thread each;
+    the caller's count and a thread started later keep theirs."""
+    import threading
+
+    from gpufeed.data.transforms import crop_pool
+
+    before = torch.get_num_threads()
+    pool = crop_pool(3)
+    assert list(pool.map(lambda _: torch.get_num_threads(), range(12))) == [1] * 12
+    assert torch.get_num_threads() == before
+    later = []
+    t = threading.Thread(target=lambda: later.append(torch.get_num_threads()))
+    t.start()
+    t.join()
+    assert later == [before]

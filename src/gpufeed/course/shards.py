@@ -66,8 +66,9 @@ def make_loader(tensors, batch_size: int, kind: str = "fast", *, rank: int = 0, 
     """This rank's loader over ``tensors`` (fields sharing dim 0); batches are tuples of them.
 
     Args:
-        kind: ``"fast"`` (:class:`~gpufeed.data.loader.FastLoader`: contiguous parts of the epoch's
-            order, sizes differing by at most one) or ``"sampler"`` (:class:`SamplerLoader`:
+        kind: ``"fast"`` (:class:`~gpufeed.data.loader.FastLoader` with ``pad=False``: contiguous
+            parts of the epoch's order, sizes differing by at most one; the library's default pads
+            them to one size, as the sampler does) or ``"sampler"`` (:class:`SamplerLoader`:
             every ``world_size``-th sample, padded with repeats to equal sizes).
         drop_last: drop the short last batch and make every rank's shard the same size (the fast
             loader by cutting batches, the sampler by dropping the epoch's tail).
@@ -76,7 +77,7 @@ def make_loader(tensors, batch_size: int, kind: str = "fast", *, rank: int = 0, 
     cuda = device is not None and torch.device(device).type == "cuda"
     if kind == "fast":
         return FastLoader(tuple(tensors), batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last, rank=rank,
-                          world_size=world_size, device=device if cuda else None)
+                          world_size=world_size, device=device if cuda else None, pad=False)
     if kind == "sampler":
         return SamplerLoader(tensors, batch_size, rank=rank, world_size=world_size, seed=seed, drop_last=drop_last,
                              shuffle=shuffle, pin_memory=cuda)

@@ -41,32 +41,26 @@ import torch
 from torch.utils.data import Dataset
 
 from gpufeed.data.loader import take_rows
-from gpufeed.data.manifest import DATA, MANIFEST, MemmapError, read_manifest  # noqa: F401 (re-exported)
-
-_DTYPES = {"uint8": np.uint8, "int64": np.int64}
+from gpufeed.data.manifest import DATA, MANIFEST, MemmapError, data_files, read_manifest  # noqa: F401 (re-exported)
 
 
 def _fast(folder: Path) -> tuple[torch.Tensor, torch.Tensor, dict] | None:
-    """The mapped arrays and the manifest, or None if anything is not as expected."""
+    """The mapped arrays and the manifest, or None if anything is not as expected (MemmapError for a
+    file whose size is not the manifest's: :func:`data_files`)."""
     try:
         manifest = read_manifest(folder, check_version=True)
     except MemmapError:
         return None  # load_memmap says which version and what to do
     if manifest is None:
         return None
+    files = data_files(folder, manifest)
+    if files is None:
+        return None
     out = []
-    for name in ("images", "targets"):
-        spec = manifest.get(name) or {}
-        files = list((folder / DATA).rglob(f"{name}.memmap"))
-        dtype = _DTYPES.get(spec.get("dtype"))
-        if len(files) != 1 or dtype is None or not spec.get("shape"):
-            return None
-        shape = tuple(int(s) for s in spec["shape"])
-        if files[0].stat().st_size != int(np.prod(shape)) * np.dtype(dtype).itemsize:
-            return None  # a damaged or foreign file: let load_memmap say so
+    for file, dtype, shape in files.values():
         with warnings.catch_warnings():  # read-only mapping: torch warns that it is not writable; we only read
             warnings.simplefilter("ignore", UserWarning)
-            out.append(torch.from_numpy(np.memmap(files[0], dtype=dtype, mode="r", shape=shape)))
+            out.append(torch.from_numpy(np.memmap(file, dtype=dtype, mode="r", shape=shape)))
     if len(out[0]) != len(out[1]):
         return None
     return out[0], out[1], manifest
@@ -79,8 +73,9 @@ def open_arrays(folder: str | os.PathLike) -> tuple[torch.Tensor, torch.Tensor, 
     The tensors are read-only mappings: copy (``clone``, ``index_select``) before writing.
 
     Raises:
-        gpufeed.data.arrays.MemmapError: the folder is missing, incomplete or damaged; the message
-            says how to build or rebuild it.
+        gpufeed.data.arrays.MemmapError: the folder is missing, incomplete or damaged (a file shorter
+            or longer than its manifest says is named, and left as it is); the message says how to
+            build or rebuild it.
     """
     folder = Path(folder).expanduser().absolute()
     got = _fast(folder)

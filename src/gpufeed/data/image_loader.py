@@ -91,6 +91,7 @@ Example:
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from collections import deque
 from collections.abc import Iterator
@@ -98,8 +99,8 @@ from concurrent.futures import Future, wait
 
 import torch
 
+from gpufeed.data.arrays import open_arrays
 from gpufeed.data.loader import FastLoader, seeded_generator
-from gpufeed.data.memmap import load_memmap
 from gpufeed.data.prefetch import CudaPrefetcher, ThreadPrefetcher
 from gpufeed.data.resized import RATIO, ResizedCropAugment, check_range
 from gpufeed.data.transforms import (
@@ -116,8 +117,22 @@ def _use_count(t: torch.Tensor) -> int:
     return torch._C._storage_Use_Count(t.untyped_storage()._cdata)
 
 
+def _storage_refs(t: torch.Tensor) -> int:
+    """Python references to ``t``'s storage object: torch keeps one storage object per storage, so
+    an ``untyped_storage()`` someone holds is this count going up, not the use count."""
+    return sys.getrefcount(t.untyped_storage())
+
+
 _HAS_USE_COUNT = hasattr(torch._C, "_storage_Use_Count")  # private; registered with torch's CUDA module (2.x)
 _ALONE = _use_count(torch.empty(1)) if _HAS_USE_COUNT else None  # the count of a tensor nothing else holds
+_ALONE_REFS = _storage_refs(torch.empty(1))  # the same for the storage object
+
+
+def _free(buf: torch.Tensor) -> bool:
+    """Whether nothing but the pool holds ``buf``: no other tensor, array or storage object here,
+    and no other process (memory moved to shared memory, e.g. by pickling a batch out of a
+    DataLoader worker, may be mapped elsewhere: never free again)."""
+    return not buf.is_shared() and _use_count(buf) == _ALONE and _storage_refs(buf) == _ALONE_REFS
 
 
 class FreeBuffers:
@@ -125,10 +140,14 @@ class FreeBuffers:
 
     A batch is a view of one buffer. :meth:`take` hands out a buffer whose memory nobody holds any
     more (torch's own use count of the storage: every view, ``.numpy()`` array or tensor saved for
-    backward counts), else fresh memory, which joins the pool while the pool has fewer than
-    ``keep``. A batch you keep is never written again; one you dropped is reused, so its pages are
-    not faulted in again every batch. Where torch has no use count (a private call that CPU-only
-    builds may lack), every batch is fresh memory.
+    backward counts; and the references to its storage object, which a held ``untyped_storage()``
+    adds), else fresh memory, which joins the pool while the pool has fewer than ``keep``. A
+    buffer in shared memory (a batch pickled to another process, as a DataLoader worker sends
+    it) leaves the pool for good: the other process's mapping is not counted here. A batch you
+    keep is never written again; one you dropped is reused, so its pages are not faulted in again
+    every batch. Where torch has no use count (``torch._C._storage_Use_Count`` is private; a
+    build without it, or a torch that renames it), nothing is ever reused: every batch is fresh
+    memory, which is always correct and costs the page faults of fresh memory (lesson 06).
     Thread-safe: two producers never take the same buffer.
 
     Example:
@@ -151,8 +170,9 @@ class FreeBuffers:
         """A ``[rows, *shape[1:]]`` view of a buffer nobody else holds."""
         with self._lock:  # the check and the taking (the view raises the count) as one step
             if _HAS_USE_COUNT:
+                self.buffers = [buf for buf in self.buffers if not buf.is_shared()]  # theirs now, not ours
                 for buf in self.buffers:
-                    if _use_count(buf) == _ALONE:
+                    if _free(buf):
                         return buf[:rows]
             buf = torch.empty(self.shape, dtype=self.dtype, memory_format=self.memory_format)
             if _HAS_USE_COUNT and len(self.buffers) < self.keep:
@@ -166,7 +186,9 @@ class ImageLoader:
     Args:
         path: a folder written by :func:`gpufeed.data.memmap.build_memmap`.
         batch_size: images per batch.
-        device: where the batches go: ``"cpu"``, ``"cuda"`` (or ``"cuda:1"``, ...).
+        device: where the batches go: ``"cpu"``, ``"cuda"`` (or ``"cuda:1"``, ...). ``"cuda"``
+            alone is the current device when each ``iter()`` starts (under torchrun call
+            ``torch.cuda.set_device(local_rank)`` before the first epoch).
         crop: the side of the square output; None: the stored images' short side. Without
             ``scale``, a random ``crop x crop`` window of the stored image.
         scale, ratio: RandomResizedCrop instead (the ImageNet recipe's; FFCV's and DALI's): a box
@@ -197,7 +219,9 @@ class ImageLoader:
             ``uint8`` crops are laid out before the normalisation, which keeps the layout.
         drop_last: drop each epoch's last, short batch.
         seed: the order and the crops of epoch ``e`` depend only on ``(seed, e)`` (and the rank).
-        rank, world_size: this process's disjoint shard of every epoch (DistributedDataParallel).
+        rank, world_size: this process's shard of every epoch (DistributedDataParallel); every rank
+            yields the same number of batches (:class:`~gpufeed.data.loader.FastLoader`: without
+            ``drop_last`` the order is padded with its own start, as ``DistributedSampler`` pads).
         depth: batches prepared ahead of the one in use.
         threads: on the CPU, threads that crop and normalise the batches (default: the usable
             cores, at most 8); they work ``depth`` batches ahead of you, beside the training step.
@@ -206,6 +230,15 @@ class ImageLoader:
             which saves the page faults of fresh memory. ``k > 0`` (CPU only; ignored on CUDA): the
             images are written into ``k`` buffers in turn without that check, **so a batch's images
             are overwritten ``k`` batches later**: finish with them (or copy them) first.
+
+    .. warning::
+        On the CPU the crops are made by a pool of threads that lives as long as the process
+        (:func:`gpufeed.data.transforms.crop_pool`), so a ``fork`` after the first epoch (a
+        DataLoader's workers, ``multiprocessing``) forks a process with threads. They wait on
+        their queue holding no lock and each runs its ops on itself alone (no OpenMP team of its
+        own), and a forked child makes its own pool; but prefer the ``spawn`` or ``forkserver``
+        start method for processes started after training began, as PyTorch advises for any
+        threaded process.
 
     Raises:
         gpufeed.data.memmap.MemmapError: ``path`` is not a complete memmap dataset.
@@ -234,8 +267,8 @@ class ImageLoader:
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise ValueError(f"ImageLoader: threads must be None or a whole number >= 1 (got {threads!r})")
         mean, std = output_stats("ImageLoader", dtype, mean, std)  # a clear ValueError if they do not fit dtype
-        data = load_memmap(path)  # MemmapError in one line if path is not a memmap dataset
-        n, _, height, width = data.images.shape
+        images, targets, _ = open_arrays(path)  # read-only; MemmapError in one line if path is not a dataset
+        n, _, height, width = images.shape
         crop = min(height, width) if crop is None else crop
         if scale is not None:  # resized: any output side
             scale = check_range("ImageLoader", "scale", scale)
@@ -262,17 +295,16 @@ class ImageLoader:
                                       os.cpu_count() or 1)
         self.reuse_buffers = reuse_buffers if self.device.type != "cuda" else 0
         self.cuda = self.device.type == "cuda"
-        if self.cuda and self.device.index is None:
-            self.device = torch.device("cuda", torch.cuda.current_device())
+        self._streams: dict[int, torch.cuda.Stream] = {}  # CUDA: the loader's one side stream per device
         # CUDA: gathered into fresh pinned memory from torch's caching host allocator, which keeps
         # each block until the copy out of it is done. The CPU path only takes its indices (_on_cpu).
-        self.loader = FastLoader((data.images, data.targets), batch_size, shuffle=shuffle, seed=seed,
+        self.loader = FastLoader((images, targets), batch_size, shuffle=shuffle, seed=seed,
                                  drop_last=drop_last, rank=rank, world_size=world_size,
                                  pin_memory=self.cuda, group_size=group_size)
         self.epoch = 0
         self._resume = 0  # batches of self.epoch the next iter() skips (load_state_dict)
         self._progress: list[int] | None = None  # [epoch, batches handed out] of the latest iter()
-        self._cpu_rings: list[list[torch.Tensor]] = []  # the CPU path's reused outputs (reuse_buffers > 0)
+        self._cpu_rings: list[tuple[list[torch.Tensor], int]] = []  # CPU, reuse_buffers > 0: (ring, cursor)
         self._free: FreeBuffers | None = None  # the CPU path's outputs by default: reused once dropped
 
     def __len__(self) -> int:
@@ -355,16 +387,18 @@ class ImageLoader:
     def _batches(self, epoch: int, start: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """Epoch ``epoch``'s batches from batch ``start`` on."""
         if self.cuda:
-            augment = self.augmentation(epoch, start)
+            augment, device = self.augmentation(epoch, start), self._cuda_device()
             fetch = self.loader._fetch  # the gather into fresh pinned memory
             batches = (fetch(idx) for idx in self.loader.indices(epoch)[start:])
-            host = ThreadPrefetcher(self._gathered(batches), depth=self.depth)
+            host = ThreadPrefetcher(self._gathered(batches, device), depth=self.depth)
 
             def on_gpu(batch):  # on the side stream, after the copy
                 images, targets = batch
                 return augment(images), targets
 
-            return iter(CudaPrefetcher(host, self.device, depth=self.depth, pin_memory=False, transform=on_gpu))
+            # A new prefetcher per epoch, on the loader's one stream (see CudaPrefetcher's stream)
+            return iter(CudaPrefetcher(host, device, depth=self.depth, pin_memory=False, transform=on_gpu,
+                                       stream=self._stream(device)))
         if self.device.type == "cpu":
             return self._on_cpu(epoch, start)
         return self._to_device(self._on_cpu(epoch, start))  # e.g. mps: made here, copied there
@@ -373,11 +407,24 @@ class ImageLoader:
         for images, targets in batches:
             yield images.to(self.device), targets.to(self.device)
 
-    def _gathered(self, batches: Iterator) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def _cuda_device(self) -> torch.device:
+        """``device`` with its index: ``"cuda"`` alone is the current device when ``iter()`` is called
+        (not when the loader was made), so a loader made before ``set_device(local_rank)`` still
+        lands on its rank's GPU."""
+        return self.device if self.device.index is not None else torch.device("cuda", torch.cuda.current_device())
+
+    def _stream(self, device: torch.device) -> torch.cuda.Stream:
+        """The loader's side stream on ``device``, made at its first epoch there and kept: every
+        epoch's blocks come back to the same stream's pool of the caching allocator."""
+        if device.index not in self._streams:
+            self._streams[device.index] = torch.cuda.Stream(device)
+        return self._streams[device.index]
+
+    @staticmethod
+    def _gathered(batches: Iterator, device: torch.device) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """CUDA: the loader's batches, on the producer thread (whose current CUDA device is set first, as
         torch's pin-memory thread does: pinned memory then belongs to our device)."""
-        if self.cuda:
-            torch.cuda.set_device(self.device)
+        torch.cuda.set_device(device)
         yield from batches
 
     def _on_cpu(self, epoch: int, start: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
@@ -396,18 +443,21 @@ class ImageLoader:
         # costs a page fault per 4 KiB, every epoch); a live iterator owns its ring.
         count = self.reuse_buffers + self.depth + 1 if self.reuse_buffers else 0
         layout = {"dtype": self.dtype, "memory_format": self.memory_format}
-        ring = self._cpu_rings.pop() if self._cpu_rings else [
-            torch.empty(shape, **layout) for _ in range(count)]
+        # the ring keeps its cursor: the next epoch goes on from the slot after the last one written
+        ring, cursor = self._cpu_rings.pop() if self._cpu_rings else ([torch.empty(shape, **layout)
+                                                                      for _ in range(count)], 0)
+        taken = 0  # ring slots written this epoch
         if not ring and self._free is None:  # the batch you hold, the last one, the queue and the one being made
             self._free = FreeBuffers(shape, self.dtype, keep=self.depth + 3,
                                      memory_format=self.memory_format)
         free, pool = self._free, crop_pool(self.threads)
         queued: deque[tuple[torch.Tensor, torch.Tensor, list[Future]]] = deque()  # oldest first
         try:
-            for k, idx in enumerate(self.loader.indices(epoch)[start:], start):
+            for idx in self.loader.indices(epoch)[start:]:
                 b = len(idx)
                 params = augment.params(images[:b])  # only the shape is read: draws in batch order
-                out = ring[k % len(ring)][:b] if ring else free.take(b)
+                out = ring[(cursor + taken) % len(ring)][:b] if ring else free.take(b)
+                taken += 1
                 tasks = augment.tasks(images, idx.tolist(), params, out)
                 queued.append((out, torch.index_select(targets, 0, idx), [pool.submit(t) for t in tasks]))
                 if len(queued) > self.depth:
@@ -420,7 +470,7 @@ class ImageLoader:
                 f.cancel()  # not started yet: never will be
             wait(left)  # the running ones (an error there has no one to go to)
             if ring:
-                self._cpu_rings.append(ring)
+                self._cpu_rings.append((ring, cursor + taken))
 
 
 def _finished(batch: tuple[torch.Tensor, torch.Tensor, list[Future]]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -5,8 +5,8 @@ sample indices (seeded by ``seed`` and the epoch, so every epoch has a new order
 gives the same orders), cuts it into slices of ``batch_size``, and fetches each slice with one
 ``torch.index_select`` per field (:func:`gather`). It works on the memmap dataset
 (:class:`gpufeed.data.memmap.ImageData`), on in-memory tensors, tuples or dicts of tensors, TensorDicts
-and NumPy arrays (``np.memmap`` included). ``rank``/``world_size`` give each process a disjoint
-shard of every epoch (lesson 12), and ``group_size`` switches to a grouped shuffle
+and NumPy arrays (``np.memmap`` included). ``rank``/``world_size`` give each process its shard of
+every epoch, the same number of batches on every rank (lesson 12), and ``group_size`` switches to a grouped shuffle
 (:func:`grouped_permutation`). Taught in ``notebooks/06_batched.ipynb``; used in 05 and later.
 
 Example:
@@ -91,6 +91,20 @@ def _grouped_chunks(n: int, group: int, seed: int, epoch: int, lo: int, hi: int)
         pos += length
         if pos >= hi:
             return
+
+
+def _segments(lo: int, hi: int, n: int) -> Iterator[tuple[int, int]]:
+    """Positions ``lo..hi-1`` of an order of ``n`` read around and around: ``[a, b)`` runs within ``0..n``.
+
+    Example:
+        >>> list(_segments(4, 12, 5))
+        [(4, 5), (0, 5), (0, 2)]
+    """
+    while lo < hi:
+        a = lo % n
+        b = min(n, a + hi - lo)
+        yield a, b
+        lo += b - a
 
 
 class _Fields:
@@ -236,18 +250,30 @@ class FastLoader:
         batch_size: samples per batch.
         shuffle: a new random order each epoch; False keeps ``0..n-1``.
         seed: the order of epoch ``e`` depends only on ``(seed, e)``: the same on every rank.
-        drop_last: drop the last, short batch (with ``world_size > 1``: every rank then yields the
-            same number of batches, which DistributedDataParallel needs).
+        drop_last: drop the last, short batch (with ``world_size > 1``: each rank's part of the
+            epoch is cut to the smallest's full batches).
         rank, world_size: this process's shard: the epoch's order is cut into ``world_size``
-            contiguous, disjoint parts that together cover it (sizes differ by at most one).
+            contiguous parts that together cover it. Every rank yields the same number of batches,
+            which DistributedDataParallel needs (a rank with one batch fewer would wait forever in
+            the others' last all-reduce): without ``drop_last`` each part has ``ceil(n /
+            world_size)`` samples, the order padded with its own first samples as
+            ``DistributedSampler`` pads (DALI: ``pad_last_batch``), so up to ``world_size - 1``
+            samples are seen twice an epoch; with ``drop_last`` the parts are disjoint (sizes
+            differ by at most one) and each yields the smallest's full batches.
+        pad: False: without ``drop_last`` too, disjoint parts whose sizes differ by one, so ranks
+            may yield different numbers of batches (lesson 12 shows why DDP then hangs).
         group_size: use the grouped shuffle (:func:`grouped_permutation`) with blocks of this size.
         sort_indices: sort the indices within each batch. The batch holds the same samples (the
             mean loss and its gradient are unchanged) and reads go forward through the file,
             which helps a cold page cache; but a batch is no longer in random order, so code that
             splits it (micro-batches, ``DataParallel``) gets index-ordered, often class-ordered, parts.
         device: ``"cuda"``: gather into pinned memory and copy each batch whole with
-            ``non_blocking=True`` on the current stream of that device (whatever thread iterates);
-            the batch you get lives on the device, in new memory.
+            ``non_blocking=True`` on a side stream of the loader's own (one per device), so the
+            copy overlaps the work already queued on your stream instead of waiting behind it; the
+            stream current when you ask for the batch (on the thread that iterates) waits for the
+            copy (``wait_stream``, on the device: the host does not wait), and the batch's memory
+            is marked as used there (``record_stream``). The batch you get lives on the device, in
+            new memory. ``"cuda"`` without an index is the current device when a batch is made.
         reuse_buffers: 0 (the default): every batch is new memory, so a batch stays valid however
             long you keep it. ``k > 0``: gather into ``k`` preallocated buffers in turn (fresh memory
             costs a page fault per 4 KiB page on first touch). **A batch is then overwritten ``k``
@@ -257,11 +283,23 @@ class FastLoader:
         pin_memory: gather into pinned (page-locked) memory, so that a later ``.to("cuda",
             non_blocking=True)`` is asynchronous; with ``reuse_buffers=0`` from torch's caching host
             allocator, which does not reuse a block before the copies out of it are done.
+
+    .. warning::
+        With ``pin_memory=True`` and ``reuse_buffers=k``, your ``non_blocking`` copy of a batch
+        reads its pinned buffer when the GPU gets to it, perhaps after the loader has moved on.
+        When you ask for the next batch, the loader records an event on the stream then current
+        (on the thread that iterates) and waits for that event before it refills the buffer
+        ``k`` batches later: so issue the copies out of a batch on that stream (the default
+        stream, or :class:`gpufeed.data.prefetch.CudaPrefetcher`'s side stream, which it makes
+        current while it asks), before asking for the next one. A copy issued on another stream,
+        or after the next batch was asked for (a queue between the loader and the copy, e.g. a
+        :class:`~gpufeed.data.prefetch.ThreadPrefetcher` whose consumer copies on a side stream),
+        is not covered: use ``reuse_buffers=0`` there.
     """
 
     def __init__(self, data, batch_size: int, *, shuffle: bool = True, seed: int = 0, drop_last: bool = False,
                  rank: int = 0, world_size: int = 1, group_size: int | None = None, sort_indices: bool = False,
-                 device=None, reuse_buffers: int = 0, pin_memory: bool = False):
+                 device=None, reuse_buffers: int = 0, pin_memory: bool = False, pad: bool = True):
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"FastLoader: batch_size must be a whole number, at least 1 (got {batch_size!r})")
         if not (isinstance(world_size, int) and world_size >= 1 and isinstance(rank, int) and 0 <= rank < world_size):
@@ -270,7 +308,7 @@ class FastLoader:
             raise ValueError(f"FastLoader: group_size must be None or a whole number, at least 1 (got {group_size!r})")
         self.data, self.fields = data, _Fields(data)
         self.batch_size, self.shuffle, self.seed, self.drop_last = batch_size, shuffle, seed, drop_last
-        self.rank, self.world_size, self.group_size = rank, world_size, group_size
+        self.rank, self.world_size, self.group_size, self.pad = rank, world_size, group_size, pad
         if not isinstance(reuse_buffers, int) or reuse_buffers < 0:
             raise ValueError(f"FastLoader: reuse_buffers must be a whole number >= 0 (got {reuse_buffers!r})")
         self.sort_indices, self.reuse_buffers, self.pin_memory = sort_indices, reuse_buffers, pin_memory
@@ -280,14 +318,23 @@ class FastLoader:
             raise ValueError("FastLoader: device='cuda' but torch sees no GPU; pass device=None to stay on the CPU")
         self.epoch = 0
         self._spare: list[BufferRing] = []  # rings of finished iterators, for the next ones
+        self._streams: dict[int, torch.cuda.Stream] = {}  # device="cuda": the copies' side stream per device
 
     def set_epoch(self, epoch: int) -> None:
         """The epoch the next iteration uses (each iteration then moves on by one)."""
         self.epoch = epoch
 
     def _bounds(self) -> tuple[int, int]:
-        """This rank's part ``[lo, hi)`` of the epoch's order: ``torch.tensor_split`` sizes."""
-        base, extra = divmod(self.fields.n, self.world_size)
+        """This rank's positions ``[lo, hi)`` in the epoch's order. With ``drop_last`` (or without
+        ``pad``): the ``torch.tensor_split`` parts (sizes differ by at most one; with ``drop_last``
+        ``__len__`` counts the smallest's full batches). Else ``ceil(n / world_size)`` positions
+        each, as ``DistributedSampler`` pads, the ones past ``n`` wrapping to the order's start, so
+        every rank yields as many batches."""
+        n, ws = self.fields.n, self.world_size
+        if self.pad and not self.drop_last:
+            per = -(-n // ws)
+            return self.rank * per, (self.rank + 1) * per
+        base, extra = divmod(n, ws)
         lo = self.rank * base + min(self.rank, extra)
         return lo, lo + base + (self.rank < extra)
 
@@ -298,14 +345,17 @@ class FastLoader:
         return math.ceil((hi - lo) / self.batch_size)
 
     def _chunks(self, epoch: int) -> Iterator[torch.Tensor]:
+        """This rank's part of the epoch's order, in pieces; positions past ``n`` (the padding)
+        wrap to the order's start."""
         lo, hi = self._bounds()
         n = self.fields.n
-        if not self.shuffle:
-            yield torch.arange(lo, hi)
-        elif self.group_size is None:
-            yield permutation(n, self.seed, epoch)[lo:hi]
-        else:
-            yield from _grouped_chunks(n, self.group_size, self.seed, epoch, lo, hi)
+        if self.shuffle and self.group_size is not None:
+            for a, b in _segments(lo, hi, n):
+                yield from _grouped_chunks(n, self.group_size, self.seed, epoch, a, b)
+            return
+        order = permutation(n, self.seed, epoch) if self.shuffle else None
+        parts = [order[a:b] if order is not None else torch.arange(a, b) for a, b in _segments(lo, hi, n)]
+        yield parts[0] if len(parts) == 1 else torch.cat(parts)
 
     def indices(self, epoch: int | None = None) -> list[torch.Tensor]:
         """The index batches of an epoch (default: the next one) on this rank, without fetching."""
@@ -351,9 +401,19 @@ class FastLoader:
         try:
             for idx in self._index_batches(epoch):
                 yield self._fetch(idx.sort().values if self.sort_indices else idx, ring)
+            if ring is not None:
+                ring.asked()  # the caller asked past the last batch: its copies out of it are issued
         finally:
             if own:  # its slots go on in turn: the next epoch's first batch overwrites the oldest one
                 self._spare.append(ring)
+
+    def _side_stream(self) -> torch.cuda.Stream:
+        """The loader's side stream on the current device (``_on_device``), made once: one owner,
+        so the caching allocator's blocks come back to the same stream's pool every epoch."""
+        index = torch.cuda.current_device()
+        if index not in self._streams:
+            self._streams[index] = torch.cuda.Stream(index)
+        return self._streams[index]
 
     def _fetch(self, idx: torch.Tensor, ring: BufferRing | None = None):
         b, tensors, cuda = idx.shape[0], self.fields.tensors, self._cuda
@@ -369,35 +429,56 @@ class FastLoader:
                 out = [torch.empty((b, *t.shape[1:]), dtype=t.dtype, pin_memory=True) for t in tensors.values()]
             got = {k: take_rows(t, idx, out=o) for (k, t), o in zip(tensors.items(), out)}
             if cuda:
-                # Whole batch, one copy per field; from pinned memory it is asynchronous (lesson 03, 08).
-                got = {k: v.to(self.device, non_blocking=True) for k, v in got.items()}
-                if ring is not None:
-                    ring.copied(torch.cuda.current_stream(self.device))
+                # Whole batch, one copy per field; from pinned memory it is asynchronous (lesson 03, 08),
+                # on the side stream: it need not wait for the compute already queued on the caller's.
+                current, side = torch.cuda.current_stream(), self._side_stream()
+                with torch.cuda.stream(side):
+                    got = {k: v.to(side.device, non_blocking=True) for k, v in got.items()}
+                    if ring is not None:
+                        ring.copied(side)
+                current.wait_stream(side)  # the caller's later work reads the batch after the copy
+                for v in got.values():
+                    v.record_stream(current)  # its memory is not the side stream's again before that work is done
         return self.fields.build(got, b)
 
 
 class BufferRing:
-    """``count`` gather buffers for ``loader``'s batches, used in turn (pinned where the loader
-    copies to a GPU or pins, each then with the event of the last copy out of it). One belongs to
-    one iterator at a time (:meth:`FastLoader.epoch_batches`)."""
+    """``count`` gather buffers for ``loader``'s batches, used in turn. One belongs to one iterator
+    at a time (:meth:`FastLoader.epoch_batches`). Pinned where the loader copies to a GPU or pins,
+    each slot then with an event that must be done before the slot is refilled: recorded after
+    the loader's own copy out of it (``device="cuda"``: :meth:`copied`), or, for a copy the
+    consumer makes (``pin_memory=True``), on the consumer's current stream when it asks for the
+    next batch (:meth:`asked`; see :class:`FastLoader`'s warning)."""
 
     def __init__(self, loader: FastLoader, count: int):
         cuda = loader.device is not None and loader.device.type == "cuda"
         pinned = cuda or loader.pin_memory
         self.buffers = [[torch.empty((loader.batch_size, *t.shape[1:]), dtype=t.dtype, pin_memory=pinned)
                          for t in loader.fields.tensors.values()] for _ in range(count)]  # in the fields' order
-        self.events = [torch.cuda.Event() if cuda else None for _ in self.buffers]
+        self.events = [torch.cuda.Event() if pinned else None for _ in self.buffers]
         self.full, self.slot = loader.batch_size, -1
+        self.guard = pinned and not cuda  # the consumer copies: guard with its stream (asked)
+        self._handed = False  # the current slot is out and its consumer's event not yet recorded
+
+    def asked(self) -> None:
+        """The consumer asks for the next batch: the copies out of the one it has were issued by
+        now, on its current stream; the slot's event marks them."""
+        if self.guard and self._handed:
+            self.events[self.slot].record(torch.cuda.current_stream())
+        self._handed = False
 
     def next(self, b: int) -> list[torch.Tensor]:
         """The next slot's buffers, one per field in the loader's order (the first ``b`` rows)."""
+        self.asked()
         self.slot = (self.slot + 1) % len(self.buffers)
         if self.events[self.slot] is not None:
             self.events[self.slot].synchronize()  # the async copy out of this buffer must be done
+        self._handed = True
         bufs = self.buffers[self.slot]
         return bufs if b == self.full else [v[:b] for v in bufs]
 
     def copied(self, stream) -> None:
+        """The loader's own copy out of the current slot was issued on ``stream``."""
         self.events[self.slot].record(stream)
 
 

@@ -32,10 +32,11 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
-import shutil
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +52,7 @@ from gpufeed.data.manifest import (  # noqa: F401  (the format's names, used her
     FORMAT_VERSION,
     MANIFEST,
     MemmapError,
+    data_files,
     read_manifest,
 )
 from gpufeed.data.staging import free_bytes  # tests point memmap.free_bytes at a tiny limit
@@ -174,7 +176,7 @@ def build_memmap(
         overwrite: replace a memmap dataset already at ``dst``.
         reuse: if ``dst`` already holds this very dataset (same source files and size), return at
             once with ``reused=True`` (what the notebooks do on a second run).
-        progress: show a progress bar.
+        progress: show a progress bar where someone watches (:func:`show_progress`).
         batch_size: images decoded and written per step.
         order_seed: None (the default): rows in the folder's order (class by class). An int:
             rows in a random order seeded by it (the targets go with their images), so that
@@ -195,35 +197,53 @@ def build_memmap(
     except FolderError as e:
         raise MemmapError(f"SRC: {e}") from None
     digest = _source_digest(folder.samples, src)
-    existing = _check_destination(dst, src, overwrite)
-    if existing is not None:
-        same = (existing.get("source_digest") == digest and existing.get("size") == [w, h]
-                and existing.get("order_seed") == order_seed)
-        if reuse and same:
-            return BuildResult(dst, existing["count"], (w, h), existing["bytes"], time.perf_counter() - t0,
-                               reused=True, skipped=existing.get("skipped", []))
-        if not overwrite:
-            raise MemmapError(f"DST {dst} already holds a memmap dataset ({existing.get('count')} images "
-                              f"from {existing.get('source')}); pass --overwrite to replace it, or choose a new folder")
-    n = len(folder)
-    need = dataset_bytes(n, (w, h))
-    staging.prepare_parent(dst, MemmapError, "DST")
-    staging.check_space(need + (1 << 20), free_bytes(dst.parent), dst.parent, MemmapError,
-                        "choose a smaller --size or another DST")
-    with staging.staged(dst, MemmapError, "DST") as tmp:
-        order = None if order_seed is None else _shuffled(len(folder), order_seed)
-        data, skipped = _fill(folder, tmp / DATA, workers, skip_bad, progress, batch_size, order)
-        manifest = {
-            "format": FORMAT, "version": FORMAT_VERSION, "count": len(data),
-            "images": {"shape": list(data.images.shape), "dtype": "uint8"},
-            "targets": {"shape": list(data.targets.shape), "dtype": "int64"},
-            "size": [w, h], "policy": POLICY, "source": str(src), "source_digest": digest,
-            "classes": folder.classes, "skipped": skipped, "bytes": dataset_bytes(len(data), (w, h)),
-            "tensordict": _tensordict_version(), "order_seed": order_seed,
-        }
-        del data  # unmap before the rename
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")  # written last
-    return BuildResult(dst, manifest["count"], (w, h), manifest["bytes"], time.perf_counter() - t0, skipped=skipped)
+    # Ranks of one job building the same DST take turns: the first builds, the others then find
+    # it built (reuse=True) instead of each decoding everything (README, "Under torchrun"). Where
+    # nothing can be written (a dataset reused from read-only storage) there is nothing to lock.
+    lock = contextlib.nullcontext()
+    if not dst.parent.exists() or os.access(dst.parent, os.W_OK | os.X_OK):
+        staging.prepare_parent(dst, MemmapError, "DST")
+        lock = staging.locked(dst)
+    with lock:
+        existing = _check_destination(dst, src, overwrite)
+        if existing is not None:
+            same = (existing.get("source_digest") == digest and existing.get("size") == [w, h]
+                    and existing.get("order_seed") == order_seed)
+            if reuse and same:
+                return BuildResult(dst, existing["count"], (w, h), existing["bytes"], time.perf_counter() - t0,
+                                   reused=True, skipped=existing.get("skipped", []))
+            if not overwrite:
+                raise MemmapError(f"DST {dst} already holds a memmap dataset ({existing.get('count')} images "
+                                  f"from {existing.get('source')}); pass --overwrite to replace it, or choose a new folder")
+        n = len(folder)
+        need = dataset_bytes(n, (w, h))
+        staging.prepare_parent(dst, MemmapError, "DST")
+        staging.check_space(need + (1 << 20), free_bytes(dst.parent), dst.parent, MemmapError,
+                            "choose a smaller --size or another DST")
+        with staging.staged(dst, MemmapError, "DST") as tmp:
+            order = None if order_seed is None else _shuffled(len(folder), order_seed)
+            data, skipped = _fill(folder, tmp / DATA, workers, skip_bad, progress, batch_size, order)
+            manifest = {
+                "format": FORMAT, "version": FORMAT_VERSION, "count": len(data),
+                "images": {"shape": list(data.images.shape), "dtype": "uint8"},
+                "targets": {"shape": list(data.targets.shape), "dtype": "int64"},
+                "size": [w, h], "policy": POLICY, "source": str(src), "source_digest": digest,
+                "classes": folder.classes, "skipped": skipped, "bytes": dataset_bytes(len(data), (w, h)),
+                "tensordict": _tensordict_version(), "order_seed": order_seed,
+            }
+            del data  # unmap before the rename
+            (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")  # written last
+        return BuildResult(dst, manifest["count"], (w, h), manifest["bytes"], time.perf_counter() - t0,
+                           skipped=skipped)
+
+
+def show_progress(progress: bool = True) -> bool:
+    """Whether to draw a progress bar: asked for, and someone watches: stderr is a terminal or this
+    is a notebook's kernel, and neither ``CI`` nor ``GPUFEED_QUICK`` (the test runs) is set. A log
+    file or a CI job gets no bar (a redrawn bar there is thousands of lines)."""
+    if not progress or os.environ.get("CI") or os.environ.get("GPUFEED_QUICK"):
+        return False
+    return sys.stderr.isatty() or "ipykernel" in sys.modules
 
 
 def _shuffled(n: int, seed: int) -> list[int]:
@@ -249,7 +269,7 @@ def _fill(folder: ImageFolderDataset, prefix: Path, workers: int, skip_bad: bool
                         num_workers=workers if workers > 1 else 0, collate_fn=_collate)
     skipped: list[dict] = []
     k = 0  # images written so far: bad ones leave no hole
-    with tqdm(total=n, unit="img", desc=f"memmap {w}x{h}", disable=not progress) as bar:
+    with tqdm(total=n, unit="img", desc=f"memmap {w}x{h}", disable=not show_progress(progress)) as bar:
         for images, targets, bad in loader:
             if bad and not skip_bad:
                 raise MemmapError(f"cannot read image {bad[0]['path']}: {bad[0]['error']}; fix or remove it, "
@@ -262,17 +282,30 @@ def _fill(folder: ImageFolderDataset, prefix: Path, workers: int, skip_bad: bool
             bar.update(len(targets) + len(bad))
     if k == 0:
         raise MemmapError(f"SRC {folder.root}: none of its {n} images could be read")
-    if k < n:  # compact: copy the good rows into files of the right size, drop the long ones
-        rows = ImageData(images=data.images[:k].as_subclass(torch.Tensor),  # plain views: a copy, not a
-                         targets=data.targets[:k].as_subclass(torch.Tensor), batch_size=[k])  # re-link
-        compact = rows.memmap(prefix=prefix.with_name(prefix.name + "-compact"))
-        del data, rows
-        shutil.rmtree(prefix)
-        prefix.with_name(prefix.name + "-compact").rename(prefix)
-        del compact
+    if k < n:  # the good rows are rows 0..k-1: cut the files there, in place (a compacted second
+        del data  # copy would need disk space that check_space never budgeted: SIGBUS on a full disk)
+        _cut(prefix, n, k)
         data = ImageData.load_memmap(prefix)
+        if len(data) != k:
+            raise MemmapError(f"could not shorten {prefix} to its {k} good images: tensordict "
+                              f"{_tensordict_version()} stores shapes in a way this gpufeed does not know")
     _sync(prefix)
     return data, skipped
+
+
+def _cut(prefix: Path, n: int, k: int) -> None:
+    """Shortens the (unmapped) memmap at ``prefix`` from ``n`` rows to its first ``k``: every raw
+    file truncated to ``k`` rows, and the first dimension of the shapes tensordict keeps in its
+    ``meta.json`` files set to ``k``. No byte is copied."""
+    for f in prefix.rglob("*.memmap"):
+        os.truncate(f, f.stat().st_size // n * k)
+    for meta in prefix.rglob("meta.json"):
+        doc = json.loads(meta.read_text())
+        for entry in (doc, *(v for v in doc.values() if isinstance(v, dict))):  # the batch and each field
+            shape = entry.get("shape")
+            if isinstance(shape, list) and shape and shape[0] == n:
+                shape[0] = k
+        meta.write_text(json.dumps(doc))
 
 
 def _reserve(prefix: Path) -> None:
@@ -315,14 +348,22 @@ def _tensordict_version() -> str | None:
         return None
 
 
-def load_memmap(path: str | os.PathLike) -> ImageData:
+def load_memmap(path: str | os.PathLike, *, writable: bool = False) -> ImageData:
     """Maps a dataset written by :func:`build_memmap`: an :class:`ImageData` of memory-mapped tensors.
 
     Nothing is read yet: pages come from the disk (or the page cache) when a batch touches them.
+    Loading never changes the files: each one's size is checked against the manifest before it is
+    mapped (:func:`gpufeed.data.manifest.data_files`), and the mapping is copy-on-write.
+
+    Args:
+        path: the dataset folder.
+        writable: map the files shared, so that writes into the tensors reach the files; False
+            (the default): a write stays in this process's memory.
 
     Raises:
         MemmapError: ``path`` is missing, incomplete (an interrupted build), foreign, of another
-            format version, or does not match its manifest.
+            format version, or does not match its manifest (a truncated file is named, and left
+            as it is).
     """
     path = Path(path).expanduser().absolute()
     rebuild = f"build it with `python -m gpufeed data memmap SRC {path}`"
@@ -340,8 +381,9 @@ def load_memmap(path: str | os.PathLike) -> ImageData:
                           f"or a foreign folder; {rebuild}")
     read_manifest(path, check_version=True)  # another format version: raises, saying to rebuild
     overwrite = f"rebuild it with `python -m gpufeed data memmap {manifest.get('source', 'SRC')} {path} --overwrite`"
+    data_files(path, manifest)  # a file of the wrong size: raises, naming it, before anything maps it
     try:
-        data = ImageData.load_memmap(path / DATA)
+        data = ImageData.load_memmap(path / DATA, mode="r+" if writable else "r")
     except Exception as e:  # tensordict's own errors vary by version: say what to do in one line
         why = " ".join(f"{type(e).__name__}: {e}".split())  # one line, whatever tensordict wrote
         raise MemmapError(f"{path} is damaged or was written by another gpufeed/tensordict ({why}); {overwrite}") from e

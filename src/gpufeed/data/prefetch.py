@@ -100,13 +100,27 @@ class CudaPrefetcher(_Closable):
         pin_memory: pin batches that are not pinned yet (on this thread: better let the DataLoader's
             pin-memory thread do it with ``pin_memory=True``); from pageable memory a copy is not
             asynchronous.
+        stream: the side stream to use, on ``device``; None: a new one, this prefetcher's own. The
+            wrapped loader is asked for each batch with this stream current, so GPU work the
+            loader does itself runs there, ahead of yours, and a loader that guards pinned buffers
+            with an event on the current stream covers the copies issued here; tensors it hands
+            over that were made on another stream (your current one) are waited for
+            (``wait_stream``) and kept alive (``record_stream``). An
+            owner that makes a prefetcher per epoch passes its one stream (as
+            :class:`gpufeed.data.ImageLoader` does): the caching allocator reuses a freed block
+            only on the stream that allocated it, so a new stream per epoch would strand every
+            epoch's blocks in a pool of their own until an allocation fails.
+
+    ``"cuda"`` without an index is the current device when the prefetcher is made (build it after
+    ``torch.cuda.set_device(local_rank)``).
 
     Raises:
         RuntimeError: torch sees no CUDA GPU (use :func:`prefetch`, which falls back to threads).
     """
 
     def __init__(self, loader: Iterable, device="cuda", dtype: torch.dtype | None = None, mean=None, std=None,
-                 depth: int = 1, pin_memory: bool = True, transform: Callable | None = None):
+                 depth: int = 1, pin_memory: bool = True, transform: Callable | None = None,
+                 stream: torch.cuda.Stream | None = None):
         if not torch.cuda.is_available():
             raise RuntimeError("CudaPrefetcher needs a CUDA GPU and torch sees none; use "
                                "gpufeed.data.prefetch.prefetch(loader, device), which falls back to ThreadPrefetcher")
@@ -119,7 +133,8 @@ class CudaPrefetcher(_Closable):
             raise ValueError(f"CudaPrefetcher: depth must be a whole number >= 1, got {depth!r}")
         self.loader, self.depth, self.pin_memory = loader, depth, pin_memory
         self.dtype, self.mean, self.std, self.transform = dtype, mean, std, transform
-        self.stream = torch.cuda.Stream(self.device)  # the side stream for copies and conversions
+        # the side stream for copies and conversions
+        self.stream = stream if stream is not None else torch.cuda.Stream(self.device)
         self._iterators = weakref.WeakSet()
 
     def _start(self, batch):
@@ -153,8 +168,25 @@ class CudaPrefetcher(_Closable):
                 t.record_stream(current)
         return batch
 
+    def _asked_on_stream(self, source):
+        """The loader's batches, each asked for with the side stream current: a loader that guards
+        the pinned buffers it reuses with an event on the current stream (a
+        :class:`~gpufeed.data.loader.FastLoader` with ``pin_memory`` and ``reuse_buffers``) then
+        covers the copies this prefetcher issued on that stream."""
+        try:
+            while True:
+                with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
+                    try:
+                        batch = next(source)
+                    except StopIteration:
+                        return
+                yield batch
+        finally:
+            if hasattr(source, "close"):
+                source.close()
+
     def __iter__(self):
-        it = Lookahead(iter(self.loader), self.depth, self._start, self._finish)
+        it = Lookahead(self._asked_on_stream(iter(self.loader)), self.depth, self._start, self._finish)
         self._iterators.add(it)
         return it
 

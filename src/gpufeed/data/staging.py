@@ -1,10 +1,13 @@
 """Folders that appear all at once or not at all: the atomic-write pattern the dataset writers share.
 
-A writer fills a hidden *staging* folder beside its destination, ``.<name>.partial-<pid>``, writes
-its manifest last, and renames the staging folder into place. A rename within one file system is
-atomic, so a reader sees either no folder or a complete one; a run that is killed (even with
-SIGKILL, which no ``finally`` survives) leaves only a hidden staging folder without a manifest,
-which the next run removes. :func:`read_manifest` reads a manifest back (every writer's format
+A writer fills a hidden *staging* folder beside its destination, ``.<name>.partial-<host>-<pid>``,
+writes its manifest last, and renames the staging folder into place. A rename within one file
+system is atomic, so a reader sees either no folder or a complete one; a run that is killed (even
+with SIGKILL, which no ``finally`` survives) leaves only a hidden staging folder without a
+manifest, which the next run on the same host removes (a pid says nothing about another host's
+processes, so on storage shared between machines another host's staging folder is left alone).
+:func:`locked` holds a file lock beside the destination, so that processes building the same
+folder at once (the ranks of one job) take turns: the first builds, the next find it built. :func:`read_manifest` reads a manifest back (every writer's format
 and version checked the same way). Used by :mod:`gpufeed.measure.synth` and :mod:`gpufeed.data.memmap`
 and :mod:`gpufeed.course.formats` (``notebooks/05_memmap.ipynb`` explains it).
 
@@ -24,10 +27,12 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
+import socket
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 
@@ -82,16 +87,26 @@ def read_manifest(folder: str | os.PathLike, name: str, fmt: str, *, version: in
     return doc
 
 
+def host() -> str:
+    """This machine's name as staging folders carry it (characters other than letters, digits,
+    ``.``, ``_`` and ``-`` replaced by ``_``)."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", socket.gethostname()) or "localhost"
+
+
 def staging_path(out: Path) -> Path:
     """The hidden folder this process fills before renaming it to ``out``."""
-    return out.parent / f".{out.name}.partial-{os.getpid()}"
+    return out.parent / f".{out.name}.partial-{host()}-{os.getpid()}"
 
 
 def stale_staging(out: Path) -> list[Path]:
-    """Staging folders for ``out`` left by runs that were killed (their process no longer exists)."""
-    stale = []
-    for candidate in out.parent.glob(f".{out.name}.partial-*"):
-        pid = candidate.name.rsplit("-", 1)[-1]
+    """Staging folders for ``out`` left by runs on this host that were killed (their process no
+    longer exists); another host's are never judged by a pid here. A name without a host (written
+    by an older gpufeed) counts as this host's."""
+    stale, prefix = [], f".{out.name}.partial-"
+    for candidate in out.parent.glob(f"{prefix}*"):
+        where, _, pid = candidate.name[len(prefix):].rpartition("-")
+        if where and where != host():
+            continue  # another machine's build: alive or not, a pid here cannot tell
         try:
             os.kill(int(pid), 0)
             continue  # that run is still going
@@ -140,6 +155,49 @@ def replace_folder(staging: Path, out: Path) -> None:
         shutil.rmtree(trash, ignore_errors=True)
     else:
         staging.rename(out)
+
+
+@contextmanager
+def locked(out: Path) -> Iterator[None]:
+    """Holds an exclusive lock on ``out`` for the block: ``flock`` on a hidden lock file beside it
+    (``.<name>.lock``), which a second process asking for it waits on (saying so on stderr).
+    ``flock`` is per open file, so two threads of one process take turns too; on NFS v4 Linux
+    carries it to the server, so processes of different hosts take turns. The holder deletes the
+    lock file on the way out, and a waiter that then got a deleted file's lock tries again.
+    Without ``fcntl`` (Windows) there is no lock. ``out``'s parent must exist."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    path, said = out.parent / f".{out.name}.lock", False
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if not said:
+                    print(f"note: another process is building {out}; waiting for it (lock {path.name})",
+                          file=sys.stderr)
+                    said = True
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                ours = os.stat(path).st_ino == os.fstat(fd).st_ino  # not a file its last holder deleted
+            except FileNotFoundError:
+                ours = False
+        except BaseException:
+            os.close(fd)
+            raise
+        if ours:
+            break
+        os.close(fd)
+    try:
+        yield
+    finally:
+        with suppress(OSError):
+            os.unlink(path)  # while still held: a waiter then sees it gone and takes a fresh one
+        os.close(fd)
 
 
 @contextmanager

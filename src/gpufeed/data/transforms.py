@@ -315,13 +315,38 @@ def _scratch(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
 _POOLS: dict[tuple[int, int], ThreadPoolExecutor] = {}
 
 
+def _one_intra_op_thread() -> None:
+    """A crop pool thread's initializer: its torch ops run on this thread alone (see :func:`crop_pool`)."""
+    torch.get_num_threads()  # torch's per-thread lazy init first: at the first op it would undo the next line
+    torch.set_num_threads(1)
+
+
 def crop_pool(threads: int) -> ThreadPoolExecutor:
     """The long-lived pool of ``threads`` threads that runs :func:`crop_tasks` (threads started per
     batch would cost more than the copies). One per size and process: a forked child (a DataLoader
-    worker) gets its own, since the parent's threads do not exist in it."""
+    worker) gets its own, since the parent's threads do not exist in it.
+
+    Each pool thread runs its ops on itself alone. A task's ops (a group of eight crops) are above
+    torch's grain size, so with torch's default each thread would open an OpenMP team of
+    ``get_num_threads()`` (the cores): 8 pool threads x 32 cores = 256 threads on 32 cores. The
+    pool is the parallelism here, so its threads take one intra-op thread each. How, from
+    ``aten/src/ATen/ParallelOpenMP.cpp``: ``torch.set_num_threads(n)`` sets the calling thread's
+    OpenMP team size (``omp_set_num_threads``, a per-thread setting) and MKL's
+    (``mkl_set_num_threads_local``), but also a process-wide default that threads read when they
+    first run an op (``init_num_threads``); so each pool thread first runs torch's lazy init, then
+    sets 1, and once all have started the caller sets its own count back as that default. (Sizing
+    the pool from the budget instead, ``cores // get_num_threads()``, gives one thread with
+    torch's defaults, and loses what the pool is for: several threads between ops that hold the
+    GIL.) Threads that start their first op while a pool is being made may read 1.
+    """
     key = (os.getpid(), threads)
     if key not in _POOLS:
-        _POOLS[key] = ThreadPoolExecutor(threads, thread_name_prefix="gpufeed-crop")
+        own = torch.get_num_threads()
+        pool = ThreadPoolExecutor(threads, thread_name_prefix="gpufeed-crop", initializer=_one_intra_op_thread)
+        started = threading.Barrier(threads)
+        list(pool.map(lambda _: started.wait(30), range(threads)))  # every thread started: each ran the initializer
+        torch.set_num_threads(own)  # the process-wide default back to the caller's
+        _POOLS[key] = pool
     return _POOLS[key]
 
 
