@@ -134,7 +134,7 @@ print("the hand-written loader and gpufeed.data.loader.FastLoader give the same 
 
 # %% [markdown]
 # `FastLoader` adds what a training loop needs: `drop_last`, `set_epoch(e)` (or it moves on by
-# itself each time you iterate), `rank`/`world_size` for disjoint shards per process (lesson 12),
+# itself each time you iterate), `rank`/`world_size` for a shard per process, padded so every rank yields as many batches (lesson 12),
 # `device="cuda"` (gather into pinned memory, copy the batch whole with `non_blocking=True`), and
 # it takes tensors, tuples or dicts of them, NumPy arrays (`np.memmap` too) and the memmap
 # dataset of lesson 05. Three ranks over 10 samples, two epochs:
