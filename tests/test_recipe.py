@@ -220,7 +220,7 @@ RUN = textwrap.dedent("""
         batches = [next(it) for _ in range(stop)]
         torch.save({"loader": loader.state_dict(), "batches": batches}, out)
         sys.exit(0)  # the queued batches are abandoned with the process
-    loader.load_state_dict(torch.load(out)["loader"])
+    loader.load_state_dict(torch.load(out, weights_only=True)["loader"])
     torch.save({"batches": list(loader)}, out + ".rest")
 """)
 
@@ -231,7 +231,7 @@ def test_resume_in_a_new_process_gives_the_rest_of_the_epoch(mm, tmp_path):
         subprocess.run(
             [sys.executable, "-c", RUN, str(mm), mode, "2", ckpt], check=True, timeout=300
         )
-    got = torch.load(ckpt)["batches"] + torch.load(ckpt + ".rest")["batches"]
+    got = torch.load(ckpt, weights_only=True)["batches"] + torch.load(ckpt + ".rest", weights_only=True)["batches"]
     loader = ImageLoader(mm, 3, crop=16, scale=(0.08, 1.0))
     loader.set_epoch(1)
     same(got, list(loader))

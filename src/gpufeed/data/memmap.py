@@ -243,7 +243,15 @@ def show_progress(progress: bool = True) -> bool:
     file or a CI job gets no bar (a redrawn bar there is thousands of lines)."""
     if not progress or os.environ.get("CI") or os.environ.get("GPUFEED_QUICK"):
         return False
-    return sys.stderr.isatty() or "ipykernel" in sys.modules
+    return sys.stderr.isatty() or _in_a_notebook()
+
+
+def _in_a_notebook() -> bool:
+    """A notebook's kernel runs this (tqdm.auto then draws a widget). Not merely "ipykernel was
+    imported": a test run or a script that imported Jupyter's modules is no notebook."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    return type(shell).__name__ == "ZMQInteractiveShell"
 
 
 def _shuffled(n: int, seed: int) -> list[int]:
