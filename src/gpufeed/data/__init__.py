@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import importlib
 
-_MODULES = {'arrays', 'augment', 'folder', 'image_loader', 'jpeg', 'loader', 'manifest', 'memmap', 'movers', 'prefetch',
-            'resized', 'staging', 'transforms'}
+_MODULES = {'arrays', 'augment', 'folder', 'image_loader', 'jpeg', 'loader', 'manifest', 'memmap',
+            'movers', 'prefetch', 'resized', 'staging', 'transforms'}
 
 __all__ = sorted(_MODULES | {"ImageLoader"})
 

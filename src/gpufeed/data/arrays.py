@@ -22,10 +22,12 @@ Example:
     >>> data = ImageData(images=torch.arange(2 * 3 * 4 * 5, dtype=torch.uint8).view(2, 3, 4, 5),
     ...                  targets=torch.tensor([1, 0]), batch_size=[2]).memmap(prefix=root / DATA)
     >>> doc = {"format": "gpufeed-memmap", "version": 1, "count": 2, "classes": ["a", "b"],
-    ...        "images": {"shape": [2, 3, 4, 5], "dtype": "uint8"}, "targets": {"shape": [2], "dtype": "int64"}}
+    ...        "images": {"shape": [2, 3, 4, 5], "dtype": "uint8"},
+    ...        "targets": {"shape": [2], "dtype": "int64"}}
     >>> _ = (root / MANIFEST).write_text(json.dumps(doc))
     >>> images, targets, manifest = open_arrays(root)
-    >>> torch.equal(images, data.images.as_subclass(torch.Tensor)), targets.tolist(), manifest["classes"]
+    >>> (torch.equal(images, data.images.as_subclass(torch.Tensor)), targets.tolist(),
+    ...  manifest["classes"])
     (True, [1, 0], ['a', 'b'])
 """
 
@@ -41,7 +43,13 @@ import torch
 from torch.utils.data import Dataset
 
 from gpufeed.data.loader import take_rows
-from gpufeed.data.manifest import DATA, MANIFEST, MemmapError, data_files, read_manifest  # noqa: F401 (re-exported)
+from gpufeed.data.manifest import (  # noqa: F401 (re-exported)
+    DATA,
+    MANIFEST,
+    MemmapError,
+    data_files,
+    read_manifest,
+)
 
 
 def _fast(folder: Path) -> tuple[torch.Tensor, torch.Tensor, dict] | None:
@@ -58,7 +66,8 @@ def _fast(folder: Path) -> tuple[torch.Tensor, torch.Tensor, dict] | None:
         return None
     out = []
     for file, dtype, shape in files.values():
-        with warnings.catch_warnings():  # read-only mapping: torch warns that it is not writable; we only read
+        # read-only mapping: torch warns that it is not writable; we only read
+        with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
             out.append(torch.from_numpy(np.memmap(file, dtype=dtype, mode="r", shape=shape)))
     if len(out[0]) != len(out[1]):
@@ -73,9 +82,9 @@ def open_arrays(folder: str | os.PathLike) -> tuple[torch.Tensor, torch.Tensor, 
     The tensors are read-only mappings: copy (``clone``, ``index_select``) before writing.
 
     Raises:
-        gpufeed.data.arrays.MemmapError: the folder is missing, incomplete or damaged (a file shorter
-            or longer than its manifest says is named, and left as it is); the message says how to
-            build or rebuild it.
+        gpufeed.data.arrays.MemmapError: the folder is missing, incomplete or damaged (a file
+            shorter or longer than its manifest says is named, and left as it is); the message says
+            how to build or rebuild it.
     """
     folder = Path(folder).expanduser().absolute()
     got = _fast(folder)
@@ -137,8 +146,10 @@ class MemmapDataset(Dataset):
     """
 
     def __init__(self, path: str | os.PathLike, transform=None, *, batched: bool = True):
-        self.path, self.transform, self.batched = Path(path).expanduser().absolute(), transform, bool(batched)
-        self._arrays: tuple[torch.Tensor, torch.Tensor] | None = open_arrays(self.path)[:2]  # checks it now
+        self.path = Path(path).expanduser().absolute()
+        self.transform, self.batched = transform, bool(batched)
+        # checks it now
+        self._arrays: tuple[torch.Tensor, torch.Tensor] | None = open_arrays(self.path)[:2]
         self.n = len(self._arrays[1])
 
     def _open(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -147,7 +158,8 @@ class MemmapDataset(Dataset):
         return self._arrays
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_arrays": None}  # a worker maps the files itself (free; shared page cache)
+        # a worker maps the files itself (free; shared page cache)
+        return {**self.__dict__, "_arrays": None}
 
     def __len__(self) -> int:
         return self.n
@@ -155,13 +167,16 @@ class MemmapDataset(Dataset):
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
         images, targets = self._open()
         image = images[i]  # uint8 [3, H, W], a read-only view of the mapped file
-        return (self.transform(image) if self.transform is not None else image.clone()), int(targets[i])
+        return (self.transform(image) if self.transform is not None
+                else image.clone()), int(targets[i])
 
-    def __getitems__(self, indices) -> tuple[torch.Tensor, torch.Tensor] | list[tuple[torch.Tensor, int]]:
+    def __getitems__(self, indices) -> tuple[torch.Tensor,
+                                             torch.Tensor] | list[tuple[torch.Tensor, int]]:
         if not self.batched:
             return [self[i] for i in indices]
         images, targets = self._open()
         idx = torch.as_tensor(indices, dtype=torch.int64)
         if self.transform is None:
             return take_rows(images, idx), torch.index_select(targets, 0, idx)
-        return torch.stack([self.transform(images[i]) for i in idx.tolist()]), torch.index_select(targets, 0, idx)
+        return (torch.stack([self.transform(images[i]) for i in idx.tolist()]),
+                torch.index_select(targets, 0, idx))

@@ -23,11 +23,13 @@ workers pickle. Taught in
 
 Example:
     >>> x = torch.randint(0, 256, (4, 3, 32, 40), dtype=torch.uint8)
-    >>> p = draw_params(4, (32, 40), size=(24, 24), brightness=0.4, generator=torch.Generator().manual_seed(0))
+    >>> p = draw_params(4, (32, 40), size=(24, 24), brightness=0.4,
+    ...                 generator=torch.Generator().manual_seed(0))
     >>> out = augment(x, p)
     >>> out.shape, out.dtype
     (torch.Size([4, 3, 24, 24]), torch.float32)
-    >>> all(torch.allclose(out[i], augment_one(x[i], p.sample(i)), atol=TOLERANCE) for i in range(4))
+    >>> all(torch.allclose(out[i], augment_one(x[i], p.sample(i)), atol=TOLERANCE)
+    ...     for i in range(4))
     True
 """
 
@@ -77,17 +79,20 @@ class AugParams:
         """The same parameters, as tensors on ``device`` (to a GPU: pinned, then copied without
         making the host wait, :func:`gpufeed.data.transforms.as_device`)."""
         moved = {f.name: getattr(self, f.name) for f in fields(self)}
-        return AugParams(**{k: as_device(v, device) if isinstance(v, torch.Tensor) else v for k, v in moved.items()})
+        return AugParams(**{k: as_device(v, device) if isinstance(v, torch.Tensor) else v
+                            for k, v in moved.items()})
 
     def sample(self, i: int) -> dict:
         """Sample ``i``'s parameters as Python numbers, for :func:`augment_one`."""
         out = {f.name: getattr(self, f.name) for f in fields(self)}
-        return {k: v if k == "size" else (None if v is None else v[i].tolist()) for k, v in out.items()}
+        return {k: v if k == "size" else (None if v is None else v[i].tolist())
+                for k, v in out.items()}
 
 
 def crop_boxes(n: int, height: int, width: int, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3),
                generator: torch.Generator | None = None) -> torch.Tensor:
-    """``n`` random crop boxes, ``int64 [n, 4]`` (top, left, height, width): RandomResizedCrop's rule.
+    """``n`` random crop boxes, ``int64 [n, 4]`` (top, left, height, width): RandomResizedCrop's
+    rule.
 
     Area a uniform fraction ``scale`` of the image, aspect ratio log-uniform in ``ratio``; ten tries
     per sample (all drawn at once), the first that fits wins, else the centre crop torchvision falls
@@ -95,7 +100,8 @@ def crop_boxes(n: int, height: int, width: int, scale=(0.08, 1.0), ratio=(3 / 4,
     """
     tries = 10
     area = height * width * torch.empty(n, tries).uniform_(scale[0], scale[1], generator=generator)
-    log_r = torch.empty(n, tries).uniform_(math.log(ratio[0]), math.log(ratio[1]), generator=generator)
+    log_r = torch.empty(n, tries).uniform_(math.log(ratio[0]), math.log(ratio[1]),
+                                           generator=generator)
     w = torch.sqrt(area * log_r.exp()).round().long()
     h = torch.sqrt(area / log_r.exp()).round().long()
     fits = (w > 0) & (w <= width) & (h > 0) & (h <= height)
@@ -109,13 +115,15 @@ def crop_boxes(n: int, height: int, width: int, scale=(0.08, 1.0), ratio=(3 / 4,
     u = torch.rand(n, 2, generator=generator)  # position: uniform over the places the box fits
     top = (u[:, 0] * (height - h + 1)).long().clamp_max(height - h)
     left = (u[:, 1] * (width - w + 1)).long().clamp_max(width - w)
-    top, left = torch.where(first < 0, (height - h) // 2, top), torch.where(first < 0, (width - w) // 2, left)
+    top, left = (torch.where(first < 0, (height - h) // 2, top),
+                 torch.where(first < 0, (width - w) // 2, left))
     return torch.stack([top, left, h, w], 1)
 
 
 def draw_params(n: int, image_size: tuple[int, int], size: tuple[int, int], *, scale=(0.08, 1.0),
-                ratio=(3 / 4, 4 / 3), flip_p: float = 0.5, brightness: float = 0.0, contrast: float = 0.0,
-                saturation: float = 0.0, generator: torch.Generator | None = None) -> AugParams:
+                ratio=(3 / 4, 4 / 3), flip_p: float = 0.5, brightness: float = 0.0,
+                contrast: float = 0.0, saturation: float = 0.0,
+                generator: torch.Generator | None = None) -> AugParams:
     """Draws every sample's parameters (on the CPU; move them with ``.to(device)``).
 
     Args:
@@ -134,12 +142,14 @@ def draw_params(n: int, image_size: tuple[int, int], size: tuple[int, int], *, s
         (torch.Size([3, 4]), torch.bool, None)
     """
     if n < 1 or min(image_size) < 1 or min(size) < 1:
-        raise ValueError(f"draw_params: n, image_size and size must be positive (got {n}, {image_size}, {size})")
+        raise ValueError(f"draw_params: n, image_size and size must be positive (got {n}, "
+                         f"{image_size}, {size})")
     boxes = crop_boxes(n, int(image_size[0]), int(image_size[1]), scale, ratio, generator)
     flips = torch.rand(n, generator=generator) < flip_p
 
     def factors(s):
-        return None if s == 0 else torch.empty(n).uniform_(max(0.0, 1 - s), 1 + s, generator=generator)
+        return None if s == 0 else torch.empty(n).uniform_(max(0.0, 1 - s), 1 + s,
+                                                           generator=generator)
 
     return AugParams(boxes, flips, factors(brightness), factors(contrast), factors(saturation),
                      (int(size[0]), int(size[1])))
@@ -164,17 +174,21 @@ def resample_weights(start: torch.Tensor, length: torch.Tensor, in_size: int, ou
     dev = start.device
     start, length = start.to(torch.float32), length.to(torch.float32)
     scale = length / out_size  # [N] input pixels per output pixel
-    center = scale[:, None] * (torch.arange(out_size, device=dev) + 0.5)  # [N, out], crop coordinates
+    # [N, out], crop coordinates
+    center = scale[:, None] * (torch.arange(out_size, device=dev) + 0.5)
     one = torch.ones_like(scale)  # a tensor, not 1.0: the CUDA simulator's where() needs tensors
     stretch = torch.where(scale >= 1, 1 / scale, one) if antialias else one
     local = torch.arange(in_size, device=dev)[None] - start[:, None]  # [N, in], crop coordinates
     w = 1 - ((local[:, None, :] + 0.5 - center[:, :, None]) * stretch[:, None, None]).abs()
-    w = w.clamp_min_(0) * ((local >= 0) & (local < length[:, None]))[:, None, :]  # outside the crop: 0
-    return w / w.sum(-1, keepdim=True)  # rows sum to 1; at the crop's edges this is torch's clamping
+    # outside the crop: 0
+    w = w.clamp_min_(0) * ((local >= 0) & (local < length[:, None]))[:, None, :]
+    # rows sum to 1; at the crop's edges this is torch's clamping
+    return w / w.sum(-1, keepdim=True)
 
 
-def crop_resize(x: torch.Tensor, boxes: torch.Tensor, size: tuple[int, int], *, flip: torch.Tensor | None = None,
-                antialias: bool = True, out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def crop_resize(x: torch.Tensor, boxes: torch.Tensor, size: tuple[int, int], *,
+                flip: torch.Tensor | None = None, antialias: bool = True,
+                out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Crops every sample's box and resizes it to ``size`` (height, width), in two batched matmuls.
 
     Args:
@@ -188,29 +202,34 @@ def crop_resize(x: torch.Tensor, boxes: torch.Tensor, size: tuple[int, int], *, 
             for a uint8 image on the GPU).
 
     Returns:
-        ``[N, C, size[0], size[1]]``; sample ``i`` is ``resized_crop(x[i].float(), *boxes[i], size)``
-        to float rounding. The matrices are dense: ``H W w + h H w`` multiply-adds per channel, wasteful
-        for small crops but one call for the batch, which a GPU does best.
+        ``[N, C, size[0], size[1]]``; sample ``i`` is
+        ``resized_crop(x[i].float(), *boxes[i], size)`` to float rounding. The matrices are dense:
+        ``H W w + h H w`` multiply-adds per channel, wasteful for small crops but one call for the
+        batch, which a GPU does best.
     """
     if x.dim() != 4 or boxes.shape != (x.shape[0], 4):
-        raise ValueError(f"crop_resize: x must be [N, C, H, W] and boxes [N, 4] (got {tuple(x.shape)}, "
-                         f"{tuple(boxes.shape)})")
+        raise ValueError("crop_resize: x must be [N, C, H, W] and boxes [N, 4] (got "
+                         f"{tuple(x.shape)}, {tuple(boxes.shape)})")
     boxes = as_device(boxes, x.device)
     wy = resample_weights(boxes[:, 0], boxes[:, 2], x.shape[2], size[0], antialias)  # [N, h, H]
     wx = resample_weights(boxes[:, 1], boxes[:, 3], x.shape[3], size[1], antialias)  # [N, w, W]
     if flip is not None:
-        wx = torch.where(as_device(flip, x.device)[:, None, None], wx.flip(1), wx)  # output column j <- w - 1 - j
+        # output column j <- w - 1 - j
+        wx = torch.where(as_device(flip, x.device)[:, None, None], wx.flip(1), wx)
     n, c, height, width = x.shape
     xf = x if x.is_floating_point() else x.to(torch.float32)
-    rows = torch.bmm(xf.reshape(n, c * height, width), wx.transpose(1, 2))  # [N, C H, W] @ [N, W, w]
-    out = torch.matmul(wy.unsqueeze(1), rows.view(n, c, height, -1))  # [N, 1, h, H] @ [N, C, H, w] -> [N, C, h, w]
+    # [N, C H, W] @ [N, W, w]
+    rows = torch.bmm(xf.reshape(n, c * height, width), wx.transpose(1, 2))
+    # [N, 1, h, H] @ [N, C, H, w] -> [N, C, h, w]
+    out = torch.matmul(wy.unsqueeze(1), rows.view(n, c, height, -1))
     if out_dtype == torch.uint8:
         return out.round_().clamp_(0, 255).to(torch.uint8)
     return out.to(out_dtype)
 
 
 def _per_sample(f: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    return as_device(f, x.device).to(x.dtype).view(-1, 1, 1, 1)  # [N] -> [N, 1, 1, 1], broadcast over C, H, W
+    # [N] -> [N, 1, 1, 1], broadcast over C, H, W
+    return as_device(f, x.device).to(x.dtype).view(-1, 1, 1, 1)
 
 
 def _gray(x: torch.Tensor) -> torch.Tensor:
@@ -218,7 +237,8 @@ def _gray(x: torch.Tensor) -> torch.Tensor:
     return (r * GRAY[0] + g * GRAY[1] + b * GRAY[2]).unsqueeze(-3)  # [N, 1, H, W]
 
 
-def color_jitter(x: torch.Tensor, brightness=None, contrast=None, saturation=None, bound: float = 1.0) -> torch.Tensor:
+def color_jitter(x: torch.Tensor, brightness=None, contrast=None, saturation=None,
+                 bound: float = 1.0) -> torch.Tensor:
     """Brightness, then contrast, then saturation, each with per-sample factors (``[N]`` or None).
 
     torchvision's formulas on a float image in ``[0, bound]``: brightness scales, contrast blends
@@ -248,15 +268,16 @@ def finish(x: torch.Tensor, brightness=None, contrast=None, saturation=None, mea
 
 
 def augment(x: torch.Tensor, p: AugParams, mean=IMAGENET_MEAN, std=IMAGENET_STD) -> torch.Tensor:
-    """Per-sample crop + resize + flip + colour jitter + normalise of a ``uint8 [N, 3, H, W]`` batch.
+    """Per-sample crop + resize + flip + colour jitter + normalise of a ``uint8 [N, 3, H, W]``
+    batch.
 
     Args:
         x: the batch, on any device (``p`` is moved there).
         p: the parameters, from :func:`draw_params`.
 
     Returns:
-        ``float32 [N, 3, *p.size]``, normalised; sample ``i`` equals ``augment_one(x[i], p.sample(i))``
-        within ``TOLERANCE``.
+        ``float32 [N, 3, *p.size]``, normalised; sample ``i`` equals
+        ``augment_one(x[i], p.sample(i))`` within ``TOLERANCE``.
     """
     small = crop_resize(x, p.boxes, p.size, flip=p.flip)  # float32, 0..255, the flip folded in
     return finish(small, p.brightness, p.contrast, p.saturation, mean, std)
@@ -272,7 +293,8 @@ def augment_one(image: torch.Tensor, p: dict, mean=IMAGENET_MEAN, std=IMAGENET_S
     from torchvision.transforms.v2 import functional as F
 
     top, left, h, w = p["boxes"]
-    img = F.resized_crop(image.to(torch.float32), top, left, h, w, list(p["size"]), antialias=True) / 255
+    img = F.resized_crop(image.to(torch.float32), top, left, h, w, list(p["size"]),
+                         antialias=True) / 255
     if p["flip"]:
         img = F.horizontal_flip(img)
     for name, fn in (("brightness", F.adjust_brightness), ("contrast", F.adjust_contrast),
@@ -282,9 +304,10 @@ def augment_one(image: torch.Tensor, p: dict, mean=IMAGENET_MEAN, std=IMAGENET_S
     return F.normalize(img, list(mean), list(std))
 
 
-def cpu_transform(size: tuple[int, int], *, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), flip_p: float = 0.5,
-                  brightness: float = 0.0, contrast: float = 0.0, saturation: float = 0.0, to_float: bool = True,
-                  mean=IMAGENET_MEAN, std=IMAGENET_STD):
+def cpu_transform(size: tuple[int, int], *, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3),
+                  flip_p: float = 0.5, brightness: float = 0.0, contrast: float = 0.0,
+                  saturation: float = 0.0, to_float: bool = True, mean=IMAGENET_MEAN,
+                  std=IMAGENET_STD):
     """The usual per-sample pipeline, torchvision v2, for ``uint8 [3, H, W]`` tensors or PIL images.
 
     RandomResizedCrop, RandomHorizontalFlip, ColorJitter (if any strength is set), then ToDtype with
@@ -297,8 +320,10 @@ def cpu_transform(size: tuple[int, int], *, scale=(0.08, 1.0), ratio=(3 / 4, 4 /
     steps = [v2.RandomResizedCrop(list(size), scale=scale, ratio=ratio, antialias=True),
              v2.RandomHorizontalFlip(flip_p)]
     if brightness or contrast or saturation:
-        steps.append(v2.ColorJitter(brightness=brightness, contrast=contrast, saturation=saturation))
-    steps.append(v2.ToImage())  # a PIL image (torchvision's ImageFolder) becomes a uint8 tensor; a tensor stays
+        steps.append(v2.ColorJitter(brightness=brightness, contrast=contrast,
+                                    saturation=saturation))
+    # a PIL image (torchvision's ImageFolder) becomes a uint8 tensor; a tensor stays
+    steps.append(v2.ToImage())
     if to_float:
         steps += [v2.ToDtype(torch.float32, scale=True), v2.Normalize(list(mean), list(std))]
     return v2.Compose(steps)

@@ -4,8 +4,8 @@
 sorted by name within a class. Each item is ``(image, target)``: ``uint8 [3, H, W]`` and an int.
 Every image is brought to the same size by :func:`fit`, the *resize policy*: convert to RGB,
 resize so that the image covers the target with the short side fitting exactly (Pillow's
-antialiased bilinear filter), then crop the centre. :mod:`gpufeed.data.memmap` builds its dataset with
-this very dataset, so a memmap and the folder it came from hold the same pixels.
+antialiased bilinear filter), then crop the centre. :mod:`gpufeed.data.memmap` builds its dataset
+with this very dataset, so a memmap and the folder it came from hold the same pixels.
 
 It is the *baseline* of ``notebooks/05_memmap.ipynb``: a DataLoader with workers that open,
 decode and resize one JPEG per ``__getitem__``. It lives here, not in a notebook, because
@@ -14,7 +14,8 @@ DataLoader workers must be able to pickle it.
 Example:
     >>> import tempfile, pathlib
     >>> from gpufeed.measure.synth import synth_folder
-    >>> src = synth_folder(pathlib.Path(tempfile.mkdtemp()) / "jpeg", n=4, size=(64, 48), classes=2, progress=False).path
+    >>> src = synth_folder(pathlib.Path(tempfile.mkdtemp()) / "jpeg", n=4, size=(64, 48),
+    ...                    classes=2, progress=False).path
     >>> ds = ImageFolderDataset(src, size=(32, 32))
     >>> len(ds), ds.classes
     (4, ['class_00', 'class_01'])
@@ -90,7 +91,8 @@ def fit(img, size: tuple[int, int]):
 
     Example:
         >>> from PIL import Image
-        >>> fit(Image.new("L", (400, 300)), (224, 224)).size, fit(Image.new("RGB", (400, 300)), (224, 224)).mode
+        >>> (fit(Image.new("L", (400, 300)), (224, 224)).size,
+        ...  fit(Image.new("RGB", (400, 300)), (224, 224)).mode)
         ((224, 224), 'RGB')
     """
     from PIL import Image
@@ -136,17 +138,21 @@ def scan(root: str | os.PathLike) -> tuple[list[tuple[str, int]], list[str]]:
     """
     root = Path(root).expanduser()
     if not root.is_dir():
-        raise FolderError(f"{root} is not a folder; give the root of an image folder (root/<class>/<image>.jpg)")
+        raise FolderError(f"{root} is not a folder; give the root of an image folder "
+                          "(root/<class>/<image>.jpg)")
     classes = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
     if not classes:
-        raise FolderError(f"{root} has no class folders; the layout must be {root}/<class>/<image>.jpg")
+        raise FolderError(f"{root} has no class folders; the layout must be "
+                          f"{root}/<class>/<image>.jpg")
     samples = []
     for c, name in enumerate(classes):
         for entry in sorted(os.scandir(root / name), key=lambda e: e.name):
-            if entry.is_file() and not entry.name.startswith(".") and entry.name.lower().endswith(IMAGE_EXTENSIONS):
+            if (entry.is_file() and not entry.name.startswith(".")
+                    and entry.name.lower().endswith(IMAGE_EXTENSIONS)):
                 samples.append((entry.path, c))
     if not samples:
-        raise FolderError(f"{root} holds no images ({', '.join(IMAGE_EXTENSIONS)}) in its class folders")
+        raise FolderError(f"{root} holds no images ({', '.join(IMAGE_EXTENSIONS)}) in its class "
+                          "folders")
     return samples, classes
 
 
@@ -176,7 +182,8 @@ class ImageFolderDataset(Dataset):
 
 
 def drop_cached(paths) -> bool:
-    """Asks the OS to forget the cached pages of every file in ``paths`` (a folder: every file in it).
+    """Asks the OS to forget the cached pages of every file in ``paths`` (a folder: every file in
+    it).
 
     The next read then comes from the disk, which is how lesson 05 measures a *cold* cache.
     Pages that a process has memory-mapped stay cached: drop a memmap dataset before loading it.

@@ -113,7 +113,8 @@ from gpufeed.data.transforms import (
 
 
 def _use_count(t: torch.Tensor) -> int:
-    """How many tensors (and NumPy arrays, DLPack capsules) hold ``t``'s memory, counted by torch itself."""
+    """How many tensors (and NumPy arrays, DLPack capsules) hold ``t``'s memory, counted by torch
+    itself."""
     return torch._C._storage_Use_Count(t.untyped_storage()._cdata)
 
 
@@ -123,8 +124,10 @@ def _storage_refs(t: torch.Tensor) -> int:
     return sys.getrefcount(t.untyped_storage())
 
 
-_HAS_USE_COUNT = hasattr(torch._C, "_storage_Use_Count")  # private; registered with torch's CUDA module (2.x)
-_ALONE = _use_count(torch.empty(1)) if _HAS_USE_COUNT else None  # the count of a tensor nothing else holds
+# private; registered with torch's CUDA module (2.x)
+_HAS_USE_COUNT = hasattr(torch._C, "_storage_Use_Count")
+# the count of a tensor nothing else holds
+_ALONE = _use_count(torch.empty(1)) if _HAS_USE_COUNT else None
 _ALONE_REFS = _storage_refs(torch.empty(1))  # the same for the storage object
 
 
@@ -136,7 +139,8 @@ def _free(buf: torch.Tensor) -> bool:
 
 
 class FreeBuffers:
-    """Output buffers reused only when nothing outside holds them: the safe default's page-fault saver.
+    """Output buffers reused only when nothing outside holds them: the safe default's page-fault
+    saver.
 
     A batch is a view of one buffer. :meth:`take` hands out a buffer whose memory nobody holds any
     more (torch's own use count of the storage: every view, ``.numpy()`` array or tensor saved for
@@ -156,7 +160,8 @@ class FreeBuffers:
         >>> a.data_ptr() != b.data_ptr()  # a is held: b is other memory
         True
         >>> ptr = b.data_ptr(); del b
-        >>> pool.take(4).data_ptr() == ptr or not _HAS_USE_COUNT  # b was dropped: its buffer comes back
+        >>> # b was dropped: its buffer comes back
+        >>> pool.take(4).data_ptr() == ptr or not _HAS_USE_COUNT
         True
     """
 
@@ -170,7 +175,8 @@ class FreeBuffers:
         """A ``[rows, *shape[1:]]`` view of a buffer nobody else holds."""
         with self._lock:  # the check and the taking (the view raises the count) as one step
             if _HAS_USE_COUNT:
-                self.buffers = [buf for buf in self.buffers if not buf.is_shared()]  # theirs now, not ours
+                # theirs now, not ours
+                self.buffers = [buf for buf in self.buffers if not buf.is_shared()]
                 for buf in self.buffers:
                     if _free(buf):
                         return buf[:rows]
@@ -181,7 +187,8 @@ class FreeBuffers:
 
 
 class ImageLoader:
-    """Shuffled, per-sample cropped, flipped and normalised batches from a memmap dataset, on ``device``.
+    """Shuffled, per-sample cropped, flipped and normalised batches from a memmap dataset, on
+    ``device``.
 
     Args:
         path: a folder written by :func:`gpufeed.data.memmap.build_memmap`.
@@ -245,29 +252,37 @@ class ImageLoader:
         ValueError: a bad argument (the message names it and says what to do).
     """
 
-    def __init__(self, path: str | os.PathLike, batch_size: int, *, device="cpu", crop: int | None = None,
-                 flip: bool = True, mean=IMAGENET_MEAN, std=IMAGENET_STD, dtype: torch.dtype = torch.float32,
-                 shuffle: bool = True, drop_last: bool = False, seed: int = 0, rank: int = 0, world_size: int = 1,
-                 depth: int = 2, reuse_buffers: int = 0, threads: int | None = None, scale=None,
-                 ratio=RATIO, group_size: int | None = None,
+    def __init__(self, path: str | os.PathLike, batch_size: int, *, device="cpu",
+                 crop: int | None = None, flip: bool = True, mean=IMAGENET_MEAN, std=IMAGENET_STD,
+                 dtype: torch.dtype = torch.float32, shuffle: bool = True, drop_last: bool = False,
+                 seed: int = 0, rank: int = 0, world_size: int = 1, depth: int = 2,
+                 reuse_buffers: int = 0, threads: int | None = None, scale=None, ratio=RATIO,
+                 group_size: int | None = None,
                  memory_format: torch.memory_format = torch.contiguous_format):
         self.device = torch.device(device)
         if self.device.type == "cuda" and not torch.cuda.is_available():
-            raise ValueError(f"ImageLoader: device={str(device)!r} but torch sees no CUDA GPU; pass device='cpu' "
-                             "(or gpufeed.config.device(), which picks what this machine has)")
-        if not (isinstance(world_size, int) and world_size >= 1 and isinstance(rank, int) and 0 <= rank < world_size):
-            raise ValueError(f"ImageLoader: need 0 <= rank < world_size (got rank={rank}, world_size={world_size}); "
-                             "rank counts from 0")
+            raise ValueError(f"ImageLoader: device={str(device)!r} but torch sees no CUDA GPU; "
+                             "pass device='cpu' (or gpufeed.config.device(), which picks what this "
+                             "machine has)")
+        if not (isinstance(world_size, int) and world_size >= 1 and isinstance(rank, int)
+                and 0 <= rank < world_size):
+            raise ValueError(f"ImageLoader: need 0 <= rank < world_size (got rank={rank}, "
+                             f"world_size={world_size}); rank counts from 0")
         if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"ImageLoader: batch_size must be a whole number, at least 1 (got {batch_size!r})")
+            raise ValueError("ImageLoader: batch_size must be a whole number, at least 1 (got "
+                             f"{batch_size!r})")
         if not isinstance(depth, int) or depth < 1:
             raise ValueError(f"ImageLoader: depth must be a whole number >= 1 (got {depth!r})")
         if not isinstance(reuse_buffers, int) or reuse_buffers < 0:
-            raise ValueError(f"ImageLoader: reuse_buffers must be a whole number >= 0 (got {reuse_buffers!r})")
+            raise ValueError("ImageLoader: reuse_buffers must be a whole number >= 0 (got "
+                             f"{reuse_buffers!r})")
         if threads is not None and (not isinstance(threads, int) or threads < 1):
-            raise ValueError(f"ImageLoader: threads must be None or a whole number >= 1 (got {threads!r})")
-        mean, std = output_stats("ImageLoader", dtype, mean, std)  # a clear ValueError if they do not fit dtype
-        images, targets, _ = open_arrays(path)  # read-only; MemmapError in one line if path is not a dataset
+            raise ValueError("ImageLoader: threads must be None or a whole number >= 1 (got "
+                             f"{threads!r})")
+        # a clear ValueError if they do not fit dtype
+        mean, std = output_stats("ImageLoader", dtype, mean, std)
+        # read-only; MemmapError in one line if path is not a dataset
+        images, targets, _ = open_arrays(path)
         n, _, height, width = images.shape
         crop = min(height, width) if crop is None else crop
         if scale is not None:  # resized: any output side
@@ -277,35 +292,42 @@ class ImageLoader:
                 raise ValueError(f"ImageLoader: crop={crop!r} must be a whole number >= 1 "
                                  "(the side of the resized crops)")
         elif not isinstance(crop, int) or not 0 < crop <= min(height, width):
-            raise ValueError(f"ImageLoader: crop={crop!r} does not fit the stored {height}x{width} (height x width) images of {path}; "
-                             f"pick 1..{min(height, width)} or rebuild the memmap with a larger size")
+            raise ValueError(f"ImageLoader: crop={crop!r} does not fit the stored {height}x{width} "
+                             f"(height x width) images of {path}; pick 1..{min(height, width)} or "
+                             "rebuild the memmap with a larger size")
         shard = n // world_size + (rank < n % world_size)
         if drop_last and batch_size > n // world_size:
-            raise ValueError(f"ImageLoader: batch_size={batch_size} is larger than the {shard} images of "
-                             f"{'this shard of ' if world_size > 1 else ''}{path}, so drop_last=True would yield "
-                             "no batch; use a smaller batch_size or drop_last=False")
-        self.path, self.batch_size, self.crop, self.flip, self.dtype = path, batch_size, crop, flip, dtype
+            raise ValueError(f"ImageLoader: batch_size={batch_size} is larger than the {shard} "
+                             f"images of {'this shard of ' if world_size > 1 else ''}{path}, so "
+                             "drop_last=True would yield no batch; use a smaller batch_size or "
+                             "drop_last=False")
+        self.path, self.batch_size, self.crop = path, batch_size, crop
+        self.flip, self.dtype = flip, dtype
         self.mean, self.std = mean, std
         if memory_format not in (torch.contiguous_format, torch.channels_last):
             raise ValueError("ImageLoader: memory_format must be torch.contiguous_format or "
                              f"torch.channels_last (got {memory_format!r})")
         self.scale, self.ratio, self.memory_format = scale, ratio, memory_format
         self.seed, self.rank, self.world_size, self.depth = seed, rank, world_size, depth
-        self.threads = threads or min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else
-                                      os.cpu_count() or 1)
+        self.threads = threads or min(8, len(os.sched_getaffinity(0))
+                                      if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
         self.reuse_buffers = reuse_buffers if self.device.type != "cuda" else 0
         self.cuda = self.device.type == "cuda"
-        self._streams: dict[int, torch.cuda.Stream] = {}  # CUDA: the loader's one side stream per device
+        # CUDA: the loader's one side stream per device
+        self._streams: dict[int, torch.cuda.Stream] = {}
         # CUDA: gathered into fresh pinned memory from torch's caching host allocator, which keeps
-        # each block until the copy out of it is done. The CPU path only takes its indices (_on_cpu).
+        # each block until the copy out of it is done. The CPU path only takes its indices
+        # (_on_cpu).
         self.loader = FastLoader((images, targets), batch_size, shuffle=shuffle, seed=seed,
                                  drop_last=drop_last, rank=rank, world_size=world_size,
                                  pin_memory=self.cuda, group_size=group_size)
         self.epoch = 0
         self._resume = 0  # batches of self.epoch the next iter() skips (load_state_dict)
         self._progress: list[int] | None = None  # [epoch, batches handed out] of the latest iter()
-        self._cpu_rings: list[tuple[list[torch.Tensor], int]] = []  # CPU, reuse_buffers > 0: (ring, cursor)
-        self._free: FreeBuffers | None = None  # the CPU path's outputs by default: reused once dropped
+        # CPU, reuse_buffers > 0: (ring, cursor)
+        self._cpu_rings: list[tuple[list[torch.Tensor], int]] = []
+        # the CPU path's outputs by default: reused once dropped
+        self._free: FreeBuffers | None = None
 
     def __len__(self) -> int:
         """Batches per epoch on this rank."""
@@ -355,8 +377,8 @@ class ImageLoader:
         diff = {k: (v, ours.get(k)) for k, v in state["config"].items() if ours.get(k) != v}
         if diff:
             raise ValueError("ImageLoader.load_state_dict: the state was saved by a loader with "
-                             f"other settings (saved, here): {diff}; build this loader as the saved "
-                             "one was")
+                             f"other settings (saved, here): {diff}; build this loader as the "
+                             "saved one was")
         self.epoch, self._resume, self._progress = int(state["epoch"]), int(state["batch"]), None
 
     def indices(self, epoch: int | None = None) -> list[torch.Tensor]:
@@ -397,8 +419,8 @@ class ImageLoader:
                 return augment(images), targets
 
             # A new prefetcher per epoch, on the loader's one stream (see CudaPrefetcher's stream)
-            return iter(CudaPrefetcher(host, device, depth=self.depth, pin_memory=False, transform=on_gpu,
-                                       stream=self._stream(device)))
+            return iter(CudaPrefetcher(host, device, depth=self.depth, pin_memory=False,
+                                       transform=on_gpu, stream=self._stream(device)))
         if self.device.type == "cpu":
             return self._on_cpu(epoch, start)
         return self._to_device(self._on_cpu(epoch, start))  # e.g. mps: made here, copied there
@@ -408,10 +430,11 @@ class ImageLoader:
             yield images.to(self.device), targets.to(self.device)
 
     def _cuda_device(self) -> torch.device:
-        """``device`` with its index: ``"cuda"`` alone is the current device when ``iter()`` is called
-        (not when the loader was made), so a loader made before ``set_device(local_rank)`` still
-        lands on its rank's GPU."""
-        return self.device if self.device.index is not None else torch.device("cuda", torch.cuda.current_device())
+        """``device`` with its index: ``"cuda"`` alone is the current device when ``iter()`` is
+        called (not when the loader was made), so a loader made before ``set_device(local_rank)``
+        still lands on its rank's GPU."""
+        return (self.device if self.device.index is not None
+                else torch.device("cuda", torch.cuda.current_device()))
 
     def _stream(self, device: torch.device) -> torch.cuda.Stream:
         """The loader's side stream on ``device``, made at its first epoch there and kept: every
@@ -421,22 +444,24 @@ class ImageLoader:
         return self._streams[device.index]
 
     @staticmethod
-    def _gathered(batches: Iterator, device: torch.device) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """CUDA: the loader's batches, on the producer thread (whose current CUDA device is set first, as
-        torch's pin-memory thread does: pinned memory then belongs to our device)."""
+    def _gathered(batches: Iterator,
+                  device: torch.device) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """CUDA: the loader's batches, on the producer thread (whose current CUDA device is set
+        first, as torch's pin-memory thread does: pinned memory then belongs to our device)."""
         torch.cuda.set_device(device)
         yield from batches
 
     def _on_cpu(self, epoch: int, start: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """The CPU: each batch cropped, flipped and normalised straight from the memmap in one pass per
-        sample (:func:`gpufeed.data.transforms.crop_tasks`, eight samples a task: no gathered uint8
-        copy first) by a pool of ``threads`` threads. ``depth`` batches wait in the pool's queue
-        behind the one it is making, so it goes from batch to batch without waiting for this thread
-        (``make bench`` measures the front door against the other pipelines). The same
+        """The CPU: each batch cropped, flipped and normalised straight from the memmap in one pass
+        per sample (:func:`gpufeed.data.transforms.crop_tasks`, eight samples a task: no gathered
+        uint8 copy first) by a pool of ``threads`` threads. ``depth`` batches wait in the pool's
+        queue behind the one it is making, so it goes from batch to batch without waiting for this
+        thread (``make bench`` measures the front door against the other pipelines). The same
         crops, in the same order, as the other devices' path (one generator, drawn in batch order,
         here)."""
         augment = self.augmentation(epoch, start)
-        images, targets = self.loader.fields.tensors["0"], self.loader.fields.tensors["1"]  # plain views of the memmap
+        # plain views of the memmap
+        images, targets = self.loader.fields.tensors["0"], self.loader.fields.tensors["1"]
         shape = (self.batch_size, images.shape[1], self.crop, self.crop)
         # Reused outputs: the promise is "overwritten reuse_buffers batches after you got it", and
         # depth more are queued behind the one you hold. Kept for the next epochs (fresh memory
@@ -447,7 +472,8 @@ class ImageLoader:
         ring, cursor = self._cpu_rings.pop() if self._cpu_rings else ([torch.empty(shape, **layout)
                                                                       for _ in range(count)], 0)
         taken = 0  # ring slots written this epoch
-        if not ring and self._free is None:  # the batch you hold, the last one, the queue and the one being made
+        # the batch you hold, the last one, the queue and the one being made
+        if not ring and self._free is None:
             self._free = FreeBuffers(shape, self.dtype, keep=self.depth + 3,
                                      memory_format=self.memory_format)
         free, pool = self._free, crop_pool(self.threads)
@@ -459,12 +485,15 @@ class ImageLoader:
                 out = ring[(cursor + taken) % len(ring)][:b] if ring else free.take(b)
                 taken += 1
                 tasks = augment.tasks(images, idx.tolist(), params, out)
-                queued.append((out, torch.index_select(targets, 0, idx), [pool.submit(t) for t in tasks]))
+                queued.append((out, torch.index_select(targets, 0, idx),
+                               [pool.submit(t) for t in tasks]))
                 if len(queued) > self.depth:
                     yield _finished(queued.popleft())
             while queued:
                 yield _finished(queued.popleft())
-        finally:  # a break or an error leaves batches queued: none may be written once the next epoch owns the ring
+        finally:
+            # a break or an error leaves batches queued: none may be written once the next epoch
+            # owns the ring
             left = [f for *_, futures in queued for f in futures]
             for f in left:
                 f.cancel()  # not started yet: never will be
@@ -473,8 +502,10 @@ class ImageLoader:
                 self._cpu_rings.append((ring, cursor + taken))
 
 
-def _finished(batch: tuple[torch.Tensor, torch.Tensor, list[Future]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """A queued batch once its tasks are done (a task's exception is raised here, in your thread)."""
+def _finished(batch: tuple[torch.Tensor, torch.Tensor,
+                           list[Future]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """A queued batch once its tasks are done (a task's exception is raised here, in your
+    thread)."""
     images, targets, futures = batch
     for f in futures:
         f.result()

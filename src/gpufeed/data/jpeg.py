@@ -49,13 +49,15 @@ def _tv_decode():
 def decode_torchvision(data: bytes, device: str = "cpu") -> torch.Tensor:
     """``torchvision.io.decode_jpeg`` (libjpeg-turbo on CPU, nvJPEG with ``device="cuda"``)."""
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", (DeprecationWarning, UserWarning))  # 0.29+ points to TorchCodec
+        # 0.29+ points to TorchCodec
+        warnings.simplefilter("ignore", (DeprecationWarning, UserWarning))
         return _tv_decode()(torch.frombuffer(bytearray(data), dtype=torch.uint8), device=device)
 
 
 @lru_cache(maxsize=1)
 def _torchcodec_decode() -> Callable | None:
-    """TorchCodec's JPEG decoder, or None when TorchCodec is missing or older than 0.16 (no ``decode_jpeg``)."""
+    """TorchCodec's JPEG decoder, or None when TorchCodec is missing or older than 0.16 (no
+    ``decode_jpeg``)."""
     try:
         from torchcodec.decoders import decode_jpeg
     except Exception:  # ImportError, or a RuntimeError when FFmpeg's libraries are absent
@@ -67,7 +69,8 @@ def decode_torchcodec(data: bytes, device: str = "cpu") -> torch.Tensor:
     """TorchCodec's ``decode_jpeg``; raises ImportError with a hint when it is not installed."""
     fn = _torchcodec_decode()
     if fn is None:
-        raise ImportError("TorchCodec is not usable here: `pip install torchcodec` (it needs FFmpeg's libraries)")
+        raise ImportError("TorchCodec is not usable here: `pip install torchcodec` (it needs "
+                          "FFmpeg's libraries)")
     return fn(torch.frombuffer(bytearray(data), dtype=torch.uint8), device=device)
 
 
@@ -90,7 +93,8 @@ def decode_batch(datas: list[bytes], device: str = "cpu") -> list[torch.Tensor]:
 
     Example:
         >>> from gpufeed.measure.synth import SynthSpec, render, encode_jpeg
-        >>> datas = [encode_jpeg(render(SynthSpec(n=2, width=32, height=24), i), 90) for i in range(2)]
+        >>> datas = [encode_jpeg(render(SynthSpec(n=2, width=32, height=24), i), 90)
+        ...          for i in range(2)]
         >>> [tuple(t.shape) for t in decode_batch(datas)]
         [(3, 24, 32), (3, 24, 32)]
     """
@@ -100,9 +104,11 @@ def decode_batch(datas: list[bytes], device: str = "cpu") -> list[torch.Tensor]:
         raise RuntimeError("decode_batch(device='cuda') needs a CUDA GPU; use device='cpu' here")
     from torchvision.io import ImageReadMode
 
-    tensors = [torch.frombuffer(bytearray(d), dtype=torch.uint8) for d in datas]  # inputs stay on the CPU
+    # inputs stay on the CPU
+    tensors = [torch.frombuffer(bytearray(d), dtype=torch.uint8) for d in datas]
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", (DeprecationWarning, UserWarning))  # 0.29+ points to TorchCodec
+        # 0.29+ points to TorchCodec
+        warnings.simplefilter("ignore", (DeprecationWarning, UserWarning))
         return _tv_decode()(tensors, mode=ImageReadMode.RGB, device=device)
 
 

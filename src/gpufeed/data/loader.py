@@ -4,10 +4,11 @@
 sample indices (seeded by ``seed`` and the epoch, so every epoch has a new order and the same seed
 gives the same orders), cuts it into slices of ``batch_size``, and fetches each slice with one
 ``torch.index_select`` per field (:func:`gather`). It works on the memmap dataset
-(:class:`gpufeed.data.memmap.ImageData`), on in-memory tensors, tuples or dicts of tensors, TensorDicts
-and NumPy arrays (``np.memmap`` included). ``rank``/``world_size`` give each process its shard of
-every epoch, the same number of batches on every rank (lesson 12), and ``group_size`` switches to a grouped shuffle
-(:func:`grouped_permutation`). Taught in ``notebooks/06_batched.ipynb``; used in 05 and later.
+(:class:`gpufeed.data.memmap.ImageData`), on in-memory tensors, tuples or dicts of tensors,
+TensorDicts and NumPy arrays (``np.memmap`` included). ``rank``/``world_size`` give each process its
+shard of every epoch, the same number of batches on every rank (lesson 12), and ``group_size``
+switches to a grouped shuffle (:func:`grouped_permutation`). Taught in
+``notebooks/06_batched.ipynb``; used in 05 and later.
 
 Example:
     >>> x, y = torch.arange(10) * 10, torch.arange(10)  # 10 samples: features x, labels y
@@ -42,7 +43,8 @@ import torch
 def _seed(*key: int) -> int:
     """A 63-bit seed from a tuple of ints (seed, epoch) via NumPy's SeedSequence, which spreads
     nearby keys far apart: (0, 1) and (1, 0) give unrelated streams."""
-    return int(np.random.SeedSequence([k & 0xFFFFFFFF for k in key]).generate_state(1, np.uint64)[0] >> 1)
+    return int(np.random.SeedSequence([k & 0xFFFFFFFF for k in key])
+               .generate_state(1, np.uint64)[0] >> 1)
 
 
 def seeded_generator(*key: int) -> torch.Generator:
@@ -75,17 +77,20 @@ def grouped_permutation(n: int, group: int, seed: int = 0, epoch: int = 0) -> to
     return torch.cat(list(_grouped_chunks(n, group, seed, epoch, 0, n)))
 
 
-def _grouped_chunks(n: int, group: int, seed: int, epoch: int, lo: int, hi: int) -> Iterator[torch.Tensor]:
+def _grouped_chunks(n: int, group: int, seed: int, epoch: int, lo: int,
+                    hi: int) -> Iterator[torch.Tensor]:
     """Positions ``lo..hi-1`` of the grouped order, one block at a time. Each block is shuffled by
     its own generator (seed, epoch, block), so every rank computes only the blocks it needs."""
     base = _seed(seed, epoch)
-    blocks = torch.randperm(math.ceil(n / group), generator=torch.Generator().manual_seed(base)).tolist()
+    blocks = torch.randperm(math.ceil(n / group),
+                            generator=torch.Generator().manual_seed(base)).tolist()
     gen = torch.Generator()
     pos = 0  # position in the global order where the current block starts
     for b in blocks:
         start, length = b * group, min(group, n - b * group)
         if pos + length > lo and pos < hi:
-            gen.manual_seed((base + b + 1) % 2**63)  # block b's own stream: any rank can make it alone
+            # block b's own stream: any rank can make it alone
+            gen.manual_seed((base + b + 1) % 2**63)
             order = start + torch.randperm(length, generator=gen)
             yield order[max(0, lo - pos):hi - pos]
         pos += length
@@ -94,7 +99,8 @@ def _grouped_chunks(n: int, group: int, seed: int, epoch: int, lo: int, hi: int)
 
 
 def _segments(lo: int, hi: int, n: int) -> Iterator[tuple[int, int]]:
-    """Positions ``lo..hi-1`` of an order of ``n`` read around and around: ``[a, b)`` runs within ``0..n``.
+    """Positions ``lo..hi-1`` of an order of ``n`` read around and around: ``[a, b)`` runs within
+    ``0..n``.
 
     Example:
         >>> list(_segments(4, 12, 5))
@@ -113,11 +119,13 @@ class _Fields:
 
     def __init__(self, data):
         self.kind, self.cls = "tensor", None
-        td = sys.modules.get("tensordict")  # if tensordict is not imported, data is none of its kinds
+        # if tensordict is not imported, data is none of its kinds
+        td = sys.modules.get("tensordict")
         if td is not None and td.is_tensorclass(data):
             self.kind, self.cls = "tensorclass", type(data)
             names = [f.name for f in dataclasses.fields(data)]
-            tensors = {k: getattr(data, k) for k in names if isinstance(getattr(data, k), torch.Tensor)}
+            tensors = {k: getattr(data, k) for k in names
+                       if isinstance(getattr(data, k), torch.Tensor)}
         elif td is not None and isinstance(data, td.TensorDictBase):
             self.kind, tensors = "tensordict", dict(data.items())
         elif isinstance(data, dict):
@@ -131,7 +139,8 @@ class _Fields:
             raise ValueError("FastLoader: data holds no tensors")
         lengths = {k: len(v) for k, v in self.tensors.items()}
         if len(set(lengths.values())) != 1:
-            raise ValueError(f"FastLoader: every field must have the same length along dim 0, got {lengths}")
+            raise ValueError("FastLoader: every field must have the same length along dim 0, got "
+                             f"{lengths}")
         self.n = next(iter(lengths.values()))
 
     def build(self, fields: dict[str, torch.Tensor], b: int):
@@ -154,14 +163,14 @@ def _as_tensor(value, name: str) -> torch.Tensor:
             warnings.simplefilter("ignore", UserWarning)
             value = torch.from_numpy(value)
     if not isinstance(value, torch.Tensor) or value.dim() == 0:
-        raise TypeError(f"FastLoader: field {name!r} must be a tensor or array with a first (sample) "
-                        f"dimension, got {type(value).__name__}")
+        raise TypeError(f"FastLoader: field {name!r} must be a tensor or array with a first "
+                        f"(sample) dimension, got {type(value).__name__}")
     return value.as_subclass(torch.Tensor)  # a plain view: no subclass dispatch on every batch
 
 
 #: torch's CPU ``index_select`` hands whole rows to its threads only when a row holds fewer elements
-#: than this (``at::internal::GRAIN_SIZE``); it copies a larger row, such as an image, one at a time,
-#: each copy split across all the threads, which then meet after every image.
+#: than this (``at::internal::GRAIN_SIZE``); it copies a larger row, such as an image, one at a
+#: time, each copy split across all the threads, which then meet after every image.
 GRAIN_SIZE = 32768
 
 
@@ -197,13 +206,14 @@ def take_rows(t: torch.Tensor, idx: torch.Tensor, out: torch.Tensor | None = Non
     small images.
 
     Example:
-        >>> x = torch.arange(4 * 3 * 128 * 128, dtype=torch.int32).view(4, 3, 128, 128)  # 49,152 a row
+        >>> x = torch.arange(4 * 3 * 128 * 128,
+        ...                  dtype=torch.int32).view(4, 3, 128, 128)  # 49,152 a row
         >>> idx = torch.tensor([2, 0, 3])
         >>> torch.equal(take_rows(x, idx), torch.index_select(x, 0, idx)), _pieces(3 * 128 * 128)
         (True, 2)
     """
-    if (t.dim() < 2 or idx.dim() != 1 or idx.dtype not in (torch.int64, torch.int32) or t.device.type != "cpu"
-            or not t.is_contiguous()):
+    if (t.dim() < 2 or idx.dim() != 1 or idx.dtype not in (torch.int64, torch.int32)
+            or t.device.type != "cpu" or not t.is_contiguous()):
         return torch.index_select(t, 0, idx, out=out)
     row = t.stride(0)  # contiguous: the elements of one row
     k = _pieces(row)
@@ -224,7 +234,8 @@ def gather(data, idx, out: dict[str, torch.Tensor] | None = None):
     """Rows ``idx`` of every field of ``data``, as a batch of the same kind as ``data``.
 
     One ``torch.index_select`` per field (:func:`take_rows`): a tight copy loop in C++, 10 times and
-    more faster than ``data[idx]`` on large rows, which goes through torch's general advanced indexing.
+    more faster than ``data[idx]`` on large rows, which goes through torch's general advanced
+    indexing.
 
     Args:
         data: a tensor, tuple/list/dict of tensors, TensorDict, tensorclass or NumPy array.
@@ -237,7 +248,8 @@ def gather(data, idx, out: dict[str, torch.Tensor] | None = None):
     """
     fields = data if isinstance(data, _Fields) else _Fields(data)
     idx = torch.as_tensor(idx, dtype=torch.int64)
-    got = {k: take_rows(t, idx, out=None if out is None else out[k]) for k, t in fields.tensors.items()}
+    got = {k: take_rows(t, idx, out=None if out is None else out[k])
+           for k, t in fields.tensors.items()}
     return fields.build(got, len(idx))
 
 
@@ -266,7 +278,8 @@ class FastLoader:
         sort_indices: sort the indices within each batch. The batch holds the same samples (the
             mean loss and its gradient are unchanged) and reads go forward through the file,
             which helps a cold page cache; but a batch is no longer in random order, so code that
-            splits it (micro-batches, ``DataParallel``) gets index-ordered, often class-ordered, parts.
+            splits it (micro-batches, ``DataParallel``) gets index-ordered, often class-ordered,
+            parts.
         device: ``"cuda"``: gather into pinned memory and copy each batch whole with
             ``non_blocking=True`` on a side stream of the loader's own (one per device), so the
             copy overlaps the work already queued on your stream instead of waiting behind it; the
@@ -275,11 +288,12 @@ class FastLoader:
             is marked as used there (``record_stream``). The batch you get lives on the device, in
             new memory. ``"cuda"`` without an index is the current device when a batch is made.
         reuse_buffers: 0 (the default): every batch is new memory, so a batch stays valid however
-            long you keep it. ``k > 0``: gather into ``k`` preallocated buffers in turn (fresh memory
-            costs a page fault per 4 KiB page on first touch). **A batch is then overwritten ``k``
-            batches later** (on the CPU the batch *is* the buffer): use or copy it before that, and
-            keep ``k`` above the batches alive at once (a prefetcher's queue holds ``depth`` more).
-            The buffers belong to each ``iter()``: two live iterators never share them.
+            long you keep it. ``k > 0``: gather into ``k`` preallocated buffers in turn (fresh
+            memory costs a page fault per 4 KiB page on first touch). **A batch is then overwritten
+            ``k`` batches later** (on the CPU the batch *is* the buffer): use or copy it before
+            that, and keep ``k`` above the batches alive at once (a prefetcher's queue holds
+            ``depth`` more). The buffers belong to each ``iter()``: two live iterators never share
+            them.
         pin_memory: gather into pinned (page-locked) memory, so that a later ``.to("cuda",
             non_blocking=True)`` is asynchronous; with ``reuse_buffers=0`` from torch's caching host
             allocator, which does not reuse a block before the copies out of it are done.
@@ -297,28 +311,38 @@ class FastLoader:
         is not covered: use ``reuse_buffers=0`` there.
     """
 
-    def __init__(self, data, batch_size: int, *, shuffle: bool = True, seed: int = 0, drop_last: bool = False,
-                 rank: int = 0, world_size: int = 1, group_size: int | None = None, sort_indices: bool = False,
-                 device=None, reuse_buffers: int = 0, pin_memory: bool = False, pad: bool = True):
+    def __init__(self, data, batch_size: int, *, shuffle: bool = True, seed: int = 0,
+                 drop_last: bool = False, rank: int = 0, world_size: int = 1,
+                 group_size: int | None = None, sort_indices: bool = False, device=None,
+                 reuse_buffers: int = 0, pin_memory: bool = False, pad: bool = True):
         if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"FastLoader: batch_size must be a whole number, at least 1 (got {batch_size!r})")
-        if not (isinstance(world_size, int) and world_size >= 1 and isinstance(rank, int) and 0 <= rank < world_size):
-            raise ValueError(f"FastLoader: need 0 <= rank < world_size (got rank={rank}, world_size={world_size})")
+            raise ValueError("FastLoader: batch_size must be a whole number, at least 1 (got "
+                             f"{batch_size!r})")
+        if not (isinstance(world_size, int) and world_size >= 1 and isinstance(rank, int)
+                and 0 <= rank < world_size):
+            raise ValueError(f"FastLoader: need 0 <= rank < world_size (got rank={rank}, "
+                             f"world_size={world_size})")
         if group_size is not None and (not isinstance(group_size, int) or group_size < 1):
-            raise ValueError(f"FastLoader: group_size must be None or a whole number, at least 1 (got {group_size!r})")
+            raise ValueError("FastLoader: group_size must be None or a whole number, at least 1 "
+                             f"(got {group_size!r})")
         self.data, self.fields = data, _Fields(data)
-        self.batch_size, self.shuffle, self.seed, self.drop_last = batch_size, shuffle, seed, drop_last
+        self.batch_size, self.shuffle = batch_size, shuffle
+        self.seed, self.drop_last = seed, drop_last
         self.rank, self.world_size, self.group_size, self.pad = rank, world_size, group_size, pad
         if not isinstance(reuse_buffers, int) or reuse_buffers < 0:
-            raise ValueError(f"FastLoader: reuse_buffers must be a whole number >= 0 (got {reuse_buffers!r})")
-        self.sort_indices, self.reuse_buffers, self.pin_memory = sort_indices, reuse_buffers, pin_memory
+            raise ValueError("FastLoader: reuse_buffers must be a whole number >= 0 (got "
+                             f"{reuse_buffers!r})")
+        self.sort_indices, self.reuse_buffers = sort_indices, reuse_buffers
+        self.pin_memory = pin_memory
         self.device = torch.device(device) if device is not None else None
         self._cuda = self.device is not None and self.device.type == "cuda"
         if self._cuda and not torch.cuda.is_available():
-            raise ValueError("FastLoader: device='cuda' but torch sees no GPU; pass device=None to stay on the CPU")
+            raise ValueError("FastLoader: device='cuda' but torch sees no GPU; pass device=None to "
+                             "stay on the CPU")
         self.epoch = 0
         self._spare: list[BufferRing] = []  # rings of finished iterators, for the next ones
-        self._streams: dict[int, torch.cuda.Stream] = {}  # device="cuda": the copies' side stream per device
+        # device="cuda": the copies' side stream per device
+        self._streams: dict[int, torch.cuda.Stream] = {}
 
     def set_epoch(self, epoch: int) -> None:
         """The epoch the next iteration uses (each iteration then moves on by one)."""
@@ -354,7 +378,8 @@ class FastLoader:
                 yield from _grouped_chunks(n, self.group_size, self.seed, epoch, a, b)
             return
         order = permutation(n, self.seed, epoch) if self.shuffle else None
-        parts = [order[a:b] if order is not None else torch.arange(a, b) for a, b in _segments(lo, hi, n)]
+        parts = [order[a:b] if order is not None else torch.arange(a, b)
+                 for a, b in _segments(lo, hi, n)]
         yield parts[0] if len(parts) == 1 else torch.cat(parts)
 
     def indices(self, epoch: int | None = None) -> list[torch.Tensor]:
@@ -393,7 +418,8 @@ class FastLoader:
         """Epoch ``epoch``'s batches (``iter()`` is this for the next epoch), gathered into ``ring``
         if given (its owner then says when they may be overwritten), else, with ``reuse_buffers``,
         into a ring of this iterator's own: taken from the ones that finished iterators gave back
-        (no fresh memory, so no page faults, each epoch), or made; two live iterators never share one."""
+        (no fresh memory, so no page faults, each epoch), or made; two live iterators never share
+        one."""
         own = ring is None and self.reuse_buffers > 0
         if own:
             with self._on_device():
@@ -402,9 +428,11 @@ class FastLoader:
             for idx in self._index_batches(epoch):
                 yield self._fetch(idx.sort().values if self.sort_indices else idx, ring)
             if ring is not None:
-                ring.asked()  # the caller asked past the last batch: its copies out of it are issued
+                # the caller asked past the last batch: its copies out of it are issued
+                ring.asked()
         finally:
-            if own:  # its slots go on in turn: the next epoch's first batch overwrites the oldest one
+            # its slots go on in turn: the next epoch's first batch overwrites the oldest one
+            if own:
                 self._spare.append(ring)
 
     def _side_stream(self) -> torch.cuda.Stream:
@@ -420,17 +448,20 @@ class FastLoader:
         if not cuda and not self.pin_memory:  # the CPU paths: as little Python per batch as can be
             if ring is None:
                 return self.fields.build({k: take_rows(t, idx) for k, t in tensors.items()}, b)
-            return self.fields.build({k: take_rows(t, idx, out=o) for (k, t), o in zip(tensors.items(), ring.next(b))}, b)
+            return self.fields.build({k: take_rows(t, idx, out=o)
+                                      for (k, t), o in zip(tensors.items(), ring.next(b))}, b)
         with self._on_device():  # pinned: for a copy to a GPU, here (cuda) or later (pin_memory)
             if ring is not None:
                 out = ring.next(b)
             else:  # fresh pinned memory from torch's caching host allocator, which keeps a block
                 # from reuse until the copies out of it are done: no event needed here
-                out = [torch.empty((b, *t.shape[1:]), dtype=t.dtype, pin_memory=True) for t in tensors.values()]
+                out = [torch.empty((b, *t.shape[1:]), dtype=t.dtype, pin_memory=True)
+                       for t in tensors.values()]
             got = {k: take_rows(t, idx, out=o) for (k, t), o in zip(tensors.items(), out)}
             if cuda:
-                # Whole batch, one copy per field; from pinned memory it is asynchronous (lesson 03, 08),
-                # on the side stream: it need not wait for the compute already queued on the caller's.
+                # Whole batch, one copy per field; from pinned memory it is asynchronous (lesson 03,
+                # 08), on the side stream: it need not wait for the compute already queued on the
+                # caller's.
                 current, side = torch.cuda.current_stream(), self._side_stream()
                 with torch.cuda.stream(side):
                     got = {k: v.to(side.device, non_blocking=True) for k, v in got.items()}
@@ -438,7 +469,8 @@ class FastLoader:
                         ring.copied(side)
                 current.wait_stream(side)  # the caller's later work reads the batch after the copy
                 for v in got.values():
-                    v.record_stream(current)  # its memory is not the side stream's again before that work is done
+                    # its memory is not the side stream's again before that work is done
+                    v.record_stream(current)
         return self.fields.build(got, b)
 
 
@@ -453,8 +485,10 @@ class BufferRing:
     def __init__(self, loader: FastLoader, count: int):
         cuda = loader.device is not None and loader.device.type == "cuda"
         pinned = cuda or loader.pin_memory
-        self.buffers = [[torch.empty((loader.batch_size, *t.shape[1:]), dtype=t.dtype, pin_memory=pinned)
-                         for t in loader.fields.tensors.values()] for _ in range(count)]  # in the fields' order
+        # in the fields' order
+        self.buffers = [[torch.empty((loader.batch_size, *t.shape[1:]), dtype=t.dtype,
+                                     pin_memory=pinned)
+                         for t in loader.fields.tensors.values()] for _ in range(count)]
         self.events = [torch.cuda.Event() if pinned else None for _ in self.buffers]
         self.full, self.slot = loader.batch_size, -1
         self.guard = pinned and not cuda  # the consumer copies: guard with its stream (asked)

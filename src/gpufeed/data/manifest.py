@@ -48,9 +48,11 @@ def read_manifest(folder: str | os.PathLike, *, check_version: bool = False) -> 
     )
 
 
-def data_files(folder: Path, manifest: dict) -> dict[str, tuple[Path, np.dtype, tuple[int, ...]]] | None:
-    """``{"images": (file, dtype, shape), "targets": ...}``: the dataset's two raw files, each checked
-    against the manifest; None for a layout this reader does not know (another tensordict's).
+def data_files(folder: Path,
+               manifest: dict) -> dict[str, tuple[Path, np.dtype, tuple[int, ...]]] | None:
+    """``{"images": (file, dtype, shape), "targets": ...}``: the dataset's two raw files, each
+    checked against the manifest; None for a layout this reader does not know (another
+    tensordict's).
 
     Checked before anything maps a file: tensordict maps a writable file shared, and
     ``torch.from_file`` then *extends* a short file with zeros, so a truncated dataset would load
@@ -71,9 +73,9 @@ def data_files(folder: Path, manifest: dict) -> dict[str, tuple[Path, np.dtype, 
         want, size = int(np.prod(shape)) * np.dtype(dtype).itemsize, files[0].stat().st_size
         if size != want:
             raise MemmapError(
-                f"{files[0]} holds {size:,} bytes but {folder / MANIFEST} says {name} {list(shape)} "
-                f"{spec['dtype']}: {want:,} bytes; the dataset is damaged (truncated or overwritten) and was "
-                f"left as it is; rebuild it with `python -m gpufeed data memmap {manifest.get('source', 'SRC')} "
-                f"{folder} --overwrite`")
+                f"{files[0]} holds {size:,} bytes but {folder / MANIFEST} says {name} "
+                f"{list(shape)} {spec['dtype']}: {want:,} bytes; the dataset is damaged (truncated "
+                "or overwritten) and was left as it is; rebuild it with `python -m gpufeed data "
+                f"memmap {manifest.get('source', 'SRC')} {folder} --overwrite`")
         found[name] = (files[0], dtype, shape)
     return found

@@ -88,7 +88,8 @@ class BuildResult:
 
 
 def dataset_bytes(n: int, size: tuple[int, int]) -> int:
-    """Bytes the dataset takes on disk: ``n x 3 x H x W`` (uint8 images) + ``8 n`` (int64 targets)."""
+    """Bytes the dataset takes on disk: ``n x 3 x H x W`` (uint8 images) + ``8 n`` (int64
+    targets)."""
     w, h = size
     return n * 3 * h * w + 8 * n
 
@@ -97,7 +98,8 @@ def _source_digest(samples: list[tuple[str, int]], root: Path) -> str:
     """A fingerprint of the source: relative paths, labels and file sizes (no reading)."""
     h = hashlib.sha256()
     for path, target in samples:
-        h.update(f"{Path(path).relative_to(root).as_posix()}\t{target}\t{os.path.getsize(path)}\n".encode())
+        h.update((f"{Path(path).relative_to(root).as_posix()}\t{target}\t"
+                  f"{os.path.getsize(path)}\n").encode())
     return h.hexdigest()[:16]
 
 
@@ -119,7 +121,8 @@ class _Tolerant(torch.utils.data.Dataset):
 
 
 def _collate(items) -> tuple[torch.Tensor | None, torch.Tensor, list[dict]]:
-    """``(images [b, 3, H, W] or None, targets [b], bad)``: the good items stacked, the bad listed."""
+    """``(images [b, 3, H, W] or None, targets [b], bad)``: the good items stacked, the bad
+    listed."""
     good = [it for it in items if it[0] is not None]
     bad = [{"path": it[1], "error": it[2]} for it in items if it[0] is None]
     images = torch.stack([img for img, _ in good]) if good else None
@@ -132,12 +135,14 @@ def _check_destination(dst: Path, src: Path, overwrite: bool) -> dict | None:
     if dst.exists() and not dst.is_dir():
         raise MemmapError(f"DST {dst} is a file; give a folder path (the folder will be created)")
     if dst == src or src in dst.parents:
-        raise MemmapError(f"DST {dst} is inside SRC {src}; choose a folder outside the image folder")
+        raise MemmapError(f"DST {dst} is inside SRC {src}; choose a folder outside the image "
+                          "folder")
     if not dst.exists() or not any(dst.iterdir()):
         return None
     manifest = read_manifest(dst)
     if manifest is None:
-        raise MemmapError(f"DST {dst} already holds files that gpufeed did not write; choose a new folder")
+        raise MemmapError(f"DST {dst} already holds files that gpufeed did not write; choose a new "
+                          "folder")
     return manifest
 
 
@@ -172,7 +177,8 @@ def build_memmap(
             memmap dataset (then see ``overwrite`` and ``reuse``).
         size: (width, height) every image is brought to by :func:`gpufeed.data.folder.fit`.
         workers: processes that decode (DataLoader workers); 1 decodes in this process.
-        skip_bad: skip unreadable images (listed in the result and the manifest) instead of stopping.
+        skip_bad: skip unreadable images (listed in the result and the manifest) instead of
+            stopping.
         overwrite: replace a memmap dataset already at ``dst``.
         reuse: if ``dst`` already holds this very dataset (same source files and size), return at
             once with ``reused=True`` (what the notebooks do on a second run).
@@ -189,7 +195,8 @@ def build_memmap(
     """
     w, h = int(size[0]), int(size[1])
     if not (MIN_SIDE <= w <= MAX_SIDE and MIN_SIDE <= h <= MAX_SIDE):
-        raise MemmapError(f"--size must be between {MIN_SIDE} and {MAX_SIDE} pixels a side (got {w}x{h}); try 224x224")
+        raise MemmapError(f"--size must be between {MIN_SIDE} and {MAX_SIDE} pixels a side (got "
+                          f"{w}x{h}); try 224x224")
     src, dst = Path(src).expanduser().absolute(), Path(dst).expanduser().absolute()
     t0 = time.perf_counter()
     try:
@@ -210,11 +217,14 @@ def build_memmap(
             same = (existing.get("source_digest") == digest and existing.get("size") == [w, h]
                     and existing.get("order_seed") == order_seed)
             if reuse and same:
-                return BuildResult(dst, existing["count"], (w, h), existing["bytes"], time.perf_counter() - t0,
-                                   reused=True, skipped=existing.get("skipped", []))
+                return BuildResult(dst, existing["count"], (w, h), existing["bytes"],
+                                   time.perf_counter() - t0, reused=True,
+                                   skipped=existing.get("skipped", []))
             if not overwrite:
-                raise MemmapError(f"DST {dst} already holds a memmap dataset ({existing.get('count')} images "
-                                  f"from {existing.get('source')}); pass --overwrite to replace it, or choose a new folder")
+                raise MemmapError(f"DST {dst} already holds a memmap dataset "
+                                  f"({existing.get('count')} images from "
+                                  f"{existing.get('source')}); pass --overwrite to replace it, or "
+                                  "choose a new folder")
         n = len(folder)
         need = dataset_bytes(n, (w, h))
         staging.prepare_parent(dst, MemmapError, "DST")
@@ -222,19 +232,21 @@ def build_memmap(
                             "choose a smaller --size or another DST")
         with staging.staged(dst, MemmapError, "DST") as tmp:
             order = None if order_seed is None else _shuffled(len(folder), order_seed)
-            data, skipped = _fill(folder, tmp / DATA, workers, skip_bad, progress, batch_size, order)
+            data, skipped = _fill(folder, tmp / DATA, workers, skip_bad, progress, batch_size,
+                                  order)
             manifest = {
                 "format": FORMAT, "version": FORMAT_VERSION, "count": len(data),
                 "images": {"shape": list(data.images.shape), "dtype": "uint8"},
                 "targets": {"shape": list(data.targets.shape), "dtype": "int64"},
                 "size": [w, h], "policy": POLICY, "source": str(src), "source_digest": digest,
-                "classes": folder.classes, "skipped": skipped, "bytes": dataset_bytes(len(data), (w, h)),
-                "tensordict": _tensordict_version(), "order_seed": order_seed,
+                "classes": folder.classes, "skipped": skipped,
+                "bytes": dataset_bytes(len(data), (w, h)), "tensordict": _tensordict_version(),
+                "order_seed": order_seed,
             }
             del data  # unmap before the rename
             (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")  # written last
-        return BuildResult(dst, manifest["count"], (w, h), manifest["bytes"], time.perf_counter() - t0,
-                           skipped=skipped)
+        return BuildResult(dst, manifest["count"], (w, h), manifest["bytes"],
+                           time.perf_counter() - t0, skipped=skipped)
 
 
 def show_progress(progress: bool = True) -> bool:
@@ -277,11 +289,12 @@ def _fill(folder: ImageFolderDataset, prefix: Path, workers: int, skip_bad: bool
                         num_workers=workers if workers > 1 else 0, collate_fn=_collate)
     skipped: list[dict] = []
     k = 0  # images written so far: bad ones leave no hole
-    with tqdm(total=n, unit="img", desc=f"memmap {w}x{h}", disable=not show_progress(progress)) as bar:
+    with tqdm(total=n, unit="img", desc=f"memmap {w}x{h}",
+              disable=not show_progress(progress)) as bar:
         for images, targets, bad in loader:
             if bad and not skip_bad:
-                raise MemmapError(f"cannot read image {bad[0]['path']}: {bad[0]['error']}; fix or remove it, "
-                                  "or pass --skip-bad to leave unreadable images out")
+                raise MemmapError(f"cannot read image {bad[0]['path']}: {bad[0]['error']}; fix or "
+                                  "remove it, or pass --skip-bad to leave unreadable images out")
             skipped += bad
             if images is not None:
                 b = len(targets)
@@ -291,12 +304,14 @@ def _fill(folder: ImageFolderDataset, prefix: Path, workers: int, skip_bad: bool
     if k == 0:
         raise MemmapError(f"SRC {folder.root}: none of its {n} images could be read")
     if k < n:  # the good rows are rows 0..k-1: cut the files there, in place (a compacted second
-        del data  # copy would need disk space that check_space never budgeted: SIGBUS on a full disk)
+        # copy would need disk space that check_space never budgeted: SIGBUS on a full disk)
+        del data
         _cut(prefix, n, k)
         data = ImageData.load_memmap(prefix)
         if len(data) != k:
             raise MemmapError(f"could not shorten {prefix} to its {k} good images: tensordict "
-                              f"{_tensordict_version()} stores shapes in a way this gpufeed does not know")
+                              f"{_tensordict_version()} stores shapes in a way this gpufeed does "
+                              "not know")
     _sync(prefix)
     return data, skipped
 
@@ -309,7 +324,8 @@ def _cut(prefix: Path, n: int, k: int) -> None:
         os.truncate(f, f.stat().st_size // n * k)
     for meta in prefix.rglob("meta.json"):
         doc = json.loads(meta.read_text())
-        for entry in (doc, *(v for v in doc.values() if isinstance(v, dict))):  # the batch and each field
+        # the batch and each field
+        for entry in (doc, *(v for v in doc.values() if isinstance(v, dict))):
             shape = entry.get("shape")
             if isinstance(shape, list) and shape and shape[0] == n:
                 shape[0] = k
@@ -329,7 +345,8 @@ def _reserve(prefix: Path) -> None:
                 try:
                     os.posix_fallocate(fd, 0, size)
                 except OSError as e:
-                    if e.errno not in (95, 22):  # EOPNOTSUPP / EINVAL: the file system cannot; go on
+                    # EOPNOTSUPP / EINVAL: the file system cannot; go on
+                    if e.errno not in (95, 22):
                         raise
         finally:
             os.close(fd)
@@ -357,7 +374,8 @@ def _tensordict_version() -> str | None:
 
 
 def load_memmap(path: str | os.PathLike, *, writable: bool = False) -> ImageData:
-    """Maps a dataset written by :func:`build_memmap`: an :class:`ImageData` of memory-mapped tensors.
+    """Maps a dataset written by :func:`build_memmap`: an :class:`ImageData` of memory-mapped
+    tensors.
 
     Nothing is read yet: pages come from the disk (or the page cache) when a batch touches them.
     Loading never changes the files: each one's size is checked against the manifest before it is
@@ -378,25 +396,29 @@ def load_memmap(path: str | os.PathLike, *, writable: bool = False) -> ImageData
     if not path.is_dir():
         partial = sorted(path.parent.glob(f".{path.name}.partial-*"))
         if partial:
-            raise MemmapError(f"{path} does not exist; {partial[0].name} beside it is an incomplete build "
-                              f"(interrupted, or still running): {rebuild} again")
+            raise MemmapError(f"{path} does not exist; {partial[0].name} beside it is an "
+                              f"incomplete build (interrupted, or still running): {rebuild} again")
         raise MemmapError(f"{path} does not exist; {rebuild}")
     raw = (path / MANIFEST).is_file()
     manifest = read_manifest(path)
     if manifest is None:
         what = f"its {MANIFEST} is unreadable or not gpufeed's" if raw else f"it has no {MANIFEST}"
-        raise MemmapError(f"{path} is not a complete gpufeed memmap dataset ({what}): an incomplete build "
-                          f"or a foreign folder; {rebuild}")
+        raise MemmapError(f"{path} is not a complete gpufeed memmap dataset ({what}): an "
+                          f"incomplete build or a foreign folder; {rebuild}")
     read_manifest(path, check_version=True)  # another format version: raises, saying to rebuild
-    overwrite = f"rebuild it with `python -m gpufeed data memmap {manifest.get('source', 'SRC')} {path} --overwrite`"
-    data_files(path, manifest)  # a file of the wrong size: raises, naming it, before anything maps it
+    overwrite = (f"rebuild it with `python -m gpufeed data memmap {manifest.get('source', 'SRC')} "
+                 f"{path} --overwrite`")
+    # a file of the wrong size: raises, naming it, before anything maps it
+    data_files(path, manifest)
     try:
         data = ImageData.load_memmap(path / DATA, mode="r+" if writable else "r")
     except Exception as e:  # tensordict's own errors vary by version: say what to do in one line
         why = " ".join(f"{type(e).__name__}: {e}".split())  # one line, whatever tensordict wrote
-        raise MemmapError(f"{path} is damaged or was written by another gpufeed/tensordict ({why}); {overwrite}") from e
+        raise MemmapError(f"{path} is damaged or was written by another gpufeed/tensordict "
+                          f"({why}); {overwrite}") from e
     shape = [list(data.images.shape), list(data.targets.shape)]
-    if shape != [manifest["images"]["shape"], manifest["targets"]["shape"]] or data.images.dtype != torch.uint8:
+    if (shape != [manifest["images"]["shape"], manifest["targets"]["shape"]]
+            or data.images.dtype != torch.uint8):
         raise MemmapError(f"{path} is damaged: it holds images {shape[0]} but its manifest says "
                           f"{manifest['images']['shape']}; {overwrite}")
     return data

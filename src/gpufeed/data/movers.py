@@ -1,4 +1,5 @@
-"""Moving nested batches to a device: dicts, lists and tuples of tensors, TensorDicts, tensorclasses.
+"""Moving nested batches to a device: dicts, lists and tuples of tensors, TensorDicts,
+tensorclasses.
 
 A detection batch is not one tensor: it is ``{"images": uint8 [B, 3, H, W], "targets": [{"boxes":
 float32 [n_i, 4], "labels": int64 [n_i], "image_id": int64 []}, ...]}``, one dict per image with
@@ -6,8 +7,8 @@ its own number of boxes ``n_i``. ``batch.to(device)`` does not exist for such a 
 has to walk the structure and move every tensor it finds. ``notebooks/07_dataloader.ipynb``
 (section 3) compares the ways: a hand-written recursive function (:func:`to_device`),
 ``torch.utils._pytree.tree_map`` (:func:`pytree_to`), optree where installed (:func:`optree_to`),
-and ``TensorDict.to`` (after :func:`as_tensordict`). :mod:`gpufeed.data.prefetch` uses :func:`to_device`,
-:func:`tree_map`, :func:`leaves` and :func:`pin` on whatever batches it is given.
+and ``TensorDict.to`` (after :func:`as_tensordict`). :mod:`gpufeed.data.prefetch` uses
+:func:`to_device`, :func:`tree_map`, :func:`leaves` and :func:`pin` on whatever batches it is given.
 
 :class:`DetectionDataset` and :func:`detection_collate` make such batches; they live here, not
 in a notebook, because DataLoader workers must be able to import them (lesson 07, section 4).
@@ -32,7 +33,8 @@ from torch.utils.data import Dataset
 
 
 def _tensordict_kind(obj) -> str | None:
-    """``"tensorclass"``, ``"lazy"`` (a lazy stack), ``"tensordict"``, or None (not tensordict's)."""
+    """``"tensorclass"``, ``"lazy"`` (a lazy stack), ``"tensordict"``, or None (not
+    tensordict's)."""
     td = sys.modules.get("tensordict")  # not imported: obj cannot be one of its types
     if td is None:
         return None
@@ -72,7 +74,8 @@ def to_device(obj, device, non_blocking: bool = False):
 
 
 def tree_map(fn, obj):
-    """``fn(tensor)`` applied to every tensor leaf of ``obj``, the structure rebuilt around the results.
+    """``fn(tensor)`` applied to every tensor leaf of ``obj``, the structure rebuilt around the
+    results.
 
     TensorDicts and tensorclasses are mapped leaf by leaf with their own ``apply`` (their leaves
     must keep their shape). Use it for dtype conversions; to change device use :func:`to_device`.
@@ -95,7 +98,8 @@ def tree_map(fn, obj):
 
 
 def leaves(obj) -> list[torch.Tensor]:
-    """Every tensor in ``obj``, depth first (a TensorDict's too, lazy stacks of unequal shapes included).
+    """Every tensor in ``obj``, depth first (a TensorDict's too, lazy stacks of unequal shapes
+    included).
 
     Example:
         >>> [t.tolist() for t in leaves({"a": torch.tensor([1]), "b": [torch.tensor([2]), 3]})]
@@ -118,7 +122,8 @@ def leaves(obj) -> list[torch.Tensor]:
 
 
 def pin(obj):
-    """``obj`` with every CPU tensor in page-locked (pinned) memory; pinned ones are kept as they are.
+    """``obj`` with every CPU tensor in page-locked (pinned) memory; pinned ones are kept as they
+    are.
 
     Pinning copies the data once into memory the GPU can read by DMA; needs CUDA.
     """
@@ -137,7 +142,8 @@ def pin(obj):
 
 
 def pytree_to(obj, device, non_blocking: bool = False):
-    """The same move with ``torch.utils._pytree.tree_map`` (private API, but what torch uses inside).
+    """The same move with ``torch.utils._pytree.tree_map`` (private API, but what torch uses
+    inside).
 
     Example:
         >>> pytree_to([torch.ones(1), {"k": 2}], "cpu")
@@ -145,14 +151,17 @@ def pytree_to(obj, device, non_blocking: bool = False):
     """
     from torch.utils import _pytree
 
-    return _pytree.tree_map(lambda x: x.to(device, non_blocking=non_blocking) if isinstance(x, torch.Tensor) else x, obj)
+    return _pytree.tree_map(lambda x: x.to(device, non_blocking=non_blocking)
+                            if isinstance(x, torch.Tensor) else x, obj)
 
 
 def optree_to(obj, device, non_blocking: bool = False):
-    """The same move with ``optree.tree_map`` (C++ tree walking; raises ImportError without optree)."""
+    """The same move with ``optree.tree_map`` (C++ tree walking; raises ImportError without
+    optree)."""
     import optree
 
-    return optree.tree_map(lambda x: x.to(device, non_blocking=non_blocking) if isinstance(x, torch.Tensor) else x, obj,
+    return optree.tree_map(lambda x: x.to(device, non_blocking=non_blocking)
+                           if isinstance(x, torch.Tensor) else x, obj,
                            none_is_leaf=True)
 
 
@@ -165,8 +174,10 @@ def as_tensordict(batch: dict):
     """
     from tensordict import LazyStackedTensorDict, TensorDict
 
-    targets = LazyStackedTensorDict.lazy_stack([TensorDict(t, batch_size=[]) for t in batch["targets"]], 0)
-    return TensorDict({"images": batch["images"], "targets": targets}, batch_size=[len(batch["targets"])])
+    targets = LazyStackedTensorDict.lazy_stack([TensorDict(t, batch_size=[])
+                                                for t in batch["targets"]], 0)
+    return TensorDict({"images": batch["images"], "targets": targets},
+                      batch_size=[len(batch["targets"])])
 
 
 def plain(obj):
@@ -182,7 +193,8 @@ def plain(obj):
     if isinstance(obj, dict):
         return {k: plain(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return type(obj)(plain(v) for v in obj) if not _is_namedtuple(obj) else type(obj)(*(plain(v) for v in obj))
+        return (type(obj)(plain(v) for v in obj) if not _is_namedtuple(obj)
+                else type(obj)(*(plain(v) for v in obj)))
     return obj
 
 
@@ -190,7 +202,8 @@ def equal(a, b) -> bool:
     """Same structure, same dtypes, same values (tensors compared on the CPU, wherever they live).
 
     Example:
-        >>> equal({"a": [torch.ones(2)]}, {"a": [torch.ones(2)]}), equal([torch.ones(2)], [torch.ones(2).int()])
+        >>> (equal({"a": [torch.ones(2)]}, {"a": [torch.ones(2)]}),
+        ...  equal([torch.ones(2)], [torch.ones(2).int()]))
         (True, False)
     """
     a, b = plain(a), plain(b)
@@ -198,7 +211,8 @@ def equal(a, b) -> bool:
         return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype == b.dtype
                 and torch.equal(a.cpu(), b.cpu()))
     if isinstance(a, dict) or isinstance(b, dict):
-        return isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys() and all(equal(a[k], b[k]) for k in a)
+        return (isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys()
+                and all(equal(a[k], b[k]) for k in a))
     if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
         return type(a) is type(b) and len(a) == len(b) and all(equal(x, y) for x, y in zip(a, b))
     return a == b
@@ -219,7 +233,8 @@ class DetectionDataset(Dataset):
 
     def __init__(self, n: int, size: int = 64, max_boxes: int = 8, classes: int = 80):
         if n < 1 or size < 2 or max_boxes < 1:
-            raise ValueError(f"DetectionDataset: need n >= 1, size >= 2 and max_boxes >= 1 (got {n}, {size}, {max_boxes})")
+            raise ValueError("DetectionDataset: need n >= 1, size >= 2 and max_boxes >= 1 (got "
+                             f"{n}, {size}, {max_boxes})")
         self.n, self.size, self.max_boxes, self.classes = n, size, max_boxes, classes
 
     def __len__(self) -> int:
@@ -231,7 +246,8 @@ class DetectionDataset(Dataset):
         g = torch.Generator().manual_seed(i)
         image = torch.randint(0, 256, (3, self.size, self.size), dtype=torch.uint8, generator=g)
         k = int(torch.randint(1, self.max_boxes + 1, (), generator=g))
-        corners = torch.rand(k, 2, 2, generator=g).mul_(self.size).sort(dim=1).values  # [k, 2 corners, xy]
+        # [k, 2 corners, xy]
+        corners = torch.rand(k, 2, 2, generator=g).mul_(self.size).sort(dim=1).values
         boxes = corners.transpose(1, 2).reshape(k, 4)[:, [0, 2, 1, 3]]  # x1 y1 x2 y2
         labels = torch.randint(0, self.classes, (k,), generator=g)
         return image, {"boxes": boxes, "labels": labels, "image_id": torch.tensor(i)}

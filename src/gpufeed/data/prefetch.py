@@ -13,11 +13,12 @@
   the data all stop the thread (it never blocks for good on a full queue: it ``put`` s with a
   timeout and watches a stop event).
 * :func:`prefetch` picks one; :func:`prepare` is the on-device transform (it applies
-  :func:`gpufeed.data.transforms.normalize` to the images of a batch), a pure function tested on the CPU too.
+  :func:`gpufeed.data.transforms.normalize` to the images of a batch), a pure function tested on the
+  CPU too.
 
-Both wrap any iterable (a DataLoader, :class:`gpufeed.data.loader.FastLoader`, a generator) of tensors,
-tuples/lists/dicts of them, TensorDicts or tensorclasses; each ``iter()`` starts a new pass over
-the wrapped iterable. Threads are named ``gpufeed-prefetch-N``.
+Both wrap any iterable (a DataLoader, :class:`gpufeed.data.loader.FastLoader`, a generator) of
+tensors, tuples/lists/dicts of them, TensorDicts or tensorclasses; each ``iter()`` starts a new pass
+over the wrapped iterable. Threads are named ``gpufeed-prefetch-N``.
 
 Example:
     >>> batches = [(torch.full((2, 3, 4, 4), 255, dtype=torch.uint8), torch.tensor([0, 1]))] * 3
@@ -48,12 +49,13 @@ _POLL_S = 0.05  # how often a blocked producer looks at its stop event
 
 
 def prepare(batch, dtype: torch.dtype | None = None, mean=None, std=None):
-    """:func:`~gpufeed.data.transforms.normalize` applied to the images of a batch: every ``uint8`` tensor with 4 dimensions
-    (``[B, C, H, W]``); labels, boxes and masks (fewer dimensions) pass unchanged. With neither
-    ``dtype`` nor ``mean``/``std``, the batch is returned as it is.
+    """:func:`~gpufeed.data.transforms.normalize` applied to the images of a batch: every ``uint8``
+    tensor with 4 dimensions (``[B, C, H, W]``); labels, boxes and masks (fewer dimensions) pass
+    unchanged. With neither ``dtype`` nor ``mean``/``std``, the batch is returned as it is.
 
     Example:
-        >>> out = prepare((torch.zeros(2, 3, 4, 4, dtype=torch.uint8), torch.tensor([1, 2])), torch.float16)
+        >>> out = prepare((torch.zeros(2, 3, 4, 4, dtype=torch.uint8), torch.tensor([1, 2])),
+        ...               torch.float16)
         >>> out[0].dtype, out[1].dtype
         (torch.float16, torch.int64)
     """
@@ -118,12 +120,13 @@ class CudaPrefetcher(_Closable):
         RuntimeError: torch sees no CUDA GPU (use :func:`prefetch`, which falls back to threads).
     """
 
-    def __init__(self, loader: Iterable, device="cuda", dtype: torch.dtype | None = None, mean=None, std=None,
-                 depth: int = 1, pin_memory: bool = True, transform: Callable | None = None,
-                 stream: torch.cuda.Stream | None = None):
+    def __init__(self, loader: Iterable, device="cuda", dtype: torch.dtype | None = None, mean=None,
+                 std=None, depth: int = 1, pin_memory: bool = True,
+                 transform: Callable | None = None, stream: torch.cuda.Stream | None = None):
         if not torch.cuda.is_available():
             raise RuntimeError("CudaPrefetcher needs a CUDA GPU and torch sees none; use "
-                               "gpufeed.data.prefetch.prefetch(loader, device), which falls back to ThreadPrefetcher")
+                               "gpufeed.data.prefetch.prefetch(loader, device), which falls back "
+                               "to ThreadPrefetcher")
         self.device = torch.device(device)
         if self.device.type != "cuda":
             raise ValueError(f"CudaPrefetcher: device must be a CUDA device, got {self.device}")
@@ -150,7 +153,8 @@ class CudaPrefetcher(_Closable):
         with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
             if self.pin_memory:
                 batch = pin(batch)
-            batch = prepare(to_device(batch, self.device, non_blocking=True), self.dtype, self.mean, self.std)
+            batch = prepare(to_device(batch, self.device, non_blocking=True), self.dtype, self.mean,
+                            self.std)
             if self.transform is not None:
                 batch = self.transform(batch)
             done = torch.cuda.Event()
@@ -158,8 +162,8 @@ class CudaPrefetcher(_Closable):
         return batch, done
 
     def _finish(self, started):
-        """Makes the current stream wait for this batch's copy, and keeps its memory from being reused
-        before the current stream is done with it."""
+        """Makes the current stream wait for this batch's copy, and keeps its memory from being
+        reused before the current stream is done with it."""
         batch, done = started
         current = torch.cuda.current_stream(self.device)
         current.wait_event(done)  # with depth=1 this is current.wait_stream(self.stream)
@@ -186,7 +190,8 @@ class CudaPrefetcher(_Closable):
                 source.close()
 
     def __iter__(self):
-        it = Lookahead(self._asked_on_stream(iter(self.loader)), self.depth, self._start, self._finish)
+        it = Lookahead(self._asked_on_stream(iter(self.loader)), self.depth, self._start,
+                       self._finish)
         self._iterators.add(it)
         return it
 
@@ -288,7 +293,8 @@ class _ThreadIterator:
     def __init__(self, source, depth: int, transform, name: str):
         self._queue: queue.Queue = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=_produce, args=(source, self._queue, self._stop, transform),
+        self._thread = threading.Thread(target=_produce,
+                                        args=(source, self._queue, self._stop, transform),
                                         name=name, daemon=True)
         self._done = False
         self._thread.start()
@@ -328,7 +334,8 @@ class _ThreadIterator:
             self._thread.join(timeout)
 
     def __del__(self):
-        with contextlib.suppress(Exception):  # never raise from a finaliser (e.g. at interpreter exit)
+        # never raise from a finaliser (e.g. at interpreter exit)
+        with contextlib.suppress(Exception):
             self.close(timeout=5.0)  # returns in milliseconds unless the loader itself is stuck
 
 
@@ -364,7 +371,8 @@ class ThreadPrefetcher(_Closable):
     def __iter__(self):
         # iter() here, on the caller's thread: an error in it is raised at once, and a DataLoader
         # starts its workers from the main thread (where its signal handlers can be installed).
-        it = _ThreadIterator(iter(self.loader), self.depth, self.transform, f"{THREAD_PREFIX}-{next(_counter)}")
+        it = _ThreadIterator(iter(self.loader), self.depth, self.transform,
+                             f"{THREAD_PREFIX}-{next(_counter)}")
         self._iterators.add(it)
         return it
 
@@ -383,8 +391,9 @@ def prefetch(loader: Iterable, device="cuda", dtype: torch.dtype | None = None, 
     device = torch.device(device)
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise RuntimeError("prefetch: device is CUDA but torch sees no GPU; pass the device you compute on "
-                               "(e.g. gpufeed.config.device(), which is the CPU here)")
+            raise RuntimeError("prefetch: device is CUDA but torch sees no GPU; pass the device "
+                               "you compute on (e.g. gpufeed.config.device(), which is the CPU "
+                               "here)")
         return CudaPrefetcher(loader, device, dtype, mean, std, depth=depth or 1)
 
     def transform(batch):

@@ -1,4 +1,5 @@
-"""Folders that appear all at once or not at all: the atomic-write pattern the dataset writers share.
+"""Folders that appear all at once or not at all: the atomic-write pattern the dataset writers
+share.
 
 A writer fills a hidden *staging* folder beside its destination, ``.<name>.partial-<host>-<pid>``,
 writes its manifest last, and renames the staging folder into place. A rename within one file
@@ -7,9 +8,10 @@ with SIGKILL, which no ``finally`` survives) leaves only a hidden staging folder
 manifest, which the next run on the same host removes (a pid says nothing about another host's
 processes, so on storage shared between machines another host's staging folder is left alone).
 :func:`locked` holds a file lock beside the destination, so that processes building the same
-folder at once (the ranks of one job) take turns: the first builds, the next find it built. :func:`read_manifest` reads a manifest back (every writer's format
-and version checked the same way). Used by :mod:`gpufeed.measure.synth` and :mod:`gpufeed.data.memmap`
-and :mod:`gpufeed.course.formats` (``notebooks/05_memmap.ipynb`` explains it).
+folder at once (the ranks of one job) take turns: the first builds, the next find it built.
+:func:`read_manifest` reads a manifest back (every writer's format and version checked the same
+way). Used by :mod:`gpufeed.measure.synth` and :mod:`gpufeed.data.memmap` and
+:mod:`gpufeed.course.formats` (``notebooks/05_memmap.ipynb`` explains it).
 
 Example:
     >>> import tempfile, pathlib
@@ -48,13 +50,15 @@ def free_bytes(path: str | os.PathLike) -> int:
         try:
             free = min(free, int(limit))
         except ValueError:
-            raise ValueError(f"GPUFEED_FREE_BYTES_LIMIT={limit!r} is not a number of bytes") from None
+            raise ValueError(f"GPUFEED_FREE_BYTES_LIMIT={limit!r} is not a number of "
+                             "bytes") from None
     return free
 
 
 def read_manifest(folder: str | os.PathLike, name: str, fmt: str, *, version: int | None = None,
                   error: type[Exception] = ValueError, hint: str = "rebuild it") -> dict | None:
-    """The JSON manifest ``folder/name`` when it is an object whose ``"format"`` is ``fmt``, else None.
+    """The JSON manifest ``folder/name`` when it is an object whose ``"format"`` is ``fmt``, else
+    None.
 
     None means "not ours": no file, unreadable JSON, or another format (a staging folder before
     its manifest is written, a foreign folder). A manifest of format ``fmt`` but another
@@ -72,18 +76,20 @@ def read_manifest(folder: str | os.PathLike, name: str, fmt: str, *, version: in
         >>> read_manifest(d, "m.json", "demo", version=1, hint="rebuild it with --overwrite")
         Traceback (most recent call last):
         ...
-        ValueError: ... has format version 2, this gpufeed reads version 1; rebuild it with --overwrite
+        ValueError: ... has format version 2, this gpufeed reads version 1; rebuild it with
+        --overwrite
     """
     path = Path(folder) / name
     try:
         doc = json.loads(path.read_text())
-    except (OSError, ValueError):  # missing, unreadable, or not JSON (UnicodeDecodeError is a ValueError)
+    except (OSError, ValueError):
+        # missing, unreadable, or not JSON (UnicodeDecodeError is a ValueError)
         return None
     if not isinstance(doc, dict) or doc.get("format") != fmt:
         return None
     if version is not None and doc.get("version") != version:
-        raise error(f"{Path(folder)} has format version {doc.get('version')}, this gpufeed reads version "
-                    f"{version}; {hint}")
+        raise error(f"{Path(folder)} has format version {doc.get('version')}, this gpufeed reads "
+                    f"version {version}; {hint}")
     return doc
 
 
@@ -133,11 +139,13 @@ def prepare_parent(out: Path, error: type[Exception], flag: str) -> None:
     except OSError as e:
         raise error(f"cannot create {out.parent}: {e.strerror}; choose another {flag}") from e
     if not os.access(out.parent, os.W_OK | os.X_OK):
-        raise error(f"cannot write to {out.parent}: permission denied; choose another {flag} or fix its permissions")
+        raise error(f"cannot write to {out.parent}: permission denied; choose another {flag} or "
+                    "fix its permissions")
 
 
 def check_space(need: int, free: int, where: Path, error: type[Exception], hint: str) -> None:
-    """Raises ``error`` when ``need`` bytes do not fit in ``free`` bytes; ``hint`` says what to shrink."""
+    """Raises ``error`` when ``need`` bytes do not fit in ``free`` bytes; ``hint`` says what to
+    shrink."""
     if need > free:
         raise error(
             f"not enough disk space in {where}: the dataset needs about {need / 1e6:.0f} MB, "
@@ -178,12 +186,14 @@ def locked(out: Path) -> Iterator[None]:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 if not said:
-                    print(f"note: another process is building {out}; waiting for it (lock {path.name})",
+                    print(f"note: another process is building {out}; waiting for it (lock "
+                          f"{path.name})",
                           file=sys.stderr)
                     said = True
                 fcntl.flock(fd, fcntl.LOCK_EX)
             try:
-                ours = os.stat(path).st_ino == os.fstat(fd).st_ino  # not a file its last holder deleted
+                # not a file its last holder deleted
+                ours = os.stat(path).st_ino == os.fstat(fd).st_ino
             except FileNotFoundError:
                 ours = False
         except BaseException:
@@ -220,7 +230,8 @@ def staged(out: Path, error: type[Exception], flag: str = "--out") -> Iterator[P
     except OSError as e:
         shutil.rmtree(staging, ignore_errors=True)
         if e.errno == errno.ENOSPC:
-            raise error(f"the disk holding {out.parent} filled up; nothing was kept. Free some space and run again") from e
+            raise error(f"the disk holding {out.parent} filled up; nothing was kept. Free some "
+                        "space and run again") from e
         if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
             raise error(f"cannot write to {out.parent}: {e.strerror}; choose another {flag}") from e
         raise

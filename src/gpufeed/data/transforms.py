@@ -68,16 +68,17 @@ def affine(mean: tuple, std: tuple, dtype: torch.dtype, device: torch.device,
     return scale.to(dtype=dtype, device=device), shift.to(dtype=dtype, device=device)
 
 
-def normalize(images: torch.Tensor, dtype: torch.dtype = torch.float32, mean: Sequence[float] | None = None,
-              std: Sequence[float] | None = None, *, max_value: float = 255.0) -> torch.Tensor:
+def normalize(images: torch.Tensor, dtype: torch.dtype = torch.float32,
+              mean: Sequence[float] | None = None, std: Sequence[float] | None = None, *,
+              max_value: float = 255.0) -> torch.Tensor:
     """Images ``[..., C, H, W]`` as ``dtype`` in [0, 1], then ``(x - mean) / std`` per channel.
 
     Args:
         images: ``uint8``, or float on the same scale (0..``max_value``). Never changed: the result
             is new memory.
         dtype: a floating dtype (float32, float16, bfloat16).
-        mean, std: per channel, on the [0, 1] scale (e.g. :data:`IMAGENET_MEAN`, :data:`IMAGENET_STD`);
-            neither: only the scaling.
+        mean, std: per channel, on the [0, 1] scale (e.g. :data:`IMAGENET_MEAN`,
+            :data:`IMAGENET_STD`); neither: only the scaling.
         max_value: the input value that becomes 1 (255 for bytes; 1.0 for images already in [0, 1]).
 
     Both steps are one multiply-add per element, ``x * (1 / (255 std)) - mean / std``. Run it where
@@ -89,14 +90,18 @@ def normalize(images: torch.Tensor, dtype: torch.dtype = torch.float32, mean: Se
         >>> normalize(x, mean=[0.5], std=[0.5]).flatten().tolist()
         [-1.0, 1.0000001192092896]
         >>> # 1.0000001: the folded multiply-add rounds differently from (x / 255 - mean) / std
-        >>> f = torch.full((1, 1, 1, 1), 255.0); _ = normalize(f); f.item()  # the input is left alone
+        >>> # the input is left alone
+        >>> f = torch.full((1, 1, 1, 1), 255.0); _ = normalize(f); f.item()
         255.0
     """
     if not dtype.is_floating_point:
-        raise ValueError(f"normalize: dtype must be a floating type such as torch.float32 or torch.float16, got {dtype}")
+        raise ValueError("normalize: dtype must be a floating type such as torch.float32 or "
+                         f"torch.float16, got {dtype}")
     if (mean is None) != (std is None):
-        raise ValueError("normalize: give both mean and std (per channel, on the [0, 1] scale), or neither")
-    x = images.to(dtype)  # uint8: new memory; float of the same dtype: the input itself (not written to)
+        raise ValueError("normalize: give both mean and std (per channel, on the [0, 1] scale), or "
+                         "neither")
+    # uint8: new memory; float of the same dtype: the input itself (not written to)
+    x = images.to(dtype)
     if mean is None:
         return x * (1.0 / max_value)  # out of place: the caller's float tensor stays as it was
     channels = images.shape[-3] if images.dim() >= 3 else 0
@@ -114,8 +119,9 @@ def output_stats(who: str, dtype: torch.dtype, mean, std) -> tuple[tuple | None,
     """``(mean, std)`` as tuples for output images of ``dtype``, after checking they fit it.
 
     A floating ``dtype`` is normalised with them (both or neither). ``torch.uint8`` means the crops
-    alone, not normalised: ImageNet's defaults are then dropped (so ``dtype=torch.uint8`` is enough),
-    and any other ``mean``/``std`` is an error rather than silently unused. ``who`` names the caller.
+    alone, not normalised: ImageNet's defaults are then dropped (so ``dtype=torch.uint8`` is
+    enough), and any other ``mean``/``std`` is an error rather than silently unused. ``who`` names
+    the caller.
 
     Example:
         >>> output_stats("me", torch.uint8, IMAGENET_MEAN, IMAGENET_STD)
@@ -124,24 +130,28 @@ def output_stats(who: str, dtype: torch.dtype, mean, std) -> tuple[tuple | None,
         ((0.5,), (0.25,))
     """
     if dtype == torch.uint8:
-        defaults = (mean is not None and std is not None and tuple(map(float, mean)) == IMAGENET_MEAN
+        defaults = (mean is not None and std is not None
+                    and tuple(map(float, mean)) == IMAGENET_MEAN
                     and tuple(map(float, std)) == IMAGENET_STD)
         if not (defaults or (mean is None and std is None)):
-            raise ValueError(f"{who}: dtype=torch.uint8 gives the crops as stored bytes, not normalised, so "
-                             f"mean={mean!r}, std={std!r} would go unused; normalise after the copy "
-                             "(gpufeed.data.transforms.normalize) or pick a float dtype")
+            raise ValueError(f"{who}: dtype=torch.uint8 gives the crops as stored bytes, not "
+                             f"normalised, so mean={mean!r}, std={std!r} would go unused; "
+                             "normalise after the copy (gpufeed.data.transforms.normalize) or pick "
+                             "a float dtype")
         return None, None
     if not dtype.is_floating_point:
-        raise ValueError(f"{who}: dtype must be torch.uint8 (the crops alone) or a floating type such as "
-                         f"torch.float32 (normalised), got {dtype}")
+        raise ValueError(f"{who}: dtype must be torch.uint8 (the crops alone) or a floating type "
+                         f"such as torch.float32 (normalised), got {dtype}")
     if (mean is None) != (std is None):
-        raise ValueError(f"{who}: give both mean and std (per channel, on the [0, 1] scale), or neither")
+        raise ValueError(f"{who}: give both mean and std (per channel, on the [0, 1] scale), or "
+                         "neither")
     return (None if mean is None else tuple(mean)), (None if std is None else tuple(std))
 
 
 def draw_crops(n: int, in_hw: tuple[int, int], crop: int, generator: torch.Generator | None = None,
                flip_p: float = 0.5) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-sample random crop corners ``int64 [n, 2]`` (top, left) and flips ``bool [n]``, on the CPU.
+    """Per-sample random crop corners ``int64 [n, 2]`` (top, left) and flips ``bool [n]``, on the
+    CPU.
 
     Drawn on the CPU from ``generator``, so a seed gives the same crops whatever the device.
 
@@ -152,7 +162,8 @@ def draw_crops(n: int, in_hw: tuple[int, int], crop: int, generator: torch.Gener
     """
     h, w = in_hw
     if not 0 < crop <= min(h, w):
-        raise ValueError(f"draw_crops: crop must be in 1..{min(h, w)} for {h}x{w} images (got {crop})")
+        raise ValueError(f"draw_crops: crop must be in 1..{min(h, w)} for {h}x{w} images (got "
+                         f"{crop})")
     corners = torch.stack([torch.randint(0, h - crop + 1, (n,), generator=generator),
                            torch.randint(0, w - crop + 1, (n,), generator=generator)], dim=1)
     return corners, torch.rand(n, generator=generator) < flip_p
@@ -160,7 +171,8 @@ def draw_crops(n: int, in_hw: tuple[int, int], crop: int, generator: torch.Gener
 
 def crop_flip(x: torch.Tensor, corners: torch.Tensor, flips: torch.Tensor, crop: int,
               out: torch.Tensor | None = None) -> torch.Tensor:
-    """Sample ``i`` of ``x`` ``[N, C, H, W]`` cropped to ``crop x crop`` at ``corners[i]``, flipped if ``flips[i]``.
+    """Sample ``i`` of ``x`` ``[N, C, H, W]`` cropped to ``crop x crop`` at ``corners[i]``, flipped
+    if ``flips[i]``.
 
     Two ways to the same values: on a GPU :func:`gather_crops`, one kernel for the whole batch; on
     the CPU :func:`copy_crops`, one slice copy per sample (on a CPU the gather's index arithmetic
@@ -173,31 +185,38 @@ def crop_flip(x: torch.Tensor, corners: torch.Tensor, flips: torch.Tensor, crop:
 def gather_crops(x: torch.Tensor, corners: torch.Tensor, flips: torch.Tensor, crop: int,
                  out: torch.Tensor | None = None) -> torch.Tensor:
     """:func:`crop_flip` as one gather: per-sample row and column indices, the flip folded into
-    the column order. One kernel for the batch on a GPU; slow on a CPU (index arithmetic per byte)."""
+    the column order. One kernel for the batch on a GPU; slow on a CPU (index arithmetic per
+    byte)."""
     n, ar = x.shape[0], torch.arange(crop, device=x.device)
-    corners, flips = as_device(corners, x.device), as_device(flips, x.device)  # pinned, non-blocking
+    # pinned, non-blocking
+    corners, flips = as_device(corners, x.device), as_device(flips, x.device)
     rows = corners[:, :1] + ar  # [N, crop]
-    cols = corners[:, 1:] + torch.where(flips[:, None], crop - 1 - ar, ar)  # [N, crop], reversed if flipped
+    # [N, crop], reversed if flipped
+    cols = corners[:, 1:] + torch.where(flips[:, None], crop - 1 - ar, ar)
     got = x[torch.arange(n, device=x.device)[:, None, None], :, rows[:, :, None], cols[:, None, :]]
-    got = got.permute(0, 3, 1, 2)  # the advanced indices come first: [N, crop, crop, C] -> [N, C, crop, crop]
+    # the advanced indices come first: [N, crop, crop, C] -> [N, C, crop, crop]
+    got = got.permute(0, 3, 1, 2)
     return got.contiguous() if out is None else out.copy_(got)
 
 
 def copy_crops(x: torch.Tensor, corners: torch.Tensor, flips: torch.Tensor, crop: int,
                out: torch.Tensor | None = None) -> torch.Tensor:
     """:func:`crop_flip` as one slice copy per sample: plain memory traffic, the CPU's fast way."""
-    out = torch.empty((x.shape[0], x.shape[1], crop, crop), dtype=x.dtype, device=x.device) if out is None else out
+    out = torch.empty((x.shape[0], x.shape[1], crop, crop), dtype=x.dtype,
+                      device=x.device) if out is None else out
     for i, ((top, left), flipped) in enumerate(zip(corners.tolist(), flips.tolist())):
         window = x[i, :, top:top + crop, left:left + crop]  # a view: no copy yet
         out[i].copy_(window.flip(-1) if flipped else window)  # the one copy (and dtype conversion)
     return out
 
 
-def crop_flip_normalize(src: torch.Tensor, rows: Sequence[int], corners: torch.Tensor, flips: torch.Tensor,
-                        crop: int, out: torch.Tensor, mean: Sequence[float] | None = IMAGENET_MEAN,
-                        std: Sequence[float] | None = IMAGENET_STD, *, threads: int = 1) -> torch.Tensor:
-    """The CPU's one pass from stored ``uint8`` to the model's input: ``out[i]`` = row ``rows[i]`` of
-    ``src`` ``[N, C, H, W]``, cropped at ``corners[i]``, flipped if ``flips[i]``, normalised.
+def crop_flip_normalize(src: torch.Tensor, rows: Sequence[int], corners: torch.Tensor,
+                        flips: torch.Tensor, crop: int, out: torch.Tensor,
+                        mean: Sequence[float] | None = IMAGENET_MEAN,
+                        std: Sequence[float] | None = IMAGENET_STD, *,
+                        threads: int = 1) -> torch.Tensor:
+    """The CPU's one pass from stored ``uint8`` to the model's input: ``out[i]`` = row ``rows[i]``
+    of ``src`` ``[N, C, H, W]``, cropped at ``corners[i]``, flipped if ``flips[i]``, normalised.
 
     The same values as :func:`crop_flip` into ``out`` followed by :func:`normalize`'s
     ``(x / 255 - mean) / std`` (tests check bit for bit), without their extra passes over the
@@ -224,13 +243,14 @@ def crop_flip_normalize(src: torch.Tensor, rows: Sequence[int], corners: torch.T
     Example:
         >>> src = torch.randint(0, 256, (5, 3, 6, 6), dtype=torch.uint8)
         >>> corners, flips = draw_crops(2, (6, 6), 4, torch.Generator().manual_seed(0))
-        >>> out = crop_flip_normalize(src, [4, 1], corners, flips, 4, torch.empty(2, 3, 4, 4), threads=2)
-        >>> ref = normalize(crop_flip(src[[4, 1]], corners, flips, 4, out=torch.empty(2, 3, 4, 4)), torch.float32,
-        ...                 IMAGENET_MEAN, IMAGENET_STD, max_value=255)
+        >>> out = crop_flip_normalize(src, [4, 1], corners, flips, 4, torch.empty(2, 3, 4, 4),
+        ...                           threads=2)
+        >>> ref = normalize(crop_flip(src[[4, 1]], corners, flips, 4, out=torch.empty(2, 3, 4, 4)),
+        ...                 torch.float32, IMAGENET_MEAN, IMAGENET_STD, max_value=255)
         >>> bool((out - ref).abs().max() < 1e-6)
         True
-        >>> raw = crop_flip_normalize(src, [4, 1], corners, flips, 4, torch.empty(2, 3, 4, 4, dtype=torch.uint8),
-        ...                           None, None)
+        >>> raw = crop_flip_normalize(src, [4, 1], corners, flips, 4,
+        ...                           torch.empty(2, 3, 4, 4, dtype=torch.uint8), None, None)
         >>> torch.equal(raw, crop_flip(src[[4, 1]], corners, flips, 4))
         True
     """
@@ -246,8 +266,8 @@ def crop_flip_normalize(src: torch.Tensor, rows: Sequence[int], corners: torch.T
     return out
 
 
-def crop_tasks(src: torch.Tensor, rows: Sequence[int], corners: torch.Tensor, flips: torch.Tensor, crop: int,
-               out: torch.Tensor, mean: Sequence[float] | None = IMAGENET_MEAN,
+def crop_tasks(src: torch.Tensor, rows: Sequence[int], corners: torch.Tensor, flips: torch.Tensor,
+               crop: int, out: torch.Tensor, mean: Sequence[float] | None = IMAGENET_MEAN,
                std: Sequence[float] | None = IMAGENET_STD) -> list[Callable[[], None]]:
     """:func:`crop_flip_normalize`'s work as one task per :data:`GROUP` samples, to run in any
     order on any thread (each writes its own rows of ``out``; the scratch is the thread's own).
@@ -260,15 +280,17 @@ def crop_tasks(src: torch.Tensor, rows: Sequence[int], corners: torch.Tensor, fl
     rows, corner_list, flip_list = [int(r) for r in rows], corners.tolist(), flips.tolist()
     raw = out.dtype == src.dtype  # the crops alone, as stored
     if not (raw or out.dtype.is_floating_point):
-        raise ValueError(f"crop_flip_normalize: out must be {src.dtype} (the crops alone) or a float type "
-                         f"(normalised), got {out.dtype}")
+        raise ValueError(f"crop_flip_normalize: out must be {src.dtype} (the crops alone) or a "
+                         f"float type (normalised), got {out.dtype}")
     if raw and (mean is not None or std is not None):
-        raise ValueError(f"crop_flip_normalize: a {out.dtype} out gets the crops as stored bytes, which are not "
-                         "normalised; pass mean=None, std=None (and normalise where the bytes go) or a float out")
+        raise ValueError(f"crop_flip_normalize: a {out.dtype} out gets the crops as stored bytes, "
+                         "which are not normalised; pass mean=None, std=None (and normalise where "
+                         "the bytes go) or a float out")
     if raw or mean is None:
         scale = shift = None
     else:
-        scale, shift = affine(tuple(map(float, mean)), tuple(map(float, std)), out.dtype, out.device)
+        scale, shift = affine(tuple(map(float, mean)), tuple(map(float, std)), out.dtype,
+                              out.device)
 
     nhwc = not out.is_contiguous() and out.is_contiguous(memory_format=torch.channels_last)
 
@@ -276,12 +298,16 @@ def crop_tasks(src: torch.Tensor, rows: Sequence[int], corners: torch.Tensor, fl
         windows = []
         for i in range(a, b):
             top, left = corner_list[i]
-            window = src[rows[i], :, top:top + crop, left:left + crop]  # a view into src: nothing read yet
-            windows.append(window.flip(-1) if flip_list[i] else window)  # a flip is a copy, in uint8
+            # a view into src: nothing read yet
+            window = src[rows[i], :, top:top + crop, left:left + crop]
+            # a flip is a copy, in uint8
+            windows.append(window.flip(-1) if flip_list[i] else window)
         if raw:
-            torch.stack(windows, out=out[a:b])  # the one read of each image, straight into the batch
+            # the one read of each image, straight into the batch
+            torch.stack(windows, out=out[a:b])
             return
-        scratch = _scratch((GROUP, *out.shape[1:]), src.dtype)  # this thread's own, kept between batches
+        # this thread's own, kept between batches
+        scratch = _scratch((GROUP, *out.shape[1:]), src.dtype)
         stacked = torch.stack(windows, out=scratch[:b - a])
         o = out[a:b]
         if nhwc:  # channels_last: one strided copy per channel plane beats torch's transposing copy
@@ -305,7 +331,8 @@ _LOCAL = threading.local()
 
 
 def _scratch(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    """A buffer of this thread's, made once per shape (fresh memory every batch would page-fault)."""
+    """A buffer of this thread's, made once per shape (fresh memory every batch would
+    page-fault)."""
     buf = getattr(_LOCAL, "scratch", None)
     if buf is None or buf.shape != shape or buf.dtype != dtype:
         buf = _LOCAL.scratch = torch.empty(shape, dtype=dtype)
@@ -316,8 +343,10 @@ _POOLS: dict[tuple[int, int], ThreadPoolExecutor] = {}
 
 
 def _one_intra_op_thread() -> None:
-    """A crop pool thread's initializer: its torch ops run on this thread alone (see :func:`crop_pool`)."""
-    torch.get_num_threads()  # torch's per-thread lazy init first: at the first op it would undo the next line
+    """A crop pool thread's initializer: its torch ops run on this thread alone (see
+    :func:`crop_pool`)."""
+    # torch's per-thread lazy init first: at the first op it would undo the next line
+    torch.get_num_threads()
     torch.set_num_threads(1)
 
 
@@ -342,16 +371,19 @@ def crop_pool(threads: int) -> ThreadPoolExecutor:
     key = (os.getpid(), threads)
     if key not in _POOLS:
         own = torch.get_num_threads()
-        pool = ThreadPoolExecutor(threads, thread_name_prefix="gpufeed-crop", initializer=_one_intra_op_thread)
+        pool = ThreadPoolExecutor(threads, thread_name_prefix="gpufeed-crop",
+                                  initializer=_one_intra_op_thread)
         started = threading.Barrier(threads)
-        list(pool.map(lambda _: started.wait(30), range(threads)))  # every thread started: each ran the initializer
+        # every thread started: each ran the initializer
+        list(pool.map(lambda _: started.wait(30), range(threads)))
         torch.set_num_threads(own)  # the process-wide default back to the caller's
         _POOLS[key] = pool
     return _POOLS[key]
 
 
 def flip(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Flips horizontally the samples of ``x`` ``[N, C, H, W]`` where ``mask`` (``bool [N]``) is True.
+    """Flips horizontally the samples of ``x`` ``[N, C, H, W]`` where ``mask`` (``bool [N]``) is
+    True.
 
     Example:
         >>> flip(torch.arange(4).view(2, 1, 1, 2), torch.tensor([True, False])).flatten().tolist()
@@ -362,7 +394,8 @@ def flip(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 class CropFlip:
     """A picklable per-sample transform: ``uint8 [C, H, W]`` -> a random ``crop x crop`` window,
-    flipped with probability 1/2, still ``uint8`` (the float conversion waits for the device), a copy.
+    flipped with probability 1/2, still ``uint8`` (the float conversion waits for the device), a
+    copy.
 
     ``seed``: a private generator (reproducible in one process); None draws from torch's global
     generator, which each DataLoader worker seeds differently.
@@ -379,11 +412,13 @@ class CropFlip:
 
     def __call__(self, image: torch.Tensor) -> torch.Tensor:
         corners, flips = draw_crops(1, tuple(image.shape[-2:]), self.crop, self.generator)
-        return crop_flip(image[None], corners, flips, self.crop)[0]  # a copy: the source stays untouched
+        # a copy: the source stays untouched
+        return crop_flip(image[None], corners, flips, self.crop)[0]
 
 
 class DeviceAugment:
-    """Random crop + flip + float + normalise of a whole ``uint8 [B, C, H, W]`` batch where it lives.
+    """Random crop + flip + float + normalise of a whole ``uint8 [B, C, H, W]`` batch where it
+    lives.
 
     Each sample gets its own crop and flip, drawn on the CPU from a seeded generator in batch order
     (the same batches on every device); then one batched step on the batch's device: on a GPU one
@@ -396,7 +431,8 @@ class DeviceAugment:
         mean, std: per channel on the [0, 1] scale; None for both: only the scaling to [0, 1].
         flip: draw random horizontal flips (probability 1/2); False: none.
         dtype: the output's dtype: floating (normalised), or ``torch.uint8``, the crops alone as
-            stored bytes (for a model or a device that normalises them itself; see :func:`output_stats`).
+            stored bytes (for a model or a device that normalises them itself; see
+            :func:`output_stats`).
         buffers: 0 (the default): every call returns new memory. ``k > 0`` (CPU only): write into
             ``k`` reused buffers in turn, which saves a page fault per 4 KiB of fresh memory but
             means a result is **overwritten ``k`` calls later**: use (or copy) it before then.
@@ -411,8 +447,8 @@ class DeviceAugment:
         (torch.Size([2, 3, 4, 4]), 2.249)
     """
 
-    def __init__(self, crop: int, seed: int = 0, mean=IMAGENET_MEAN, std=IMAGENET_STD, *, flip: bool = True,
-                 dtype: torch.dtype = torch.float32, buffers: int = 0,
+    def __init__(self, crop: int, seed: int = 0, mean=IMAGENET_MEAN, std=IMAGENET_STD, *,
+                 flip: bool = True, dtype: torch.dtype = torch.float32, buffers: int = 0,
                  generator: torch.Generator | None = None,
                  memory_format: torch.memory_format = torch.contiguous_format):
         if not isinstance(buffers, int) or buffers < 0:
@@ -424,10 +460,13 @@ class DeviceAugment:
         self.memory_format = memory_format
 
     def params(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The next batch's corners ``int64 [B, 2]`` and flips ``bool [B]`` (CPU), in batch order."""
-        return draw_crops(x.shape[0], tuple(x.shape[-2:]), self.crop, self.generator, 0.5 if self.flip else 0.0)
+        """The next batch's corners ``int64 [B, 2]`` and flips ``bool [B]`` (CPU), in batch
+        order."""
+        return draw_crops(x.shape[0], tuple(x.shape[-2:]), self.crop, self.generator,
+                          0.5 if self.flip else 0.0)
 
-    def tasks(self, src: torch.Tensor, rows: Sequence[int], params: tuple[torch.Tensor, torch.Tensor],
+    def tasks(self, src: torch.Tensor, rows: Sequence[int],
+              params: tuple[torch.Tensor, torch.Tensor],
               out: torch.Tensor) -> list[Callable[[], None]]:
         """The CPU's work for ``rows`` of ``src`` with :meth:`params`' draw (:func:`crop_tasks`)."""
         return crop_tasks(src, rows, *params, self.crop, out, self.mean, self.std)
@@ -437,7 +476,8 @@ class DeviceAugment:
         if x.is_cuda:  # one gather, then one fused multiply-add into fresh (cached) GPU memory
             crops = crop_flip(x, corners, flips, self.crop)
             crops = crops.contiguous(memory_format=self.memory_format)  # in uint8: 1/4 of the bytes
-            return crops if self.dtype == torch.uint8 else normalize(crops, self.dtype, self.mean, self.std)
+            return (crops if self.dtype == torch.uint8
+                    else normalize(crops, self.dtype, self.mean, self.std))
         shape = (x.shape[0], x.shape[1], self.crop, self.crop)
         if self.buffers == 0:
             buf = torch.empty(shape, dtype=self.dtype)
@@ -446,5 +486,7 @@ class DeviceAugment:
                 self._ring[self._slot:self._slot + 1] = [torch.empty(shape, dtype=self.dtype)]
             buf = self._ring[self._slot]
             self._slot = (self._slot + 1) % self.buffers
-        # one pass per sample: read uint8, write float, scale it while it is in the cache (uint8: the crop alone)
-        return crop_flip_normalize(x, range(x.shape[0]), corners, flips, self.crop, buf, self.mean, self.std)
+        # one pass per sample: read uint8, write float, scale it while it is in the cache (uint8:
+        # the crop alone)
+        return crop_flip_normalize(x, range(x.shape[0]), corners, flips, self.crop, buf, self.mean,
+                                   self.std)
