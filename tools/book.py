@@ -77,12 +77,12 @@ def _run_one(data):
 
 def execute(jobs: int = 1) -> int:
     """Runs every lesson the cache lacks; returns 0, or 1 after naming the lessons that failed."""
-    from jupyter_cache import get_cache
-    from jupyter_cache.executors.basic import ProcessData
-
     if os.environ.get("GPUFEED_QUICK") != "1":
         print("book: set GPUFEED_QUICK=1 (make book does): the site shows the quick-mode run", file=sys.stderr)
         return 2
+    from jupyter_cache import get_cache
+    from jupyter_cache.executors.basic import ProcessData
+
     here = cache_dir()
     for old in here.parent.glob("*"):
         if old != here:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import inspect
 import json
 import os
 import sys
@@ -373,6 +374,9 @@ def _tensordict_version() -> str | None:
         return None
 
 
+_LOAD_HAS_MODE = "mode" in inspect.signature(ImageData.load_memmap).parameters
+
+
 def load_memmap(path: str | os.PathLike, *, writable: bool = False) -> ImageData:
     """Maps a dataset written by :func:`build_memmap`: an :class:`ImageData` of memory-mapped
     tensors.
@@ -384,7 +388,9 @@ def load_memmap(path: str | os.PathLike, *, writable: bool = False) -> ImageData
     Args:
         path: the dataset folder.
         writable: map the files shared, so that writes into the tensors reach the files; False
-            (the default): a write stays in this process's memory.
+            (the default): a write stays in this process's memory (with a tensordict whose
+            ``load_memmap`` has no ``mode``, older than the one uv.lock pins, the files are
+            mapped shared either way: do not write into a loaded dataset there).
 
     Raises:
         MemmapError: ``path`` is missing, incomplete (an interrupted build), foreign, of another
@@ -410,8 +416,12 @@ def load_memmap(path: str | os.PathLike, *, writable: bool = False) -> ImageData
                  f"{path} --overwrite`")
     # a file of the wrong size: raises, naming it, before anything maps it
     data_files(path, manifest)
+    # tensordict's `mode` ("r": copy-on-write) is recent; before it, files the user may write are
+    # mapped shared, so a write into a loaded tensor reaches the file (the sizes are checked above
+    # either way, so loading itself never extends or rewrites a file).
+    mode = {"mode": "r+" if writable else "r"} if _LOAD_HAS_MODE else {}
     try:
-        data = ImageData.load_memmap(path / DATA, mode="r+" if writable else "r")
+        data = ImageData.load_memmap(path / DATA, **mode)
     except Exception as e:  # tensordict's own errors vary by version: say what to do in one line
         why = " ".join(f"{type(e).__name__}: {e}".split())  # one line, whatever tensordict wrote
         raise MemmapError(f"{path} is damaged or was written by another gpufeed/tensordict "
