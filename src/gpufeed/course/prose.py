@@ -11,15 +11,13 @@ Example:
 
 from __future__ import annotations
 
+from gpufeed.data.watch import in_a_notebook
+
 
 def in_notebook() -> bool:
-    """True inside a Jupyter kernel (JupyterLab, Colab, nbmake), False in a terminal or a script."""
-    try:
-        from IPython import get_ipython
-    except ImportError:  # IPython is not installed: certainly no notebook
-        return False
-    shell = get_ipython()
-    return shell is not None and any(c.__name__ == "ZMQInteractiveShell" for c in type(shell).__mro__)
+    """True inside a Jupyter kernel (JupyterLab, Colab, nbmake), False in a terminal or a script
+    (:func:`gpufeed.data.watch.in_a_notebook`)."""
+    return in_a_notebook()
 
 
 def say(text: str) -> None:

@@ -10,6 +10,7 @@ Each module holds one piece; none needs the lessons to be used safely:
 * :mod:`~gpufeed.data.loader`: batched loading (one gather per batch), seeded, sharded.
 * :mod:`~gpufeed.data.prefetch`: prefetchers (a CUDA side stream; a thread on the CPU).
 * :mod:`~gpufeed.data.movers`: moving nested batches to a device.
+* :mod:`~gpufeed.data.watch`: whether someone watches (a terminal or a notebook): progress bars.
 * :mod:`~gpufeed.data.transforms`: the device transforms, each once: normalise, the ImageNet
   constants, per-sample crop + flip, :class:`~gpufeed.data.transforms.DeviceAugment`.
 * :mod:`~gpufeed.data.augment`: per-sample augmentation of whole batches, on any device;
@@ -26,7 +27,7 @@ from __future__ import annotations
 import importlib
 
 _MODULES = {'arrays', 'augment', 'folder', 'image_loader', 'jpeg', 'loader', 'manifest', 'memmap',
-            'movers', 'prefetch', 'resized', 'staging', 'transforms'}
+            'movers', 'prefetch', 'resized', 'staging', 'transforms', 'watch'}
 
 __all__ = sorted(_MODULES | {"ImageLoader"})
 

@@ -37,7 +37,6 @@ import hashlib
 import inspect
 import json
 import os
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +56,7 @@ from gpufeed.data.manifest import (  # noqa: F401  (the format's names, used her
     read_manifest,
 )
 from gpufeed.data.staging import free_bytes  # tests point memmap.free_bytes at a tiny limit
+from gpufeed.data.watch import show_progress  # noqa: F401  (memmap.show_progress, as before)
 
 MIN_SIDE, MAX_SIDE = 8, 16384
 
@@ -248,23 +248,6 @@ def build_memmap(
             (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")  # written last
         return BuildResult(dst, manifest["count"], (w, h), manifest["bytes"],
                            time.perf_counter() - t0, skipped=skipped)
-
-
-def show_progress(progress: bool = True) -> bool:
-    """Whether to draw a progress bar: asked for, and someone watches: stderr is a terminal or this
-    is a notebook's kernel, and neither ``CI`` nor ``GPUFEED_QUICK`` (the test runs) is set. A log
-    file or a CI job gets no bar (a redrawn bar there is thousands of lines)."""
-    if not progress or os.environ.get("CI") or os.environ.get("GPUFEED_QUICK"):
-        return False
-    return sys.stderr.isatty() or _in_a_notebook()
-
-
-def _in_a_notebook() -> bool:
-    """A notebook's kernel runs this (tqdm.auto then draws a widget). Not merely "ipykernel was
-    imported": a test run or a script that imported Jupyter's modules is no notebook."""
-    ipython = sys.modules.get("IPython")
-    shell = ipython.get_ipython() if ipython is not None else None
-    return type(shell).__name__ == "ZMQInteractiveShell"
 
 
 def _shuffled(n: int, seed: int) -> list[int]:
