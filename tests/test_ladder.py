@@ -120,8 +120,15 @@ def test_the_reading_states_losses_plainly_with_their_reason():
                                     "dali": 250.0}), cores=2)
     assert "got 10.00x faster" in text and "'+ batched augmentation' (lesson 09)" in text
     assert "'+ workers' made it 1.25x slower here: 2 worker processes share the 2 cores" in text
-    assert "'+ uint8 on the wire' changed little here (1.02x)" in text
-    assert "DALI, as a side rung: 250 images/s, 2.50x naive and 0.25x the course pipeline: DALI decodes" in text
+    assert "'+ uint8 on the wire' changed little here (1.02x faster)" in text
+    assert ("DALI, as a side rung: 250 images/s, 2.50x faster than naive and 4.00x slower than the course "
+            "pipeline: DALI decodes") in text
+
+
+def test_the_reading_never_calls_a_loss_the_biggest_step():
+    text = ladder.read(ladder.rows({"naive": 100.0, "workers": 80.0, "uint8": 50.0}), cores=2)
+    assert "got 2.00x slower" in text and "biggest step" not in text
+    assert "No rung gained here: the least loss was '+ workers' (lesson 07), 1.25x slower." in text
 
 
 def test_the_chart_labels_every_rung_with_its_ratio_to_naive():

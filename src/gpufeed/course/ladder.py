@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 import torch
 
+from gpufeed.course.prose import times
 from gpufeed.data.transforms import IMAGENET_MEAN, IMAGENET_STD, CropFlip, crop_flip, draw_crops
 from gpufeed.measure import pipelines
 from gpufeed.measure.pipelines import Data, Workload
@@ -186,31 +187,29 @@ def rows(rates: dict[str, float]) -> list[dict]:
     return out
 
 
-def _times(x: float) -> str:
-    return f"{x:.2f}x faster" if x >= 1 else f"{1 / x:.2f}x slower"
-
-
 def read(ladder: list[dict], cores: int, flat: float = 0.05) -> str:
     """Sentences that read the ladder: the whole gain, the biggest step, and every step that lost
     (or changed less than ``flat``) with the reason it can on a machine with ``cores`` cores."""
     main = [r for r in ladder if r["key"] != DALI.key]
     first, last = main[0], main[-1]
     text = [f"From naive ({first['images_per_s']:,.0f} images/s) to '{last['label']}' "
-            f"({last['images_per_s']:,.0f} images/s) the loader got {_times(last['total'])}."]
+            f"({last['images_per_s']:,.0f} images/s) the loader got {times(last['total'])}."]
     if len(main) > 1:
         best = max(main[1:], key=lambda r: r["step"])
-        text.append(f"The biggest step was '{best['label']}' (lesson {best['lesson']}): {_times(best['step'])}.")
+        text.append(f"The biggest step was '{best['label']}' (lesson {best['lesson']}): {times(best['step'])}."
+                    if best["step"] > 1 else f"No rung gained here: the least loss was '{best['label']}' "
+                    f"(lesson {best['lesson']}), {times(best['step'])}.")
     for r in main[1:]:
         why = RUNGS[r["key"]].slower_because.format(cores=cores)
         if r["step"] < 1 - flat:
-            text.append(f"'{r['label']}' made it {1 / r['step']:.2f}x slower here: {why}.")
+            text.append(f"'{r['label']}' made it {times(r['step'])} here: {why}.")
         elif r["step"] <= 1 + flat:
-            text.append(f"'{r['label']}' changed little here ({r['step']:.2f}x): {why}.")
+            text.append(f"'{r['label']}' changed little here ({times(r['step'])}): {why}.")
     dali = next((r for r in ladder if r["key"] == DALI.key), None)
     if dali is not None:
-        text.append(f"DALI, as a side rung: {dali['images_per_s']:,.0f} images/s, {dali['total']:.2f}x naive "
-                    f"and {dali['step']:.2f}x the course pipeline" + (f": {DALI.slower_because}." if dali["step"] < 1
-                                                                      else "."))
+        text.append(f"DALI, as a side rung: {dali['images_per_s']:,.0f} images/s, {times(dali['total'], 'naive')} "
+                    f"and {times(dali['step'], 'the course pipeline')}"
+                    + (f": {DALI.slower_because}." if dali["step"] < 1 else "."))
     return " ".join(text)
 
 
