@@ -1,6 +1,7 @@
 """Lesson 11's ladder: every rung yields the naive rung's images; the reading and the chart."""
 
 import pickle
+import time
 
 import matplotlib.pyplot as plt
 import pytest
@@ -141,3 +142,20 @@ def test_the_chart_labels_every_rung_with_its_ratio_to_naive():
     assert "80/s, -20% on the rung above" in notes and "300/s, -70% on the course" in notes
     assert ax.get_xscale() == "log"
     plt.close(fig)
+
+
+def test_a_slow_loader_without_workers_is_cut_to_the_batches_that_fit_its_time():
+    made = []
+
+    def epoch():  # a loader without workers: nothing runs unless asked for the next batch
+        for i in range(50):
+            made.append(i)
+            time.sleep(0.004)
+            yield torch.zeros(2, 3), torch.zeros(2)
+
+    k = ladder.batches_within(epoch, seconds=0.04, total=50)
+    assert 1 <= k <= 10  # 0.04 s at >= 4 ms a batch, start-up counted: never more than fit
+    assert ladder.batches_within(epoch, seconds=60.0, total=50) == 50  # never more than a pass has
+    made.clear()
+    assert ladder.epoch_pass(ladder.first_batches(epoch, 3)) == 6  # 3 batches of 2 images
+    assert made == [0, 1, 2]  # and not one batch more was made

@@ -164,6 +164,39 @@ def epoch_pass(epoch: Callable[[], Iterator]) -> int:
     return consume(epoch(), sys.maxsize)
 
 
+def first_batches(epoch: Callable[[], Iterator], batches: int) -> Callable[[], Iterator]:
+    """``epoch`` cut to the first ``batches`` batches of each pass: for a loader **without worker
+    processes** only (lesson 11's naive rung), which leaves nothing running when it is stopped
+    (:func:`epoch_pass` says why a DataLoader with workers must run whole passes)."""
+    import itertools
+
+    return lambda: itertools.islice(epoch(), batches)
+
+
+def batches_within(epoch: Callable[[], Iterator], seconds: float, total: int, probe: int = 2) -> int:
+    """How many batches of a pass of ``epoch()`` fit in about ``seconds`` (at least 1, at most
+    ``total``), from the time its first ``probe`` batches take, start-up included (so the count
+    errs short). One pass is started and stopped: for loaders without worker processes only.
+
+    Example:
+        >>> import time
+        >>> def slow():
+        ...     for _ in range(100):
+        ...         time.sleep(0.01)
+        ...         yield torch.zeros(1), torch.zeros(1)
+        >>> 5 <= batches_within(slow, 0.1, total=100) <= 10
+        True
+    """
+    import time
+
+    from gpufeed.measure.suite import consume
+
+    start = time.perf_counter()
+    consume(epoch(), probe)
+    per_batch = (time.perf_counter() - start) / probe
+    return max(1, min(total, int(seconds / per_batch)))
+
+
 def rows(rates: dict[str, float]) -> list[dict]:
     """The ladder as records, in rung order, from ``key -> images/s`` (rungs not measured are left
     out): each rung's ``step`` (its gain over the rung above: 1.25 is 25% faster) and ``total``
