@@ -141,8 +141,9 @@ text = (f"Batched on the {'GPU' if S.cuda else 'CPU'}: {batched_rate:,.0f} image
         f"{workers / cores:,.0f} per core), and {times(batched_rate / loop)} than a Python loop over the batch on the "
         f"same device ({loop:,.0f} images/s).")
 if S.cuda:  # the loop ran on the GPU: a per-core comparison with the workers would mean nothing
-    text += (f" Even image by image, the GPU's loop is {times(loop / workers, f'the {cores} workers')}: each worker "
-             "crops and resizes on one CPU core, and its float32 batch is then copied to this process.")
+    text += (f" Image by image, the GPU's loop is {times(loop / workers, f'the {cores} workers')}: " + (
+        "each worker crops and resizes on one CPU core, and its float32 batch is then copied to this process."
+        if loop > workers else f"{cores} cores in parallel outrun the loop's one set of kernel launches per image."))
 elif loop > workers / cores:  # both on CPU cores: per core, like for like
     text += (f" The workers do less per core than the in-process loop on its one core ({workers / cores:,.0f} vs "
              f"{loop:,.0f} images/s): each float32 batch is collated, then copied from a worker process to this one "
