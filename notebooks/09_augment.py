@@ -128,6 +128,7 @@ for m in ms:
 # %%
 import matplotlib.pyplot as plt
 
+from gpufeed.course.prose import say, times
 from gpufeed.measure import plotting
 
 fig, ax = plotting.bars(ms, baseline=ms[0].name, machine=S.machine,
@@ -135,28 +136,36 @@ fig, ax = plotting.bars(ms, baseline=ms[0].name, machine=S.machine,
 plt.show()
 by = {m.name: m for m in ms}
 workers, batched_rate, loop = (by[n].items_per_s for n in (ms[0].name, f"batched, {where}", f"per-sample loop, {where}"))
-print(f"Batched on the {'GPU' if S.cuda else 'CPU'}: {batched_rate:,.0f} images/s, {batched_rate / workers:.2f}x the "
-      f"{cores} CPU workers ({workers:,.0f} images/s, {workers / cores:,.0f} per core), and {batched_rate / loop:.2f}x "
-      f"a Python loop over the batch on the same device ({loop:,.0f} images/s).")
-if loop > workers / cores:
-    print(f"The workers do less per core than the in-process loop ({workers / cores:,.0f} vs {loop:,.0f} images/s): "
-          "each float32 batch is collated, then copied from a worker process to this one (4 bytes a value), "
-          "and the workers share the cores with this process.")
+text = (f"Batched on the {'GPU' if S.cuda else 'CPU'}: {batched_rate:,.0f} images/s, "
+        f"{times(batched_rate / workers, f'the {cores} CPU workers')} ({workers:,.0f} images/s, "
+        f"{workers / cores:,.0f} per core), and {times(batched_rate / loop)} than a Python loop over the batch on the "
+        f"same device ({loop:,.0f} images/s).")
+if S.cuda:  # the loop ran on the GPU: a per-core comparison with the workers would mean nothing
+    text += (f" Image by image, the GPU's loop is {times(loop / workers, f'the {cores} workers')}: " + (
+        "each worker crops and resizes on one CPU core, and its float32 batch is then copied to this process."
+        if loop > workers else f"{cores} cores in parallel outrun the loop's one set of kernel launches per image."))
+elif loop > workers / cores:  # both on CPU cores: per core, like for like
+    text += (f" The workers do less per core than the in-process loop on its one core ({workers / cores:,.0f} vs "
+             f"{loop:,.0f} images/s): each float32 batch is collated, then copied from a worker process to this one "
+             "(4 bytes a value), and the workers share the cores with this process.")
 if batched_rate < loop:
-    print("Here the batched version loses to the loop: its dense resampling matrices make every output pixel "
-          "weigh a whole input row, work that torch's per-image resize skips. That pays off where one large "
-          "matrix product is what the hardware does best, a GPU (section 4), not on a CPU core.")
+    text += (" Here the batched version loses to the loop: its dense resampling matrices make every output pixel "
+             "weigh a whole input row, work that torch's per-image resize skips. " + (
+                 "On a GPU that work is what one large matrix product does best (section 4), yet here the loop won; "
+                 "exercise 2 times a larger batch, over which the batched version's costs per batch (drawing the "
+                 "parameters, building the matrices) are spread." if S.cuda else
+                 "That pays off where one large matrix product is what the hardware does best, a GPU (section 4), "
+                 "not on a CPU core."))
+say(text)
 
 # %%
-from gpufeed.course.prose import say
-
 if not S.cuda and threads > 1:  # the one-thread choice above, checked: the batched version on every thread
     all_threads = benchmark(batched_epoch, name=f"batched, CPU, {threads} threads", **kw)
     ratio = all_threads.items_per_s / batched_rate
-    say(f"The batched version on {threads} threads: {all_threads.items_per_s:,.0f} images/s, **{ratio:.2f}x** its "
-        "rate on one thread" + (": more threads help here." if ratio > 1.05 else
+    say(f"The batched version on {threads} threads: {all_threads.items_per_s:,.0f} images/s, "
+        f"**{times(ratio, 'on one thread')}**" + (": more threads help here." if ratio > 1.05 else
                                  ": no gain from more threads here." if ratio >= 0.95 else
-                                 ": slower, the threads wait on each other more than they work."))
+                                 ": the threads wait on each other more than they work."))
 
 # %% [markdown]
 # ## 2. The trap: one random draw for the whole batch
@@ -293,11 +302,15 @@ def both_epoch():
 both = benchmark(both_epoch, name=f"uint8 from {cores} CPU workers, finish on {S.device.type}", **kw)
 loaders.clear()
 print(both)
-print(f"Converting at the last step: {both.items_per_s:,.0f} images/s, {both.items_per_s / workers:.2f}x the usual "
-      f"pipeline's {workers:,.0f} (section 1).")
-if not S.cuda and both.items_per_s < workers:
-    print("Slower here: without a GPU the 'device' is this process, on the same cores as the workers, so the "
-          "conversion moved out of the workers competes with them. With a GPU, the last step runs there.")
+text = (f"Converting at the last step: {both.items_per_s:,.0f} images/s, "
+        f"{times(both.items_per_s / workers, 'the usual pipeline')} ({workers:,.0f} images/s, section 1).")
+if both.items_per_s < workers:
+    text += (" Slower here: without a GPU the 'device' is this process, on the same cores as the workers, so the "
+             "conversion moved out of the workers competes with them. With a GPU, the last step runs there."
+             if not S.cuda else " Slower here, although the last step ran on the GPU: both pipelines crop and "
+             "resize in the same workers, so compare the spreads above (a noisy pair of measurements can swap "
+             "a small difference) before reading more into it.")
+say(text)
 
 # %% [markdown]
 # That last step is a chain of cheap **pointwise** steps: to float, divide by 255, brightness,
@@ -347,49 +360,67 @@ plt.show()
 
 # %% [markdown]
 # How many kernels (with CUDA) or operators (on a CPU) does one call of each tail run, and, on a
-# GPU, how many times does the host wait for the device? The profiler counts them:
+# GPU, how many times does the host wait for the device? The profiler counts them. Profiling has
+# waits of its own (our `synchronize` at the end, and the profiler's when it stops), so we profile
+# an empty call the same way and count only what each tail adds to it:
 
 # %%
-from IPython.display import Markdown, display
 from torch.profiler import ProfilerActivity, profile
+
+WAITS = "host waits (cudaDeviceSynchronize, cudaStreamSynchronize, cudaMemcpy)"
 
 
 def launches(fn):
-    """What one call of fn runs, from the profiler: kernels and syncs with CUDA, aten operators on a CPU."""
+    """What one call of fn runs, from the profiler: kernels and host waits with CUDA, aten operators on a CPU."""
     fn()  # warm: allocations, lazy initialisation
     with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if S.cuda else [])) as prof:
         fn()
         if S.cuda:
             torch.cuda.synchronize()
     events = prof.events()
-    if S.cuda:  # device-side events: kernels and copies; host-side waits: the syncs
+    if S.cuda:  # device-side events: kernels and copies; host-side waits: the syncs and blocking copies
         return {"GPU kernels and copies": sum(e.device_type == torch.autograd.DeviceType.CUDA for e in events),
-                "host waits (cudaStreamSynchronize, cudaMemcpy)": max(0, sum(
-                    "Synchronize" in e.name or e.name == "cudaMemcpy" for e in events) - 1)}  # minus our own sync
+                WAITS: sum("Synchronize" in e.name or e.name == "cudaMemcpy" for e in events)}
     return {"aten operator calls (nested ones included)": sum(e.name.startswith("aten::") for e in events)}
 
 
+def change(before, after):  # how a count changed, in words that fit either direction
+    if before == after:
+        return "none in either" if before == 0 else "as many"
+    if 0 in (before, after):
+        return "all gone" if after == 0 else f"none before, {after} after"
+    return times(before / after, more="fewer", less="more")
+
+
 # %%
+idle = launches(lambda: None)  # what profiling itself counts: our sync and the profiler's own
 counts = {"eager": launches(lambda: finish(crops, *factors))}
 if compiled is not None:
     counts["torch.compile"] = launches(lambda: compiled(crops, *factors))
+counts = {name: {k: v - idle[k] for k, v in c.items()} for name, c in counts.items()}
 batch_mb = crops.numel() * 4 / 1e6  # the float32 batch each eager pass reads and writes
 text = "; ".join(f"{name}: " + ", ".join(f"{v} {k}" for k, v in c.items()) for name, c in counts.items())
 if compiled is not None:
     gain = tail[0].median / tail[1].median
-    text += (f". The compiled tail runs at **{gain:.2f}x** the eager one ({tail[0].items_per_s:,.0f} -> "
+    text += (f". The compiled tail is **{times(gain, 'the eager one')}** ({tail[0].items_per_s:,.0f} -> "
              f"{tail[1].items_per_s:,.0f} images/s), on a float32 batch of {batch_mb:.1f} MB per eager pass. ")
-    for what in counts["eager"]:  # the same keys for both: kernels (and syncs) on a GPU, operators on a CPU
+    for what in counts["eager"]:  # the same keys for both: kernels and waits on a GPU, operators on a CPU
         before, after = counts["eager"][what], counts["torch.compile"][what]
-        text += (f"{what}: {before} -> {after}"
-                 + (f" ({before / after:.1f}x fewer). " if after and before > after else
-                    " (all gone). " if before and not after else " (no fewer). "))
-    text += ("Not faster here" + (", despite the fewer launches." if any(
-        counts["torch.compile"][k] < counts["eager"][k] for k in counts["eager"]) else ".") if gain < 1.1 else
-             "Faster, with the counts above saying where it comes from.")
+        text += f"{what}: {before} -> {after} ({change(before, after)}). "
+    fewer = [k for k in counts["eager"] if counts["torch.compile"][k] < counts["eager"][k]]
+    if gain < 1.1:
+        text += "Not faster here" + (", despite the fewer launches." if fewer else ".")
+    elif not S.cuda:
+        text += "Faster, with the counts above saying where it comes from."
+    elif counts["eager"][WAITS] == 0:
+        text += ("Faster, and neither tail makes the host wait: the gain is the fusion, fewer kernels and fewer "
+                 "passes over the batch.")
+    else:
+        text += ("Faster: fewer kernels" + (", and fewer host waits." if WAITS in fewer else
+                 f"; the {counts['eager'][WAITS]} host wait(s) per call stayed: compiling did not remove them."))
 else:
     text += f". Eager tail: {tail[0].items_per_s:,.0f} images/s; torch.compile not measured ({compile_note})."
-display(Markdown(text))
+say(text)
 
 # %% [markdown]
 # ## 4. On a GPU
@@ -403,7 +434,7 @@ from gpufeed.measure import results
 
 saved = results.save_lesson("lesson09", [*ms, both, *tail], n_images=n_images, batch_size=batch_size, cores=cores,
                             stored=list(stored_hw), out_size=list(out_size), batched_vs_workers=batched_rate / workers,
-                            both_vs_workers=both.items_per_s / workers, compile_note=compile_note)
+                            both_vs_workers=both.items_per_s / workers, compile_note=compile_note, counts=counts)
 print(f"saved to {saved}")
 if S.cuda:
     print(f"Measured above on {S.machine.get('gpu')}.")
@@ -411,11 +442,27 @@ else:
     ref = results.gpu_reference("lesson09")  # says where the numbers come from
     if ref is not None:
         ref_ms, doc = ref
-        fig, ax = plotting.bars(ref_ms[:3], machine=doc["machine"], title="reference: one epoch")
+        named = {prefix: next(m for m in ref_ms if m.name.startswith(prefix))  # names carry the core count
+                 for prefix in ("per sample,", "per-sample loop", "batched,", "uint8 from", "tail, eager")}
+        fig, ax = plotting.bars([named[k] for k in ("per sample,", "per-sample loop", "batched,", "uint8 from")],
+                                machine=doc["machine"], title="reference: one epoch")
         plt.show()
-        print(f"No CUDA here: on {doc['machine'].get('gpu')}, the batched version is "
-              f"{doc.get('batched_vs_workers', float('nan')):.1f}x the CPU workers.")
-
+        ref_workers, ref_batched, ref_cores = named["per sample,"].items_per_s, named["batched,"].items_per_s, doc["cores"]
+        text = (f"On {doc['machine']['gpu']} ({ref_cores} CPU cores, {doc['n_images']} images of "
+                f"{doc['stored'][0]}x{doc['stored'][1]} to {doc['out_size'][0]}x{doc['out_size'][1]}, commit "
+                f"{str(doc['machine'].get('commit'))[:7]}): batched on the GPU {ref_batched:,.0f} images/s, "
+                f"{times(ref_batched / ref_workers, f'the {ref_cores} CPU workers')} ({ref_workers:,.0f} images/s) "
+                f"and {times(ref_batched / named['per-sample loop'].items_per_s, 'a per-sample loop on the GPU')}; "
+                f"uint8 from the workers, finished on the GPU: {named['uint8 from'].items_per_s:,.0f} images/s, "
+                f"{times(named['uint8 from'].items_per_s / ref_workers, 'the usual pipeline')}.")
+        ref_compiled = next((m for m in ref_ms if m.name == "tail, torch.compile"), None)
+        if ref_compiled is not None:
+            text += (f" The torch.compile'd tail ran "
+                     f"{times(named['tail, eager'].median / ref_compiled.median, 'the eager one')}")
+            kernels = {name: c["GPU kernels and copies"] for name, c in doc.get("counts", {}).items()}
+            text += (f", {kernels['eager']} GPU kernels and copies per call to {kernels['torch.compile']}."
+                     if len(kernels) == 2 else ".")
+        say(text)
 # %% [markdown]
 # ## Key takeaways
 #
@@ -511,13 +558,17 @@ for b in (batch_size, big):
 device_loader = section1_loader
 gain = {v: rates[big][v] / rates[batch_size][v] for v in rates[big]}
 for v, g in gain.items():
-    print(f"{v:>8}: {rates[batch_size][v]:,.0f} images/s at batch {batch_size}, {rates[big][v]:,.0f} at {big} ({g:.2f}x)")
+    print(f"{v:>8}: {rates[batch_size][v]:,.0f} images/s at batch {batch_size}, {rates[big][v]:,.0f} at {big} "
+          f"({times(g)})")
 why = {"batched": "its cost per batch is spread over more images; the matrix work per image stays",
        "workers": "fewer hand-overs between processes",
-       "loop": "no reason: it works image by image; the difference is the machine's noise"}
+       "loop": "little reason: it works image by image (one draw of parameters per batch aside), so most of the "
+               "difference is the machine's noise"}
 top, k = max(gain, key=gain.get), -(-n_images // big)  # k: batches an epoch at the large size
-print(f"Batch {big}{' (all the images quick mode has)' if big < 256 else ''}: {top} gains most ({gain[top]:.2f}x): "
-      f"{why[top]}.", f"The workers get {k} batch{'es' if k != 1 else ''} an epoch for {cores} workers: "
+print(f"Batch {big}{' (all the images quick mode has)' if big < 256 else ''}: "
+      + (f"{top} gains most ({times(gain[top])}): {why[top]}." if gain[top] > 1 else
+         f"none gains; {top} loses least ({times(gain[top])})."),
+      f"The workers get {k} batch{'es' if k != 1 else ''} an epoch for {cores} workers: "
       + ("some wait with nothing to do." if k < 2 * cores else "enough to keep them busy."))
 
 
@@ -549,7 +600,8 @@ if S.cuda:
     torch.set_float32_matmul_precision("high")
     tf32 = augment(x.to(S.device), p.to(S.device)).cpu()
     torch.set_float32_matmul_precision("highest")
-    how = f"on {torch.cuda.get_device_name()} (no change before Ampere: no TF32 there)"
+    has_tf32 = torch.cuda.get_device_capability()[0] >= 8  # Ampere and later
+    how = f"on {torch.cuda.get_device_name()} ({'TF32' if has_tf32 else 'before Ampere: no TF32, no change expected'})"
 else:
     with TF32Products():
         tf32 = augment(x, p)

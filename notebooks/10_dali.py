@@ -264,6 +264,7 @@ else:
 # %%
 import matplotlib.pyplot as plt
 
+from gpufeed.course.prose import say, times
 from gpufeed.measure import plotting
 
 
@@ -286,17 +287,21 @@ fig, ax = plotting.bars(ms, machine=S.machine, title=f"one epoch: decode (folder
                         f"+ flip + normalise, batch {batch_size}")
 plt.show()
 no_decode = by["torchvision, memmap"] / by["torchvision, JPEG folder"]
-print(f"torchvision: {by['torchvision, JPEG folder']:,.0f} images/s from the JPEG folder, {by['torchvision, memmap']:,.0f} "
-      f"from the memmap ({no_decode:.1f}x); " + ("the memmap skips decoding." if no_decode > 1.2 else
-      "decoding these small JPEGs costs little next to the rest (Python and transforms per sample, the copies)."))
+text = (f"torchvision: {by['torchvision, JPEG folder']:,.0f} images/s from the JPEG folder, "
+        f"{by['torchvision, memmap']:,.0f} from the memmap ({times(no_decode)}): "
+        + ("the memmap skips decoding." if no_decode > 1.2 else
+           "decoding these small JPEGs costs little next to the rest (Python and transforms per sample, the copies)."))
 if HAVE_DALI:
     folder_gain = by["DALI, JPEG folder"] / by["torchvision, JPEG folder"]
     mm_gain = by["DALI external_source, memmap"] / by["torchvision, memmap"]
-    print(f"DALI: {folder_gain:.1f}x torchvision on the JPEG folder and {mm_gain:.1f}x on the memmap, with "
-          f"{cores} threads against {cores} worker processes{' and its decoding and augmenting on the GPU' if S.cuda else ''}.")
+    text += (f" DALI: {times(folder_gain, 'torchvision')} on the JPEG folder and {times(mm_gain)} on the memmap, "
+             f"with {cores} threads against {cores} worker processes"
+             f"{' and its decoding and augmenting on the GPU' if S.cuda else ''}.")
     if not S.cuda:
-        print("On a CPU both sides run the same kinds of kernels (libjpeg-turbo, resampling); what DALI saves is "
-              "Python per sample, worker processes and the copies of each batch between processes.")
+        text += (" On a CPU both sides run the same kinds of kernels (libjpeg-turbo, resampling); what DALI saves "
+                 "is Python per sample, worker processes and the copies of each batch between processes"
+                 + ("." if min(folder_gain, mm_gain) > 1 else ", and here that was not enough to be faster on both."))
+say(text)
 
 # %% [markdown]
 # Where DALI is missing, here are the numbers of a machine that has it:
@@ -393,8 +398,6 @@ if HAVE_DALI:
 # off and on, with the iterator's `last_batch_policy` `PARTIAL` (drop the padding) and `FILL`.
 
 # %%
-from gpufeed.course.prose import say
-
 if HAVE_DALI:
     paths = paths[:len(paths) - 1 if len(paths) % 2 == 0 else len(paths)]  # an odd count: the shards differ by one
     own = [set(range(len(paths) * i // 2, len(paths) * (i + 1) // 2)) for i in range(2)]  # each shard's files
@@ -568,9 +571,9 @@ if HAVE_DALI:
                                                        num_threads=n, device_id=DEVICE_ID, seed=0), f"DALI, {n} threads")
     gain = {k: v[cores] / v[1] for k, v in scaling.items()}
     for k, v in scaling.items():
-        print(f"{k}: {v[1]:,.0f} images/s with 1, {v[cores]:,.0f} with {cores} ({gain[k]:.2f}x; ideal {cores}x)")
+        print(f"{k}: {v[1]:,.0f} images/s with 1, {v[cores]:,.0f} with {cores} ({times(gain[k])}; ideal {cores}x faster)")
     best = max(gain, key=gain.get)
-    print(f"{best} scales better here ({gain[best]:.2f}x against {min(gain.values()):.2f}x). " + (
+    print(f"{best} scales better here ({times(gain[best])} against {times(min(gain.values()))}). " + (
         f"More than {cores}x is the machine's load changing between runs." if gain[best] > cores * 1.1 else
         f"On {cores} cores shared with this process, {cores}x is out of reach." if gain[best] < cores * 0.75 else ""))
 else:

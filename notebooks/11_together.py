@@ -16,6 +16,28 @@ import gpufeed
 S = gpufeed.setup()  # S.device, S.quick, S.machine
 
 # %% [markdown]
+# **Without a GPU, read this first.** On a CPU-only machine the model trains on the same cores as
+# the loader, and a ResNet-18 step on a CPU is slow next to what every loader here can make: every
+# pipeline then trains at about the model's speed (section 5 measures how close they come). What
+# each technique gives shows in the *loader-alone* ladder of section 4; what it gives a GPU, in
+# the GPU reference of section 7. The cell below says which reference is committed:
+
+# %%
+from gpufeed.course import efficiency
+from gpufeed.course.prose import say, times
+from gpufeed.measure import results
+
+lesson_ref, bench_refs = results.reference("lesson11"), efficiency.committed_bench(gpu=True)
+found = ([f"this lesson run on {lesson_ref[1]['machine'].get('gpu')}"] if lesson_ref else []) + [
+    f"`gpufeed bench` on {doc['machine'].get('gpu')} (`results/{path.parent.name}/`)" for path, doc in bench_refs]
+if S.cuda:
+    say(f"Measured here on {S.machine.get('gpu')}: every number below is this GPU's.")
+else:
+    say("No GPU here. GPU reference committed: " + ("; ".join(found) + " (section 7)." if found else
+        "none yet for this lesson (`results/<gpu>/lesson11.json`) nor for `gpufeed bench`; section 7 shows "
+        "figures others published."))
+
+# %% [markdown]
 # ## 1. What we have so far
 #
 # | lesson | technique | what it saves |
@@ -204,7 +226,6 @@ print(f"both loops give their twins' batches: images {tuple(mine[0].shape)} {min
 # against FFCV, SPDL and torchdata.
 
 # %%
-from gpufeed.course.prose import say
 from gpufeed.data.transforms import GROUP
 
 group_mb = GROUP * 3 * w.crop * w.crop * 4 / 1e6  # float32 crops of one task
@@ -234,14 +255,28 @@ for key in rungs:
 # busy machine slows every rung a little rather than one rung a lot. Every pass is a whole epoch:
 # a DataLoader left in the middle of one keeps its workers busy while the next rung is timed. (DALI
 # refills its prefetch queue, 2 batches, as soon as an epoch ends: its passes start a little ahead.)
+# One exception keeps the lesson short: the naive rung decodes every JPEG on one core, an epoch of
+# many seconds on a GPU machine's dataset, so its passes are the epoch's first batches, as many as
+# fit in `NAIVE_S` seconds (`ladder.batches_within`). It has no worker processes, so stopping it
+# early leaves nothing running, and a shuffled epoch's first batches are like any others.
 
 # %%
 from gpufeed.measure import harness as bench
 
+NAIVE_S = 2.0  # seconds a pass of the naive rung may take
 per_epoch = w.n // w.batch * w.batch  # images in one pass (the last, short batch is dropped)
-kw = {"repeats": config.pick(quick=3, full=5), "warmup": 1, "items": per_epoch}
-loader_ms = bench.interleave({k: (lambda e=e: ladder.epoch_pass(e)) for k, e in rungs.items()},
+naive_batches = ladder.batches_within(rungs["naive"], NAIVE_S, total=w.n // w.batch)
+rungs["naive"] = ladder.first_batches(rungs["naive"], naive_batches)
+
+
+def items(cases):  # images per pass: the naive rung's first batches, every other case a whole epoch
+    return {k: naive_batches * w.batch if k == "naive" else per_epoch for k in cases}
+
+
+kw = {"repeats": config.pick(quick=3, full=5), "warmup": 1}
+loader_ms = bench.interleave({k: (lambda e=e: ladder.epoch_pass(e)) for k, e in rungs.items()}, items=items(rungs),
                              params={k: {"section": "ladder", "rung": k} for k in rungs}, desc="the ladder", **kw)
+print(f"the naive rung: {naive_batches} of the epoch's {w.n // w.batch} batches per pass")
 for m in loader_ms:
     print(m)
 
@@ -263,7 +298,7 @@ print(ladder.read(steps, cores))
 
 # %%
 ready = pipelines.resident(w, S.device, batches=w.n // w.batch)  # as many batches as an epoch, on the device
-cases = {"naive": naive_epoch, "tuned": rungs["uint8"], "course": course_epoch, **(
+cases = {"naive": ladder.first_batches(naive_epoch, naive_batches), "tuned": rungs["uint8"], "course": course_epoch, **(
     {"dali": rungs["dali"]} if HAVE_DALI else {}), "resident": lambda: iter(ready)}
 runs = {k: (lambda e=e: train_epoch(e())) for k, e in cases.items()}
 ALL_CORES = f"resident, {cores} threads"
@@ -276,15 +311,28 @@ if not S.cuda and not S.quick:  # quick mode: no time for it
             torch.set_num_threads(1)
 
     runs[ALL_CORES] = all_cores
-train_ms = bench.interleave(runs, params={k: {"section": "train", "pipeline": k} for k in runs}, desc="training",
-                            **{**kw, "repeats": config.pick(quick=2, full=3)})
+train_ms = bench.interleave(runs, items=items(runs), params={k: {"section": "train", "pipeline": k} for k in runs},
+                            desc="training", **{**kw, "repeats": config.pick(quick=2, full=3)})
 for m in train_ms:
     print(m)
 rates = {m.name: m.items_per_s for m in train_ms}
 gain = rates["course"] / rates["naive"]
-print(f"Same model, data and augmentation: the course's loop trained at {rates['course']:,.0f} images/s, the naive "
-      f"loop at {rates['naive']:,.0f}: " + (f"{gain:.2f}x as fast." if gain >= 1.05 else f"{gain:.2f}x, no faster "
-      "here: the model's step, not the loader, takes the time on this machine (section 6 says how much)."))
+pipes = [k for k in cases if k != "resident"]  # the pipelines, without the model alone
+low, high = min(rates[k] for k in pipes), max(rates[k] for k in pipes)
+say(f"Same model, data and augmentation: the course's loop trained {times(gain, 'the naive loop')} "
+    f"({rates['course']:,.0f} against {rates['naive']:,.0f} images/s)"
+    + ("." if gain >= 1.05 else ": no faster, the model's step, not the loader, takes the time on this machine "
+       "(section 6 says how much)." if gain >= 0.95 else ": slower, " + (
+           "the course's loader threads took cores from the model (section 6 says how much)." if not S.cuda else
+           "its loader kept the model waiting (section 6 says how much)."))
+    + f" The {len(pipes)} pipelines trained at {low:,.0f} to {high:,.0f} images/s, {low / rates['resident']:.0%} to "
+    f"{high / rates['resident']:.0%} of the model's own rate on batches already there ({rates['resident']:,.0f}): "
+    + ("every pipeline trained at about the model's speed, so read the loader-alone ladder (section 4) for what "
+       "each technique gives." if low >= 0.8 * rates["resident"] else
+       "the slower pipelines took cores from the model: on a CPU the loaders' threads and workers share them "
+       "with it (section 6 measures the cost), so read the loader-alone ladder (section 4) for what each "
+       "technique gives." if not S.cuda else "the slower pipelines kept the model waiting; section 6 measures by "
+       "how much."))
 
 # %% [markdown]
 # ## 6. Loader efficiency
@@ -309,8 +357,6 @@ print(f"Same model, data and augmentation: the course's loop trained at {rates['
 # at the same time, it is `min(1, loader rate / model rate)`. Section 4 gave the loader rates.
 
 # %%
-from gpufeed.course import efficiency
-
 eff = efficiency.efficiency({k: v for k, v in rates.items() if k != ALL_CORES})
 fig, ax = efficiency.plot(eff, S.machine, title=f"loader efficiency, ResNet-18 on {S.device} "
                           f"(in brackets: training speed-up over naive)")
@@ -331,8 +377,8 @@ if max(by.values()) > 1.02:
           "of the measurements is larger than the differences; re-run on a quieter machine.")
 if ALL_CORES in rates:
     whole = rates[ALL_CORES] / rates["resident"]
-    print(f"The model alone on all {cores} cores trains at {rates[ALL_CORES]:,.0f} images/s, {whole:.2f}x its "
-          f"one-thread rate. " + (f"Against that, the course pipeline's efficiency is {rates['course'] / rates[ALL_CORES]:.2f}: "
+    print(f"The model alone on all {cores} cores trains at {rates[ALL_CORES]:,.0f} images/s, "
+          f"{times(whole, 'on one thread')}. " + (f"Against that, the course pipeline's efficiency is {rates['course'] / rates[ALL_CORES]:.2f}: "
           "what sharing the cores costs on a CPU-only machine." if whole > 1.05 else "More threads did not speed the "
           "model up here (other programs hold the cores, or the images are small): leaving cores to the loader "
           "cost the model little."))
@@ -347,8 +393,6 @@ if ALL_CORES in rates:
 # (every pipeline, loader alone and training, one run) where committed.
 
 # %%
-from gpufeed.measure import results
-
 if S.cuda:
     print(f"Measured above on {S.machine.get('gpu')}.")
 else:
@@ -419,13 +463,86 @@ print("The loader-alone line is what a model that waits on its data (a fast GPU)
       "work hides behind the model's, training saves less.")
 
 # %% [markdown]
+# ## 9. The model's side: `torch.compile`, and TensorRT
+#
+# Every technique so far feeds the model faster; none makes the model itself faster. That is what
+# a model compiler does: the same forward pass in fewer, fused kernels tuned for one device.
+# **TensorRT**, NVIDIA's inference compiler, builds an *engine* for one GPU (layers fused, the
+# fastest kernel for each layer and shape picked by timing them on that GPU, float16 or int8
+# where allowed). Torch-TensorRT (`torch_tensorrt.compile`) builds it from a PyTorch module and
+# returns a module that runs it; saved as TorchScript, that is *a TensorRT engine embedded in a
+# TorchScript module*, loadable without the Python model. It serves inference of a trained model.
+#
+# It fits **after** the loader, and changes nothing before it: the engine takes the same
+# normalised batch on the GPU that the model took. So the faster the model, the more images per
+# second the loader must make; past a point the loader is the bottleneck again, and the rest of
+# this course is what moves it. The cells below measure what runs everywhere, eager against
+# `torch.compile` (TorchInductor: Triton kernels on a GPU, C++ on a CPU), for the forward pass of
+# this lesson's model on batches already on the device, run TensorRT where `torch_tensorrt` is
+# installed (CUDA only), and compute from this lesson's numbers how much faster the model may get
+# before the loader holds it back. (An ONNX export run by onnxruntime would be a third road, but
+# the course does not install `onnx` or `onnxruntime`; TensorRT's own `trtexec` builds and times an
+# engine from such an ONNX file.) Compiling takes about a minute on a CPU the first time, so
+# quick mode skips it there.
+
+# %%
+from gpufeed.course import engines
+
+forward = engines.inference(model, S.device)  # a copy in eval mode: `model` itself is left to train
+example = ready[0][0]  # one batch already on the device, float32 [B, 3, crop, crop]
+if S.quick and not S.cuda:
+    compiled_fwd, compile_note = None, "skipped in quick mode on a CPU (a first compile takes about a minute); full mode measures it"
+else:
+    compiled_fwd, compile_note = engines.compiled_inference(forward, example, S.device)
+print(compile_note)
+
+# %% [markdown]
+# **TensorRT, where it is installed.** What the cell runs is `engines.tensorrt_engine`, shown here
+# (it needs `torch_tensorrt` and CUDA). Where to go from here: the
+# [Torch-TensorRT user guide](https://docs.pytorch.org/TensorRT/user_guide/saving_models.html)
+# (compile, save, load) and [`trtexec`](https://docs.nvidia.com/deeplearning/tensorrt/10.16.1/performance/benchmarking.html)
+# (build and time an engine from an ONNX file, no Python).
+
+# %%
+import inspect
+
+trt_version, trt = engines.tensorrt_version(), None
+if trt_version is not None and S.cuda:
+    try:
+        trt = engines.tensorrt_engine(forward, example)  # builds the engine: seconds to minutes
+        off = engines.agreement(trt(example), forward(example))
+        trt_note = f"Torch-TensorRT {trt_version}: engine built, output within {off:.1e} of eager"
+        if off > engines.tolerance(S.device):
+            trt, trt_note = None, trt_note + f", more than the {engines.tolerance(S.device):.0e} allowed: not timed"
+    except Exception as e:  # an unsupported layer, a version mismatch with torch: report and go on
+        trt_note = f"Torch-TensorRT {trt_version} failed here ({type(e).__name__}: {str(e).strip()[:160]})"
+else:
+    trt_note = ("TensorRT needs CUDA: not run here." if trt_version else "torch_tensorrt is not installed here "
+                "(pip install torch-tensorrt, the build that matches this torch and CUDA): not run.")
+    say("```python\n" + inspect.getsource(engines.tensorrt_engine) + "```")
+print(trt_note)
+
+# %%
+engines_run = {"eager": forward, "torch.compile": compiled_fwd, "TensorRT": trt}
+fwd_ms = bench.interleave({k: (lambda f=f: f(example)) for k, f in engines_run.items() if f is not None},
+                          items=w.batch, repeats=config.pick(quick=5, full=10), warmup=2,
+                          params={k: {"section": "model side"} for k in engines_run}, desc="the model's side")
+model_side = {"forward": {m.name: m.items_per_s for m in fwd_ms}, "loader": alone["course"],
+              "train": rates["resident"], "note": compile_note}
+say(engines.read_model_side(**model_side) + ("" if S.cuda else " (On a CPU the loader and the model share the "
+    "cores, so the real bound is lower: section 6's bounds.)"))
+if not S.cuda and lesson_ref is not None and "model_side" in lesson_ref[1]:  # the GPU reference, where committed
+    say(f"On {lesson_ref[1]['machine'].get('gpu')}: " + engines.read_model_side(**lesson_ref[1]["model_side"]))
+
+# %% [markdown]
 # Finally, what this lesson measured is saved (on a GPU machine, run with `GPUFEED_RESULTS=results`
 # to make the reference that section 7 shows elsewhere), and torch gets its threads back.
 
 # %%
-saved = results.save_lesson("lesson11", loader_ms + train_ms, workload=w.to_dict(), cores=cores,
+saved = results.save_lesson("lesson11", loader_ms + train_ms + fwd_ms, workload=w.to_dict(), cores=cores,
                             threads=torch.get_num_threads(), ladder=steps, efficiency=eff, build_seconds=build_s,
-                            dali=gdali.version() if HAVE_DALI else None)
+                            dali=gdali.version() if HAVE_DALI else None, model_side=model_side,
+                            tensorrt=trt_note)
 torch.set_num_threads(threads)
 print(f"saved to {saved}")
 
@@ -441,6 +558,9 @@ print(f"saved to {saved}")
 #   benchmark workload); on a CPU-only machine the loader and the model
 #   share the cores, so the honest figure is lower.
 # * Decoding once is a one-off cost; divide it by the time saved per epoch to know when it pays.
+# * A model compiler (`torch.compile`; TensorRT for inference on NVIDIA GPUs) speeds up the model,
+#   not the feeding: the loader must then make as many more images per second as the model gained.
+#   The loader's rate alone over the model's is the headroom; past it, the loader is the bottleneck.
 #
 # ## Exercises
 #
@@ -502,14 +622,15 @@ per_sample = pipelines.tuned_loader(data, w, S.device, cores, dataset=ladder.mem
 swapped = {"memmap": rungs["memmap"],
            "memmap + prefetch": lambda dl=per_sample: iter(prefetch(dl, S.device, torch.float32, IMAGENET_MEAN, IMAGENET_STD)),
            "batched": rungs["batched"], "batched + prefetch": rungs["prefetch"]}
-swap_ms = bench.interleave({k: (lambda e=e: ladder.epoch_pass(e)) for k, e in swapped.items()}, **kw)
+swap_ms = bench.interleave({k: (lambda e=e: ladder.epoch_pass(e)) for k, e in swapped.items()}, items=per_epoch, **kw)
 r = {m.name: m.items_per_s for m in swap_ms}
 early, late = r["memmap + prefetch"] / r["memmap"], r["batched + prefetch"] / r["batched"]
-print(f"Prefetching after the per-sample DataLoader: {early:.2f}x ({r['memmap']:,.0f} -> {r['memmap + prefetch']:,.0f} "
-      f"images/s); after batched fetching, the course's order: {late:.2f}x ({r['batched']:,.0f} -> "
+print(f"Prefetching after the per-sample DataLoader: {times(early)} ({r['memmap']:,.0f} -> {r['memmap + prefetch']:,.0f} "
+      f"images/s); after batched fetching, the course's order: {times(late)} ({r['batched']:,.0f} -> "
       f"{r['batched + prefetch']:,.0f}).")
 epoch_ms = {k: w.n / v * 1e3 for k, v in r.items()}
-print(f"It gains more {'in the course order' if late > early else 'before batched fetching'} here. Timed alone, a "
+print(f"It {'gains more' if max(early, late) > 1 else 'loses less'} "
+      f"{'in the course order' if late > early else 'before batched fetching'} here. Timed alone, a "
       "loader has no model step to overlap with; what a thread can take off the main thread is the conversion and "
       f"the gather. An epoch of batched fetching lasts {epoch_ms['batched']:.0f} ms here, so the thread's own costs "
       "(its start each epoch, hand-offs that wait for Python's GIL) weigh on it; section 5's training is the test.")
@@ -532,7 +653,8 @@ heavy = dataclasses.replace(w, model="resnet50")
 _, heavy_step = make_model(heavy, S.device)
 section5_step, step = step, heavy_step  # section 5's `train_epoch` calls the global `step`
 try:
-    heavy_ms = bench.interleave({k: runs[k] for k in ("naive", "course", "resident")}, **{**kw, "repeats": config.pick(quick=1, full=3)})
+    heavy_runs = {k: runs[k] for k in ("naive", "course", "resident")}
+    heavy_ms = bench.interleave(heavy_runs, items=items(heavy_runs), **{**kw, "repeats": config.pick(quick=1, full=3)})
 finally:
     step = section5_step
 heavy_rates = {m.name: m.items_per_s for m in heavy_ms}
@@ -545,9 +667,10 @@ for name in ("naive", "course"):  # section 4's loader rates against the heavy m
     serial, _ = efficiency.bounds(alone[name], heavy_rates["resident"])
     print(f"  ResNet-50, {name}: {serial:.2f} even if none of the loader's work overlapped the model's")
 reach = [k for k in ("naive", "course") if heavy_eff[k] >= efficiency.TARGET]
+longer = rates["resident"] / heavy_rates["resident"]  # ResNet-50's step over ResNet-18's
 print(f"With ResNet-50, {' and '.join(reach) or 'no pipeline'} reach{'es' if len(reach) == 1 else ''} the target: "
-      f"the step is {rates['resident'] / heavy_rates['resident']:.1f}x as long, so the loader has that much more time "
-      "per batch. The lighter the model, the faster the loader must be."
+      f"the step is {times(longer, more='longer', less='shorter', same='as long')}, so the loader has "
+      f"{'more' if longer > 1 else 'less'} time per batch. The lighter the model, the faster the loader must be."
       + (" (Above 1.0 is noise: one epoch each, on a busy machine.)" if max(heavy_eff.values()) > 1.02 else ""))
 torch.set_num_threads(threads)
 
@@ -558,3 +681,4 @@ torch.set_num_threads(threads)
 # * [FFCV: Accelerating Training by Removing Data Bottlenecks](https://arxiv.org/abs/2306.12517) (Leclerc, Ilyas, Engstrom, Park, Salman, Madry; CVPR 2023): the end-to-end view: data loading as the limit of training speed, measured on ImageNet.
 # * [ImageNet Benchmarks](https://github.com/libffcv/ffcv/blob/main/docs/benchmarks.rst) (FFCV documentation): loading rates of one loader from RAM and from network disks, next to the training it feeds.
 # * [Performance Tuning Guide](https://docs.pytorch.org/tutorials/recipes/recipes/tuning_guide.html) (Szymon Migacz, PyTorch tutorials): the rest of the training step once the data keeps up.
+# * [Torch-TensorRT: saving models](https://docs.pytorch.org/TensorRT/user_guide/saving_models.html) (PyTorch and NVIDIA): compiling a module to a TensorRT engine and saving it as TorchScript or an ExportedProgram, section 9's next step.

@@ -254,9 +254,11 @@ for name, p in (("first process", first), ("second process", second)):
           f"{p['minor']} minor page faults; {p['seconds'] * 1e3:.1f} ms to touch {p['pages']} pages")
 
 # %%
+from gpufeed.course.prose import times
+
 if dropped and first["resident_before"] is not None and first["resident_before"] < 0.5:
     print(f"The second process found {second['resident_before']:.0%} of the file already in RAM, read by the first, "
-          f"and touched it {first['seconds'] / max(second['seconds'], 1e-9):.1f}x as fast with "
+          f"and touched it {times(first['seconds'] / max(second['seconds'], 1e-9), 'the first')} with "
           f"{second['major']} major faults (the first took {first['major']}).")
 else:
     print("This machine kept the file cached despite the request to drop it (some file systems do), so both "
@@ -323,10 +325,15 @@ plt.show()
 # %%
 cores, load_avg = os.cpu_count(), os.getloadavg()[0]
 scale = {p: by[f"{p}, 2 processes"].items_per_s / by[f"{p}, 1 process"].items_per_s for p in ("load", "train")}
-verdict = ("slower than one process" if max(scale.values()) < 1 else
-           "about the ideal 2x" if min(scale.values()) >= 1.9 else "short of the ideal 2x")
+
+
+def verdict(x):  # 2 processes against 1, in words
+    return "slower than one process" if x < 1 else "about the ideal 2x" if x >= 1.9 else "short of the ideal 2x"
+
+
 display(Markdown(
-    f"Two processes load {scale['load']:.2f}x and train {scale['train']:.2f}x the images/s of one: {verdict}. "
+    f"Two processes load {times(scale['load'], 'one')} ({verdict(scale['load'])}) and train "
+    f"{times(scale['train'], 'one')} ({verdict(scale['train'])}), in images/s. "
     f"Per rank, training runs at {by['train, rank 0'].items_per_s:,.0f} and {by['train, rank 1'].items_per_s:,.0f} "
     f"images/s against {by['train, 1 process'].items_per_s:,.0f} alone. What limits it here: {cores} cores shared by "
     f"both ranks, torchrun's agent, this kernel and everything else running (load average {load_avg:.1f}), and the "
@@ -479,9 +486,9 @@ for phase in ("load", "train"):
     one_each = [by[f"{phase}, rank {r}"].items_per_s for r in range(2)]
     two_each = [two_threads[f"{phase}, rank {r}"] for r in range(2)]
     print(f"{phase:>5}, images/s per rank: {[f'{v:,.0f}' for v in one_each]} with 1 thread each (section 5), "
-          f"{[f'{v:,.0f}' for v in two_each]} with 2 ({sum(two_each) / sum(one_each):.2f}x)")
+          f"{[f'{v:,.0f}' for v in two_each]} with 2 ({times(sum(two_each) / sum(one_each))})")
 gain = two_threads["train, 2 processes"] / by["train, 2 processes"].items_per_s
-print(f"Training with 4 threads on {cores} cores: {gain:.2f}x the images/s of 2 threads. " + (
+print(f"Training with 4 threads on {cores} cores: {times(gain, '2 threads')}. " + (
     "Slower: the teams wait for threads that wait for a core." if gain < 0.9 else
     "Faster: the cores had room for the extra threads at this moment." if gain > 1.1 else
     "No clear change: what the second thread gains, waiting for a core takes back."))

@@ -143,3 +143,13 @@ def test_lesson_10_runs_where_dali_is_missing(tmp_path, monkeypatch):
     text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert "DALI is not installed here" in text and "pip install nvidia-dali" in text
     assert "skipped: DALI is not installed" in text and "imported DALI" not in text
+
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="Linux's /proc lists each thread of a process")
+def test_os_threads_agrees_with_the_kernel_list_of_threads():
+    """psutil's count is the kernel's: one entry per thread in /proc/self/task (C++ threads included)."""
+    import os
+
+    torch.ones(1 << 16).sum()  # a parallel op: torch's intra-op pool is running now, threads threading cannot see
+    assert gdali.os_threads() == len(os.listdir("/proc/self/task"))

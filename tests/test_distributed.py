@@ -166,6 +166,18 @@ def test_choose_backend():
             distributed.choose_backend("nccl", 1)
 
 
+def test_two_ranks_on_one_gpu_are_refused_before_nccl_is_started(monkeypatch):
+    """On a one-GPU node, two nccl ranks would share the GPU and nccl fails ("Duplicate GPU detected");
+    the script refuses before any process group starts, and names the count to pass."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert distributed.choose_backend("auto", 1) == ("nccl", "cuda")
+    assert distributed.choose_backend("gloo", 2) == ("gloo", "cpu")  # what lesson 12's 1 -> 2 processes use
+    for requested in ("auto", "nccl"):
+        with pytest.raises(ValueError, match="2 processes on this machine but 1 GPU.*--nproc-per-node 1"):
+            distributed.choose_backend(requested, 2)
+
+
 def test_script_says_in_one_line_that_the_data_is_missing(tmp_path, capsys):
     assert distributed.main(["--data", str(tmp_path / "nope")]) == 2
     err = capsys.readouterr().err.strip()

@@ -1,6 +1,7 @@
 """Lesson 11's ladder: every rung yields the naive rung's images; the reading and the chart."""
 
 import pickle
+import time
 
 import matplotlib.pyplot as plt
 import pytest
@@ -120,8 +121,15 @@ def test_the_reading_states_losses_plainly_with_their_reason():
                                     "dali": 250.0}), cores=2)
     assert "got 10.00x faster" in text and "'+ batched augmentation' (lesson 09)" in text
     assert "'+ workers' made it 1.25x slower here: 2 worker processes share the 2 cores" in text
-    assert "'+ uint8 on the wire' changed little here (1.02x)" in text
-    assert "DALI, as a side rung: 250 images/s, 2.50x naive and 0.25x the course pipeline: DALI decodes" in text
+    assert "'+ uint8 on the wire' changed little here (1.02x faster)" in text
+    assert ("DALI, as a side rung: 250 images/s, 2.50x faster than naive and 4.00x slower than the course "
+            "pipeline: DALI decodes") in text
+
+
+def test_the_reading_never_calls_a_loss_the_biggest_step():
+    text = ladder.read(ladder.rows({"naive": 100.0, "workers": 80.0, "uint8": 50.0}), cores=2)
+    assert "got 2.00x slower" in text and "biggest step" not in text
+    assert "No rung gained here: the least loss was '+ workers' (lesson 07), 1.25x slower." in text
 
 
 def test_the_chart_labels_every_rung_with_its_ratio_to_naive():
@@ -134,3 +142,20 @@ def test_the_chart_labels_every_rung_with_its_ratio_to_naive():
     assert "80/s, -20% on the rung above" in notes and "300/s, -70% on the course" in notes
     assert ax.get_xscale() == "log"
     plt.close(fig)
+
+
+def test_a_slow_loader_without_workers_is_cut_to_the_batches_that_fit_its_time():
+    made = []
+
+    def epoch():  # a loader without workers: nothing runs unless asked for the next batch
+        for i in range(50):
+            made.append(i)
+            time.sleep(0.004)
+            yield torch.zeros(2, 3), torch.zeros(2)
+
+    k = ladder.batches_within(epoch, seconds=0.04, total=50)
+    assert 1 <= k <= 10  # 0.04 s at >= 4 ms a batch, start-up counted: never more than fit
+    assert ladder.batches_within(epoch, seconds=60.0, total=50) == 50  # never more than a pass has
+    made.clear()
+    assert ladder.epoch_pass(ladder.first_batches(epoch, 3)) == 6  # 3 batches of 2 images
+    assert made == [0, 1, 2]  # and not one batch more was made

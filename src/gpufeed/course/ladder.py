@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 import torch
 
+from gpufeed.course.prose import times
 from gpufeed.data.transforms import IMAGENET_MEAN, IMAGENET_STD, CropFlip, crop_flip, draw_crops
 from gpufeed.measure import pipelines
 from gpufeed.measure.pipelines import Data, Workload
@@ -163,6 +164,39 @@ def epoch_pass(epoch: Callable[[], Iterator]) -> int:
     return consume(epoch(), sys.maxsize)
 
 
+def first_batches(epoch: Callable[[], Iterator], batches: int) -> Callable[[], Iterator]:
+    """``epoch`` cut to the first ``batches`` batches of each pass: for a loader **without worker
+    processes** only (lesson 11's naive rung), which leaves nothing running when it is stopped
+    (:func:`epoch_pass` says why a DataLoader with workers must run whole passes)."""
+    import itertools
+
+    return lambda: itertools.islice(epoch(), batches)
+
+
+def batches_within(epoch: Callable[[], Iterator], seconds: float, total: int, probe: int = 2) -> int:
+    """How many batches of a pass of ``epoch()`` fit in about ``seconds`` (at least 1, at most
+    ``total``), from the time its first ``probe`` batches take, start-up included (so the count
+    errs short). One pass is started and stopped: for loaders without worker processes only.
+
+    Example:
+        >>> import time
+        >>> def slow():
+        ...     for _ in range(100):
+        ...         time.sleep(0.01)
+        ...         yield torch.zeros(1), torch.zeros(1)
+        >>> 5 <= batches_within(slow, 0.1, total=100) <= 10
+        True
+    """
+    import time
+
+    from gpufeed.measure.suite import consume
+
+    start = time.perf_counter()
+    consume(epoch(), probe)
+    per_batch = (time.perf_counter() - start) / probe
+    return max(1, min(total, int(seconds / per_batch)))
+
+
 def rows(rates: dict[str, float]) -> list[dict]:
     """The ladder as records, in rung order, from ``key -> images/s`` (rungs not measured are left
     out): each rung's ``step`` (its gain over the rung above: 1.25 is 25% faster) and ``total``
@@ -186,31 +220,29 @@ def rows(rates: dict[str, float]) -> list[dict]:
     return out
 
 
-def _times(x: float) -> str:
-    return f"{x:.2f}x faster" if x >= 1 else f"{1 / x:.2f}x slower"
-
-
 def read(ladder: list[dict], cores: int, flat: float = 0.05) -> str:
     """Sentences that read the ladder: the whole gain, the biggest step, and every step that lost
     (or changed less than ``flat``) with the reason it can on a machine with ``cores`` cores."""
     main = [r for r in ladder if r["key"] != DALI.key]
     first, last = main[0], main[-1]
     text = [f"From naive ({first['images_per_s']:,.0f} images/s) to '{last['label']}' "
-            f"({last['images_per_s']:,.0f} images/s) the loader got {_times(last['total'])}."]
+            f"({last['images_per_s']:,.0f} images/s) the loader got {times(last['total'])}."]
     if len(main) > 1:
         best = max(main[1:], key=lambda r: r["step"])
-        text.append(f"The biggest step was '{best['label']}' (lesson {best['lesson']}): {_times(best['step'])}.")
+        text.append(f"The biggest step was '{best['label']}' (lesson {best['lesson']}): {times(best['step'])}."
+                    if best["step"] > 1 else f"No rung gained here: the least loss was '{best['label']}' "
+                    f"(lesson {best['lesson']}), {times(best['step'])}.")
     for r in main[1:]:
         why = RUNGS[r["key"]].slower_because.format(cores=cores)
         if r["step"] < 1 - flat:
-            text.append(f"'{r['label']}' made it {1 / r['step']:.2f}x slower here: {why}.")
+            text.append(f"'{r['label']}' made it {times(r['step'])} here: {why}.")
         elif r["step"] <= 1 + flat:
-            text.append(f"'{r['label']}' changed little here ({r['step']:.2f}x): {why}.")
+            text.append(f"'{r['label']}' changed little here ({times(r['step'])}): {why}.")
     dali = next((r for r in ladder if r["key"] == DALI.key), None)
     if dali is not None:
-        text.append(f"DALI, as a side rung: {dali['images_per_s']:,.0f} images/s, {dali['total']:.2f}x naive "
-                    f"and {dali['step']:.2f}x the course pipeline" + (f": {DALI.slower_because}." if dali["step"] < 1
-                                                                      else "."))
+        text.append(f"DALI, as a side rung: {dali['images_per_s']:,.0f} images/s, {times(dali['total'], 'naive')} "
+                    f"and {times(dali['step'], 'the course pipeline')}"
+                    + (f": {DALI.slower_because}." if dali["step"] < 1 else "."))
     return " ".join(text)
 
 

@@ -1,0 +1,158 @@
+"""The model's side of ``notebooks/11_together.ipynb``: eager against ``torch.compile``, TensorRT
+where it is installed, and how much faster a model may get before the loader becomes the bottleneck.
+
+Everything else in the course speeds up the *feeding*. A model compiler speeds up the model: the
+same forward pass in fewer, fused, tuned kernels. NVIDIA's TensorRT builds such an *engine* for
+one GPU; Torch-TensorRT (``torch_tensorrt``) builds it from a PyTorch module and hands back a
+module that runs it, which can be saved as TorchScript with the engine embedded. It targets
+inference of a trained model, and it changes nothing before the model: the loader must then make
+as many more images per second as the model gained (:func:`headroom`, :func:`read_model_side`).
+
+``torch.compile`` (TorchInductor: Triton kernels on a GPU, C++ on a CPU) runs everywhere, so the
+lesson measures it; :func:`tensorrt_version` says whether TensorRT is here without importing it,
+and :func:`tensorrt_engine` is what the lesson runs where it is (CUDA only).
+
+Example:
+    >>> headroom(loader_rate=3000.0, model_rate=1000.0)
+    3.0
+    >>> print(read_model_side({"eager": 4000.0, "torch.compile": 5000.0}, loader=4500.0, train=1500.0))
+    ... # doctest: +NORMALIZE_WHITESPACE
+    Inference, a forward pass on batches already on the device: eager 4,000 images/s, torch.compile
+    5,000 (1.25x faster than eager). The course's loader makes 4,500 images/s alone. Training at
+    1,500 images/s: a model up to 3.0x faster would still be fed. Inference (torch.compile) at 5,000
+    images/s: the loader is already the bottleneck, 1.1x slower than the model. Beyond that, a
+    faster model (TensorRT, torch.compile, a smaller network) gains nothing until the loader keeps up.
+    >>> net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 3))
+    >>> forward = inference(net, "cpu")
+    >>> forward(torch.ones(2, 3, 2, 2)).shape, net.training
+    (torch.Size([2, 3]), True)
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import time
+from collections.abc import Callable
+
+import torch
+
+#: Where to go from here: Torch-TensorRT's user guide (compile, save as TorchScript or ExportedProgram)
+#: and TensorRT's ``trtexec``, which builds and times an engine from an ONNX file.
+TORCH_TENSORRT_DOCS = "https://docs.pytorch.org/TensorRT/user_guide/saving_models.html"
+TRTEXEC_DOCS = "https://docs.nvidia.com/deeplearning/tensorrt/10.16.1/performance/benchmarking.html"
+
+
+def inference(net: torch.nn.Module, device) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``forward(images) -> logits`` of a copy of ``net`` in eval mode and inference mode (``net``
+    itself, and its training, are left alone). On CUDA: channels-last and bfloat16 autocast, as
+    :func:`gpufeed.measure.suite.make_model` trains; on the CPU: float32. ``forward.module`` is the
+    copy, what a compiler takes."""
+    device = torch.device(device)
+    model = copy.deepcopy(net).to(device).eval()
+    if device.type == "cuda":
+        model = model.to(memory_format=torch.channels_last)
+    return _forward(model, device)
+
+
+def _forward(model: Callable, device: torch.device) -> Callable[[torch.Tensor], torch.Tensor]:
+    cuda = device.type == "cuda"
+
+    def forward(images: torch.Tensor) -> torch.Tensor:
+        with torch.inference_mode(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda):
+            return model(images)
+
+    forward.module = model
+    return forward
+
+
+def agreement(got: torch.Tensor, want: torch.Tensor) -> float:
+    """The relative difference of two outputs, ``|got - want| / |want|`` (L2 norms, in float32):
+    a compiled model sums in another order (and in bfloat16 on CUDA), so outputs differ a little.
+
+    Example:
+        >>> agreement(torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.0]))
+        0.0
+    """
+    got, want = got.float(), want.float()
+    return float((got - want).norm() / want.norm().clamp_min(1e-12))
+
+
+def tolerance(device) -> float:
+    """The :func:`agreement` a compiled forward must reach: bfloat16 keeps about 3 significant
+    digits (CUDA), float32 about 7 (CPU)."""
+    return 2e-2 if torch.device(device).type == "cuda" else 1e-4
+
+
+def compiled_inference(forward: Callable, example: torch.Tensor, device, *, backend: str = "inductor",
+                       ) -> tuple[Callable | None, str]:
+    """``(compiled forward, note)``: ``torch.compile`` of ``forward.module`` (made by :func:`inference`),
+    compiled by a first call on ``example`` and checked against the eager forward; ``(None, why)``
+    when compiling fails (no C++ compiler, an unsupported backend) or the outputs disagree.
+    """
+    try:
+        start = time.perf_counter()
+        fast = _forward(torch.compile(forward.module, backend=backend, dynamic=False), torch.device(device))
+        off = agreement(fast(example), forward(example))  # the first call compiles
+        seconds = time.perf_counter() - start
+    except Exception as e:  # report and go on: the lesson shows why
+        return None, f"torch.compile failed here ({type(e).__name__}: {str(e).strip()[:160]})"
+    if not off <= tolerance(device):
+        return None, f"torch.compile's output differs from eager by {off:.1e} (allowed {tolerance(device):.0e})"
+    return fast, f"compiled in {seconds:.0f} s; output within {off:.1e} of eager (allowed {tolerance(device):.0e})"
+
+
+def headroom(loader_rate: float, model_rate: float) -> float:
+    """How many times faster the model may get before the loader becomes the bottleneck: the
+    loader's images/s (timed alone) over the model's (on batches already on the device)."""
+    if not (loader_rate > 0 and model_rate > 0):
+        raise ValueError(f"headroom: rates must be positive (got loader {loader_rate!r}, model {model_rate!r})")
+    return loader_rate / model_rate
+
+
+def read_model_side(forward: dict[str, float], loader: float, train: float, note: str = "") -> str:
+    """The sentences that read the model's side, either way: the forward pass's images/s per
+    engine (``forward``: ``"eager"`` first, then ``"torch.compile"``, ``"TensorRT"`` where measured),
+    and how much faster the model may get, training (``train``, images/s on resident batches) and
+    in inference (its fastest engine), before the loader (``loader``, images/s alone) holds it back.
+    ``note``: why ``torch.compile`` was not measured, where it was not."""
+    from gpufeed.course.prose import times
+
+    eager = forward["eager"]
+    said = [f"Inference, a forward pass on batches already on the device: eager {eager:,.0f} images/s"]
+    said += [f"{name} {rate:,.0f} ({times(rate / eager, 'eager')})" for name, rate in forward.items() if name != "eager"]
+    text = ", ".join(said) + (f"; torch.compile not measured: {note}" if "torch.compile" not in forward and note else "")
+    fastest = max(forward, key=forward.get)
+    text += f". The course's loader makes {loader:,.0f} images/s alone. "
+    for what, rate in (("Training", train), (f"Inference ({fastest})", forward[fastest])):
+        x = headroom(loader, rate)
+        text += (f"{what} at {rate:,.0f} images/s: " + (f"a model up to {x:.1f}x faster would still be fed. " if x > 1
+                 else f"the loader is already the bottleneck, {1 / x:.1f}x slower than the model. "))
+    return text + ("Beyond that, a faster model (TensorRT, torch.compile, a smaller network) gains nothing until "
+                   "the loader keeps up.")
+
+
+def tensorrt_version() -> str | None:
+    """Torch-TensorRT's version where ``torch_tensorrt`` is installed, else None (not imported: it
+    loads TensorRT, seconds, and needs CUDA)."""
+    if importlib.util.find_spec("torch_tensorrt") is None:
+        return None
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("torch-tensorrt")
+    except PackageNotFoundError:
+        return "unknown version"
+
+
+def tensorrt_engine(forward: Callable, example: torch.Tensor, path=None):
+    """A TensorRT engine for ``forward.module`` (made by :func:`inference`) at ``example``'s shape,
+    in float16 where TensorRT finds it faster; with ``path``, also saved as a TorchScript module
+    with the engine embedded. Needs ``torch_tensorrt`` and CUDA. Returns the compiled module."""
+    import torch_tensorrt
+
+    trt = torch_tensorrt.compile(forward.module, ir="dynamo", inputs=[example],
+                                 enabled_precisions={torch.float32, torch.float16})
+    if path is not None:  # load it with torch.jit.load after `import torch_tensorrt`: no Python model needed
+        torch_tensorrt.save(trt, str(path), output_format="torchscript", inputs=[example])
+    return trt
