@@ -260,6 +260,19 @@ def test_a_lesson_page_folds_its_setup_and_its_deep_dive_and_says_what_full_mode
         assert text in article.get_text(" ") and text not in inside, f"{text!r} is folded with the deep dive"
 
 
+def test_the_examples_in_the_site_tools_hold():
+    """tools/ is outside pytest's doctest paths: the examples of tools/book.py and tools/notebooks.py
+    (the deep-dive marks and folds, the full-mode line, the line spans, the setup cell's tags) run here."""
+    needs_the_book_group()
+    import doctest
+    import sys
+
+    # tools/notebooks.py as book imported it (doctest matches functions to sys.modules by name)
+    for module in (book(), sys.modules[book().repo_url.__module__]):
+        result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+        assert result.attempted >= 1 and not result.failed, f"{module.__name__}: {result}"
+
+
 def test_the_site_build_output_is_ignored_by_git():
     ignored = (ROOT / ".gitignore").read_text().split()
     assert "/build/" in ignored and book().HTML.is_relative_to(ROOT / "build")
