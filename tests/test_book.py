@@ -1,10 +1,11 @@
 """The course site (`make book`, ``tools/book.py``): its pieces here, the built site in a browser.
 
-Unmarked tests check the build's own logic (fast, no Sphinx run). The test marked ``browser`` opens
-``build/book/html`` (built by ``make book``) in headless Chromium, served on 127.0.0.1: the home
-page and three lessons, their figures drawn, their tables, no error output, the machine each page
-was measured on, the Colab link, next/previous between lessons, the search page, and no request
-leaving the machine. Without a built site or Chromium it skips, unless ``GPUFEED_REQUIRE_BROWSER=1``
+Unmarked tests check the build's own logic (fast; two build a one-lesson site with Sphinx). The tests
+marked ``browser`` open ``build/book/html`` (built by ``make book``) in headless Chromium, served on
+127.0.0.1: the home page and three lessons, their figures drawn, their tables, no error output, the
+machine each page was measured on, the Colab link, next/previous between lessons, the search page,
+and no request leaving the machine; then every lesson at 1280 and 1920 pixels wide, opening on the
+lesson rather than its setup, with no code line cut at the column's edge. Without a built site or Chromium it skips, unless ``GPUFEED_REQUIRE_BROWSER=1``
 (``make test-browser``), where it fails and says which make target is missing.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 import functools
 import http.server
 import importlib.util
+import json
 import os
 import re
 import threading
@@ -174,6 +176,103 @@ def test_cells_tagged_hide_cell_are_folded_on_the_site(tmp_path):
     assert "the answer" in html[folded.end():], "the folded cell lost its output"
 
 
+def build_fixture_site(tmp_path: Path, notebook) -> str:
+    """Builds a one-lesson site with the course's own hooks (tools/book.py) and returns the lesson's
+    HTML: ``notebook`` as ``notebooks/00_t.ipynb`` (not executed: its outputs are the ones given),
+    two committed machines in ``results/``; warnings fail it, as in `make book`."""
+    import subprocess
+    import sys
+
+    import nbformat
+
+    (tmp_path / "notebooks").mkdir()
+    nbformat.write(notebook, tmp_path / "notebooks" / "00_t.ipynb")
+    (tmp_path / "index.md").write_text("# Home\n")
+    for machine in ("cpu-x", "h100-y"):
+        (tmp_path / "results" / machine).mkdir(parents=True)
+    (tmp_path / "conf.py").write_text(
+        f"import sys\nfrom pathlib import Path\nsys.path.insert(0, {str(ROOT / 'tools')!r})\nimport book\n"
+        f"book.NOTEBOOKS, book.RESULTS = Path({str(tmp_path / 'notebooks')!r}), Path({str(tmp_path / 'results')!r})\n"
+        "extensions = ['myst_nb']\nnb_execution_mode = 'off'\nroot_doc = 'index'\nexclude_patterns = ['out', 'results']\n"
+        "html_theme = 'sphinx_book_theme'\n"
+        f"html_static_path, html_css_files = [{str(ROOT / 'book' / 'static')!r}], ['book.css']\n"
+        "\ndef setup(app):\n    book.setup(app)\n")
+    run = subprocess.run([sys.executable, "-m", "sphinx", "-q", "-W", "-b", "html", str(tmp_path), str(tmp_path / "out")],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return (tmp_path / "out" / "notebooks" / "00_t.html").read_text()
+
+
+def test_a_lesson_page_folds_its_setup_and_its_deep_dive_and_says_what_full_mode_measures(tmp_path):
+    """The page of a lesson in the course's layout (tools/notebooks.py): the setup cell folded under
+    the lesson's introduction, its output read into the "Measured on" box with the full-mode line;
+    a deep dive (issue 31, pacing) folded whole, text and code, under its visible heading."""
+    needs_the_book_group()
+    bs4 = pytest.importorskip("bs4")
+    import nbformat
+
+    notebooks = load("notebooks")
+    b = book()
+    code, md = nbformat.v4.new_code_cell, nbformat.v4.new_markdown_cell
+    folded = {"jupyter": {"outputs_hidden": True, "source_hidden": True}}
+    setup_out = ("machine: AMD EPYC (2 cores), no GPU, torch 2.11.0\n"
+                 "device:  cpu   mode: quick (GPUFEED_QUICK=1: tiny sizes)\n")
+    nb = nbformat.v4.new_notebook(cells=[
+        md("# 00 · T\n\n**What you will learn:** the first idea."),
+        code("import gpufeed\n\nS = gpufeed.setup()", metadata={"tags": list(notebooks.SETUP_TAGS)},
+             outputs=[nbformat.v4.new_output("stream", text=setup_out)]),
+        md("## 1. The main line\n\nMain text."),
+        md(f"{notebooks.DEEPER_HEADING}grain sizes\n\nSkip this on a first reading."),
+        md("Why the grain matters, with ``` in it.\n\n#### A sub-heading\n\nMore.", metadata={"tags": ["deeper"]}),
+        code("print('deep result')", metadata={"tags": ["deeper", "hide-cell"], **folded},
+             outputs=[nbformat.v4.new_output("stream", text="deep result\n")]),
+        md("Still deeper text.", metadata={"tags": ["deeper"]}),
+        md("Back on the main line."),
+        code("print('main result')", outputs=[nbformat.v4.new_output("stream", text="main result\n")]),
+    ], metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+    page = bs4.BeautifulSoup(build_fixture_site(tmp_path, nb), "html.parser")
+    article = page.select_one("article")
+
+    setup = article.select_one("div.cell.tag_setup")
+    fold = setup.select_one("details.hide:not([open])")
+    assert fold and fold.select_one(".cell_input") and b.SETUP_PROMPTS[0] in fold.summary.get_text(), \
+        "the setup cell is not folded under its own label"
+    note = article.select_one(".machine-note").get_text(" ", strip=True)
+    assert "(device cpu, quick mode)" in note and "1280x960" in note
+    links = {a.get_text(): a["href"] for a in article.select(".machine-note a")}
+    assert links == {"results/cpu-x/": f"{b.repo_url()}/tree/main/results/cpu-x",
+                     "results/h100-y/": f"{b.repo_url()}/tree/main/results/h100-y",
+                     "results/README.md": f"{b.repo_url()}/blob/main/results/README.md"}
+    assert "h100-y/ (GPU)" in note and "cpu-x/ (GPU)" not in note
+
+    dives = article.select("details.deeper")
+    assert len(dives) == 1, "one fold for the deep dive's consecutive cells"
+    dive = dives[0]
+    assert "open" not in dive.attrs and b.DEEPER_PROMPTS[0] in dive.summary.get_text()
+    inside = dive.get_text(" ")
+    for text in ("Why the grain matters, with ``` in it.", "A sub-heading", "deep result", "Still deeper text."):
+        assert text in inside, f"{text!r} is not in the deep dive's fold"
+    assert not dive.select("details details") and not dive.select("div.cell details"), \
+        "opened, the deep dive shows its code: no second fold inside"
+    heading = dive.find_previous(["h1", "h2", "h3"])
+    assert heading.get_text().startswith("Deeper (optional): grain sizes"), "the heading stays visible above"
+    for text in ("Skip this on a first reading.", "Back on the main line.", "main result", "the first idea"):
+        assert text in article.get_text(" ") and text not in inside, f"{text!r} is folded with the deep dive"
+
+
+def test_the_examples_in_the_site_tools_hold():
+    """tools/ is outside pytest's doctest paths: the examples of tools/book.py and tools/notebooks.py
+    (the deep-dive marks and folds, the full-mode line, the line spans, the setup cell's tags) run here."""
+    needs_the_book_group()
+    import doctest
+    import sys
+
+    # tools/notebooks.py as book imported it (doctest matches functions to sys.modules by name)
+    for module in (book(), sys.modules[book().repo_url.__module__]):
+        result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+        assert result.attempted >= 1 and not result.failed, f"{module.__name__}: {result}"
+
+
 def test_the_site_build_output_is_ignored_by_git():
     ignored = (ROOT / ".gitignore").read_text().split()
     assert "/build/" in ignored and book().HTML.is_relative_to(ROOT / "build")
@@ -248,6 +347,93 @@ def internal_links_resolve(page, site: str) -> list[str]:
     return [f"{r.status} {t}" for t in targets if (r := page.request.get(t)).status != 200]
 
 
+#: A cell is folded when a closed <details> holds its code: its own (MyST-NB's hide-cell) or a deep
+#: dive's, which folds all its cells at once (tools/book.py).
+FOLDED = "cell => !!(cell.querySelector('details:not([open]) .cell_input') || cell.closest('details:not([open])'))"
+
+#: The code blocks of the page in view that a reader cannot see whole, once every fold is opened:
+#: a block past the lesson column's edge, a block whose overflow is clipped (nothing to scroll),
+#: and a cell's code or printed output that scrolls where the site wraps it (book/static/book.css:
+#: a cell's lines wrap, as JupyterLab wraps printed lines; a diagram in the text or an output table
+#: keeps its layout and scrolls, with a visible scrollbar).
+CUT_CODE = """() => {
+    for (const d of document.querySelectorAll('article details')) d.open = true;
+    const article = document.querySelector('article.bd-article');
+    const edge = article.getBoundingClientRect().right;
+    const cut = [];
+    for (const pre of article.querySelectorAll('pre')) {
+        const box = pre.getBoundingClientRect();
+        if (box.width === 0) continue;  // not drawn
+        const longest = pre.innerText.split('\\n').reduce((a, b) => (b.length > a.length ? b : a), '');
+        const what = `${pre.scrollWidth}px in a ${pre.clientWidth}px box: ${longest.trim().slice(0, 90)}`;
+        const over = pre.scrollWidth > pre.clientWidth + 1;
+        const scrolls = ['auto', 'scroll'].includes(getComputedStyle(pre).overflowX);
+        const wraps = pre.closest('div.cell_input, div.cell_output :is(.output.stream, .output.stderr, .output.text_plain)');
+        if (box.right > edge + 1) cut.push(`past the column's edge by ${Math.round(box.right - edge)}px: ${what}`);
+        else if (over && !scrolls) cut.push(`cut, nothing to scroll: ${what}`);
+        else if (over && wraps) cut.push(`a cell's lines scroll instead of wrapping: ${what}`);
+    }
+    return cut;
+}"""
+
+#: A deep dive's fold is closed and sits in the section of its visible "Deeper (optional): ..." heading.
+DIVE_FOLDED = r"""d => !d.open && /^Deeper \(optional\): \S/.test(
+    d.closest('section').querySelector(':scope > :is(h2, h3, h4)').innerText)"""
+
+#: What a reader gets who selects each cell's code on the page and copies it.
+COPIED_CELLS = """() => [...document.querySelectorAll('article div.cell_input pre')].map(pre => {
+    const range = document.createRange();
+    range.selectNodeContents(pre);
+    const selection = getSelection();
+    selection.removeAllRanges();
+    selection.addRange(range);
+    return selection.toString();
+})"""
+
+
+def lesson_pages() -> list[str]:
+    return sorted(p.stem for p in (SITE / "notebooks").glob("[0-9][0-9]_*.html"))
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("width", [1280, 1920])
+def test_every_lesson_opens_on_the_lesson_and_cuts_no_code(page, site, width):
+    """Each lesson page, as a new reader opens it on a laptop (1280x900) and a wide screen (1920x1080):
+    the title and the lesson's introduction in the first screen, the setup cell folded (no Colab
+    installs before the first idea), and no code line cut at the column's edge, folds opened."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    height = {1280: 900, 1920: 1080}[width]
+    page.set_viewport_size({"width": width, "height": height})
+    stems = lesson_pages()
+    assert len(stems) >= 13, f"lesson pages in the site: {stems}"
+    for stem in stems:
+        page.goto(f"{site}notebooks/{stem}.html")
+        title = page.locator("article h1").first
+        intro = page.locator("article p", has_text="What you will learn").first.bounding_box()
+        assert title.inner_text().startswith(stem[:2] + " ·") and title.bounding_box()["y"] < height
+        assert intro["y"] + intro["height"] <= height, f"{stem} at {width}px: the introduction is not in the first screen"
+        setup = page.locator(".cell.tag_setup")
+        assert setup.count() == 1 and setup.evaluate(FOLDED), f"{stem}: the setup cell is not folded"
+        assert "google.colab" not in page.locator("article").inner_text(), f"{stem}: the Colab lines show"
+        first_section = page.locator("article section section").first.bounding_box()["y"]
+        code_before = [box for box in (c.bounding_box() for c in page.locator("article .cell_input").all()
+                                       if c.is_visible()) if box["y"] < first_section]
+        assert not code_before, f"{stem}: code shows before the lesson's first section"
+        for dive in page.locator("article details.deeper").all():  # optional deep dives (issue 31, pacing)
+            assert dive.evaluate(DIVE_FOLDED), f"{stem}: a deep dive is open, or not under its heading"
+        if width == 1280:
+            page.screenshot(path=str(ARTIFACTS / f"book-{stem}-{width}.png"))
+        cut = page.evaluate(CUT_CODE)  # opens every fold
+        assert not cut, f"{stem} at {width}px, code the reader cannot see whole:\n" + "\n".join(cut[:10])
+        # Wrapped on the page, a cell's code copies as written (a learner pastes it into a notebook).
+        cells = json.loads((ROOT / "notebooks" / f"{stem}.ipynb").read_text())["cells"]
+        sources = {"".join(c["source"]).strip() for c in cells if c["cell_type"] == "code"}
+        copied = page.evaluate(COPIED_CELLS)
+        assert len(copied) >= len(sources) - 1 and not [t for t in copied if t.strip() not in sources], \
+            f"{stem}: a cell's code copied from the page differs from its source"
+    assert not page.outside and not page.failed and not page.errors, (page.outside, page.failed, page.errors)
+
+
 @pytest.mark.browser
 def test_the_built_site_in_chromium(page, site):
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -280,9 +466,9 @@ def test_the_built_site_in_chromium(page, site):
         assert errors.count() == 0, f"{stem}: an error output: {errors.first.inner_text()[:500]}"
         assert "Traceback (most recent call last)" not in page.locator("article").inner_text()
         hidden = page.locator(".cell.tag_hide-cell")
-        for i in range(hidden.count()):  # worked solutions: folded until the reader opens them
-            assert hidden.nth(i).locator("details:not([open])").count() >= 1, f"{stem}: solution {i} is open"
-            assert not hidden.nth(i).locator(".cell_input").is_visible(), f"{stem}: solution {i} shows its code"
+        for i in range(hidden.count()):  # solutions, setup, deep dives: folded until the reader opens them
+            assert hidden.nth(i).evaluate(FOLDED), f"{stem}: folded cell {i} is open"
+            assert not hidden.nth(i).locator(".cell_input").is_visible(), f"{stem}: folded cell {i} shows its code"
         colab = notebooks.badge(ROOT / "notebooks" / f"{stem}.ipynb").split("](")[-1].rstrip(")")
         assert page.locator(f'a[href="{colab}"]').count() >= 1, f"{stem}: no link to {colab}"
         assert not internal_links_resolve(page, site), stem

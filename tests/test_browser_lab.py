@@ -197,7 +197,8 @@ def test_lesson01_runs_in_jupyterlab_and_its_sliders_redraw_the_plot(browser, la
 
 def test_the_worked_solutions_open_folded_in_jupyterlab(browser, lab):
     """Each solution cell (tagged "solution", jupyter.source_hidden) shows in JupyterLab as a folded
-    input, a placeholder with its first line ("# Solution to exercise N: ..."), and no editor."""
+    input, a placeholder with its first line ("# Solution to exercise N: ..."), and no editor; the
+    setup cell, folded on the site only, shows its code."""
     url, root = lab
     solutions = [c for c in json.loads((root / NOTEBOOK).read_text())["cells"] if "solution" in c["metadata"].get("tags", [])]
     assert solutions, f"{NOTEBOOK} has no solution cells"
@@ -211,6 +212,8 @@ def test_the_worked_solutions_open_folded_in_jupyterlab(browser, lab):
         assert titles == [''.join(c["source"]).splitlines()[0] for c in solutions]
         editors = page.locator(".jp-Notebook .jp-CodeCell .jp-Editor").all_inner_texts()
         assert not [e for e in editors if "# Solution to exercise" in e], "a solution's code is shown unfolded"
+        # The setup cell, which the site folds (tag hide-cell), is shown here: it is run first.
+        assert any("google.colab" in e and "gpufeed.setup()" in e for e in editors), "the setup cell is folded"
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         page.locator(".jp-InputPlaceholder").first.scroll_into_view_if_needed()
         page.screenshot(path=str(ARTIFACTS / "lab-01-solutions-folded.png"))

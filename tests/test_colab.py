@@ -164,3 +164,14 @@ def test_outside_colab_the_setup_only_imports_gpufeed(path, monkeypatch):
     assert got["events"] == [("setup",)] and got["files"] == {}, "outside Colab: no installs, no files"
     assert got["ns"]["S"] == "session"
     assert {k for k in got["ns"] if not k.startswith("__")} == {"open", "sys", "gpufeed", "S"}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_the_setup_cell_folds_on_the_site_and_stays_visible_in_colab_and_jupyterlab(path):
+    """The site folds the setup cell (tag hide-cell, MyST-NB), so that a page opens on the lesson;
+    Colab and JupyterLab, where it must be run first, show it: no ``jupyter.source_hidden`` (JupyterLab)
+    and no ``cellView: form`` (Colab's own folding)."""
+    meta = json.loads(path.read_text())["cells"][1]["metadata"]
+    assert set(builder.SETUP_TAGS) <= set(meta.get("tags", [])), f"{path.name}: the site would open on the setup"
+    assert not meta.get("jupyter", {}).get("source_hidden") and not meta.get("jupyter", {}).get("outputs_hidden")
+    assert "cellView" not in meta.get("colab", {}) and "cellView" not in meta

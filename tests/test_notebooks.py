@@ -221,3 +221,92 @@ def test_every_exercise_has_a_folded_solution(path):
         assert re.search(r"\b(print|say)\(", src), f"{path.name}: solution {head[1]} prints what it found"
         solved.append(int(head[1]))
     assert solved == numbers, f"{path.name}: exercises {numbers}, worked solutions {solved}"
+
+
+def deep_dive_problems(notebook_cells: list[dict]) -> list[str]:
+    """What breaks the deep-dive convention (issue 31, pacing) in a notebook's cells, as messages.
+
+    A deep dive opens with a visible markdown cell ``### Deeper (optional): <topic>`` (not tagged
+    "deeper"); the cells right after it carry the tag "deeper", and its code cells are folded as the
+    solutions are: "hide-cell" for the site, ``jupyter.source_hidden`` and ``outputs_hidden`` for
+    JupyterLab. The site folds the whole run under the heading (tools/book.py)."""
+    problems = []
+    heading = re.compile(re.escape(builder.DEEPER_HEADING) + r"\S")
+    for i, c in enumerate(notebook_cells):
+        meta, text = c.get("metadata", {}), source(c)
+        tags = meta.get("tags", [])
+        deeper = "deeper" in tags
+        where = f"cell {i} ({text.strip().splitlines()[0][:50] if text.strip() else 'empty'})"
+        if heading.match(text) and c["cell_type"] == "markdown":
+            if deeper:
+                problems.append(f"{where}: the deep dive's heading is tagged 'deeper': it must stay visible")
+            following = notebook_cells[i + 1] if i + 1 < len(notebook_cells) else {}
+            if "deeper" not in following.get("metadata", {}).get("tags", []):
+                problems.append(f"{where}: a deep-dive heading with no cell tagged 'deeper' after it")
+        if not deeper:
+            continue
+        before = notebook_cells[i - 1] if i else {}
+        opens = before.get("cell_type") == "markdown" and heading.match(source(before))
+        if "deeper" not in before.get("metadata", {}).get("tags", []) and not opens:
+            problems.append(f"{where}: a deep dive must start with a visible markdown cell "
+                            f"'{builder.DEEPER_HEADING}<topic>'")
+        if c["cell_type"] == "code":
+            folded = meta.get("jupyter", {})
+            if "hide-cell" not in tags:
+                problems.append(f"{where}: a deep dive's code cell needs the tag 'hide-cell' (the site folds it)")
+            if folded.get("source_hidden") is not True or folded.get("outputs_hidden") is not True:
+                problems.append(f"{where}: a deep dive's code cell needs jupyter={{\"source_hidden\": true, "
+                                "\"outputs_hidden\": true}} (JupyterLab folds it)")
+    return problems
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_deep_dives_are_folded_under_a_visible_heading(path):
+    assert not deep_dive_problems(cells(path)), f"{path.name}:\n" + "\n".join(deep_dive_problems(cells(path)))
+
+
+DEEP_DIVE = f'''# %% [markdown]
+# {builder.DEEPER_HEADING}how the grain size is chosen
+#
+# Skip this on a first reading.
+
+# %% [markdown] tags=["deeper"]
+# Why the grain matters.
+
+{SOLUTION.replace('"solution", ', '"deeper", ')}
+grain = 32768
+print(grain)
+
+# %% [markdown]
+# Back to the main line.
+
+# %%
+z = 3
+'''
+
+
+def test_a_deep_dive_keeps_its_tags_in_the_notebook_and_the_check_finds_each_slip(tmp_path):
+    """The builder carries a deep dive's tags and folding into the .ipynb (a small tagged example:
+    the lessons' own deep dives are checked above), and the check names each way to break it."""
+    src = tmp_path / "00_t.py"
+    src.write_text(f"# %% [markdown]\n# # 00 · T\n\n# %%\n{builder.SETUP}\n\n{DEEP_DIVE}")
+    built = [dict(c) for c in builder.build(src).cells]
+    heading, text, code, back = built[2:6]
+    assert source(heading).startswith("### Deeper (optional): how") and "tags" not in heading["metadata"]
+    assert text["metadata"] == {"tags": ["deeper"]}
+    assert code["metadata"] == {"tags": ["deeper", "hide-cell"],
+                                "jupyter": {"outputs_hidden": True, "source_hidden": True}}
+    assert "tags" not in back["metadata"]
+    assert deep_dive_problems(built) == []
+
+    def broken(edit) -> list[str]:
+        copy = json.loads(json.dumps(built))
+        edit(copy)
+        return deep_dive_problems(copy)
+
+    assert any("needs the tag 'hide-cell'" in p for p in broken(lambda c: c[4]["metadata"]["tags"].remove("hide-cell")))
+    assert any("source_hidden" in p for p in broken(lambda c: c[4]["metadata"].pop("jupyter")))
+    assert any("heading is tagged 'deeper'" in p for p in broken(lambda c: c[2]["metadata"].update(tags=["deeper"])))
+    assert any("must start with a visible markdown cell" in p for p in broken(lambda c: c.pop(2)))
+    assert any("no cell tagged 'deeper' after it" in p
+               for p in broken(lambda c: [c[3]["metadata"].clear(), c[4]["metadata"].clear()]))

@@ -15,9 +15,11 @@ the machine to itself, which is what the numbers on the site claim).
 
 ``build`` runs Sphinx afresh (``-E``: the hooks below change pages in ways their sources do not
 show) with ``book/conf.py``, whose hooks (:func:`setup`) make the README the home page with the
-lessons in order, put "measured on <machine>" at the top of every lesson (read from
-the lesson's own setup cell output), turn the Colab badge into a plain link (the badge image would
-be fetched from Colab at view time), and copy the built slide deck (``slides/dist``, `make slides`)
+lessons in order, put "measured on <machine>" at the top of every lesson (read from the lesson's
+own setup cell output, which the page folds: it opens on the lesson), with one line on what full
+mode measures and where those figures are, fold each optional deep dive into one closed block
+under its visible heading, turn the Colab badge into a plain link (the badge image would be
+fetched from Colab at view time), and copy the built slide deck (``slides/dist``, `make slides`)
 into the site when it is there. Warnings fail the build (a broken link between lessons is one).
 """
 
@@ -25,6 +27,8 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import html
+import json
 import multiprocessing
 import os
 import re
@@ -40,15 +44,26 @@ NOTEBOOKS = ROOT / "notebooks"
 BUILD = ROOT / "build" / "book"
 HTML = BUILD / "html"
 DECK = ROOT / "slides" / "dist"
+RESULTS = ROOT / "results"
 TIMEOUT_S = 900  # per lesson, as `make test` gives nbmake
 #: The setup cell (tools/notebooks.py) prints these two lines: the page header reads them.
 MACHINE_LINE = re.compile(r"^machine: (.+)$", re.M)
 MODE_LINE = re.compile(r"^device:\s+(\S+)\s+mode: (\w+)", re.M)
 #: How ipywidgets' containers print themselves (the text a widget output keeps for a static page).
 WIDGET_REPR = re.compile(r"^(interactive|VBox|HBox|Box)\(children=\(")
+#: An HTML tag in a line of highlighted code.
+TAG = re.compile(r"<[^>]*>")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from notebooks import repo_url  # noqa: E402  (tools/notebooks.py: the repository's one address)
+
+#: The tag of a deep dive's cells (tools/notebooks.py), and the class its markdown cells get on the
+#: page (MyST-NB passes markdown cells through without their tags: :func:`mark_deeper_markdown`).
+DEEPER_TAG = "deeper"
+DEEPER_TEXT = "deeper-text"
+#: The folds' labels: the setup cell (tagged "setup" by tools/notebooks.py) and a deep dive.
+SETUP_PROMPTS = ("Show the setup cell (what it printed is in the box above)", "Hide the setup cell")
+DEEPER_PROMPTS = ("Show the deep dive", "Hide the deep dive")
 
 
 def lessons() -> list[Path]:
@@ -173,9 +188,35 @@ def link_files_to_repository(markdown: str) -> str:
     return re.sub(r"\]\(([^)\s]+)\)", fix, markdown)
 
 
+def mark_deeper_markdown(ipynb: str) -> str:
+    """Wraps each markdown cell tagged "deeper" in a container of class :data:`DEEPER_TEXT`, the
+    mark :func:`fold_deep_dives` finds on the page (its headings become rubrics: a deep dive's
+    structure is its visible "### Deeper (optional): ..." heading); other notebooks pass unchanged.
+
+    Example:
+        >>> cell = {"cell_type": "markdown", "metadata": {"tags": ["deeper"]}, "source": ["Uses ```x```."]}
+        >>> out = json.loads(mark_deeper_markdown(json.dumps({"cells": [cell]})))
+        >>> print(out["cells"][0]["source"])
+        ````{container} deeper-text
+        Uses ```x```.
+        ````
+    """
+    notebook = json.loads(ipynb)
+    marked = 0
+    for cell in notebook.get("cells", []):
+        if cell["cell_type"] == "markdown" and DEEPER_TAG in cell.get("metadata", {}).get("tags", []):
+            text = "".join(cell["source"])
+            fence = "`" * max([3, *(len(run) + 1 for run in re.findall(r"`+", text))])
+            cell["source"] = f"{fence}{{container}} {DEEPER_TEXT}\n{text}\n{fence}"
+            marked += 1
+    return json.dumps(notebook, ensure_ascii=False) if marked else ipynb
+
+
 def _source_read(app, docname: str, source: list[str]) -> None:
     if docname == app.config.root_doc:
         source[0] = link_files_to_repository(source[0]) + home_page_tail((DECK / "index.html").is_file())
+    elif str(app.env.doc2path(docname)).endswith(".ipynb"):
+        source[0] = mark_deeper_markdown(source[0])
 
 
 def machine_note(text: str, when: float | None, seconds: float | None) -> str:
@@ -196,6 +237,79 @@ def machine_note(text: str, when: float | None, seconds: float | None) -> str:
             f"{mode.group(2)} mode), {run}. Numbers from other machines are labelled with their hardware.")
 
 
+def committed_results() -> list[str]:
+    """The machines whose runs are committed: the folders of ``results/`` (results/README.md)."""
+    return sorted(p.name for p in RESULTS.iterdir() if p.is_dir()) if RESULTS.is_dir() else []
+
+
+def full_mode_note(machines: list[str]) -> list[tuple[str, str | None]]:
+    """The line under the machine note, as (text, link or None) pieces: what full mode measures
+    instead of quick mode, and where the committed full-size and GPU figures are.
+
+    Example:
+        >>> pieces = full_mode_note(["cpu-epyc", "h100-80gb-hbm3"])
+        >>> print("".join(text for text, _ in pieces))
+        Full mode (no GPUFEED_QUICK, as a learner runs it) measures at the talks' sizes instead: images up to 1280x960 on a GPU, larger datasets, more repeats. Full-mode and GPU figures of real machines: results/cpu-epyc/, results/h100-80gb-hbm3/ (GPU); how they are made: results/README.md.
+        >>> [link for _, link in pieces if link][-1]
+        'https://github.com/gpufeed/gpufeed/blob/main/results/README.md'
+    """
+    pieces: list[tuple[str, str | None]] = [(
+        "Full mode (no GPUFEED_QUICK, as a learner runs it) measures at the talks' sizes instead: images "
+        "up to 1280x960 on a GPU, larger datasets, more repeats. ", None)]
+    if machines:
+        pieces.append(("Full-mode and GPU figures of real machines: ", None))
+        for i, name in enumerate(machines):
+            pieces.append((f"results/{name}/", f"{repo_url()}/tree/main/results/{name}"))
+            gpu = "" if name.startswith("cpu-") else " (GPU)"
+            pieces.append((gpu + (", " if i < len(machines) - 1 else "; how they are made: "), None))
+    else:
+        pieces.append(("Where the figures of real machines go and how they are made: ", None))
+    pieces += [("results/README.md", f"{repo_url()}/blob/main/results/README.md"), (".", None)]
+    return pieces
+
+
+def fold_deep_dives(doctree) -> int:
+    """Folds each run of consecutive deep-dive cells (code cells tagged "deeper", markdown cells
+    marked by :func:`mark_deeper_markdown`) into one closed block under the deep dive's visible
+    heading; opened, it shows the dive's text, code and outputs as the rest of the lesson (its code
+    cells are not folded once more). Returns the number of blocks.
+
+    Example:
+        >>> from docutils import nodes
+        >>> text = nodes.container("", nodes.paragraph(text="why"), classes=[DEEPER_TEXT])
+        >>> code = nodes.container(nb_element="cell_code", classes=["cell", "tag_deeper"], hide_mode="all")
+        >>> page = nodes.section("", nodes.title(text="Deeper (optional): x"), text, code, nodes.paragraph(text="on"))
+        >>> fold_deep_dives(page), [type(n).__name__ for n in page.children], code.get("hide_mode")
+        (1, ['title', 'HideCodeCellNode', 'paragraph'], None)
+    """
+    from docutils import nodes
+    from myst_nb.sphinx_ import HideCodeCellNode
+
+    def deeper(node) -> bool:
+        return isinstance(node, nodes.container) and (DEEPER_TEXT in node["classes"] or (
+            node.get("nb_element") == "cell_code" and f"tag_{DEEPER_TAG}" in node["classes"]))
+
+    folds = 0
+    for parent in {id(n.parent): n.parent for n in doctree.findall(deeper)}.values():
+        children, run = [], []
+        for child in [*parent.children, None]:
+            if child is not None and deeper(child):
+                child.attributes.pop("hide_mode", None)  # the block folds it
+                run.append(child)
+                continue
+            if run:
+                fold = HideCodeCellNode(prompt_show=DEEPER_PROMPTS[0], prompt_hide=DEEPER_PROMPTS[1],
+                                        classes=["deeper"])
+                fold.extend(run)
+                children.append(fold)
+                folds, run = folds + 1, []
+            if child is not None:
+                children.append(child)
+        parent.children = []
+        parent.extend(children)
+    return folds
+
+
 def check_no_error_output(doctree, docname: str) -> None:
     """Fails the build on an error output, including one a cell tagged ``raises-exception`` kept
     (nbclient lets those through): a lesson that shows an error catches it and prints it.
@@ -214,6 +328,42 @@ def check_no_error_output(doctree, docname: str) -> None:
     for block in doctree.findall(nodes.literal_block):
         if "traceback" in block["classes"]:
             raise ExtensionError(f"{docname}: an error output on the page: {block.astext()[-500:]}")
+
+
+def line_spans(lines):
+    """Puts each line of code that Pygments' HTML formatter yields in ``<span class="line">``, with
+    its indentation as ``--indent`` and its newline left outside: a cell's code wraps at the
+    column's edge (book/static/book.css), and the rest of a wrapped line is indented under its own
+    line's code, not at the margin. Copying the code gives the lines as written.
+
+    Example:
+        >>> list(line_spans([(0, "<pre>"), (1, '    <span class="k">return</span> x\\n'), (1, "\\n")]))
+        [(0, '<pre>'), (1, '<span class="line" style="--indent:4ch">    <span class="k">return</span> x</span>\\n'), (1, '\\n')]
+    """
+    for kind, line in lines:
+        body = line.removesuffix("\n")
+        text = html.unescape(TAG.sub("", body))
+        if kind != 1 or not text.strip():  # a blank line stays bare: an empty span would take no height
+            yield kind, line
+            continue
+        indent = len(text) - len(text.lstrip(" "))
+        yield kind, f'<span class="line" style="--indent:{indent}ch">{body}</span>{line[len(body):]}'
+
+
+def line_formatter(base: type) -> type:
+    """Sphinx's Pygments HTML formatter, with :func:`line_spans` around each line."""
+
+    class LineFormatter(base):
+        def wrap(self, source):  # Pygments' documented hook for wrapping the lines
+            return super().wrap(line_spans(source))
+
+    return LineFormatter
+
+
+def _builder_inited(app) -> None:
+    highlighter = getattr(app.builder, "highlighter", None)
+    if app.builder.format == "html" and highlighter is not None:
+        highlighter.formatter = line_formatter(highlighter.formatter)
 
 
 def _doctree_read(app, doctree) -> None:
@@ -244,11 +394,21 @@ def _doctree_read(app, doctree) -> None:
     note = nodes.admonition(classes=["machine-note"])
     note += nodes.title(text="Measured on")
     note += nodes.paragraph(text=machine_note(outputs[0], data.get("mtime"), data.get("runtime")))
+    full = nodes.paragraph(classes=["full-mode"])
+    for text, link in full_mode_note(committed_results()):
+        full += nodes.reference(text, text, refuri=link) if link else nodes.Text(text)
+    note += full
     section = doctree.next_node(nodes.section)
     section.insert(1, note)
+    # The setup cell folds (tools/notebooks.py tags it): the page opens on the lesson.
+    for cell in doctree.findall(nodes.container):
+        if cell.get("nb_element") == "cell_code" and "tag_setup" in cell["classes"] and cell.get("hide_mode"):
+            cell["prompt_show"], cell["prompt_hide"] = SETUP_PROMPTS
+    fold_deep_dives(doctree)
 
 
 def setup(app) -> None:
+    app.connect("builder-inited", _builder_inited)
     app.connect("source-read", _source_read)
     # Before Sphinx's image collector (priority 500) sees the badge's remote image.
     app.connect("doctree-read", _doctree_read, priority=400)

@@ -6,7 +6,9 @@ builder adds to every notebook, from this one place:
 * the Colab badge under the title, pointing at the notebook's own path in the repository whose
   address is ``[project.urls] Homepage`` in ``pyproject.toml``;
 * the Colab installs, in front of the source's own setup cell (``S = gpufeed.setup()``, the first
-  code cell of every source, so that the source runs as it stands in JupyterLab);
+  code cell of every source, so that the source runs as it stands in JupyterLab); the cell is tagged
+  :data:`SETUP_TAGS`, which folds it on the site (the page opens on the lesson, and the "Measured
+  on" box says what the cell printed) and leaves it visible and runnable in Colab and JupyterLab;
 * the footer linking the next lesson.
 
 Usage::
@@ -56,8 +58,15 @@ COLAB_EXTRAS = {"10": ["dali"], "11": ["dali"]}  # 11: DALI as a side rung of th
 #: The setup cell every source holds right after its title (the builder adds the Colab lines above it).
 SETUP = "import gpufeed\n\nS = gpufeed.setup()  # S.device, S.quick, S.machine"
 #: Cell metadata the notebooks keep from their sources (and JupyterLab saves back, jupytext.toml):
-#: ``tags`` ("solution", "hide-cell": the site folds the cell) and ``jupyter`` (JupyterLab folds it).
+#: ``tags`` ("solution", "deeper", "hide-cell": the site folds the cell) and ``jupyter`` (JupyterLab
+#: folds it). A deep dive (:data:`DEEPER_HEADING`) tags each of its cells "deeper".
 CELL_METADATA = ("tags", "jupyter")
+#: The generated setup cell's tags: "hide-cell" folds it on the site (MyST-NB) and nowhere else; it
+#: has no ``jupyter.source_hidden``, so Colab and JupyterLab show it, to be run first.
+SETUP_TAGS = ("setup", "hide-cell")
+#: The visible first cell of an optional deep dive; the cells after it carry the tag "deeper" (code
+#: cells also "hide-cell" and ``jupyter.source_hidden``, as the solutions), and the site folds them.
+DEEPER_HEADING = "### Deeper (optional): "
 #: The pip constraints file the Colab setup writes: it pins torch to the version Colab has.
 COLAB_CONSTRAINTS = "/tmp/gpufeed-colab-constraints.txt"
 
@@ -103,6 +112,17 @@ def setup_source(number: str) -> str:
     return "\n".join([*lines, SETUP])
 
 
+def setup_metadata(metadata: dict) -> dict:
+    """The setup cell's metadata: the source's, with :data:`SETUP_TAGS` added.
+
+    Example:
+        >>> setup_metadata({})
+        {'tags': ['setup', 'hide-cell']}
+    """
+    tags = list(metadata.get("tags", []))
+    return {**metadata, "tags": tags + [t for t in SETUP_TAGS if t not in tags]}
+
+
 def footer(path: Path) -> str:
     """Links the next lesson that exists (lessons still being written are skipped)."""
     number = path.name[:2]
@@ -139,7 +159,7 @@ def build(source: Path) -> nbformat.NotebookNode:
     ipynb = source.with_suffix(".ipynb")
     cells = [
         ("markdown", f"{title}\n\n{badge(ipynb)}\n{rest}".rstrip(), cells[0][2]),
-        ("code", setup_source(source.name[:2]), cells[1][2]),
+        ("code", setup_source(source.name[:2]), setup_metadata(cells[1][2])),
         *cells[2:],
         ("markdown", footer(ipynb), {}),
     ]
