@@ -399,14 +399,18 @@ class Run:
     def results(self, alone: bool = True) -> Path:
         return self.dir / ("results" if alone else "results-alongside")
 
-    def env(self, *, quick: bool, alone: bool = True, cuda: bool = True) -> dict:
-        """The children's environment: the results and cache folders, the mode, the time cap."""
+    def env(self, *, quick: bool, alone: bool = True, measured: bool = True) -> dict:
+        """The children's environment: the results and cache folders, the mode, the time cap (not
+        for the tests, ``measured=False``: some count the samples they asked for; nor CUDA required)."""
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "MPLBACKEND": "Agg",
                "GPUFEED_QUICK": "1" if quick else "0", "GPUFEED_RESULTS": str(self.results(alone)),
-               "GPUFEED_CACHE": str(self.args.cache), "GPUFEED_MEASURE_S": str(self.args.measure_s)}
+               "GPUFEED_CACHE": str(self.args.cache)}
+        env.pop("GPUFEED_MEASURE_S", None)
+        if measured:
+            env["GPUFEED_MEASURE_S"] = str(self.args.measure_s)
         if self.machine.get("commit"):
             env["GPUFEED_COMMIT"] = self.machine["commit"]
-        if cuda and not self.standin:
+        if measured and not self.standin:
             env["GPUFEED_REQUIRE_CUDA"] = "1"
         env.pop("TORCH_CUDA_SANITIZER", None)
         return env
@@ -535,7 +539,7 @@ class Run:
             self.save()
             return
         records = self.dir / "logs" / f"{name}-tests.jsonl"
-        env = {**self.env(quick=True, cuda=False), "GPURUN_TESTS": str(records),
+        env = {**self.env(quick=True, measured=False), "GPURUN_TESTS": str(records),
                "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")]))}
         child = self.start(s, self.test_command(name, extra), env)
         rc = child.wait()
