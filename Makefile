@@ -3,8 +3,9 @@
 #   make test    lint, unit tests, doctests, notebook checks, every notebook in quick mode
 #   make bench   this machine's ceilings: JSON + plots under the results folder
 #   make test-oldest  the unit tests, doctests and quick notebooks with the oldest torch pyproject allows
-#   make test-gpu  every notebook in full mode on a CUDA GPU, results into results/ (fails without CUDA);
-#                  LESSONS="03 08" runs only those lessons; offline with the wheelhouse when there is one
+#   make test-gpu  one run on a CUDA GPU in GPU_BUDGET_S seconds (540): the cuda tests, the same under
+#                  the CUDA Stream Sanitizer, every notebook in full mode, the bench; run.json names each
+#                  test and notebook; offline with the wheelhouse when there is one (tools/gpurun.py)
 #   make wheelhouse  (with internet) the wheels an offline GPU node lacks, into wheelhouse/
 #   make notebooks  regenerate notebooks/*.ipynb from their .py sources
 #   make book    the course as a static site in build/book/html, every lesson executed (quick mode) here
@@ -99,31 +100,40 @@ test-oldest: | $(UV)
 	$(OLDEST_VENV)/bin/python -c "import torch, torchvision, tensordict as t; print('test-oldest: torch', torch.__version__, 'torchvision', torchvision.__version__, 'tensordict', t.__version__)"
 	GPUFEED_QUICK=1 $(IN_NETNS) $(OLDEST_VENV)/bin/python -m pytest --nbmake --nbmake-timeout=900 -m "not browser" $(PYTEST_ARGS)
 
-# An offline GPU node (Python, torch and torchvision installed; no internet): on a machine with
-# internet, `make wheelhouse` collects the wheels the node lacks for its Python and platform
-# (WHEELHOUSE_ARGS="--python 3.12 --glibc 2.28 --have torch,torchvision,numpy,pillow,matplotlib
-# --dali"; see tools/wheelhouse.py), then copy the checkout with wheelhouse/ to the node.
+# An offline GPU node (Python, torch and torchvision installed, often in a venv of their own; no
+# internet): on a machine with internet, `make wheelhouse` collects the wheels the node lacks for its
+# Python and platform (WHEELHOUSE_ARGS="--python 3.12 --glibc 2.28 --have torch,torchvision,numpy,
+# pillow,matplotlib --dali"; see tools/wheelhouse.py) and writes .gpufeed-commit, the commit a copy
+# without .git reports; then copy the checkout with wheelhouse/ to the node (README, "Testing on a
+# GPU node").
 WHEELHOUSE ?= $(CURDIR)/wheelhouse
 WHEELHOUSE_ARGS ?=
 wheelhouse: env
 	$(RUN) python tools/wheelhouse.py collect --out $(WHEELHOUSE) --uv "$(UV)" --pip "$(UV) tool run pip" $(WHEELHOUSE_ARGS)
 
-# On the node: a venv that sees the node's own torch, the wheelhouse installed without an index,
-# and this checkout's src/ on the path (a .pth file: nothing to build).
+# On the node: a venv of the node's python that sees that python's own packages (its torch, also
+# where that python is itself a venv: its site folders in a .pth, not --system-site-packages), after
+# checking that it has every --have package at a version the wheels accept (else one line naming
+# it); then the wheelhouse installed without an index, and this checkout's src/ on the path.
 NODE_PYTHON ?= python3
 NODE_VENV ?= $(CURDIR)/.venv-node
 node-env: $(NODE_VENV)/.installed
 $(NODE_VENV)/.installed: $(WHEELHOUSE)/requirements.txt
-	$(NODE_PYTHON) -m venv --system-site-packages $(NODE_VENV)
-	$(NODE_VENV)/bin/python -m pip install --quiet --no-index --find-links $(WHEELHOUSE) -r $(WHEELHOUSE)/requirements.txt
-	echo "$(CURDIR)/src" > "$$($(NODE_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/gpufeed-checkout.pth"
+	$(NODE_PYTHON) tools/wheelhouse.py node-env --venv $(NODE_VENV) --wheelhouse $(WHEELHOUSE)
 	touch $@
 
-# make test-gpu: with wheelhouse/ present, offline in the node's venv; else with uv and .venv.
-# LESSONS=all: the whole suite (the `cuda` tests included) and every notebook in full mode;
-# LESSONS="03 08": only those notebooks (a run of a few stays under ten minutes); "tests": only
-# the `cuda` tests. The check first prints torch, CUDA and the GPU, and stops without CUDA.
+# make test-gpu: one run that fits a short GPU slot (tools/gpurun.py): doctor, the cuda tests, the
+# same under the CUDA Stream Sanitizer, every notebook in full mode, the bench, in that order, each
+# step limited by what is left of GPU_BUDGET_S. It writes GPU_RUN (run.json, junit, results, logs,
+# executed notebooks) and packs it into GPU_ARCHIVE after every step ($OUT/gpu-run.tar.gz where OUT
+# is set), so a run cut off keeps what it did. LESSONS="tests 03 08 bench" runs only those parts.
+# GPUFEED_GPU_STANDIN=cpu checks the run on a CPU (the simulator for CUDA, quick mode).
+# With wheelhouse/ present, offline in the node's venv; else with uv and .venv.
+GPU_BUDGET_S ?= 540
 LESSONS ?= all
+GPU_RUN ?= $(CURDIR)/build/gpu-run
+GPU_ARCHIVE ?= $(if $(OUT),$(OUT),$(CURDIR)/build)/gpu-run.tar.gz
+GPU_ARGS ?=
 ifneq ($(wildcard $(WHEELHOUSE)/requirements.txt),)
 GPU_ENV := node-env
 GPU_PYTHON := $(NODE_VENV)/bin/python
@@ -131,11 +141,9 @@ else
 GPU_ENV := env
 GPU_PYTHON := $(RUN) python
 endif
-GPU_TESTS := $(if $(filter all,$(LESSONS)),,$(foreach n,$(filter-out tests,$(LESSONS)),$(or $(wildcard notebooks/$(n)_*.ipynb),$(error LESSONS: no notebooks/$(n)_*.ipynb))) $(if $(filter tests,$(LESSONS)),-m cuda tests src))
 test-gpu: $(GPU_ENV)
-	$(GPU_PYTHON) tools/wheelhouse.py check
-	GPUFEED_QUICK=0 GPUFEED_REQUIRE_CUDA=1 GPUFEED_RESULTS=$(CURDIR)/results \
-		$(GPU_PYTHON) -m pytest --nbmake --nbmake-timeout=3600 -m "not browser" $(GPU_TESTS) $(PYTEST_ARGS)
+	$(GPU_PYTHON) tools/gpurun.py run --budget $(GPU_BUDGET_S) --lessons "$(LESSONS)" --run-dir $(GPU_RUN) \
+		--archive $(GPU_ARCHIVE) $(GPU_ARGS)
 
 # The course as a static site (Sphinx + MyST-NB, tools/book.py): the lessons the cache lacks run in
 # quick mode, offline like `make test` (BOOK_JOBS=2: two at a time, sharing the cores they measure),

@@ -1,14 +1,20 @@
 """Test-wide fixtures: the environment restored after every test (doctests included), and no
-network beyond localhost, so that no test can download anything."""
+network beyond localhost, so that no test can download anything; and ``--cuda-sanitizer``
+(``tests/cudasan.py``: each test's body under PyTorch's CUDA Stream Sanitizer)."""
 
 import ipaddress
 import os
 import socket
+import sys
+from pathlib import Path
 
 import matplotlib
 import pytest
 
 matplotlib.use("Agg")  # no display in tests, and no window popping up when run locally
+
+sys.path.insert(0, str(Path(__file__).parent / "tests"))  # where pytest puts it for the tests too
+pytest_plugins = ["cudasan"]  # tests/cudasan.py: --cuda-sanitizer
 
 _real_connect = socket.socket.connect
 _real_getaddrinfo = socket.getaddrinfo

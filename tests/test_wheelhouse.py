@@ -1,6 +1,13 @@
 """The wheelhouse for an offline GPU node (tools/wheelhouse.py): which wheels, checked offline."""
 
+import base64
+import hashlib
+import json
+import os
+import subprocess
 import sys
+import sysconfig
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -67,5 +74,85 @@ def test_the_download_is_binary_only_for_the_nodes_python_and_platform():
 
 def test_make_test_gpu_runs_offline_from_the_wheelhouse():
     makefile = (ROOT / "Makefile").read_text()
-    assert "--system-site-packages" in makefile and "--no-index --find-links $(WHEELHOUSE)" in makefile
-    assert "tools/wheelhouse.py collect" in makefile and "LESSONS ?= all" in makefile
+    assert "tools/wheelhouse.py node-env --venv $(NODE_VENV) --wheelhouse $(WHEELHOUSE)" in makefile
+    assert "tools/wheelhouse.py collect" in makefile and "tools/gpurun.py" in makefile
+
+
+def tiny_wheel(folder: Path, name: str, requires: list[str]) -> Path:
+    """A pure-Python wheel ``name-0.1`` whose module ``name`` sets ``OK = True``, made by hand (offline)."""
+    info = f"{name}-0.1.dist-info"
+    files = {f"{name}/__init__.py": "OK = True\n",
+             f"{info}/METADATA": "Metadata-Version: 2.1\nName: " + name + "\nVersion: 0.1\n"
+                                 + "".join(f"Requires-Dist: {r}\n" for r in requires),
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = "".join(f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b'=').decode()},"
+                     f"{len(text.encode())}\n" for path, text in files.items()) + f"{info}/RECORD,,\n"
+    wheel = folder / f"{name}-0.1-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        for path, text in {**files, f"{info}/RECORD": record}.items():
+            z.writestr(path, text)
+    return wheel
+
+
+def wheelhouse_of(folder: Path, have: list[str], requires: list[str]) -> Path:
+    folder.mkdir()
+    tiny_wheel(folder, "gpufeedtiny", requires)
+    (folder / "requirements.txt").write_text("gpufeedtiny==0.1\n")
+    python = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    (folder / wheelhouse.MANIFEST).write_text(json.dumps({"python": python, "have": have}))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def node_python(tmp_path_factory) -> Path:
+    """A Python that is itself a venv with torch, as on a cluster's GPU node (``/opt/torch/.venv``):
+    a venv of this Python's base interpreter, given this environment's site-packages by a .pth."""
+    node = tmp_path_factory.mktemp("opt") / "torch-venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(node)], check=True)
+    purelib = subprocess.run([str(node / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    (Path(purelib) / "node-torch.pth").write_text(f"import site; site.addsitedir({sysconfig.get_path('purelib')!r})\n")
+    python = node / "bin" / "python"
+    probe = "import sys, torch; print(sys.prefix != sys.base_prefix, torch.__version__)"
+    assert subprocess.run([str(python), "-c", probe], capture_output=True, text=True, check=True).stdout.startswith("True")
+    return python
+
+
+def node_env(python: Path, venv: Path, house: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    return subprocess.run([str(python), str(ROOT / "tools" / "wheelhouse.py"), "node-env", "--venv", str(venv),
+                           "--wheelhouse", str(house)], capture_output=True, text=True, env=env, timeout=600)
+
+
+@pytest.mark.slow
+def test_node_env_from_a_python_that_is_a_venv_sees_its_torch(node_python, tmp_path):
+    house = wheelhouse_of(tmp_path / "wheelhouse", have=["torch", "numpy", "pyyaml"], requires=["numpy>=1"])
+    made = node_env(node_python, tmp_path / "node-venv", house)
+    assert made.returncode == 0, made.stderr
+    venv_python = tmp_path / "node-venv" / "bin" / "python"
+    probe = "import gpufeed, gpufeedtiny, torch, yaml; print(gpufeedtiny.OK, gpufeed.__file__)"
+    out = subprocess.run([str(venv_python), "-c", probe], capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[0] == "True" and out.stdout.split()[1].startswith(str(ROOT / "src"))
+    # the wheel went into the new venv, not the node's own environment
+    assert list((tmp_path / "node-venv").rglob("gpufeedtiny/__init__.py"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("have", "requires", "says"), [
+    (["torch", "nosuchpkg"], [], "has no nosuchpkg"),
+    (["torch", "numpy"], ["numpy>=999"], "needs numpy>=999"),
+])
+def test_node_env_stops_in_one_line_naming_the_package_and_the_flag(node_python, tmp_path, have, requires, says):
+    house = wheelhouse_of(tmp_path / "wheelhouse", have=have, requires=requires)
+    made = node_env(node_python, tmp_path / "node-venv", house)
+    assert made.returncode == 1 and not (tmp_path / "node-venv").exists()
+    (line,) = made.stderr.strip().splitlines()
+    assert says in line and "WHEELHOUSE_ARGS (--have ...)" in line and "make wheelhouse" in line
+
+
+def test_node_env_refuses_wheels_for_another_python(tmp_path):
+    house = wheelhouse_of(tmp_path / "wheelhouse", have=[], requires=[])
+    (house / wheelhouse.MANIFEST).write_text(json.dumps({"python": "3.99", "have": []}))
+    with pytest.raises(wheelhouse.NodeEnvError, match=r"for Python 3\.99.*--python"):
+        wheelhouse.check_node(house)

@@ -69,12 +69,15 @@ def test_gpu_workflow_runs_make_test_gpu_on_the_self_hosted_gpu_runner():
     assert job["runs-on"] == ["self-hosted", "gpu"]
     assert str(job["env"]["UV_PYTHON"]) == "3.11"
     assert runs(doc) == ["make test-gpu"]
-    assert [u["with"]["path"].rstrip("/") for u in uploads(doc)] == ["results"]
     makefile = (ROOT / "Makefile").read_text()
+    run_dir = re.search(r"^GPU_RUN \?= \$\(CURDIR\)/(.*)$", makefile, re.M).group(1)
+    assert [u["with"]["path"].rstrip("/") for u in uploads(doc)] == [run_dir], "it uploads the run folder"
     target = makefile[makefile.index("\ntest-gpu:"):].split("\n\n")[0]
-    assert "tools/wheelhouse.py check" in target and "GPUFEED_REQUIRE_CUDA=1" in target, (
-        "make test-gpu fails without CUDA instead of running on the CPU")
-    assert "GPUFEED_RESULTS=$(CURDIR)/results" in target, "make test-gpu writes the results it uploads"
+    assert "tools/gpurun.py run --budget $(GPU_BUDGET_S)" in target and "--run-dir $(GPU_RUN)" in target
+    assert re.search(r"^GPU_BUDGET_S \?= 540$", makefile, re.M), "one short GPU slot by default"
+    gpurun = (ROOT / "tools" / "gpurun.py").read_text()
+    assert '"--need-cuda"' in gpurun and 'env["GPUFEED_REQUIRE_CUDA"] = "1"' in gpurun, (
+        "make test-gpu fails without CUDA instead of running on the CPU (unless asked for the stand-in)")
 
 
 def test_make_test_oldest_installs_the_floors_of_pyproject():

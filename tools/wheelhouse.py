@@ -10,13 +10,18 @@ pruned). The wheels are the first list less the second, since a package torch pu
 with torch even where tensordict needs it too. uv exports universal requirements (markers for
 every platform); this tool evaluates the markers for the node's Python and platform, which
 ``uv export`` cannot be asked to do, and downloads exactly those wheels with
-``pip download --no-deps --only-binary=:all:``. Copy the folder (and the repository) to the node,
-then ``make test-gpu`` there installs it with ``pip --no-index``.
+``pip download --no-deps --only-binary=:all:``. ``wheelhouse.json`` beside the wheels records the
+node's Python and the ``--have`` list, and ``.gpufeed-commit`` in the checkout the commit (the
+node's copy has no ``.git``; :func:`gpufeed.measure.machine.git_commit` reads it). Copy the folder
+(and the repository) to the node, then ``make node-env`` there (``make test-gpu`` runs it) makes a
+venv that sees the node Python's own packages, checks that it has every ``--have`` package at a
+version the wheels accept, and installs the wheels with ``pip --no-index``.
 
 Usage::
 
     python tools/wheelhouse.py collect [--python 3.12] [--glibc 2.28] [--have torch,numpy,...]
                                        [--dali] [--out wheelhouse] [--dry-run] [--uv uv]
+    python3 tools/wheelhouse.py node-env --venv .venv-node [--wheelhouse wheelhouse]  # with the node's python
     python tools/wheelhouse.py check   # on the node: print torch, CUDA and the GPU; exit 1 without CUDA
 
 Only the collect step needs the network; the tests check the selection offline.
@@ -25,21 +30,15 @@ Only the collect step needs the network; the tests check the selection offline.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shlex
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
-
-from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name
-
-try:
-    import tomllib
-except ImportError:  # Python 3.10: pytest brings tomli
-    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = "gpufeed"
@@ -51,6 +50,16 @@ TOOLS = ("pytest", "nbmake", "jupytext", "pyyaml")
 #: Versions that differ from uv.lock on the node, within pyproject's range: imageio-ffmpeg 0.8's
 #: wheel bundles a 65 MiB ffmpeg, 0.6.0's 28 MiB (lesson 04 only calls `ffmpeg -q:v`, which both have).
 PINS = ("imageio-ffmpeg==0.6.0",)
+
+
+def canonicalize_name(name: str) -> str:
+    """PEP 503's normal form of a distribution name (as ``packaging.utils`` does; here so that
+    ``node-env``'s first checks need nothing a node may lack).
+
+    >>> canonicalize_name("PyYAML"), canonicalize_name("typing_extensions")
+    ('pyyaml', 'typing-extensions')
+    """
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def marker_environment(python: str = "3.12", machine: str = "x86_64") -> dict[str, str]:
@@ -95,6 +104,8 @@ def pinned(requirements: str, env: dict[str, str]) -> dict[str, str]:
     >>> pinned("tqdm==4.70.1\\nipython==8.39.0 ; python_full_version < '3.11'\\n", marker_environment("3.12"))
     {'tqdm': '4.70.1'}
     """
+    from packaging.requirements import Requirement
+
     out = {}
     for line in requirements.splitlines():
         line = line.split("#")[0].strip()
@@ -115,6 +126,13 @@ def select(env: dict[str, str], have=HAVE, tools=TOOLS, dali: bool = False, pins
     the project itself is not a wheel (the node runs it from the checkout). ``pins`` (``name==version``)
     replace the locked version of a package that is selected.
     """
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10: pytest brings tomli
+        import tomli as tomllib
+
+    from packaging.requirements import Requirement
+
     uv = uv or find_uv()
     pyproject = tomllib.loads((project / "pyproject.toml").read_text())
     names = lambda reqs: {canonicalize_name(Requirement(r).name) for r in reqs}  # noqa: E731
@@ -154,6 +172,17 @@ def download_command(pip: str, requirements: Path, out: Path, python: str, glibc
             "--implementation", "cp", *plat, "--dest", str(out), "-r", str(requirements)]
 
 
+def write_commit() -> None:
+    """``.gpufeed-commit`` in the checkout (:func:`gpufeed.measure.machine.write_commit_file`), where
+    this runs in the course's environment with git; a line saying why not elsewhere."""
+    try:
+        from gpufeed.measure.machine import write_commit_file
+
+        print(f"{write_commit_file(ROOT)}: the commit a copy of this checkout without .git reports")
+    except (ImportError, OSError, subprocess.SubprocessError) as e:
+        print(f"no .gpufeed-commit written ({e}): a copy without .git will not know its commit", file=sys.stderr)
+
+
 def size_mib(folder: Path) -> float:
     return sum(p.stat().st_size for p in folder.glob("*.whl")) / 2**20
 
@@ -173,10 +202,137 @@ def check() -> int:
     return 0
 
 
+#: The file beside the wheels that says for which node they were collected.
+MANIFEST = "wheelhouse.json"
+#: The .pth file in the node venv that adds the node Python's own site folders (its torch).
+NODE_PTH = "gpufeed-node-site.pth"
+
+
+class NodeEnvError(Exception):
+    """What stops ``make node-env``: one line saying what is wrong and what to change."""
+
+
+def node_site_dirs() -> list[str]:
+    """The site folders this Python imports its packages from (its own venv's, and its base's
+    where that venv sees them): where a node keeps torch. Read from ``sys.path``, so a Python that is
+    itself a venv (``/opt/torch/.venv``, a conda or module-loaded env) names its own, not its base's."""
+    import site
+
+    dirs = [p for p in sys.path if Path(p).name in ("site-packages", "dist-packages") and Path(p).is_dir()]
+    dirs += [p for p in site.getsitepackages() if Path(p).is_dir()]
+    if site.ENABLE_USER_SITE and Path(site.getusersitepackages()).is_dir():
+        dirs.append(site.getusersitepackages())
+    return list(dict.fromkeys(str(Path(p).resolve()) for p in dirs))
+
+
+def _have_versions(names: list[str]) -> dict[str, str | None]:
+    """``{name: version}`` of the distributions this Python has (None: not installed, or it does
+    not import: a package is there only if its top-level module imports)."""
+    import importlib
+    from importlib import metadata
+
+    modules: dict[str, list[str]] = {}
+    for module, dists in metadata.packages_distributions().items():
+        for dist in dists:
+            modules.setdefault(canonicalize_name(dist), []).append(module)
+    out: dict[str, str | None] = {}
+    for name in names:
+        try:
+            version = metadata.version(name)
+            for module in sorted(m for m in modules.get(canonicalize_name(name), []) if not m.startswith("_"))[:1]:
+                importlib.import_module(module)
+        except Exception:  # noqa: BLE001 - not installed, or broken: either way the node lacks it
+            version = None
+        out[canonicalize_name(name)] = version
+    return out
+
+
+def wheel_requirements(wheel: Path) -> list:
+    """The ``Requires-Dist`` lines of a wheel's METADATA (``packaging`` Requirements)."""
+    from packaging.requirements import Requirement
+
+    with zipfile.ZipFile(wheel) as z:
+        meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+        text = z.read(meta).decode("utf-8", "replace")
+    return [Requirement(line.split(":", 1)[1].strip()) for line in text.split("\n\n", 1)[0].splitlines()
+            if line.startswith("Requires-Dist:")]
+
+
+def check_node(wheelhouse: Path) -> dict:
+    """What ``node-env`` checks before it installs anything, in this (the node's) Python: the
+    wheels were collected for its version, it has every ``--have`` package, and each at a version
+    that every wheel accepts. Returns the manifest; raises :class:`NodeEnvError` (one line)."""
+    change = "change WHEELHOUSE_ARGS (--have ...) and run `make wheelhouse` again on a machine with internet"
+    path = wheelhouse / MANIFEST
+    if not path.is_file():
+        raise NodeEnvError(f"node-env: {path} is missing: the wheelhouse predates it; run `make wheelhouse` again")
+    manifest = json.loads(path.read_text())
+    here = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    if manifest["python"] != here:
+        raise NodeEnvError(f"node-env: the wheels are for Python {manifest['python']}, this node's python "
+                           f"({sys.executable}) is {here}: pass WHEELHOUSE_ARGS=\"--python {here} ...\" to `make wheelhouse`")
+    versions = _have_versions(manifest["have"])
+    missing = [n for n, v in versions.items() if v is None]
+    if missing:
+        raise NodeEnvError(f"node-env: {sys.executable} has no {', '.join(missing)} (or it does not import), "
+                           f"but the wheelhouse left it out (--have): take it out of --have, i.e. {change}")
+    try:
+        from packaging.markers import default_environment
+    except ImportError:
+        print("node-env: no `packaging` here, so the --have versions are not checked against the wheels",
+              file=sys.stderr)
+        return manifest
+    env = {**default_environment(), "extra": ""}
+    for wheel in sorted(wheelhouse.glob("*.whl")):
+        for req in wheel_requirements(wheel):
+            name = canonicalize_name(req.name)
+            if name in versions and (req.marker is None or req.marker.evaluate(env)) \
+                    and not req.specifier.contains(versions[name], prereleases=True):
+                raise NodeEnvError(f"node-env: {wheel.name} needs {req.name}{req.specifier}, {sys.executable} has "
+                                   f"{req.name} {versions[name]}: take {req.name} out of --have, i.e. {change}")
+    return manifest
+
+
+def node_env(venv: Path, wheelhouse: Path, checkout: Path = ROOT) -> None:
+    """Makes ``venv`` on this (the node's) Python: it sees this Python's own packages (a ``.pth``
+    that adds :func:`node_site_dirs`, since ``--system-site-packages`` would give the *base*
+    interpreter's where this Python is itself a venv), gets the wheelhouse with ``pip --no-index``
+    and the checkout's ``src/`` on its path. Checks first (:func:`check_node`)."""
+    manifest = check_node(wheelhouse)
+    sites = node_site_dirs()
+    if not (venv / "bin" / "python").exists():
+        made = subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True)
+        if made.returncode:  # a Python without ensurepip: a venv without pip, filled by this Python's pip
+            shutil.rmtree(venv, ignore_errors=True)
+            subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    purelib = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                                  check=True, capture_output=True, text=True).stdout.strip())
+    # `import` lines of a .pth run at start-up: addsitedir also reads the .pth files of those folders.
+    (purelib / NODE_PTH).write_text("".join(f"import site; site.addsitedir({d!r})\n" for d in sites))
+    (purelib / "gpufeed-checkout.pth").write_text(f"{checkout / 'src'}\n")
+    imports = ", ".join(sorted(manifest["have"]))
+    seen = subprocess.run([str(python), "-c", f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
+                           f"import wheelhouse as w; v = w._have_versions({sorted(manifest['have'])!r}); "
+                           "print(' '.join(n for n, x in v.items() if x is None))"],
+                          capture_output=True, text=True)
+    if seen.returncode or seen.stdout.strip():
+        raise NodeEnvError(f"node-env: the venv {venv} does not see {seen.stdout.strip() or imports} of "
+                           f"{sys.executable} ({seen.stderr.strip().splitlines()[-1:] or 'no error'})")
+    has_pip = subprocess.run([str(python), "-m", "pip", "--version"], capture_output=True).returncode == 0
+    pip = [str(python), "-m", "pip"] if has_pip else [sys.executable, "-m", "pip", "--python", str(python)]
+    subprocess.run([*pip, "install", "--quiet", "--no-index", "--find-links", str(wheelhouse),
+                    "-r", str(wheelhouse / "requirements.txt")], check=True)
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("check", help="print torch/CUDA/GPU; exit 1 without CUDA")
+    n = sub.add_parser("node-env", help="on the node, with its python: a venv that sees its packages, "
+                                        "with the wheelhouse installed")
+    n.add_argument("--venv", type=Path, required=True)
+    n.add_argument("--wheelhouse", type=Path, default=ROOT / "wheelhouse")
     c = sub.add_parser("collect", help="download the wheels a GPU node lacks")
     c.add_argument("--python", default="3.12", help="the node's Python, MAJOR.MINOR (default 3.12)")
     c.add_argument("--glibc", default="2.28", help="the node's glibc (`ldd --version`); default 2.28")
@@ -191,6 +347,14 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv[1:])
     if args.command == "check":
         return check()
+    if args.command == "node-env":
+        try:
+            node_env(args.venv.absolute(), args.wheelhouse.absolute())
+        except NodeEnvError as e:
+            print(e, file=sys.stderr)
+            return 1
+        print(f"node-env: {args.venv} sees {sys.executable}'s packages; the wheelhouse is installed")
+        return 0
     split = lambda s: [x for x in s.replace(" ", ",").split(",") if x]  # noqa: E731
     wheels = select(marker_environment(args.python), split(args.have), split(args.tools), args.dali,
                     split(args.pins), uv=args.uv)
@@ -202,6 +366,9 @@ def main(argv: list[str]) -> int:
     requirements = args.out / "requirements.txt"
     requirements.write_text(text)
     subprocess.run(download_command(args.pip, requirements, args.out, args.python, args.glibc), check=True)
+    (args.out / MANIFEST).write_text(json.dumps({"python": args.python, "glibc": args.glibc, "have": split(args.have),
+                                                 "tools": split(args.tools), "dali": args.dali}, indent=1) + "\n")
+    write_commit()
     print(f"{args.out}: {len(wheels)} wheels, {size_mib(args.out):.1f} MiB for Python {args.python} "
           f"on manylinux (glibc {args.glibc}) {marker_environment()['platform_machine']}; "
           f"left out as on the node: {', '.join(split(args.have))}")

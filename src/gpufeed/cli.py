@@ -1,4 +1,4 @@
-"""The command line: ``python -m gpufeed doctor | data synth | data memmap | bench``.
+"""The command line: ``python -m gpufeed doctor | data synth | data memmap | data prepare | bench``.
 
 Bad arguments give one line on stderr that says what is wrong and what to do, and exit status 2.
 
@@ -57,6 +57,15 @@ def _parser() -> argparse.ArgumentParser:
                    help="store the images in a random order seeded by this (for a grouped shuffle); "
                         "default: folder order")
     m.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    pr = data_sub.add_parser("prepare", help="build every dataset the lessons and the bench generate, once, "
+                                              "with every core, into the cache folder (quick sizes with GPUFEED_QUICK=1)")
+    pr.add_argument("--only", default=None,
+                    help="comma-separated owners to build, e.g. lesson05,lesson11,bench (default: all)")
+    pr.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+                    help="the device the lessons will run on: lesson 11 and the bench size their data by it "
+                         "(default auto)")
+    pr.add_argument("--workers", type=int, default=None, help="processes (default: every usable core)")
 
     b = sub.add_parser("bench", help="measure every input pipeline side by side (loader alone and with a "
                                      "ResNet training step: ResNet-50 on a GPU at full size, else ResNet-18) "
@@ -136,6 +145,34 @@ def _memmap(args) -> int:
     return 0
 
 
+def _prepare(args) -> int:
+    import torch
+
+    from gpufeed.data.memmap import MemmapError
+    from gpufeed.measure.machine import usable_cores
+    from gpufeed.measure.synth import SynthError, datasets, prepare
+
+    cuda = torch.cuda.is_available() if args.device == "auto" else args.device == "cuda"
+    specs = datasets(config.quick_mode(), cuda)
+    if args.only:
+        wanted = {o.strip() for o in args.only.split(",") if o.strip()}
+        unknown = wanted - {d.owner for d in specs}
+        if unknown:
+            print(f"error: --only: no dataset belongs to {', '.join(sorted(unknown))} "
+                  f"(owners: {', '.join(dict.fromkeys(d.owner for d in specs))})", file=sys.stderr)
+            return 2
+        specs = [d for d in specs if d.owner in wanted]
+    if args.workers is not None and args.workers < 1:
+        print(f"error: --workers must be 1 or more (got {args.workers})", file=sys.stderr)
+        return 2
+    root = config.cache_dir()
+    print(f"preparing {len(specs)} datasets ({'quick' if config.quick_mode() else 'full'} sizes, "
+          f"{'cuda' if cuda else 'cpu'}) in {root}")
+    _, status = _guarded(lambda: prepare(root, specs, workers=args.workers or usable_cores()),
+                         (SynthError, MemmapError))
+    return status
+
+
 def _bench(args) -> int:
     import matplotlib
 
@@ -209,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
         return _synth(args)
     if args.command == "data" and args.data_command == "memmap":
         return _memmap(args)
+    if args.command == "data" and args.data_command == "prepare":
+        return _prepare(args)
     if args.command == "bench":
         return _bench(args)
     raise AssertionError(args)

@@ -9,7 +9,10 @@ mistakes it avoids; ``notebooks/00_setup.ipynb`` first uses it):
   slow outliers on a noisy machine do not drag around the way they drag a mean;
 * a **unit chosen for the reader** (ns, us, ms, s; images/s; GB/s) and a **warning** when the
   spread is large;
-* the **machine** it ran on, and **JSON** save and load, and a table with **ratios to a baseline**.
+* the **machine** it ran on, and **JSON** save and load, and a table with **ratios to a baseline**;
+* a **time cap** where a run must fit a slot (``GPUFEED_MEASURE_S``, :func:`measure_cap`): each case
+  stops sampling once it has spent that long (after at least :data:`MIN_SAMPLES`), and the machine
+  record of every result says the cap was on (``measure_s``), so a reader knows.
 
 Example:
     >>> m = benchmark(lambda: sum(range(1000)), name="sum", repeats=20, warmup=2, items=1000)
@@ -40,6 +43,41 @@ from pathlib import Path
 NOISY = 0.10
 
 FORMAT_VERSION = 1
+
+#: Seconds per case at most, where set (``make test-gpu`` sets it to fit a short GPU slot).
+ENV_MEASURE_S = "GPUFEED_MEASURE_S"
+#: Timed samples a capped case still takes, so that its median and IQR mean something.
+MIN_SAMPLES = 3
+
+
+def measure_cap() -> float | None:
+    """The time cap per case from ``GPUFEED_MEASURE_S`` (seconds), or None where unset.
+
+    A case (one :func:`benchmark`, or one case of :func:`interleave`) stops warming up and sampling
+    once it has spent this long, after one warm-up call and :data:`MIN_SAMPLES` samples (or
+    ``repeats`` if fewer): the repeats a lesson asks for are then a most, not a least.
+
+    Example:
+        >>> import os
+        >>> os.environ[ENV_MEASURE_S] = "2.5"
+        >>> measure_cap()
+        2.5
+        >>> del os.environ[ENV_MEASURE_S]
+        >>> measure_cap() is None
+        True
+    """
+    import os
+
+    raw = os.environ.get(ENV_MEASURE_S, "").strip()
+    if not raw:
+        return None
+    try:
+        cap = float(raw)
+    except ValueError:
+        cap = -1.0
+    if not cap > 0:
+        raise ValueError(f"{ENV_MEASURE_S}={raw!r}: give the seconds each measured case may take, e.g. 8")
+    return cap
 
 
 def cuda_sync() -> None:
@@ -203,19 +241,29 @@ def benchmark(
         setup: called untimed before every sample (e.g. to drop the page cache).
         with_machine: attach :func:`gpufeed.measure.machine.machine_info` (turn off in tight loops).
 
+    Under a time cap (:func:`measure_cap`) the warm-up stops after the call that reaches it, and the
+    sampling once it is reached with at least :data:`MIN_SAMPLES` samples; ``min_time`` never
+    outlasts it.
+
     Returns:
         A :class:`Measurement` with seconds per call of ``fn``.
     """
     if repeats < 1 or number < 1 or warmup < 0:
         raise ValueError("repeats and number must be at least 1, warmup at least 0")
+    cap = measure_cap()
+    least = repeats if cap is None else min(repeats, MIN_SAMPLES)
+    warm_from = time.perf_counter() if cap is not None else 0.0
     for _ in range(warmup):
         if setup is not None:
             setup()
         fn()
+        if cap is not None and time.perf_counter() - warm_from >= cap:
+            break
     cuda_sync()  # the warm-up's queued GPU work must not leak into the first sample
     samples: list[float] = []
     spent = 0.0
-    while len(samples) < repeats or (spent < min_time and len(samples) < max_repeats):
+    wanted = lambda: len(samples) < repeats or (spent < min_time and len(samples) < max_repeats)  # noqa: E731
+    while len(samples) < least or (wanted() and (cap is None or spent < cap)):
         if setup is not None:
             setup()
             cuda_sync()
@@ -255,6 +303,9 @@ def interleave(
     case is typically a whole epoch, so a progress bar (:mod:`gpufeed.measure.progress`, labelled
     ``desc``, by default the cases' names) counts the calls where someone watches.
 
+    Under a time cap (:func:`measure_cap`) the rounds stop once the cases together have spent the cap
+    times their number, after at least :data:`MIN_SAMPLES` rounds.
+
     Example:
         >>> ms = interleave({"a": lambda: sum(range(1000)), "b": lambda: sum(range(10))}, repeats=3, items=1)
         >>> [m.name for m in ms], [len(m.samples) for m in ms]
@@ -262,6 +313,8 @@ def interleave(
     """
     if repeats < 1 or warmup < 0:
         raise ValueError("repeats must be at least 1, warmup at least 0")
+    cap = measure_cap()
+    least = repeats if cap is None else min(repeats, MIN_SAMPLES)
     from gpufeed.measure import progress
     from gpufeed.measure.machine import machine_info
 
@@ -273,7 +326,10 @@ def interleave(
             for _ in range(warmup):
                 fn()
                 shown.update()
+        spent = 0.0
         for r in range(repeats):
+            if r >= least and cap is not None and spent >= cap * len(cases):
+                break
             for name, fn in cases.items():
                 shown.set_postfix_str(f"{name}, {r + 1}/{repeats}")
                 cuda_sync()
@@ -281,6 +337,7 @@ def interleave(
                 fn()
                 cuda_sync()
                 samples[name].append(time.perf_counter() - start)
+                spent += samples[name][-1]
                 shown.update()
     machine = machine_info()
     ms = [Measurement(name, samples[name], items.get(name) if isinstance(items, dict) else items, None,

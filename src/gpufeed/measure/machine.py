@@ -28,6 +28,7 @@ from gpufeed import config
 
 
 def _cpu_name() -> str:
+    # /proc/cpuinfo by hand: psutil has counts and frequencies but no CPU model name.
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -57,6 +58,7 @@ def cache_bytes(level: int = 3, root: str | Path = "/sys/devices/system/cpu/cpu0
         >>> size is None or size >= 1 << 16
         True
     """
+    # sysfs by hand: psutil does not report cache sizes.
     units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
     for index in sorted(Path(root).glob("index*")):
         try:
@@ -72,12 +74,10 @@ def cache_bytes(level: int = 3, root: str | Path = "/sys/devices/system/cpu/cpu0
         return None
 
 
-def _memory_gib() -> float | None:
-    try:
-        pages, page_size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
-        return round(pages * page_size / 2**30, 1)
-    except (ValueError, OSError, AttributeError):
-        return None
+def _memory_gib() -> float:
+    import psutil
+
+    return round(psutil.virtual_memory().total / 2**30, 1)
 
 
 def version_of(dist: str) -> str | None:
@@ -88,18 +88,80 @@ def version_of(dist: str) -> str | None:
         return None
 
 
+#: Where a checkout without ``.git`` (copied to an offline GPU node) keeps its commit: written by
+#: :func:`write_commit_file` (``make wheelhouse``) on the machine that has the repository.
+COMMIT_FILE = ".gpufeed-commit"
+#: Or the commit given by whoever runs the code (a CI job that knows it), read before the file.
+ENV_COMMIT = "GPUFEED_COMMIT"
+
+
+def _git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10,
+                          check=True).stdout  # no shell, fixed arguments
+
+
 def git_commit() -> str | None:
-    """The commit of the course checkout, with ``+dirty`` when it has uncommitted changes."""
+    """The commit of the course checkout, with ``+dirty`` when it has uncommitted changes.
+
+    From git where the checkout has ``.git``; else from ``$GPUFEED_COMMIT``; else from the
+    ``.gpufeed-commit`` file that ``make wheelhouse`` writes beside the code (a checkout copied to
+    a node without its ``.git``), with ``+modified`` when a file it lists changed since.
+    None when none of these says.
+    """
     root = config.repo_root()
+    if root is not None and (root / ".git").exists():
+        try:
+            commit = _git(root, "rev-parse", "--short=12", "HEAD").strip()
+            return commit + ("+dirty" if _git(root, "status", "--porcelain", "--untracked-files=no").strip() else "")
+        except (OSError, subprocess.SubprocessError):
+            return None
+    if os.environ.get(ENV_COMMIT):
+        return os.environ[ENV_COMMIT].strip()
+    return _commit_from_file(root)
+
+
+def _blob_sha(path: Path) -> str:
+    """git's name for a file's content (``git hash-object``), computed without git."""
+    import hashlib
+
+    data = path.read_bytes()
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def write_commit_file(root: str | Path | None = None) -> Path:
+    """Writes ``.gpufeed-commit`` into the checkout: the commit (``+dirty`` if so) and the git name
+    of every tracked file's content, so that a copy without ``.git`` knows its commit and whether
+    a file changed since. Needs git and the repository; returns the file's path."""
+    import json
+
+    root = Path(root) if root is not None else config.repo_root()
     if root is None or not (root / ".git").exists():
+        raise FileNotFoundError(f"{root}: not a git checkout, so no commit to record")
+    commit = _git(root, "rev-parse", "--short=12", "HEAD").strip()
+    dirty = bool(_git(root, "status", "--porcelain", "--untracked-files=no").strip())
+    files = {}
+    for line in _git(root, "ls-files", "-s", "-z").split("\0"):  # "mode sha stage\tpath"
+        if line:
+            meta, name = line.split("\t", 1)
+            if (root / name).is_file():
+                files[name] = _blob_sha(root / name) if dirty else meta.split()[1]
+    path = root / COMMIT_FILE
+    path.write_text(json.dumps({"commit": commit + ("+dirty" if dirty else ""), "files": files}) + "\n")
+    return path
+
+
+@lru_cache(maxsize=4)
+def _commit_from_file(root: Path | None) -> str | None:
+    import json
+
+    if root is None or not (root / COMMIT_FILE).is_file():
         return None
     try:
-        run = lambda *a: subprocess.run(  # noqa: E731 - no shell, fixed arguments
-            ["git", *a], cwd=root, capture_output=True, text=True, timeout=5, check=True
-        ).stdout.strip()
-        commit = run("rev-parse", "--short=12", "HEAD")
-        return commit + ("+dirty" if run("status", "--porcelain", "--untracked-files=no") else "")
-    except (OSError, subprocess.SubprocessError):
+        doc = json.loads((root / COMMIT_FILE).read_text())
+        changed = any(not (root / name).is_file() or _blob_sha(root / name) != sha
+                      for name, sha in doc["files"].items())
+        return doc["commit"] + ("+modified" if changed else "")
+    except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
@@ -131,8 +193,15 @@ def _static_info() -> dict:
 
 
 def machine_info() -> dict:
-    """A JSON-ready record of this machine, the library versions, the commit and the mode."""
-    return {**_static_info(), "commit": git_commit(), "quick": config.quick_mode(), "argv0": sys.argv[0]}
+    """A JSON-ready record of this machine, the library versions, the commit and the mode.
+
+    ``measure_s``: the time cap per measured case where one was in force
+    (:func:`gpufeed.measure.harness.measure_cap`), else None: a capped result took fewer samples.
+    """
+    from gpufeed.measure.harness import measure_cap
+
+    return {**_static_info(), "commit": git_commit(), "quick": config.quick_mode(), "measure_s": measure_cap(),
+            "argv0": sys.argv[0]}
 
 
 def describe(info: dict) -> str:

@@ -16,7 +16,13 @@ torchdata.nodes where installed (:mod:`gpufeed.measure.peers`), each in its own 
 
 All numbers come from one process, one dataset and the same cores (a warm-up pass first, CUDA
 synchronised before every clock read, median and IQR of several passes; loaders one after the
-other, training passes in turns): ratios between them are what to quote. ``run`` writes ``results.json`` and two plots.
+other, training passes in turns): ratios between them are what to quote. ``run`` writes ``results.json`` and two plots,
+and ``results.partial.json`` as each pipeline finishes (what a run cut short keeps; removed at the end).
+
+A pass is a whole epoch, or, under a time cap per case (``GPUFEED_MEASURE_S``,
+:func:`gpufeed.measure.harness.measure_cap`; ``make test-gpu`` sets it), as many batches as fit the
+cap, sized from two probe batches (``passes`` in the results says how many; the naive loader at
+the GPU size takes half a minute an epoch).
 
 Example:
     >>> rows = records_from({"naive": 2.0, "course": 0.1}, {"naive": 4.0, "course": 3.0, "resident": 2.9},
@@ -28,7 +34,7 @@ Example:
 from __future__ import annotations
 
 import itertools
-import math
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -40,6 +46,8 @@ from gpufeed.measure.pipelines import Workload
 
 FILE = "results.json"
 FORMAT = "gpufeed-pipeline-bench"
+#: What a run has measured so far, saved as each pipeline finishes (a :func:`harness.save` file).
+PARTIAL = "results.partial.json"
 
 
 def consume(batches: Iterable, limit: int) -> int:
@@ -146,17 +154,21 @@ def forever(epoch: Callable[[], Iterable]):
         yield from epoch()
 
 
-def records_from(loader_s: dict[str, float], train_s: dict[str, float], *, images: dict[str, int],
+def records_from(loader_s: dict[str, float], train_s: dict[str, float], *, images: dict[str, int | dict[str, int]],
                  loader_ceiling: float) -> list[dict]:
     """One record per pipeline and mode from median seconds per pass: images/s, the ratio to
     naive, and the fraction of the relevant ceiling (``loader_ceiling`` images/s for the loader
-    alone, the resident training throughput for training)."""
+    alone, the resident training throughput for training). ``images[mode]``: images per pass, one
+    number for every pipeline or ``{pipeline: number}``."""
     rows = []
     for mode, times in (("loader", loader_s), ("train", train_s)):
-        base = images[mode] / times["naive"] if "naive" in times else None
-        ceiling = loader_ceiling if mode == "loader" else images[mode] / times.get("resident", math.inf)
+        per = images[mode]
+        n = (lambda name, per=per: per) if isinstance(per, int) else (lambda name, per=per: per[name])  # noqa: E731
+        base = n("naive") / times["naive"] if "naive" in times else None
+        ceiling = loader_ceiling if mode == "loader" else (
+            n("resident") / times["resident"] if "resident" in times else 0.0)
         for name, s in times.items():
-            rate = images[mode] / s
+            rate = n(name) / s
             rows.append({"pipeline": name, "mode": mode, "images_per_s": round(rate, 1),
                          "ratio_to_naive": round(rate / base, 2) if base else None,
                          "fraction_of_ceiling": float(f"{rate / ceiling:.3g}") if ceiling else None})
@@ -211,7 +223,9 @@ def _run(out: Path, quick: bool, device: torch.device, workload: Workload | None
     streams = {name: forever(epoch) for name, epoch in sources(data, w, device, workers=workers, dali=dali).items()}
     per_epoch = w.n // w.batch
     steps = per_epoch if device.type == "cuda" else 2  # on a CPU one step takes seconds: two say enough
-    images = {"loader": per_epoch * w.batch, "train": steps * w.batch}
+    cap = bench.measure_cap()
+    passes: dict[str, int] = {}  # batches per loader pass, by pipeline; steps per training pass: "train"
+    images: dict = {"loader": {}, "train": steps * w.batch}
     # Loader alone: one pipeline at a time, whole epochs back to back after a warm-up epoch. Timed
     # in turns instead, a pipeline that reads ahead across epochs (DALI refills its queue as soon
     # as an epoch ends) would get part of its next epoch made for free while another is timed.
@@ -221,25 +235,39 @@ def _run(out: Path, quick: bool, device: torch.device, workload: Workload | None
     ms: list[bench.Measurement] = []
     peak: dict[str, int | None] = {}  # bytes: PSS of this process and its workers while a pipeline ran
     busy: dict[str, float | None] = {}  # cores this process and its workers kept busy, warm-up included
+    def keep() -> None:  # what is measured so far, for a run cut short (a time limit, Ctrl-C)
+        bench.save(out / PARTIAL, ms, kind=f"{FORMAT}-partial", quick=quick, device=str(device),
+                   workload=w.to_dict(), passes=passes, measure_s=cap)
+
     try:
         for name, s in progress.bar([(n, s) for n, s in streams.items() if n != "resident"], unit="pipeline",
-                                    desc=f"bench: each loader alone, {repeats + 1} epochs"):
+                                    desc=f"bench: each loader alone, {repeats + 1} passes"):
+            k = per_epoch if cap is None else fitting(lambda b, s=s: consume(s, b), per_epoch, cap, repeats)
+            passes[name] = k
+            images["loader"][name] = k * w.batch
             with PeakPss() as p, CoresBusy() as c:
-                ms.append(bench.benchmark(lambda s=s: consume(s, per_epoch), name=f"{name} loader", warmup=1,
-                                          repeats=repeats, items=images["loader"],
-                                          params={"pipeline": name, "mode": "loader"}))
+                ms.append(bench.benchmark(lambda s=s, k=k: consume(s, k), name=f"{name} loader", warmup=1,
+                                          repeats=repeats, items=k * w.batch,
+                                          params={"pipeline": name, "mode": "loader", "pass_batches": k}))
             peak[name], busy[name] = p.peak, c.cores
             log(f"  {ms[-1]}")
+            keep()
         _, step = make_model(w, device)
         trainable = {n: s for n, s in streams.items() if n not in pipelines.LOADER_ONLY}
+        if cap is not None:  # every pipeline takes the same steps per pass, sized by the slowest
+            steps = min(fitting(lambda b, s=s: train(s, step, b), steps, cap, repeats) for s in trainable.values())
+            images["train"] = steps * w.batch
+        passes["train"] = steps
         trained = bench.interleave({n: (lambda s=s: train(s, step, steps)) for n, s in trainable.items()},
                                    repeats=repeats, items=images["train"],
-                                   params={n: {"pipeline": n, "mode": "train"} for n in trainable},
+                                   params={n: {"pipeline": n, "mode": "train", "pass_batches": steps}
+                                           for n in trainable},
                                    desc=f"bench: {steps} training steps per pass, in turns")
         for m in trained:
             m.name = f"{m.params['pipeline']} train"
             log(f"  {m}")
         ms += trained
+        keep()
     finally:
         for s in streams.values():
             s.close()  # ends DataLoader workers and prefetch threads now, not at garbage collection
@@ -278,10 +306,30 @@ def _run(out: Path, quick: bool, device: torch.device, workload: Workload | None
                                 "bytes_per_image": per_image,
                                 **{f"{k}_images_per_s": round(v, 1) for k, v in bound_rates.items()}},
                       peers=sorted(m.params["pipeline"] for m in peer_ms),
-                      memmap_build_s=round(build_s, 3),
+                      memmap_build_s=round(build_s, 3), passes=passes, measure_s=cap,
                       dali=gdali.version() if dali else None, torch=torch.__version__)
+    (out / PARTIAL).unlink(missing_ok=True)
     plot(path)
     return path
+
+
+def fitting(run: Callable[[int], object], most: int, cap: float, repeats: int) -> int:
+    """Batches per pass so that a warm-up and ``repeats`` passes of ``run(batches)`` take about
+    ``cap`` seconds: ``run(1)`` once to start (workers, caches), once timed; between 1 and ``most``.
+
+    Example:
+        >>> import time
+        >>> k = fitting(lambda b: time.sleep(0.01 * b), most=1000, cap=0.6, repeats=5)  # ~0.1 s a pass
+        >>> 5 <= k <= 10, fitting(lambda b: time.sleep(0.01 * b), most=3, cap=0.6, repeats=5)
+        (True, 3)
+    """
+    run(1)
+    bench.cuda_sync()
+    start = time.perf_counter()
+    run(1)
+    bench.cuda_sync()
+    per_batch = time.perf_counter() - start
+    return max(1, min(most, int(cap / (repeats + 1) / max(per_batch, 1e-9))))
 
 
 def _loader_bounds(data: pipelines.Data, w: Workload, repeats: int) -> list[bench.Measurement]:
