@@ -374,22 +374,22 @@ def test_the_bench_keeps_each_pipeline_as_it_finishes(tmp_path, monkeypatch):
 
 
 def test_prepare_builds_what_pipelines_prepare_would_find(tmp_path):
-    from gpufeed.measure import pipelines, synth
+    from gpufeed.measure import datasets, pipelines
 
-    spec = synth._workload_dataset("bench", "bench", pipelines.TINY)
-    extra = synth.Dataset("lesson99", "lesson99/jpeg", 6, (48, 40), classes=2, memmaps=(("lesson99/mm", (24, 20)),))
-    done = synth.prepare(tmp_path, [spec, extra], workers=2, log=lambda s: None)
+    spec = datasets._workload_dataset("bench", "bench", pipelines.TINY)
+    extra = datasets.Dataset("lesson99", "lesson99/jpeg", 6, (48, 40), classes=2, memmaps=(("lesson99/mm", (24, 20)),))
+    done = datasets.prepare(tmp_path, [spec, extra], workers=2, log=lambda s: None)
     assert [d["reused"] for d in done] == [False] * 4
     data = pipelines.prepare(pipelines.TINY, tmp_path / "bench", progress=False)
     assert data.synth_s == 0.0 and data.memmap_s == 0.0, "the bench finds its dataset built"
-    assert [d["reused"] for d in synth.prepare(tmp_path, [extra], workers=1, log=lambda s: None)] == [True, True]
+    assert [d["reused"] for d in datasets.prepare(tmp_path, [extra], workers=1, log=lambda s: None)] == [True, True]
 
 
 def test_every_lesson_and_the_bench_have_their_datasets_listed_in_both_modes():
-    from gpufeed.measure import synth
+    from gpufeed.measure.datasets import datasets
 
     for quick in (True, False):
-        specs = synth.datasets(quick=quick, cuda=True)
+        specs = datasets(quick=quick, cuda=True)
         assert {d.owner for d in specs} >= {"bench", "lesson05", "lesson07", "lesson09", "lesson10", "lesson11", "lesson12"}
         folders = [d.folder for d in specs]
         assert len(folders) == len(set(folders)), "no folder built twice"

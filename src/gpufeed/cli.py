@@ -149,8 +149,9 @@ def _prepare(args) -> int:
     import torch
 
     from gpufeed.data.memmap import MemmapError
+    from gpufeed.measure.datasets import datasets, prepare
     from gpufeed.measure.machine import usable_cores
-    from gpufeed.measure.synth import SynthError, datasets, prepare
+    from gpufeed.measure.synth import SynthError
 
     cuda = torch.cuda.is_available() if args.device == "auto" else args.device == "cuda"
     specs = datasets(config.quick_mode(), cuda)

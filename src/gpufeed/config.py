@@ -35,6 +35,8 @@ ENV_QUICK = "GPUFEED_QUICK"
 ENV_CACHE = "GPUFEED_CACHE"
 ENV_RESULTS = "GPUFEED_RESULTS"
 ENV_REQUIRE_CUDA = "GPUFEED_REQUIRE_CUDA"
+#: Seconds per case at most, where set (``make test-gpu`` sets it to fit a short GPU slot).
+ENV_MEASURE_S = "GPUFEED_MEASURE_S"
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"", "0", "false", "no", "off"}
@@ -96,6 +98,34 @@ def results_dir() -> Path:
     """
     env = os.environ.get(ENV_RESULTS)
     return Path(env).expanduser() if env else cache_dir() / "results"
+
+
+def measure_cap() -> float | None:
+    """The time cap per case from ``GPUFEED_MEASURE_S`` (seconds), or None where unset.
+
+    A case (one :func:`gpufeed.measure.harness.benchmark`, or one case of :func:`gpufeed.measure.harness.interleave`) stops warming up and sampling
+    once it has spent this long, after one warm-up call and :data:`gpufeed.measure.harness.MIN_SAMPLES` samples (or
+    ``repeats`` if fewer): the repeats a lesson asks for are then a most, not a least.
+
+    Example:
+        >>> import os
+        >>> os.environ[ENV_MEASURE_S] = "2.5"
+        >>> measure_cap()
+        2.5
+        >>> del os.environ[ENV_MEASURE_S]
+        >>> measure_cap() is None
+        True
+    """
+    raw = os.environ.get(ENV_MEASURE_S, "").strip()
+    if not raw:
+        return None
+    try:
+        cap = float(raw)
+    except ValueError:
+        cap = -1.0
+    if not cap > 0:
+        raise ValueError(f"{ENV_MEASURE_S}={raw!r}: give the seconds each measured case may take, e.g. 8")
+    return cap
 
 
 def require_cuda() -> bool:

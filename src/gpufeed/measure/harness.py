@@ -39,45 +39,15 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from gpufeed.config import ENV_MEASURE_S, measure_cap  # noqa: F401  (re-exported: harness.measure_cap)
+
 #: IQR / median above which a measurement is flagged as noisy (torch.utils.benchmark uses ~10% too).
 NOISY = 0.10
 
 FORMAT_VERSION = 1
 
-#: Seconds per case at most, where set (``make test-gpu`` sets it to fit a short GPU slot).
-ENV_MEASURE_S = "GPUFEED_MEASURE_S"
 #: Timed samples a capped case still takes, so that its median and IQR mean something.
 MIN_SAMPLES = 3
-
-
-def measure_cap() -> float | None:
-    """The time cap per case from ``GPUFEED_MEASURE_S`` (seconds), or None where unset.
-
-    A case (one :func:`benchmark`, or one case of :func:`interleave`) stops warming up and sampling
-    once it has spent this long, after one warm-up call and :data:`MIN_SAMPLES` samples (or
-    ``repeats`` if fewer): the repeats a lesson asks for are then a most, not a least.
-
-    Example:
-        >>> import os
-        >>> os.environ[ENV_MEASURE_S] = "2.5"
-        >>> measure_cap()
-        2.5
-        >>> del os.environ[ENV_MEASURE_S]
-        >>> measure_cap() is None
-        True
-    """
-    import os
-
-    raw = os.environ.get(ENV_MEASURE_S, "").strip()
-    if not raw:
-        return None
-    try:
-        cap = float(raw)
-    except ValueError:
-        cap = -1.0
-    if not cap > 0:
-        raise ValueError(f"{ENV_MEASURE_S}={raw!r}: give the seconds each measured case may take, e.g. 8")
-    return cap
 
 
 def cuda_sync() -> None:

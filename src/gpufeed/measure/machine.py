@@ -196,11 +196,9 @@ def machine_info() -> dict:
     """A JSON-ready record of this machine, the library versions, the commit and the mode.
 
     ``measure_s``: the time cap per measured case where one was in force
-    (:func:`gpufeed.measure.harness.measure_cap`), else None: a capped result took fewer samples.
+    (:func:`gpufeed.config.measure_cap`), else None: a capped result took fewer samples.
     """
-    from gpufeed.measure.harness import measure_cap
-
-    return {**_static_info(), "commit": git_commit(), "quick": config.quick_mode(), "measure_s": measure_cap(),
+    return {**_static_info(), "commit": git_commit(), "quick": config.quick_mode(), "measure_s": config.measure_cap(),
             "argv0": sys.argv[0]}
 
 
