@@ -261,3 +261,13 @@ def test_chart_data_of_either_format_names_the_old_prefetcher_by_its_commit():
     assert list(prose.chart_data(new)[0]) == [PLAIN, "CudaPrefetcher"]
     assert list(prose.chart_data(new)[1]) == [PLAIN, "CudaPrefetcher"]
     assert prose.chart_data({"overlap": None}) == ({}, {}) and prose.chart_data({}) == ({}, {})
+
+
+def test_profile_steps_leaves_the_first_steps_out_and_syncs_before_the_window_ends(tmp_path, monkeypatch):
+    done, synced = [], []
+    monkeypatch.setattr(overlap, "synchronizer", lambda device: lambda: synced.append(len(done)))
+    path = overlap.profile_steps(((i, None) for i in range(100)), lambda i, _: done.append(i),
+                                 tmp_path / "t.json", "cpu", skip=1, wait=1, warmup=1, active=3)
+    summary = overlap.trace.summary(path, names=["step"])
+    assert done == list(range(6)) and synced == [6], "the sync ends the last step, inside its window"
+    assert summary["steps"] == 3 and summary["stages"]["step"]["count"] == 3

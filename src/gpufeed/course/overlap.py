@@ -210,11 +210,13 @@ def profile_steps(source: Iterable, step: Callable, path: str | Path, device, *,
                   wait: int = 1, warmup: int = 2, active: int = 12) -> Path:
     """A chrome trace of ``active`` steps fed by ``source``, each in a ``record_function("step")``
     range (the batch is fetched outside it); the first ``skip + wait`` steps are left out and the
-    next ``warmup`` run the profiler without recording. CUDA activity is traced on a GPU."""
+    next ``warmup`` run the profiler without recording. CUDA activity is traced on a GPU, and the
+    last step ends with a synchronisation, so that the window holds the device's work of a step
+    that never waits for it."""
     os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # hides the profiler's C++ log lines
     from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-    path = Path(path)
+    path, sync = Path(path), synchronizer(device)
     path.parent.mkdir(parents=True, exist_ok=True)
     activities = [ProfilerActivity.CPU]
     if torch.device(device).type == "cuda":
@@ -226,10 +228,12 @@ def profile_steps(source: Iterable, step: Callable, path: str | Path, device, *,
             warnings.filterwarnings("ignore", message=".*clears events at the end of each cycle")
             with profile(activities=activities, schedule=plan,
                          on_trace_ready=lambda p: p.export_chrome_trace(str(path))) as prof:
-                for _ in range(skip + wait + warmup + active):
+                for left in reversed(range(skip + wait + warmup + active)):
                     batch = next(it)  # outside the step's range: the host's time between steps
                     with record_function("step"):
                         step(*batch)
+                    if left == 0:
+                        sync()
                     prof.step()
     finally:
         if hasattr(it, "close"):
