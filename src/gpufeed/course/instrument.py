@@ -66,20 +66,33 @@ class _ToFloat(nn.Module):
         return x.float().div_(255)  # uint8 travels, float is made where the model runs (lesson 03)
 
 
-def train_step(model: nn.Module, lr: float = 0.01) -> Callable[[torch.Tensor, torch.Tensor], float]:
-    """One SGD step as a function of ``(images, labels)``; returns the loss as a float.
+def train_step(model: nn.Module, lr: float = 0.01,
+               sync: bool = True) -> Callable[[torch.Tensor, torch.Tensor], float | torch.Tensor]:
+    """One SGD step as a function of ``(images, labels)``; returns the loss.
 
-    Reading the loss (``.item()``) waits for the device to finish the step, as logging loops do.
+    Args:
+        model: the model to train.
+        lr: the learning rate.
+        sync: read the loss as a float (``.item()``), which waits for the device to finish the
+            step, as loops that log every step do; False returns the loss as a tensor on the
+            device, and the host goes on while the device computes (``notebooks/08_prefetch.ipynb``,
+            section 5, times both).
+
+    Example:
+        >>> model = tiny_model(2)
+        >>> x, y = torch.zeros(2, 3, 16, 16, dtype=torch.uint8), torch.tensor([0, 1])
+        >>> type(train_step(model)(x, y)).__name__, type(train_step(model, sync=False)(x, y)).__name__
+        ('float', 'Tensor')
     """
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     loss_fn = nn.CrossEntropyLoss()
 
-    def step(x: torch.Tensor, y: torch.Tensor) -> float:
+    def step(x: torch.Tensor, y: torch.Tensor) -> float | torch.Tensor:
         opt.zero_grad(set_to_none=True)
         loss = loss_fn(model(x), y)
         loss.backward()
         opt.step()
-        return loss.item()
+        return loss.item() if sync else loss.detach()
 
     return step
 
