@@ -264,7 +264,8 @@ class CudaPrefetcher(_Closable):
       step: memory-bound kernels take turns with the step's rather than run beside them for free.
       What the side stream hides is the copy and the host work; the kernels' time still counts.
     * GPU memory: up to ``depth + 2`` converted batches at once (``depth`` queued, the one the
-      thread is making, the one you use), besides the loader's own.
+      thread is making, the one you use), besides the loader's own; FFCV's ``EpochIterator``
+      allocates the same, ``batches_ahead + 2`` slots.
     * A batch that is not pinned is pinned on the thread (``pin_memory=True``), never on yours:
       from pageable memory a copy is not asynchronous (the host stages it through the driver's
       buffer and waits), so it would hold the host through the copy. The pinned copy is dropped as
