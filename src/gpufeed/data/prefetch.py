@@ -263,6 +263,9 @@ class CudaPrefetcher(_Closable):
     * The conversion and ``transform`` are kernels on the side stream. They share the GPU with your
       step: memory-bound kernels take turns with the step's rather than run beside them for free.
       What the side stream hides is the copy and the host work; the kernels' time still counts.
+    * The thread shares the GIL with your loop: its Python (the loader's, walking the batch) takes
+      turns with your step's launches; what releases the GIL (a wait for the GPU such as
+      ``.item()``, torch's copies and pinning, a DataLoader's queue) runs beside them.
     * GPU memory: up to ``depth + 2`` converted batches at once (``depth`` queued, the one the
       thread is making, the one you use), besides the loader's own; FFCV's ``EpochIterator``
       allocates the same, ``batches_ahead + 2`` slots.
@@ -374,7 +377,7 @@ def prefetch(loader: Iterable, device="cuda", dtype: torch.dtype | None = None, 
     else :class:`ThreadPrefetcher`, which moves batches to ``device`` and applies the same
     :func:`prepare` on its thread. Either way the batches come out the same.
 
-    ``depth`` defaults to 1 batch in flight on CUDA and 2 queued for the thread.
+    ``depth`` (the batches queued ahead) defaults to 1 on CUDA and 2 for the thread.
 
     Raises:
         RuntimeError: ``device`` is CUDA but torch sees no GPU.
