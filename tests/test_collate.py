@@ -14,7 +14,7 @@ from gpufeed.course.collate import (
     without_persistent_workers,
     worker_cuda_cost,
 )
-from gpufeed.data.movers import DetectionDataset, detection_collate, equal, leaves
+from gpufeed.data.movers import DetectionDataset, detection_collate, equal, leaves, pin, to_device
 
 
 def nest_samples(n=4):
@@ -102,3 +102,36 @@ def test_device_collate_makes_a_tensorclass_batch_in_spawned_workers():
                           collate_fn=DeviceCollate("cpu", tensorclass=True)))
     assert [type(b).__name__ for b in got] == ["ImageData", "ImageData"]
     assert torch.equal(torch.cat([b.images for b in got]), data.tensors[0]) and got[1].targets.tolist() == [3, 4, 5]
+
+
+@pytest.mark.simcuda
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_device_collate_under_the_simulator_hands_over_batches_whose_copies_are_done(seed):
+    """DeviceCollate in the main process (``num_workers=0``) on the CUDA-ordering simulator. In a
+    worker the batch is read by another process on another stream, which nothing orders after the
+    worker's copies: so the collate waits for its stream before handing the batch over. Read here on
+    a fresh side stream with no wait, a batch whose copies were not waited for is a race."""
+    from gpufeed.course.simcuda import CudaRaceError, simulated_cuda
+
+    samples = nest_samples()
+    images = [(torch.full((3, 2, 2), i, dtype=torch.uint8), i) for i in range(4)]
+
+    def read_on_another_stream(batch):  # as the main process would: nothing orders it after the copies
+        with torch.cuda.stream(torch.cuda.Stream()):
+            return [(t * 1).cpu() for t in leaves(batch)]
+
+    with simulated_cuda(seed) as sim:
+        batch = DeviceCollate("cuda")(samples)
+        assert all(t.is_cuda for t in leaves(batch)) and list(batch["meta"][1]) == ["id0", "id1", "id2", "id3"]
+        assert len(sim.syncs) == 1 and "synchronize" in sim.syncs[0]  # the collate's one wait for its stream
+        assert all(torch.equal(a, b) for a, b in zip(read_on_another_stream(batch), leaves(default_collate(samples))))
+        classy = DeviceCollate("cuda", tensorclass=True)(images)
+        assert type(classy).__name__ == "ImageData" and classy.images.is_cuda and classy.targets.is_cuda
+        got = read_on_another_stream(classy)
+        assert torch.equal(got[0], default_collate(images)[0]) and got[1].tolist() == [0, 1, 2, 3]
+        loader = DataLoader(TensorDataset(torch.arange(12).view(6, 2), torch.arange(6)), batch_size=2,
+                            collate_fn=DeviceCollate("cuda"))
+        assert torch.cat([read_on_another_stream(b)[0] for b in loader]).equal(torch.arange(12).view(6, 2))
+        unwaited = to_device(pin(default_collate(samples)), "cuda", non_blocking=True)  # no synchronize
+        with pytest.raises(CudaRaceError):
+            read_on_another_stream(unwaited)

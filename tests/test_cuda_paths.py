@@ -164,3 +164,15 @@ def test_fast_loader_on_cuda_copies_on_its_own_side_stream(on_cuda):
             copies = {w.stream.name for s in on_cuda.streams.values() for w in on_cuda.issued_work(s)
                       if w.kind == "copy" and w.what.startswith("copy to cuda")}
             assert copies and current.name not in copies, copies
+
+
+def test_cuda_prefetcher_batches_kept_together_never_share_memory(on_cuda):
+    """A loader that reuses one pinned buffer for every batch: each batch the prefetcher yields is
+    new device memory, so a list of them holds every batch (as ``list(loader)`` must)."""
+    x, y = torch.randint(0, 256, (30, 3, 8, 8), dtype=torch.uint8), torch.arange(30)
+    for depth in (1, 3):
+        ring = FastLoader((x, y), batch_size=4, seed=1, pin_memory=True, reuse_buffers=1)
+        got = list(CudaPrefetcher(ring, "cuda", depth=depth))
+        assert len({xb.data_ptr() for xb, _ in got}) == len(got) == 8
+        same([(xb.float().sum(dim=(1, 2, 3)).cpu(), yb.cpu()) for xb, yb in got],
+             deferred(FastLoader((x, y), batch_size=4, seed=1)))

@@ -300,15 +300,21 @@ def reserved(sim) -> int:
 def test_device_memory_stops_growing_after_the_first_epochs(mm, on_cuda):
     """Issue 26, defect 1: a new side stream per epoch strands each epoch's blocks in that stream's
     pool (the caching allocator reuses a block only on the stream that allocated it). One stream,
-    owned by the loader: the memory held after epoch 2 is all epoch 7 needs."""
-    loader = ImageLoader(mm, 4, crop=16, device="cuda", depth=2)
+    owned by the loader: the memory held after epoch 2 is all epoch 7 needs, give or take the
+    batches in flight (the prefetcher's thread decides when a block is freed against when the next
+    is allocated, so one epoch may find fewer ready; a stream per epoch would add an epoch's worth
+    of blocks every epoch)."""
+    depth = 2
+    loader = ImageLoader(mm, 4, crop=16, device="cuda", depth=depth)
     for epoch in range(7):
         deferred_sum = [x.float().sum() for x, _ in loader]
         torch.cuda.synchronize()
         del deferred_sum
         if epoch == 1:
             after_two = reserved(on_cuda)
-    assert reserved(on_cuda) == after_two
+    x, y = next(iter(loader))
+    in_flight = (depth + 2) * (x.nbytes + y.nbytes)  # CudaPrefetcher: its queue, the one made, the one used
+    assert after_two <= reserved(on_cuda) < after_two + in_flight
     if on_cuda is not None:  # the simulator counts streams: the default one and the loader's own
         assert len(on_cuda.streams) == 2
 

@@ -13,7 +13,6 @@ from gpufeed.data.movers import equal, leaves
 from gpufeed.data.prefetch import (
     THREAD_PREFIX,
     CudaPrefetcher,
-    Lookahead,
     ThreadPrefetcher,
     prefetch,
     prepare,
@@ -85,28 +84,6 @@ def tree_without_images(batch):
 
     b = plain(batch)
     return {k: v for k, v in b.items() if k != "images"} if isinstance(b, dict) else b[1:]
-
-
-# --- the lookahead core of the CUDA prefetcher (no GPU needed) ---------------------------------
-
-@pytest.mark.parametrize("depth", [1, 2, 10])
-def test_lookahead_keeps_order_and_starts_ahead(depth):
-    started = []
-    it = Lookahead(iter(range(6)), depth, start=lambda x: started.append(x) or x, finish=lambda x: x)
-    assert started == list(range(min(depth, 6)))  # started before the first next()
-    assert next(it) == 0 and started == list(range(min(depth + 1, 6)))
-    assert list(it) == [1, 2, 3, 4, 5]
-
-
-def test_lookahead_raises_once_after_the_items_before_the_error():
-    it = Lookahead(failing(3), 2, start=lambda b: b, finish=lambda b: b)
-    got = [next(it) for _ in range(3)]
-    assert all(equal(a, b) for a, b in zip(got, batches(3)))
-    with pytest.raises(ValueError, match="boom") as info:
-        next(it)
-    assert "gen" in [f.name for f in traceback.extract_tb(info.value.__traceback__)]  # the loader's frame
-    with pytest.raises(StopIteration):
-        next(it)
 
 
 # --- the thread prefetcher ----------------------------------------------------------------------
@@ -302,18 +279,22 @@ def test_cuda_prefetcher_raises_once_with_the_traceback(on_cuda):
 
 def test_cuda_prefetcher_protocol_with_a_stand_in_for_torch_cuda(monkeypatch):
     """Runs without a GPU: torch.cuda's streams and events are replaced by recorders, so that the
-    order of the protocol is checked: each batch's copy is issued on the side stream and its event
-    recorded there, before the current stream is made to wait for that event at hand-over."""
+    order of the protocol is checked: on the prefetcher's thread, with the side stream current for
+    its whole life, each batch is asked for, copied and its event recorded; on the caller's thread,
+    the current stream waits for that event at hand-over, after it was recorded."""
     import contextlib
 
     calls = []
+
+    def log(*call):
+        calls.append((*call, threading.current_thread().name))
 
     class Stream:
         def __init__(self, name="side"):
             self.name = name
 
         def wait_event(self, event):
-            calls.append(("wait", event.n))
+            log("wait", event.n)
 
     class Event:
         count = 0
@@ -321,29 +302,140 @@ def test_cuda_prefetcher_protocol_with_a_stand_in_for_torch_cuda(monkeypatch):
         def record(self, stream):
             Event.count += 1
             self.n = Event.count
-            calls.append(("record", self.n, stream.name))
+            log("record", self.n, stream.name)
 
     @contextlib.contextmanager
     def stream(s):
-        calls.append(("enter", s.name))
+        log("enter", s.name)
         yield
-        calls.append(("exit", s.name))
+        log("exit", s.name)
+
+    def loader():
+        for k, batch in enumerate(batches(4)):
+            log("ask", k)
+            yield batch
 
     for name, value in {"is_available": lambda: True, "current_device": lambda: 0, "Stream": lambda device: Stream(),
                         "Event": Event, "stream": stream, "current_stream": lambda device: Stream("current"),
                         "device": lambda device: contextlib.nullcontext()}.items():
         monkeypatch.setattr(torch.cuda, name, value)
-    p = CudaPrefetcher(batches(4), "cuda", dtype=torch.float32, depth=2, pin_memory=False)
+    p = CudaPrefetcher(loader(), "cuda", dtype=torch.float32, depth=2, pin_memory=False)
     p.device = torch.device("cpu")  # the copies themselves stay on the CPU here
-    ask = [("enter", "side"), ("exit", "side")]  # each batch is asked for with the side stream current
-    started = [*ask, ("enter", "side"), ("record", 1, "side"), ("exit", "side"),
-               *ask, ("enter", "side"), ("record", 2, "side"), ("exit", "side")]
-    it = iter(p)
-    assert calls == started  # two batches in flight before the first is asked for
-    first = next(it)
-    assert calls == [*started, ("wait", 1), *ask, ("enter", "side"), ("record", 3, "side"), ("exit", "side")]
-    rest = list(it)  # batch k is waited for only when it is handed over, after its copy was issued
-    assert [c[1] for c in calls if c[0] == "wait"] == [1, 2, 3, 4]
-    assert all(calls.index(("record", n, "side")) < calls.index(("wait", n)) for n in range(1, 5))
-    for got, want in zip([first, *rest], batches(4)):
-        assert got[0].dtype == torch.float32 and torch.allclose(got[0], want[0] / 255) and torch.equal(got[1], want[1])
+    got = list(p)
+    main = threading.current_thread().name
+    producer = [c[:-1] for c in calls if c[-1] != main]
+    threads = {c[-1] for c in calls if c[-1] != main}
+    assert len(threads) == 1 and threads.pop().startswith(THREAD_PREFIX)  # one producer thread, ours
+    assert producer == [("enter", "side"), *[c for k in range(4) for c in (("ask", k), ("record", k + 1, "side"))],
+                        ("exit", "side")]  # one side stream current for the thread's whole life
+    assert [c[:-1] for c in calls if c[-1] == main] == [("wait", n) for n in range(1, 5)]  # only the waits here
+    at = {c[:2]: i for i, c in enumerate(calls)}
+    assert all(at["record", n] < at["wait", n] for n in range(1, 5))  # each waited for after its record
+    for got_batch, want in zip(got, batches(4)):
+        assert got_batch[0].dtype == torch.float32 and torch.allclose(got_batch[0], want[0] / 255)
+        assert torch.equal(got_batch[1], want[1])
+
+
+# --- issue 29: the host work happens on the prefetcher's thread, so it overlaps a syncing loop ---
+
+def test_cuda_prefetcher_does_its_host_work_on_its_thread_with_the_side_stream_current(on_cuda, monkeypatch):
+    import gpufeed.data.prefetch as prefetch_module
+
+    seen = {"ask": [], "pin": [], "transform": []}
+
+    def note(what):
+        seen[what].append((threading.current_thread().name, torch.cuda.current_stream()))
+
+    def loader():
+        for batch in batches(4):
+            note("ask")
+            yield batch
+
+    def pin(batch):
+        note("pin")
+        return prefetch_module.pin.__wrapped__(batch)
+
+    pin.__wrapped__ = prefetch_module.pin
+    monkeypatch.setattr(prefetch_module, "pin", pin)
+
+    def transform(batch):
+        note("transform")
+        return batch
+
+    caller = torch.cuda.current_stream()
+    p = CudaPrefetcher(loader(), "cuda", dtype=torch.float32, transform=transform)  # unpinned: pinned on the thread
+    got = [(x.cpu(), y.cpu()) for x, y in p]
+    assert len(got) == 4 and all(torch.allclose(x, wx.float() / 255) and torch.equal(y, wy)
+                                 for (x, y), (wx, wy) in zip(got, batches(4)))
+    for what, calls in seen.items():
+        assert len(calls) == 4, what
+        assert all(name.startswith(THREAD_PREFIX) and stream == p.stream for name, stream in calls), (what, calls)
+    assert torch.cuda.current_stream() == caller != p.stream  # the caller's thread kept its own stream
+    if on_cuda is not None:  # every copy to the device was issued on the side stream
+        copies = {w.stream.name for s in on_cuda.streams.values() for w in on_cuda.issued_work(s) if w.kind == "copy"
+                  and w.what.startswith("copy to cuda")}
+        assert copies == {p.stream.name}
+
+
+def test_cuda_prefetcher_memory_in_flight_is_depth_plus_two_batches_and_close_frees_it(on_cuda):
+    def in_use() -> tuple[int, int]:
+        """Device bytes allocated; and pinned blocks held (under the simulator). No gc.collect:
+        reference counts free the batches, as they do in a training loop."""
+        torch.cuda.synchronize()
+        if on_cuda is None:
+            return torch.cuda.memory_allocated(), 0
+        on_cuda._take_freed()  # the frees the simulator's finalizers noted
+        return torch.cuda.memory_allocated(), len(on_cuda.host_memory.by_ptr) - len(on_cuda.host_memory.free)
+
+    data, depth = batches(12), 3  # unpinned: the thread pins each batch
+    list(CudaPrefetcher(data, dtype=torch.float32, depth=depth))  # warm-up: the cached constants
+    base = in_use()
+    per_batch = sum(-(-t.nbytes // 512) * 512 for t in leaves(prepare(data[0], torch.float32)))
+    for ending in ("close", "break"):
+        p = CudaPrefetcher(data, dtype=torch.float32, depth=depth)
+        it = iter(p)
+        batch = next(it)
+        deadline = time.monotonic() + 10
+        while in_use()[0] - base[0] < (depth + 2) * per_batch and time.monotonic() < deadline:
+            time.sleep(0.05)  # the thread fills the queue, makes one more and blocks on put
+        time.sleep(0.2)
+        assert in_use()[0] - base[0] == (depth + 2) * per_batch  # queue + the one made + the one in use
+        del batch
+        if ending == "close":
+            p.close()
+        else:
+            del it
+        assert live_threads() == []
+        assert in_use() == base, ending  # no batch, pinned copy or thread left behind
+
+
+@pytest.mark.simcuda
+def test_cuda_prefetcher_overlaps_a_slow_loader_with_a_loop_that_syncs_every_step():
+    """Issue 29: a training loop that waits for the GPU every step (``loss.item()``) used to pay
+    the loader's time and the step's one after the other (the old prefetcher asked the loader in
+    ``next()``, between two steps). The loader's ``next()`` takes LOAD_S and the step STEP_S of host
+    waiting, then a sync: per step it must take about max(LOAD_S, STEP_S), not their sum. A
+    structural check with wide margins (sleeps, not speed), under the simulator."""
+    from gpufeed.course.simcuda import simulated_cuda
+
+    load_s = step_s = 0.04
+    n, warm = 24, 4
+
+    def slow_loader():
+        for k in range(n):
+            time.sleep(load_s)  # the loader's own host time (reading, decoding, collating)
+            yield torch.full((2, 3, 8, 8), k, dtype=torch.uint8), torch.tensor([k])
+
+    with simulated_cuda(seed=0):
+        ends, seen = [], []
+        with CudaPrefetcher(slow_loader(), "cuda", dtype=torch.float32, depth=2) as p:
+            for images, labels in p:
+                time.sleep(step_s)  # the step: the host waits this long for the GPU, then reads the loss
+                seen.append(((images.sum() * 255 / images.numel()).round() + 1000 * labels).item())  # a sync
+                ends.append(time.perf_counter())
+    assert seen == [1001.0 * k for k in range(n)]  # each batch's mean and label, in order
+    per_step = (ends[-1] - ends[warm]) / (n - 1 - warm)
+    ms = f"{per_step * 1e3:.1f} ms per step (load {load_s * 1e3:.0f} ms, step {step_s * 1e3:.0f} ms)"
+    print(ms)  # pytest -s shows it
+    assert per_step > 0.95 * max(load_s, step_s), ms  # a sleep cannot be shorter: the clock is right
+    assert per_step < 0.8 * (load_s + step_s), f"{ms}: the loader's time is not overlapped with the step"

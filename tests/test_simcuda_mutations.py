@@ -1,10 +1,12 @@
 """Every ordering call in the library is needed, and the tests would notice it gone.
 
 For each ``wait_stream``, ``wait_event``, ``record_stream``, ``synchronize`` and event ``record`` call in
-``src/gpufeed/data``, a copy of the package without that one call must fail the CUDA-path tests
-under the simulator (``tests/test_cuda_paths.py`` and the ``cuda`` tests of the library's own
-test files, marker ``simcuda``). A deletion that fails nothing would be a call the library does not
-need, or a path no test covers.
+``src/gpufeed/data``, however it is written (a statement of its own, or inside an expression, a
+comprehension, a lambda, a conditional expression, a chain of calls), a copy of the package with
+that one call replaced by ``(None)`` (what each of them returns) must fail the CUDA-path tests under
+the simulator (``tests/test_cuda_paths.py`` and the ``cuda`` tests of the library's own test files,
+marker ``simcuda``). A deletion that fails nothing would be a call the library does not need, or a
+path no test covers.
 """
 
 import ast
@@ -21,35 +23,68 @@ ORDERING = {"wait_stream", "wait_event", "record_stream", "synchronize", "record
 SUITE = ["tests/test_cuda_paths.py", "tests/test_prefetch.py", "tests/test_image_loader.py", "tests/test_loader.py"]
 
 
-def ordering_calls() -> list[tuple[str, int, str]]:
-    """``(file, line, source)`` of every ordering call that is a statement of its own."""
-    found = []
-    for path in sorted((ROOT / "src" / "gpufeed" / "data").glob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
-                    and isinstance(node.value.func, ast.Attribute) and node.value.func.attr in ORDERING):
-                found.append((path.name, node.lineno, ast.unparse(node)))
-    return found
+def calls_in(source: str) -> list[tuple[int, int, int, int, str]]:
+    """``(line, column, end line, end column, source)`` of every ordering call in ``source``, as
+    the parser places it (columns in UTF-8 bytes), wherever it sits in the code."""
+    return sorted((node.lineno, node.col_offset, node.end_lineno, node.end_col_offset, ast.get_source_segment(source, node))
+                  for node in ast.walk(ast.parse(source))
+                  if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ORDERING)
+
+
+def deleted(source: str, line: int, col: int, end_line: int, end_col: int) -> str:
+    """``source`` with the call at that place replaced by ``(None)``: still valid code, and the
+    value each ordering call returns."""
+    lines = source.encode().splitlines(keepends=True)
+    head, tail = lines[line - 1][:col], lines[end_line - 1][end_col:]
+    return b"".join([*lines[:line - 1], head, b"(None)", tail, *lines[end_line:]]).decode()
+
+
+def ordering_calls() -> list[tuple[str, int, int, int, int, str]]:
+    """``(file, line, column, end line, end column, source)`` of every ordering call in
+    ``src/gpufeed/data``."""
+    return [(path.name, *call) for path in sorted((ROOT / "src" / "gpufeed" / "data").glob("*.py"))
+            for call in calls_in(path.read_text())]
+
+
+def test_every_ordering_call_is_found_and_deleted_however_it_is_written():
+    source = """
+def f(streams, events, xs, side, current, pick):
+    current.wait_stream(side)
+    done = [e.record(s) for e, s in zip(events, streams)]
+    later = lambda t: t.record_stream(current)
+    y = current.wait_event(events[0]) if pick else torch.cuda.synchronize()
+    z = (side.wait_stream(
+        current), 'é', events[1].record(side))
+    return side.record_stream(current).x, later, done, y, z
+"""
+    found = calls_in(source)
+    assert [call[-1].split("(")[0].rsplit(".", 1)[-1] for call in found] == [
+        "wait_stream", "record", "record_stream", "wait_event", "synchronize", "wait_stream", "record", "record_stream"]
+    for call in found:
+        without = deleted(source, *call[:4])
+        ast.parse(without)  # still valid code
+        left = sorted(c[-1] for c in calls_in(without))
+        assert left == sorted(c[-1] for c in found if c is not call), call  # that one call gone, and only it
+        assert without.count("(None)") == 1
 
 
 def test_the_library_has_the_ordering_calls_this_file_checks():
-    names = {source.split("(")[0].rsplit(".", 1)[-1] for _, _, source in ordering_calls()}
+    names = {call[-1].split("(")[0].rsplit(".", 1)[-1] for call in ordering_calls()}
     assert names == ORDERING, "a kind of ordering call appeared or went: update ORDERING"
 
 
 @pytest.mark.simcuda
 @pytest.mark.slow
-@pytest.mark.parametrize(("file", "line", "source"), ordering_calls(), ids=lambda v: str(v))
-def test_deleting_one_ordering_call_fails_a_cuda_path_test(tmp_path, file, line, source):
+@pytest.mark.parametrize(("file", "line", "col", "end_line", "end_col", "source"), ordering_calls(),
+                         ids=lambda v: str(v))
+def test_deleting_one_ordering_call_fails_a_cuda_path_test(tmp_path, file, line, col, end_line, end_col, source):
     src = tmp_path / "src"
     shutil.copytree(ROOT / "src" / "gpufeed", src / "gpufeed", ignore=shutil.ignore_patterns("__pycache__"))
     (src / "gpufeed" / "measure" / "_photos").symlink_to(ROOT / "assets" / "photos")  # where a wheel has them
     target = src / "gpufeed" / "data" / file
-    lines = target.read_text().splitlines(keepends=True)
-    indent = lines[line - 1][: len(lines[line - 1]) - len(lines[line - 1].lstrip())]
-    assert source.split("(")[0] in lines[line - 1]
-    lines[line - 1] = f"{indent}pass  # deleted: {source}\n"
-    target.write_text("".join(lines))
+    text = target.read_text()
+    assert (line, col, end_line, end_col, source) in calls_in(text)
+    target.write_text(deleted(text, line, col, end_line, end_col))
     env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
            "PYTHONDONTWRITEBYTECODE": "1"}
     where = subprocess.run([sys.executable, "-c", "import gpufeed.data; print(gpufeed.data.__file__)"], env=env,

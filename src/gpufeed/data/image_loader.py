@@ -9,8 +9,9 @@ them itself) and ``targets`` ``int64 [B]``. It is lessons 05-09 put together:
 * on CUDA, one gather per batch (:class:`gpufeed.data.loader.FastLoader`, lesson 06) into pinned
   memory on a background thread (:class:`gpufeed.data.prefetch.ThreadPrefetcher`, lesson 08), then
   the copy and the per-sample crop/flip/normalise (:class:`gpufeed.data.transforms.DeviceAugment`,
-  lesson 09) on a side stream (:class:`gpufeed.data.prefetch.CudaPrefetcher`), ordered with the
-  compute stream by an event and kept alive with ``record_stream``;
+  lesson 09) issued on a side stream from a second thread
+  (:class:`gpufeed.data.prefetch.CudaPrefetcher`), ordered with the compute stream by an event and
+  kept alive with ``record_stream``: your loop's ``next()`` does no host work for the next batch;
 * on the CPU, no gather: each sample is cropped, flipped and normalised straight out of the memmap
   in one pass (:func:`gpufeed.data.transforms.crop_flip_normalize`), eight samples a task, by a
   small pool of threads that has the next batch or two queued behind the one it is making.
@@ -28,9 +29,9 @@ resume an interrupted epoch at its next batch.
 **The lifecycle of an iterator** (``it = iter(loader)``; a ``for`` loop makes one):
 
 * *Start.* ``iter()`` takes the epoch (the next one, or the one :meth:`ImageLoader.set_epoch` or
-  :meth:`ImageLoader.load_state_dict` set) at once. On CUDA the producer thread starts and the
-  first ``depth`` batches are started then; on the CPU the crop pool is given work at the first
-  ``next()``. Several iterators may be live at once; they share no state.
+  :meth:`ImageLoader.load_state_dict` set) at once. On CUDA the producer threads start and begin
+  the first batches then; on the CPU the crop pool is given work at the first ``next()``.
+  Several iterators may be live at once; they share no state.
 * *Running.* At most ``depth`` batches are prepared ahead of the one you hold (plus one being
   made). Every batch handed to you stays valid however long you keep it (fresh memory, or memory
   nothing else holds any more), unless you opted into ``reuse_buffers``.
@@ -39,7 +40,7 @@ resume an interrupted epoch at its next batch.
 * *``break``, or dropping the iterator.* When the last reference goes (at once in CPython; a
   reference cycle waits for the garbage collector), the iterator closes itself, as
   ``it.close()`` does: batches not yet started are cancelled, the ones being made are waited for
-  (no thread writes into anything afterwards), the producer thread is stopped and joined, the
+  (no thread writes into anything afterwards), the producer threads are stopped and joined, the
   reused buffers go back to the loader. Batches you already hold are untouched.
 * *An exception in your loop body.* As a ``break`` once the iterator is unreachable. A name of
   yours (``it``) held by the exception's traceback keeps it alive with its threads waiting (they
@@ -47,7 +48,7 @@ resume an interrupted epoch at its next batch.
 * *An exception in the loader* (a crop task, a gather, a bad file): the batches before it are
   handed out, then it is raised in your thread by ``next()``, its traceback pointing at where it
   happened, and the iterator is closed (the next ``next()`` raises ``StopIteration``).
-* *Interpreter exit.* The producer thread is a daemon and does not delay exit; the crop pool's
+* *Interpreter exit.* The producer threads are daemons and do not delay exit; the crop pool's
   threads finish the tasks already queued (at most ``depth + 1`` batches) and are joined by
   :mod:`concurrent.futures`' exit hook.
 * *fork.* A child process has none of its parent's threads: an iterator inherited from the parent

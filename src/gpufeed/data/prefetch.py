@@ -1,31 +1,41 @@
 """Prefetchers: get the next batch ready while the current one is being used.
 
-* :class:`CudaPrefetcher` (``notebooks/08_prefetch.ipynb``, section 2): copies the next batch to
-  the GPU on a side CUDA stream, from pinned memory with ``non_blocking=True``, and optionally
-  converts and normalises its images there, while the default stream computes on this batch.
-  Before handing a batch over, the default stream waits for its copy (an event recorded after the
-  copy: ``wait_stream`` when one batch is in flight), and each tensor is marked with
-  ``record_stream`` so that the caching allocator does not give its memory to the side stream
-  again while the default stream still reads it.
+* :class:`CudaPrefetcher` (``notebooks/08_prefetch.ipynb``, section 2): a thread of its own makes
+  the next batches on the GPU while your loop computes on this one, as FFCV's ``EpochIterator``
+  does. On that thread it asks the loader, pins what is not pinned, copies with
+  ``non_blocking=True`` on a side CUDA stream, optionally converts and normalises the images there
+  (:func:`prepare`, then your ``transform``) and records an event after that work. Your loop's
+  ``next()`` only takes a finished batch from a queue of ``depth``, makes your current stream wait
+  for its event (on the device: the host does not wait) and marks each of its tensors with
+  ``record_stream``, so that the caching allocator does not give their memory to the side stream
+  again while your stream may still read them. No host work for the next batch sits between two
+  of your steps, so a loop that waits for the GPU every step (``loss.item()``) still overlaps it.
 * :class:`ThreadPrefetcher` (section 3): the fallback without CUDA. A background thread pulls
-  batches into a bounded queue; an exception in the wrapped loader is raised once in the consumer,
-  with its traceback; ``break``, garbage collection, :meth:`~ThreadPrefetcher.close` and the end of
-  the data all stop the thread (it never blocks for good on a full queue: it ``put`` s with a
-  timeout and watches a stop event).
+  batches into a bounded queue.
 * :func:`prefetch` picks one; :func:`prepare` is the on-device transform (it applies
   :func:`gpufeed.data.transforms.normalize` to the images of a batch), a pure function tested on the
   CPU too.
 
 Both wrap any iterable (a DataLoader, :class:`gpufeed.data.loader.FastLoader`, a generator) of
 tensors, tuples/lists/dicts of them, TensorDicts or tensorclasses; each ``iter()`` starts a new pass
-over the wrapped iterable. Threads are named ``gpufeed-prefetch-N``.
+over the wrapped iterable (``iter()`` of it is called on your thread, its ``next()`` on the
+prefetcher's). Both share one thread machinery: batches come out in order; an exception in the
+wrapped loader (or the work on the thread) is raised once in your loop, after the batches made
+before it, with its traceback, then the iterator is exhausted; ``break``, garbage collection,
+``close()``, ``with`` and the end of the data all stop the thread and drop the batches in flight
+(it never blocks for good on a full queue: it ``put`` s with a timeout and watches a stop event).
+Threads are named ``gpufeed-prefetch-N``.
 
 Example:
+    >>> import threading
     >>> batches = [(torch.full((2, 3, 4, 4), 255, dtype=torch.uint8), torch.tensor([0, 1]))] * 3
-    >>> with prefetch(batches, "cpu", dtype=torch.float32) as p:
+    >>> def loader():  # which thread asks for the batches?
+    ...     for b in batches:
+    ...         yield threading.current_thread().name, b
+    >>> with prefetch(loader(), "cpu", dtype=torch.float32) as p:
     ...     out = list(p)
-    >>> len(out), out[0][0].dtype, out[0][0].max().item(), out[0][1].tolist()
-    (3, torch.float32, 1.0, [0, 1])
+    >>> len(out), out[0][0].startswith(THREAD_PREFIX), out[0][1][0].dtype, out[0][1][0].max().item()
+    (3, True, torch.float32, 1.0)
 """
 
 from __future__ import annotations
@@ -35,7 +45,6 @@ import itertools
 import queue
 import threading
 import weakref
-from collections import deque
 from collections.abc import Callable, Iterable
 
 import torch
@@ -69,187 +78,7 @@ def prepare(batch, dtype: torch.dtype | None = None, mean=None, std=None):
     return tree_map(convert, batch)
 
 
-class _Closable:
-    """What both prefetchers share: the wrapped loader, ``len``, ``close`` and ``with``."""
-
-    loader: Iterable
-
-    def __len__(self) -> int:
-        return len(self.loader)  # TypeError if the loader has no length, as for any iterable
-
-    def close(self) -> None:
-        for it in list(self._iterators):
-            it.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-
-class CudaPrefetcher(_Closable):
-    """Copies the next ``depth`` batches to the GPU on a side stream while the current one is used.
-
-    Args:
-        loader: any iterable of batches (tensors, nested structures, TensorDicts) on the CPU.
-        device: the CUDA device.
-        dtype, mean, std: convert and normalise the images on the GPU (:func:`prepare`), on the side
-            stream; None leaves them as they came (``uint8`` stays ``uint8``).
-        transform: applied to each batch on the GPU, on the side stream, after the copy (and
-            :func:`prepare`), e.g. :class:`gpufeed.data.transforms.DeviceAugment`; None: nothing.
-        depth: batches in flight ahead of the one in use (1: the classic apex prefetcher).
-        pin_memory: pin batches that are not pinned yet (on this thread: better let the DataLoader's
-            pin-memory thread do it with ``pin_memory=True``); from pageable memory a copy is not
-            asynchronous.
-        stream: the side stream to use, on ``device``; None: a new one, this prefetcher's own. The
-            wrapped loader is asked for each batch with this stream current, so GPU work the
-            loader does itself runs there, ahead of yours, and a loader that guards pinned buffers
-            with an event on the current stream covers the copies issued here; tensors it hands
-            over that were made on another stream (your current one) are waited for
-            (``wait_stream``) and kept alive (``record_stream``). An
-            owner that makes a prefetcher per epoch passes its one stream (as
-            :class:`gpufeed.data.ImageLoader` does): the caching allocator reuses a freed block
-            only on the stream that allocated it, so a new stream per epoch would strand every
-            epoch's blocks in a pool of their own until an allocation fails.
-
-    ``"cuda"`` without an index is the current device when the prefetcher is made (build it after
-    ``torch.cuda.set_device(local_rank)``).
-
-    Raises:
-        RuntimeError: torch sees no CUDA GPU (use :func:`prefetch`, which falls back to threads).
-    """
-
-    def __init__(self, loader: Iterable, device="cuda", dtype: torch.dtype | None = None, mean=None,
-                 std=None, depth: int = 1, pin_memory: bool = True,
-                 transform: Callable | None = None, stream: torch.cuda.Stream | None = None):
-        if not torch.cuda.is_available():
-            raise RuntimeError("CudaPrefetcher needs a CUDA GPU and torch sees none; use "
-                               "gpufeed.data.prefetch.prefetch(loader, device), which falls back "
-                               "to ThreadPrefetcher")
-        self.device = torch.device(device)
-        if self.device.type != "cuda":
-            raise ValueError(f"CudaPrefetcher: device must be a CUDA device, got {self.device}")
-        if self.device.index is None:
-            self.device = torch.device("cuda", torch.cuda.current_device())
-        if not isinstance(depth, int) or depth < 1:
-            raise ValueError(f"CudaPrefetcher: depth must be a whole number >= 1, got {depth!r}")
-        self.loader, self.depth, self.pin_memory = loader, depth, pin_memory
-        self.dtype, self.mean, self.std, self.transform = dtype, mean, std, transform
-        # the side stream for copies and conversions
-        self.stream = stream if stream is not None else torch.cuda.Stream(self.device)
-        self._iterators = weakref.WeakSet()
-
-    def _start(self, batch):
-        """Issues one batch's copy (and conversion) on the side stream; returns it and its event."""
-        on_gpu = [t for t in leaves(batch) if t.is_cuda]
-        if on_gpu:
-            # Inputs already on the GPU were made on the current stream: the side stream must not
-            # read them before that work is done, and the allocator must not hand their memory to
-            # anyone else while the side stream still reads them.
-            self.stream.wait_stream(torch.cuda.current_stream(self.device))
-            for t in on_gpu:
-                t.record_stream(self.stream)
-        with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
-            if self.pin_memory:
-                batch = pin(batch)
-            batch = prepare(to_device(batch, self.device, non_blocking=True), self.dtype, self.mean,
-                            self.std)
-            if self.transform is not None:
-                batch = self.transform(batch)
-            done = torch.cuda.Event()
-            done.record(self.stream)
-        return batch, done
-
-    def _finish(self, started):
-        """Makes the current stream wait for this batch's copy, and keeps its memory from being
-        reused before the current stream is done with it."""
-        batch, done = started
-        current = torch.cuda.current_stream(self.device)
-        current.wait_event(done)  # with depth=1 this is current.wait_stream(self.stream)
-        for t in leaves(batch):
-            if t.is_cuda:
-                t.record_stream(current)
-        return batch
-
-    def _asked_on_stream(self, source):
-        """The loader's batches, each asked for with the side stream current: a loader that guards
-        the pinned buffers it reuses with an event on the current stream (a
-        :class:`~gpufeed.data.loader.FastLoader` with ``pin_memory`` and ``reuse_buffers``) then
-        covers the copies this prefetcher issued on that stream."""
-        try:
-            while True:
-                with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
-                    try:
-                        batch = next(source)
-                    except StopIteration:
-                        return
-                yield batch
-        finally:
-            if hasattr(source, "close"):
-                source.close()
-
-    def __iter__(self):
-        it = Lookahead(self._asked_on_stream(iter(self.loader)), self.depth, self._start,
-                       self._finish)
-        self._iterators.add(it)
-        return it
-
-
-class Lookahead:
-    """An iterator that keeps ``depth`` items *started* ahead of the one handed out.
-
-    ``start(item)`` begins the work on an item (e.g. an asynchronous copy) and ``finish(started)``
-    makes it ready to use. Items come out in order; an exception from the source is raised once,
-    after the items started before it, then the iterator is exhausted. Used by
-    :class:`CudaPrefetcher`; with identity functions it is plain iteration, which is how the tests
-    check its order and error handling without a GPU.
-
-    Example:
-        >>> list(Lookahead(iter(range(4)), depth=2, start=lambda x: x * 10, finish=lambda x: x + 1))
-        [1, 11, 21, 31]
-    """
-
-    def __init__(self, source, depth: int, start: Callable, finish: Callable):
-        self._source, self._depth, self._start, self._finishing = source, depth, start, finish
-        self._ready: deque = deque()
-        self._error: BaseException | None = None
-        self._fill()
-
-    def _fill(self) -> None:
-        while self._source is not None and self._error is None and len(self._ready) < self._depth:
-            try:
-                started = self._start(next(self._source))
-            except StopIteration:
-                self._source = None
-                return
-            except Exception as e:  # raised in __next__ once the items before it are out
-                self._error = e
-                return
-            self._ready.append(started)
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        if not self._ready:
-            error, self._error = self._error, None
-            self.close()
-            if error is not None:
-                raise error
-            raise StopIteration
-        item = self._finishing(self._ready.popleft())
-        self._fill()  # start the next one now: its copy overlaps the caller's work on this one
-        return item
-
-    def close(self) -> None:
-        """Drops the source and the items in flight (a generator source is closed)."""
-        source, self._source = self._source, None
-        self._ready.clear()
-        self._error = None
-        if hasattr(source, "close"):
-            source.close()
-
+# --- the thread machinery both prefetchers share ----------------------------------------------
 
 class _Failure:
     """An exception from the producer thread, carried through the queue."""
@@ -272,29 +101,40 @@ def _put(q: queue.Queue, item, stop: threading.Event) -> bool:
     return False
 
 
-def _produce(source, q: queue.Queue, stop: threading.Event, transform) -> None:
-    """The producer thread. It holds no reference to the consumer's iterator, so dropping that
+def _produce(source, q: queue.Queue, stop: threading.Event, make: Callable | None,
+             scope: Callable[[], contextlib.AbstractContextManager]) -> None:
+    """The producer thread: inside ``scope()`` (entered on this thread), each batch of ``source``
+    through ``make`` into ``q``. It holds no reference to the consumer's iterator, so dropping that
     iterator (``break``) lets it be collected, which sets ``stop``."""
     try:
-        for batch in source:
-            if stop.is_set():
-                return
-            if not _put(q, transform(batch) if transform is not None else batch, stop):
-                return
-        _put(q, _END, stop)
+        with scope():
+            try:
+                for batch in source:
+                    if stop.is_set():
+                        return
+                    batch = make(batch) if make is not None else batch
+                    if not _put(q, batch, stop):
+                        return
+                _put(q, _END, stop)
+            finally:
+                if hasattr(source, "close"):  # a generator: its finally blocks run here, in scope
+                    source.close()
     except BaseException as e:  # noqa: BLE001  everything goes to the consumer, traceback included
         _put(q, _Failure(e), stop)
-    finally:
-        if hasattr(source, "close"):  # a generator: run its finally blocks here, in its own thread
-            source.close()
 
 
 class _ThreadIterator:
-    def __init__(self, source, depth: int, transform, name: str):
+    """One pass of a prefetcher: ``make`` runs on the producer thread (inside ``scope``), ``take``
+    on the consumer's, on each batch as it leaves the queue."""
+
+    def __init__(self, source, depth: int, make: Callable | None, name: str, *,
+                 scope: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+                 take: Callable | None = None):
         self._queue: queue.Queue = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
+        self._take = take
         self._thread = threading.Thread(target=_produce,
-                                        args=(source, self._queue, self._stop, transform),
+                                        args=(source, self._queue, self._stop, make, scope),
                                         name=name, daemon=True)
         self._done = False
         self._thread.start()
@@ -319,24 +159,55 @@ class _ThreadIterator:
         if isinstance(item, _Failure):
             self.close()
             raise item.exc  # the producer's traceback is in item.exc.__traceback__
-        return item
+        return self._take(item) if self._take is not None else item
 
     def close(self, timeout: float = 5.0) -> None:
         """Stops the producer and waits for it (unless called from the producer thread itself)."""
         self._done = True
         self._stop.set()
-        while True:  # drop queued batches now, not when this iterator is collected
+        self._drop_queued()  # now, not when this iterator is collected
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+        self._drop_queued()  # and what a producer blocked on put put there as the queue emptied
+
+    def _drop_queued(self) -> None:
+        while True:
             try:
                 self._queue.get_nowait()
             except queue.Empty:
-                break
-        if self._thread.is_alive() and threading.current_thread() is not self._thread:
-            self._thread.join(timeout)
+                return
 
     def __del__(self):
         # never raise from a finaliser (e.g. at interpreter exit)
         with contextlib.suppress(Exception):
             self.close(timeout=5.0)  # returns in milliseconds unless the loader itself is stuck
+
+
+class _Closable:
+    """What both prefetchers share: the wrapped loader, ``len``, ``close`` and ``with``."""
+
+    loader: Iterable
+
+    def __len__(self) -> int:
+        return len(self.loader)  # TypeError if the loader has no length, as for any iterable
+
+    def close(self) -> None:
+        for it in list(self._iterators):
+            it.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _started(self, make: Callable | None, **kwargs) -> _ThreadIterator:
+        # iter() here, on the caller's thread: an error in it is raised at once, and a DataLoader
+        # starts its workers from the main thread (where its signal handlers can be installed).
+        it = _ThreadIterator(iter(self.loader), self.depth, make,
+                             f"{THREAD_PREFIX}-{next(_counter)}", **kwargs)
+        self._iterators.add(it)
+        return it
 
 
 class ThreadPrefetcher(_Closable):
@@ -369,12 +240,135 @@ class ThreadPrefetcher(_Closable):
         self._iterators = weakref.WeakSet()
 
     def __iter__(self):
-        # iter() here, on the caller's thread: an error in it is raised at once, and a DataLoader
-        # starts its workers from the main thread (where its signal handlers can be installed).
-        it = _ThreadIterator(iter(self.loader), self.depth, self.transform,
-                             f"{THREAD_PREFIX}-{next(_counter)}")
-        self._iterators.add(it)
-        return it
+        return self._started(self.transform)
+
+
+class CudaPrefetcher(_Closable):
+    """Makes the next batches on the GPU, from a thread of its own, while you use this one.
+
+    All the host work of a batch happens on the prefetcher's thread (``gpufeed-prefetch-N``):
+    asking the loader for it, pinning it if it is not pinned, issuing its ``non_blocking`` copy on
+    the side stream, launching :func:`prepare` and ``transform`` there, and recording an event
+    after them. Your ``next()`` takes a finished batch from the queue, makes your current stream
+    wait for its event (``wait_event``: the device waits, the host does not) and marks its tensors
+    as used by your stream (``record_stream``: the caching allocator does not hand their memory to
+    the side stream again before your work on them is done). So your loop may synchronise every
+    step (``loss.item()`` for logging, as most do): while your thread waits for the GPU, this one
+    asks for, pins and copies the next batch, and the next step is launched at once. Done in
+    ``next()`` instead (the classic apex prefetcher), that host work would sit between the end of
+    one step and the launch of the next, with the GPU idle.
+
+    What it costs, honestly:
+
+    * The conversion and ``transform`` are kernels on the side stream. They share the GPU with your
+      step: memory-bound kernels take turns with the step's rather than run beside them for free.
+      What the side stream hides is the copy and the host work; the kernels' time still counts.
+    * The thread shares the GIL with your loop: its Python (the loader's, walking the batch) takes
+      turns with your step's launches; what releases the GIL (a wait for the GPU such as
+      ``.item()``, torch's copies and pinning, a DataLoader's queue) runs beside them.
+    * GPU memory: up to ``depth + 2`` converted batches at once (``depth`` queued, the one the
+      thread is making, the one you use), besides the loader's own; FFCV's ``EpochIterator``
+      allocates the same, ``batches_ahead + 2`` slots.
+    * A batch that is not pinned is pinned on the thread (``pin_memory=True``), never on yours:
+      from pageable memory a copy is not asynchronous (the host stages it through the driver's
+      buffer and waits), so it would hold the host through the copy. The pinned copy is dropped as
+      soon as its copy is issued: torch's caching host allocator keeps a freed pinned block until
+      the copies that read it are done. Pinning is a host memcpy on the thread; better let the
+      loader hand over pinned batches (``DataLoader(pin_memory=True)``, ``FastLoader``'s
+      ``pin_memory``).
+
+    Args:
+        loader: any iterable of batches (tensors, nested structures, TensorDicts) on the CPU.
+        device: the CUDA device; the thread makes it its current device (as torch's own pin-memory
+            thread does), so pinned memory and new tensors belong to it.
+        dtype, mean, std: convert and normalise the images on the GPU (:func:`prepare`), on the side
+            stream; None leaves them as they came (``uint8`` stays ``uint8``).
+        transform: applied to each batch on the GPU, on the side stream, after the copy (and
+            :func:`prepare`), e.g. :class:`gpufeed.data.transforms.DeviceAugment`; None: nothing.
+        depth: finished batches the queue holds ahead of the one in use (1: one in flight).
+        pin_memory: pin batches that are not pinned yet (on the thread, see above).
+        stream: the side stream, on ``device``; None: a new one, this prefetcher's own for its life.
+            The thread keeps it current for its whole life, so the wrapped loader is asked for each
+            batch with this stream current: GPU work the loader does itself runs there, ahead of
+            the copies, and a loader that guards pinned buffers with an event on the current stream
+            (a :class:`~gpufeed.data.loader.FastLoader` with ``pin_memory`` and ``reuse_buffers``)
+            covers the copies issued here. An owner that makes a prefetcher per epoch passes its one
+            stream (as :class:`gpufeed.data.ImageLoader` does): the caching allocator reuses a freed
+            block only on the stream that allocated it, so a new stream per epoch would strand every
+            epoch's blocks in a pool of their own until an allocation fails.
+
+    Tensors the loader hands over already on the GPU are taken to be made on the stream current
+    where ``iter()`` was called (your loop's): the side stream waits for that stream
+    (``wait_stream``) before reading them, and they are marked as used by the side stream
+    (``record_stream``). ``"cuda"`` without an index is the current device when the prefetcher is
+    made (build it after ``torch.cuda.set_device(local_rank)``).
+
+    Raises:
+        RuntimeError: torch sees no CUDA GPU (use :func:`prefetch`, which falls back to threads).
+    """
+
+    def __init__(self, loader: Iterable, device="cuda", dtype: torch.dtype | None = None, mean=None,
+                 std=None, depth: int = 1, pin_memory: bool = True,
+                 transform: Callable | None = None, stream: torch.cuda.Stream | None = None):
+        if not torch.cuda.is_available():
+            raise RuntimeError("CudaPrefetcher needs a CUDA GPU and torch sees none; use "
+                               "gpufeed.data.prefetch.prefetch(loader, device), which falls back "
+                               "to ThreadPrefetcher")
+        self.device = torch.device(device)
+        if self.device.type != "cuda":
+            raise ValueError(f"CudaPrefetcher: device must be a CUDA device, got {self.device}")
+        if self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        if not isinstance(depth, int) or depth < 1:
+            raise ValueError(f"CudaPrefetcher: depth must be a whole number >= 1, got {depth!r}")
+        self.loader, self.depth, self.pin_memory = loader, depth, pin_memory
+        self.dtype, self.mean, self.std, self.transform = dtype, mean, std, transform
+        # the side stream for copies and conversions
+        self.stream = stream if stream is not None else torch.cuda.Stream(self.device)
+        self._iterators = weakref.WeakSet()
+
+    @contextlib.contextmanager
+    def _on_side_stream(self):
+        """Entered once on the producer thread, for its whole life: our device and side stream."""
+        with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
+            yield
+
+    def _make(self, batch, consumer: torch.cuda.Stream):
+        """On the producer thread, the side stream current: one batch's copy, conversion and
+        transform issued, and the event after them. ``consumer``: the stream current where
+        ``iter()`` was called, on which inputs already on the GPU were made."""
+        on_gpu = [t for t in leaves(batch) if t.is_cuda]
+        if on_gpu:
+            # Inputs already on the GPU: the side stream must not read them before the consumer's
+            # work that made them is done, nor their memory go to anyone else while it reads them.
+            self.stream.wait_stream(consumer)
+            for t in on_gpu:
+                t.record_stream(self.stream)
+        if self.pin_memory:
+            batch = pin(batch)  # pinned here, on this thread; dropped once its copy is issued
+        batch = prepare(to_device(batch, self.device, non_blocking=True), self.dtype, self.mean,
+                        self.std)
+        if self.transform is not None:
+            batch = self.transform(batch)
+        done = torch.cuda.Event()
+        done.record(self.stream)
+        return batch, done
+
+    def _take(self, made):
+        """On the consumer's thread: its current stream waits for the batch's work, and keeps the
+        batch's memory from being reused before its own work on it is done."""
+        batch, done = made
+        current = torch.cuda.current_stream(self.device)
+        current.wait_event(done)
+        for t in leaves(batch):
+            if t.is_cuda:
+                t.record_stream(current)
+        return batch
+
+    def __iter__(self):
+        consumer = torch.cuda.current_stream(self.device)  # the caller's, captured on its thread
+        return self._started(lambda batch: self._make(batch, consumer), scope=self._on_side_stream,
+                             take=self._take)
 
 
 def prefetch(loader: Iterable, device="cuda", dtype: torch.dtype | None = None, mean=None, std=None,
@@ -383,7 +377,7 @@ def prefetch(loader: Iterable, device="cuda", dtype: torch.dtype | None = None, 
     else :class:`ThreadPrefetcher`, which moves batches to ``device`` and applies the same
     :func:`prepare` on its thread. Either way the batches come out the same.
 
-    ``depth`` defaults to 1 batch in flight on CUDA and 2 queued for the thread.
+    ``depth`` (the batches queued ahead) defaults to 1 on CUDA and 2 for the thread.
 
     Raises:
         RuntimeError: ``device`` is CUDA but torch sees no GPU.

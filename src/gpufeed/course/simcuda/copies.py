@@ -151,8 +151,9 @@ def _copy_in(sim, stream, target: Ref, source, what: str) -> None:
         check.changed = not torch.equal(now, check.sent)
         target.get().copy_(now)
 
-    sim.host_memory_used(source.block, stream, stream.issued + 1)
-    check.work = sim.issue(stream, "copy", what, run, writes=[target.block], nbytes=target.nbytes)
+    with sim.lock:  # the mark names the copy's step: no other thread's step may come between
+        sim.host_memory_used(source.block, stream, stream.issued + 1)
+        check.work = sim.issue(stream, "copy", what, run, writes=[target.block], nbytes=target.nbytes)
     sim.pending.append(check)
 
 
@@ -202,9 +203,10 @@ def to_host(sim, dst: torch.Tensor, src: SimTensor, non_blocking: bool) -> None:
         def run():
             landing.bytes = source.get().clone()  # read now; lands in the host buffer when the host learns
 
-        sim.host_memory_used(block, stream, stream.issued + 1)
-        landing.work = sim.issue(stream, "copy", f"copy to the host ({dst.nbytes / 1e6:.2f} MB into pinned memory, "
-                                 "non_blocking)", run, reads=[src._block], nbytes=dst.nbytes)
+        with sim.lock:  # as in _copy_in: the mark and the step it names, together
+            sim.host_memory_used(block, stream, stream.issued + 1)
+            landing.work = sim.issue(stream, "copy", f"copy to the host ({dst.nbytes / 1e6:.2f} MB into pinned "
+                                     "memory, non_blocking)", run, reads=[src._block], nbytes=dst.nbytes)
         sim.pending.append(landing)
         return
     source = src.ref()
