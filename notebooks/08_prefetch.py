@@ -655,5 +655,6 @@ say(text)
 #
 # * [CUDA semantics](https://docs.pytorch.org/docs/stable/notes/cuda.html) (PyTorch docs): streams, `wait_stream` and `record_stream`: the three lines of the prefetcher and the races they prevent.
 # * [`examples/imagenet/main_amp.py`](https://github.com/NVIDIA/apex/blob/master/examples/imagenet/main_amp.py) (NVIDIA apex): the `data_prefetcher` this lesson's `CudaPrefetcher` descends from.
+# * [`ffcv/loader/epoch_iterator.py`](https://github.com/libffcv/ffcv/blob/main/ffcv/loader/epoch_iterator.py) (FFCV): a loader that runs its pipeline and issues its copies from a thread of its own, on its own CUDA stream, so that the training loop may sync as often as it likes: the design `CudaPrefetcher` follows since its first GPU run.
 # * [A guide on good usage of `non_blocking` and `pin_memory()` in PyTorch](https://docs.pytorch.org/tutorials/intermediate/pinmem_nonblock.html) (Vincent Moens, PyTorch tutorials): why the copy must come from pinned memory to overlap, shown with profiler traces.
 # * [`torch.profiler`](https://docs.pytorch.org/docs/stable/profiler.html) (PyTorch docs): how to read the trace that proves the overlap.

@@ -42,7 +42,7 @@ else:
 #
 # | lesson | technique | what it saves |
 # |---|---|---|
-# | 03 | `uint8` on the wire; convert and normalise on the device | 4x fewer bytes to collate, pin and copy; the conversion runs where it is nearly free |
+# | 03 | `uint8` on the wire; convert and normalise on the device | 4x fewer bytes to collate, pin and copy; the conversion is a short kernel on the device (it still shares the GPU with the step) |
 # | 04 | a fast JPEG decoder (libjpeg-turbo through torchvision or TorchCodec) | decode time per image |
 # | 05 | decode once into a memmap | decoding and resizing every image again in every epoch |
 # | 06 | batched fetching (`FastLoader`) | Python per sample: one gather per batch |

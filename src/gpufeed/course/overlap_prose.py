@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 
+from gpufeed.course import prose
 from gpufeed.course.overlap import PLAIN, REGIMES, between_steps, bound
 from gpufeed.measure import harness, results
 
@@ -29,10 +30,8 @@ SYNCED = "syncs every step"
 
 
 def times(x: float, flat: float = FLAT) -> str:
-    """A ratio of times (baseline over candidate) as words: faster, slower, or the same."""
-    if abs(x - 1) <= flat:
-        return f"the same speed (within {flat:.0%})"
-    return f"{x:.2f}x faster" if x > 1 else f"{1 / x:.2f}x slower"
+    """A ratio of times (baseline over candidate) as words: faster, slower, or the same speed."""
+    return prose.times(x, same="the same speed", flat=flat)
 
 
 def spread(runs: list[float]) -> float:

@@ -41,19 +41,31 @@ def say(text: str) -> None:
         print(text)
 
 
-def times(ratio: float, than: str = "", *, more: str = "faster", less: str = "slower", same: str = "as fast") -> str:
+def times(ratio: float, than: str = "", *, more: str = "faster", less: str = "slower", same: str = "as fast",
+          flat: float | None = None) -> str:
     """``ratio`` (new / old, e.g. images/s over images/s) in words, from its sign: ``"2.00x faster"``
-    above 1, ``"1.25x slower"`` (the inverse) below, ``same`` when it rounds to 1.00 either way;
-    with ``than``, what it is compared with: ``"2.00x faster than naive"``, ``"as fast as naive"``.
+    above 1, ``"1.25x slower"`` (the inverse) below, ``same`` when it rounds to 1.00 either way (or,
+    with ``flat``, when it is within ``flat`` of 1: ``"as fast (within 2%)"``); with ``than``, what it
+    is compared with: ``"2.00x faster than naive"``, ``"as fast as naive"``.
 
     Args:
         ratio: a positive ratio of two rates (a ratio of times is the other way round: invert it).
         than: the thing compared with, or "" for the bare words.
         more, less, same: the words for above 1, below 1, and equal (e.g. "more", "fewer", "as many").
+        flat: the band around 1 read as ``same`` (e.g. 0.02 for noisy timings); None: rounding only.
+
+    Example:
+        >>> times(1.015, flat=0.02), times(1.03, flat=0.02)
+        ('as fast (within 2%)', '1.03x faster')
     """
     if not ratio > 0:
         raise ValueError(f"times: a ratio of two rates is positive (got {ratio!r})")
-    if f"{ratio:.2f}" == "1.00" and f"{1 / ratio:.2f}" == "1.00":
-        return f"{same} as {than}" if than else same
+    if flat is not None:
+        level = abs(ratio - 1) <= flat
+    else:
+        level = f"{ratio:.2f}" == "1.00" and f"{1 / ratio:.2f}" == "1.00"
+    if level:
+        words = f"{same} as {than}" if than else same
+        return f"{words} (within {flat:.0%})" if flat else words
     words = f"{ratio:.2f}x {more}" if ratio >= 1 else f"{1 / ratio:.2f}x {less}"
     return f"{words} than {than}" if than else words

@@ -83,7 +83,7 @@ def normalize(images: torch.Tensor, dtype: torch.dtype = torch.float32,
 
     Both steps are one multiply-add per element, ``x * (1 / (255 std)) - mean / std``. Run it where
     the images are: on the GPU, ``uint8`` travels (4x fewer bytes than float32) and the conversion
-    is nearly free (lesson 03).
+    is one short bandwidth-bound kernel, which still shares the GPU with the step (lesson 03).
 
     Example:
         >>> x = torch.tensor([0, 255], dtype=torch.uint8).view(1, 1, 1, 2)
