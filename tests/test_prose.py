@@ -19,3 +19,20 @@ def test_say_displays_markdown_in_a_kernel(monkeypatch):
     monkeypatch.setattr(IPython.display, "display", shown.append)
     prose.say("a *sentence*")
     assert isinstance(shown[0], IPython.display.Markdown) and shown[0].data == "a *sentence*"
+
+
+def test_times_reads_a_ratio_either_way():
+    assert prose.times(3.0) == "3.00x faster"
+    assert prose.times(1 / 3) == "3.00x slower"  # never "0.33x faster"
+    assert prose.times(1.001) == prose.times(0.999) == "as fast"
+    assert prose.times(0.25, more="more", less="fewer", same="as many") == "4.00x fewer"
+    assert prose.times(0.25, "eager") == "4.00x slower than eager"
+    assert prose.times(1.0, "eager", same="as many") == "as many as eager"
+
+
+def test_times_refuses_a_ratio_that_is_not_positive():
+    import pytest
+
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="positive"):
+            prose.times(bad)
