@@ -2,11 +2,13 @@
 # # 05 · Memory-mapped datasets
 #
 # **What you will learn:** how the operating system serves a file from RAM (pages, virtual memory,
-# the page cache, page faults); how to decode an image folder *once* into one `uint8` file and map
-# it with `numpy.memmap`, tensordict's `MemoryMappedTensor` and a `@tensorclass` dataset; and how
+# the page cache, page faults); which calls between NumPy and torch copy and which share memory,
+# and when a written array is really on the disk; how to decode an image folder *once* into one
+# `uint8` file and map it with `numpy.memmap`, tensordict's own API (`TensorDict`, `memmap`,
+# `load_memmap`, a `@tensorclass`) and the course's `build_memmap`, the same made safe; and how
 # much faster such a dataset feeds batches than a folder of JPEGs, with a cold and a warm cache.
 #
-# **Time:** about 20 minutes (1 minute in quick mode). **Prerequisites:** [00 · Setup](00_setup.ipynb)
+# **Time:** about 30 minutes (1 minute in quick mode). **Prerequisites:** [00 · Setup](00_setup.ipynb)
 # (the memcpy ceiling and the page cache), lesson 04 (why JPEG decoding is slow).
 
 # %%
@@ -93,11 +95,11 @@ for name, r in rows.items():
     print(f"{name:>5}: {r['major']:6,} major, {r['minor']:6,} minor faults, {r['ms']:7.1f} ms")
 
 # %%
-from gpufeed.course.prose import say
+from gpufeed.course.prose import say, times
 
 cold, warm, again = rows["cold"], rows["warm"], rows["again"]
 per_fault = n_pages / max(1, warm["minor"] + warm["major"])
-say(f"Cold, touching {n_pages:,} pages took **{cold['ms'] / warm['ms']:.0f}x** as long as warm "
+say(f"Cold, touching {n_pages:,} pages ran **{times(warm['ms'] / cold['ms'], 'warm')}** "
     f"({cold['ms']:.1f} vs {warm['ms']:.1f} ms). "
     + (f"Warm, there were far fewer faults than pages, {per_fault:.1f} pages per fault: on a fault, the kernel also "
        "maps the neighbouring pages that are already in the page cache (*fault-around*, up to `fault_around_bytes`, "
@@ -116,7 +118,7 @@ say(f"Cold, touching {n_pages:,} pages took **{cold['ms'] / warm['ms']:.0f}x** a
        if not dropped or cold["ms"] < 1.5 * warm["ms"] else ""))
 
 # %% [markdown]
-# ## 2. A memory-mapped array by hand, then with tensordict
+# ## 2. A memory-mapped array by hand
 #
 # The idea of a memmap dataset: decode every image once, at one size, into one big `uint8` array
 # `[N, 3, H, W]` stored as a raw file. Reading batch `i:j` is then a slice of memory. First by
@@ -140,11 +142,210 @@ back = np.memmap(raw, dtype=np.uint8, mode="r", shape=shape)  # a raw file: we m
 print(raw.stat().st_size, "bytes on disk;", back[2:4].shape, back.dtype)
 
 # %% [markdown]
+# ## 3. NumPy, torch and the disk: what copies, and when bytes are written
+#
+# Two everyday steps around such a file hide a copy or a delay: handing an array between NumPy and
+# torch, and writing an array to a file.
+#
+# **Copy or share.** `torch.tensor(a)` and `np.array(t)` copy; `torch.from_numpy(a)` and
+# `t.numpy()` return the same memory seen by the other library. The cell checks each one by
+# writing through its result and reading the source, then times each on a large array; one more
+# row copies into a tensor that exists already (`out.copy_(...)`): the same copy, into memory that
+# has been touched before.
+
+# %%
+import warnings
+
+import torch
+
+from gpufeed.measure.harness import NoisyMeasurementWarning, benchmark
+
+
+big_mib = config.pick(quick=32, full=256)
+a_big = np.ones(big_mib << 18, dtype=np.float32)  # float32 [big_mib * 2^18]: big_mib MiB
+t_big, out = torch.ones(len(a_big)), torch.empty(len(a_big))
+ways = {  # name: (the call, its input): NumPy to torch, torch to NumPy, and a copy into `out`
+    "torch.tensor(a)": (torch.tensor, a_big), "torch.from_numpy(a)": (torch.from_numpy, a_big),
+    "np.array(t)": (np.array, t_big), "t.numpy()": (torch.Tensor.numpy, t_big),
+    "out.copy_(torch.from_numpy(a))": (lambda a: out.copy_(torch.from_numpy(a)), a_big),
+}
+
+
+def shares(call, source):
+    """Writes through call(source)'s result, then reads the source: True if both are one memory."""
+    before = source[0].item()
+    call(source)[0] = before + 1
+    shared = source[0].item() == before + 1
+    source[0] = before
+    return shared
+
+
+with warnings.catch_warnings():  # NumPy 2 asks torch's Tensor.__array__ for a `copy` keyword it
+    warnings.simplefilter("ignore", DeprecationWarning)  # lacks, warns, and copies anyway
+    warnings.simplefilter("ignore", NoisyMeasurementWarning)  # the [noisy] marks below say which
+    shared = {name: shares(call, source) for name, (call, source) in ways.items()}
+    copy_ms = [benchmark(lambda call=call, source=source: call(source), name=name, nbytes=a_big.nbytes,
+                         repeats=config.pick(quick=5, full=10), warmup=1, number=1000 if shared[name] else 1)
+               for name, (call, source) in ways.items()]
+for m in copy_ms:
+    print(f"{m.name:>31}: {'shares' if shared[m.name] else 'copies'}, {m.median * 1e3:9.4f} ms for {big_mib} MiB"
+          + ("" if shared[m.name] else f" ({m.gb_per_s:.2f} GB/s)") + (" [noisy]" if m.noisy else ""))
+
+# %%
+by_copy = {m.name: m for m in copy_ms}
+views = [m for m in copy_ms if shared[m.name]]
+fresh, reused = by_copy["torch.tensor(a)"], by_copy["out.copy_(torch.from_numpy(a))"]
+copied = [n for n in list(ways)[:4] if not shared[n]]  # the talk's four calls
+say(f"{' and '.join(f'`{m.name}`' for m in views)} shared the source's memory: "
+    f"{max(m.median for m in views) * 1e6:.1f} us at most for {big_mib} MiB, since no byte moves, and a write "
+    f"through one was seen by the other. {' and '.join(f'`{n}`' for n in copied)} copied: `torch.tensor(a)` "
+    f"took {fresh.median * 1e3:.1f} ms, `np.array(t)` {by_copy['np.array(t)'].median * 1e3:.1f} ms. Into a "
+    f"tensor that already existed the same copy ran **{times(fresh.median / reused.median, 'into fresh memory')}**"
+    + (": fresh memory comes page by page, a page fault on each first touch (section 1)."
+       if reused.median < 0.9 * fresh.median else ": here fresh memory cost no more than reused memory.")
+    + " So `torch.from_numpy(np.memmap(...))` is still a mapping (`gpufeed.data.arrays.open_arrays` maps the "
+    "dataset that way), while `torch.tensor` of a memmap reads the whole file into RAM.")
+
+# %% [markdown]
+# **Writing an array to a file.** Three calls write the same bytes: `np.save(f, a)` (a short
+# header, then the array: `np.load` knows its shape and dtype), `a.tofile(f)` (the raw bytes, as
+# our memmap files) and `f.write(a.tobytes())` (a copy of the array as a `bytes` object, then
+# written). The notes this course grew from call `np.save` slow, `tofile` fast and
+# `write(tobytes)` very fast but not on disk until the file is closed or flushed. When a call
+# returns, where are the bytes? Python's file object keeps a buffer (8 KiB) until `flush()` (or
+# `close()`); the kernel keeps written pages in the page cache, marked *dirty*, and writes them to
+# the disk later, unless `os.fsync(fd)` asks for it now. First one write, step by step: the file's
+# size as the OS sees it, and the machine's dirty page cache, for 1,000 bytes and for the array.
+
+# %%
+import os
+import statistics
+from pathlib import Path
+
+writes_dir = config.cache_dir() / "lesson05" / "writes"
+writes_dir.mkdir(parents=True, exist_ok=True)
+target = writes_dir / "array.bin"
+a_write = np.random.default_rng(0).integers(0, 256, config.pick(quick=32, full=300) << 20, dtype=np.uint8)
+
+
+def dirty_bytes():
+    """The machine's page cache waiting to reach the disk (Dirty + Writeback), or None (not Linux)."""
+    try:  # psutil does not report Dirty and Writeback: the kernel's own table
+        info = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+        return sum(int(info[k].split()[0]) << 10 for k in ("Dirty", "Writeback"))
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def fresh_file():
+    """No old copy of the file, and nothing of anyone's left dirty: every write starts alike."""
+    target.unlink(missing_ok=True)
+    getattr(os, "sync", lambda: None)()  # Unix: write every dirty page back, now
+
+
+def steps(array):
+    """One f.write(array.tobytes()), then flush, fsync, close: [(step, ms, bytes the OS has, dirty delta)]."""
+    fresh_file()
+    rows, d0, f = [], dirty_bytes(), open(target, "wb")  # noqa: SIM115  (close() is a step)
+    for step, call in (("f.write(a.tobytes())", lambda: f.write(array.tobytes())), ("f.flush()", f.flush),
+                       ("os.fsync(f.fileno())", lambda: os.fsync(f.fileno())), ("f.close()", f.close)):
+        t0 = time.perf_counter()
+        call()
+        ms_taken, d1 = (time.perf_counter() - t0) * 1e3, dirty_bytes()
+        rows.append((step, ms_taken, target.stat().st_size, None if d0 is None or d1 is None else d1 - d0))
+    return rows
+
+# %%
+watched = {n: steps(a_write[:n]) for n in (1000, a_write.nbytes)}
+for n, rows in watched.items():
+    print(f"{n:,} bytes:")
+    for step, ms_taken, size, dirty in rows:
+        print(f"  {step:<22} {ms_taken:9.2f} ms   the OS has {size:>13,} bytes"
+              + ("" if dirty is None else f"   dirty page cache {dirty / 2**20:+8.1f} MiB"))
+
+# %%
+small, large = watched[1000], watched[a_write.nbytes]
+grew, fell = large[0][3], (None if large[2][3] is None else large[0][3] - large[2][3])
+say(f"1,000 bytes: after `f.write` the OS had **{small[0][2]:,}** of them"
+    + (" (they sat in Python's buffer), " if small[0][2] < 1000 else ", ")
+    + f"after `flush()` {small[1][2]:,}. {a_write.nbytes / 2**20:.0f} MiB: after `f.write` the OS had "
+    f"{large[0][2] / 2**20:,.0f} MiB"
+    + (" at once: a write larger than Python's buffer goes straight to the kernel, so `flush()` has nothing "
+       "left to send. " if large[0][2] == a_write.nbytes else ". ")
+    + ("" if grew is None else
+       f"They were not on the disk yet: the machine's dirty page cache grew by {grew / 2**20:,.0f} MiB, and "
+       f"`os.fsync` took **{large[2][1]:,.0f} ms** to write it back (dirty fell by {fell / 2**20:,.0f} MiB), "
+       f"while `close()` took {large[3][1]:.2f} ms: closing does not sync. ")
+    + "Until the sync, a crash of the machine (not of Python: the kernel has the bytes) can lose them.")
+
+# %% [markdown]
+# Now the three calls timed, each with and without `flush()` + `os.fsync()` before the file is
+# closed (the fsync timed on its own too), every write into a new file with nothing left dirty
+# before it (`os.sync()`, untimed). `tobytes()` is timed alone as well: the copy inside the third.
+
+
+# %%
+WRITES = {"np.save(f, a)": lambda f: np.save(f, a_write), "a.tofile(f)": lambda f: a_write.tofile(f),
+          "f.write(a.tobytes())": lambda f: f.write(a_write.tobytes())}
+fsync_s = {name: [] for name in WRITES}  # seconds os.fsync took, per synced write
+
+
+def write(name, sync):
+    with open(target, "wb") as f:
+        WRITES[name](f)
+        if sync:
+            f.flush()  # Python's buffer to the kernel
+            t0 = time.perf_counter()
+            os.fsync(f.fileno())  # the kernel's dirty pages to the disk
+            fsync_s[name].append(time.perf_counter() - t0)
+
+
+kw = {"nbytes": a_write.nbytes, "repeats": config.pick(quick=5, full=3), "warmup": 1, "setup": fresh_file}
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", NoisyMeasurementWarning)  # the [noisy] marks below say which
+    write_ms = {(name, sync): benchmark(lambda name=name, sync=sync: write(name, sync), **kw,
+                                        name=name + (" + fsync" if sync else ""))
+                for name in WRITES for sync in (False, True)}
+    write_ms["a.tobytes()", False] = benchmark(a_write.tobytes, name="a.tobytes() alone", **{**kw, "setup": None})
+target.unlink()
+for m in write_ms.values():
+    print(m)
+
+# %%
+fig, ax = plotting.bars(list(write_ms.values()), rate="bytes", baseline="a.tofile(f)", machine=S.machine,
+                        title=f"writing {a_write.nbytes / 2**20:.0f} MiB to a new file")
+plt.show()
+save, raw_write, copy_write = (write_ms[name, False] for name in WRITES)
+
+
+def against(m, other):
+    """m's speed against other's in words; within 10%, no difference this run can show."""
+    ratio = other.median / m.median
+    return times(ratio, f"`{other.name}`") if abs(ratio - 1) > 0.1 else f"as fast as `{other.name}` (within 10%)"
+
+
+fastest_first = sorted((save, raw_write, copy_write), key=lambda m: m.median)
+say(f"Without fsync, `np.save` ran **{against(save, raw_write)}** ({save.median * 1e3:,.0f} vs "
+    f"{raw_write.median * 1e3:,.0f} ms): it writes a short header, then the array as `tofile` does. "
+    f"`f.write(a.tobytes())` ran **{against(copy_write, raw_write)}** ({copy_write.median * 1e3:,.0f} ms), and "
+    f"`a.tobytes()` alone took {write_ms['a.tobytes()', False].median * 1e3:,.0f} ms: it copies the whole array "
+    "before writing it. "
+    + ("So the notes' order (np.save slow, tofile fast, write(tobytes) very fast) holds here. "
+       if fastest_first == [copy_write, raw_write, save] else
+       f"So the notes' order does not hold here: fastest to slowest, {', '.join(f'`{m.name}`' for m in fastest_first)}. ")
+    + "In the synced writes, `os.fsync` alone took "
+    + ", ".join(f"{statistics.median(v) * 1e3:,.0f} ms after `{name}`" for name, v in fsync_s.items())
+    + f": that is the disk ({a_write.nbytes / 1e9 / statistics.median(sum(fsync_s.values(), [])):.1f} GB/s), "
+    "the part that a write without fsync leaves for the kernel to do later, when the call has long returned.")
+
+
+# %% [markdown]
+# ## 4. tensordict: the same file as a tensor, then a dataset
+#
 # A raw file has no header: whoever reads it must know the dtype and the shape. tensordict's
 # `MemoryMappedTensor` maps the same file as a torch tensor, without a copy:
 
 # %%
-import torch
 from tensordict import MemoryMappedTensor
 
 t = MemoryMappedTensor.from_filename(raw, dtype=torch.uint8, shape=shape)
@@ -152,15 +353,70 @@ print(type(t).__name__, tuple(t.shape), "same pixels as numpy:", np.array_equal(
 del back, t
 
 # %% [markdown]
-# The course's dataset, `gpufeed.data.memmap.ImageData`, is a tensordict `@tensorclass` with two
-# memory-mapped fields, `images: uint8 [N, 3, H, W]` and `targets: int64 [N]`. `build_memmap`
-# writes it from any image folder, **atomically**: it works in a hidden staging folder beside the
-# destination, checks the disk space first (`N x 3 x H x W` bytes plus 8 per label), preallocates
-# the files with `memmap_like`, fills them batch by batch (decoded by DataLoader workers if you
-# ask), writes a small manifest last and renames the folder into place. A killed build leaves no
-# destination, and `load_memmap` refuses a folder without its manifest. In a terminal:
-# `python -m gpufeed data memmap SRC DST --size 224x224 --workers 4`.
+# **tensordict's own API, in five lines.** A `TensorDict` is a dictionary of tensors that share
+# their leading dimensions (its *batch size*) and are indexed as one: `td[2:4]` slices every field.
+# `td.memmap(path)` writes each field to a raw file, with a `meta.json` that holds the shapes and
+# dtypes, and returns the TensorDict mapped from those files; `TensorDict.load_memmap(path)` maps
+# them again later, reading nothing. On the lesson's images, decoded into RAM first:
 
+# %%
+import shutil
+
+from tensordict import TensorDict
+
+by_hand = config.cache_dir() / "lesson05" / "by-hand"
+shutil.rmtree(by_hand, ignore_errors=True)  # a fresh start on every run
+decoded = [folder[i] for i in range(len(folder))]  # (uint8 [3, 64, 64], label) per image
+td = TensorDict({"images": torch.stack([x for x, _ in decoded]), "targets": torch.tensor([y for _, y in decoded])},
+                batch_size=[len(folder)])  # 1. fields that share the first dimension, N
+td.memmap(by_hand / "td")  # 2. one raw file per field, and meta.json
+td_back = TensorDict.load_memmap(by_hand / "td")  # 3. mapped, not read
+print(td_back)
+print(sorted(str(p.relative_to(by_hand)) for p in by_hand.rglob("*")))
+
+# %% [markdown]
+# A `@tensorclass` is a TensorDict with named fields, like a dataclass. tensordict's ImageNet
+# tutorial (Further reading) gives its class a `from_dataset` that builds the memmap from any
+# dataset. Here in today's form: `memmap_like` preallocates the files at their final size from a
+# template that holds only shapes (expanded zeros: no memory), and batches from a `DataLoader`
+# are written into slices of the files, so the dataset never has to fit in RAM.
+
+# %%
+from tensordict import tensorclass
+from torch.utils.data import DataLoader
+
+
+@tensorclass
+class Images:  # 4. a typed TensorDict
+    images: torch.Tensor  # uint8 [N, 3, H, W]
+    targets: torch.Tensor  # int64 [N]
+
+    @classmethod
+    def from_dataset(cls, dataset, prefix, batch_size=8):  # 5. files first, then filled batch by batch
+        n, (image, _) = len(dataset), dataset[0]
+        data = cls(images=torch.zeros((), dtype=torch.uint8).expand(n, *image.shape),
+                   targets=torch.zeros((), dtype=torch.int64).expand(n), batch_size=[n]).memmap_like(prefix=prefix)
+        for start, (images, targets) in zip(range(0, n, batch_size), DataLoader(dataset, batch_size)):
+            data[start:start + len(targets)] = cls(images=images, targets=targets, batch_size=[len(targets)])
+        return data
+
+
+Images.from_dataset(folder, by_hand / "tc")
+hand = Images.load_memmap(by_hand / "tc")
+print(type(hand).__name__, tuple(hand.images.shape), "same tensors as the TensorDict:",
+      torch.equal(hand.images, td_back["images"]) and torch.equal(hand.targets, td_back["targets"]))
+
+# %% [markdown]
+# **`build_memmap` is the same thing made safe.** The course's dataset,
+# `gpufeed.data.memmap.ImageData`, is such a `@tensorclass` with the same two memory-mapped fields,
+# `images: uint8 [N, 3, H, W]` and `targets: int64 [N]`, and `build_memmap` fills it as
+# `from_dataset` does (`memmap_like`, then slices; decoded by DataLoader workers if you ask). What
+# it adds: it checks the disk space first (`N x 3 x H x W` bytes plus 8 per label) and every
+# image, naming one it cannot read; it works in a hidden staging folder beside the destination,
+# writes a small manifest (count, shapes, source, classes, resize policy) last and renames the
+# folder into place, so a killed build leaves no destination and `load_memmap` refuses a folder
+# without its manifest; it shows a progress bar; it reuses a dataset already built from the same
+# files. In a terminal: `python -m gpufeed data memmap SRC DST --size 224x224 --workers 4`.
 # %%
 from gpufeed.data.memmap import build_memmap, load_memmap, read_manifest
 
@@ -182,11 +438,62 @@ for ax, img, label in zip(axes, batch.images, batch.targets):
     ax.set_title(manifest["classes"][label], fontsize=7)
     ax.axis("off")
 plt.show()
+print("the same tensors as from_dataset's:", torch.equal(data.images, hand.images) and torch.equal(data.targets, hand.targets))
 print("identical to decoding the folder with the same policy:", all(torch.equal(data.images[i], folder[i][0]) for i in range(len(folder))))
 del data, batch
 
 # %% [markdown]
-# ## 3. Throughput: a JPEG folder vs the memmap, cold and warm
+# What an interrupted build leaves, both ways: `from_dataset` over a dataset whose image 10 cannot
+# be read (as a truncated download would), then `build_memmap` over a copy of the folder with one
+# truncated JPEG.
+
+# %%
+from gpufeed.data.memmap import MemmapError
+
+
+class Unreadable(torch.utils.data.Dataset):
+    """The folder, except that image 10 raises, as an unreadable file does."""
+
+    def __len__(self):
+        return len(folder)
+
+    def __getitem__(self, i):
+        if i == 10:
+            raise OSError(f"image {i}: truncated file")
+        return folder[i]
+
+
+try:
+    Images.from_dataset(Unreadable(), by_hand / "broken")
+except OSError as e:
+    print("from_dataset stopped:", e)
+half = Images.load_memmap(by_hand / "broken")  # maps without a word
+black = int(half.images.flatten(1).amax(1).eq(0).sum())  # images never written: all zeros
+print(f"Images.load_memmap: {len(half)} images, {black} of them all black")
+bad_src = by_hand / "bad-jpeg"
+shutil.copytree(demo_src, bad_src)
+victim = sorted(bad_src.rglob("*.jpg"))[10]
+victim.write_bytes(victim.read_bytes()[:300])  # truncated
+refused = []
+for what, call in (("build_memmap", lambda: build_memmap(bad_src, by_hand / "mm", size=(64, 64), progress=False)),
+                   ("load_memmap of from_dataset's folder", lambda: load_memmap(by_hand / "broken"))):
+    try:
+        call()
+    except MemmapError as e:
+        refused.append(what)
+        print(f"{what}: {e}")
+print("build_memmap left a destination:", (by_hand / "mm").exists())
+
+# %%
+say(f"`from_dataset` stopped at image 10, and its folder still loads: {len(half)} images, **{black} of them "
+    "all black** (the rows it never wrote are zeros), which would train without a word. "
+    + ("`build_memmap` refused the truncated JPEG, named it, and left no destination; "
+       if "build_memmap" in refused and not (by_hand / "mm").exists() else "")
+    + ("gpufeed's `load_memmap` refuses `from_dataset`'s folder: it has no manifest, so nothing says it is "
+       "complete." if "load_memmap of from_dataset's folder" in refused else ""))
+
+# %% [markdown]
+# ## 5. Throughput: a JPEG folder vs the memmap, cold and warm
 #
 # The baseline is the usual pipeline: a `DataLoader` with one worker per core, each opening,
 # decoding and resizing one JPEG per `__getitem__`, then stacking them. The memmap side is
@@ -197,9 +504,6 @@ del data, batch
 # stored at 224x224 already, the folder's *best* case: it decodes but never resizes.
 
 # %%
-from torch.utils.data import DataLoader
-
-from gpufeed.measure.harness import benchmark
 from gpufeed.data.loader import FastLoader
 from gpufeed.measure.machine import usable_cores
 
@@ -275,10 +579,11 @@ by = {m.name: m for m in ms}
 speedup = by["memmap, warm"].items_per_s / by["JPEG folder, warm"].items_per_s
 cold_speedup = by["memmap, cold"].items_per_s / by["JPEG folder, cold"].items_per_s
 jpeg_bytes = sum(p.stat().st_size for p in jpeg_dir.rglob("*.jpg"))
-print(f"Warm, the memmap feeds {by['memmap, warm'].items_per_s:,.0f} images/s on one core, {speedup:.0f}x the JPEG "
-      f"folder's {by['JPEG folder, warm'].items_per_s:,.0f} with {cores} workers: the folder decodes every epoch "
-      f"({by['JPEG folder, warm'].items_per_s / cores:,.0f} images/s per core), the memmap only copies bytes.")
-print(f"Cold, the memmap is {cold_speedup:.1f}x the folder: it must read {epoch_bytes / jpeg_bytes:.1f}x as many "
+print(f"Warm, the memmap feeds {by['memmap, warm'].items_per_s:,.0f} images/s on one core, "
+      f"{times(speedup, 'the JPEG folder')} ({by['JPEG folder, warm'].items_per_s:,.0f} with {cores} workers)"
+      + (f": the folder decodes every epoch ({by['JPEG folder, warm'].items_per_s / cores:,.0f} images/s per core), "
+         "the memmap only copies bytes." if speedup > 1 else "."))
+print(f"Cold, the memmap is {times(cold_speedup, 'the folder')}: it must read {epoch_bytes / jpeg_bytes:.1f}x as many "
       f"bytes from the disk ({epoch_bytes / 1e6:.0f} MB of pixels vs {jpeg_bytes / 1e6:.0f} MB of JPEG), so on a slow "
       f"disk its advantage shrinks or vanishes. Sorted batches: {by['memmap, cold, sorted'].items_per_s:,.0f} vs "
       f"{by['memmap, cold'].items_per_s:,.0f} images/s cold.")
@@ -324,8 +629,9 @@ else:
         ref_ms = [m for m in ref[0] if not m.name.startswith("memcpy")]
         fig, ax = plotting.bars(ref_ms, baseline="JPEG folder, warm", machine=ref[1]["machine"], title="reference")
         plt.show()
-        print(f"No CUDA here: the reference from {ref[1]['machine'].get('gpu')}: the memmap is "
-              f"{ref[1].get('memmap_vs_folder_warm', float('nan')):.0f}x the JPEG folder, warm.")
+        warm_x = ref[1].get("memmap_vs_folder_warm")
+        print(f"No CUDA here: the reference from {ref[1]['machine'].get('gpu')}"
+              + (f": the memmap is {times(warm_x, 'the JPEG folder')}, warm." if warm_x else "."))
 
 # %% [markdown]
 # ## Key takeaways
@@ -333,10 +639,16 @@ else:
 # * `mmap` maps a file without reading it; pages come in on first touch (a page fault) and stay in
 #   the page cache, shared by every process that maps the file (DataLoader workers, or the ranks of
 #   lesson 12).
+# * `torch.from_numpy(a)` and `t.numpy()` share memory (free, and a write shows on both sides);
+#   `torch.tensor(a)` and `np.array(t)` copy, into fresh memory that page-faults on first touch.
+# * A write call returning does not put the bytes on the disk: small writes wait in Python's buffer
+#   until `flush()`, and every write waits in the page cache until `os.fsync()` (or the kernel's
+#   own write-back); `close()` does not sync. Time writes with the fsync, or you time the page cache.
 # * Decode once: a folder of JPEGs pays for decoding on every epoch; a `uint8 [N, 3, H, W]` memmap
 #   pays once, then a batch is a memory copy, and its limit is memory bandwidth.
-# * A dataset on disk needs a manifest (shape, dtype, source, classes, version) and an atomic build,
-#   or an interrupted run leaves a file that loads as garbage.
+# * `TensorDict`, `.memmap()`, `load_memmap()` and a `@tensorclass` are the whole format in a few
+#   lines; a dataset on disk also needs a manifest (shape, dtype, source, classes, version) and an
+#   atomic build, or an interrupted run leaves files that load as black images.
 # * Cold vs warm matters: a memmap that does not fit in RAM reads from the disk every epoch; keep
 #   it on fast storage, or make it smaller (lower resolution, fewer images).
 #
@@ -346,7 +658,7 @@ else:
 #    fit in this machine's RAM? Check with the cell below.
 # 2. Build a memmap of the 224x224 JPEGs above at 112x112 (`build_memmap(jpeg_dir, ..., size=(112, 112))`)
 #    and measure its warm throughput in images/s. Is it 4 times higher? Why, or why not?
-# 3. Re-run section 3 with `batch_size = 256`. Which side changes more, and why?
+# 3. Re-run section 5 with `batch_size = 256`. Which side changes more, and why?
 #
 # Each exercise has a worked solution after the self-check, folded: try it first, then open the cell.
 
@@ -381,13 +693,13 @@ say(f"ImageNet at 224x224 is **{my_gb:.1f} GB** of pixels (+{labels_gb:.2f} GB o
 # Why: a warm memmap epoch only copies bytes, and 112x112 has a quarter of 224x224's bytes, so
 # the copy itself is 4x shorter. But each batch also pays fixed costs that do not shrink with the
 # image: Python, the shuffled indices, the loop. So expect *less* than 4x, closer to 4x the larger
-# the images. Measure both now, side by side, warm, on one thread as in section 3, on the host.
+# the images. Measure both now, side by side, warm, on one thread as in section 5, on the host.
 small_dir = build_memmap(jpeg_dir, config.cache_dir() / "lesson05" / f"mm-112-{n_images}", size=(112, 112),
                          workers=cores, reuse=True, progress=False).path
 
 
 def memmap_warm(path, batch, name):
-    """A warm FastLoader epoch over the memmap at ``path``, timed on one thread (as in section 3)."""
+    """A warm FastLoader epoch over the memmap at ``path``, timed on one thread (as in section 5)."""
     data = load_memmap(path)
     loader = FastLoader(data, batch, seed=0, reuse_buffers=2)
     torch.set_num_threads(1)
@@ -400,8 +712,8 @@ def memmap_warm(path, batch, name):
 
 big_mm, small_mm = (memmap_warm(p, batch_size, f"memmap {s}, warm") for p, s in ((mm_dir, 224), (small_dir, 112)))
 print(big_mm, small_mm, sep="\n")
-say(f"112x112: **{small_mm.items_per_s:,.0f} images/s**, {small_mm.items_per_s / big_mm.items_per_s:.1f}x the "
-    f"{big_mm.items_per_s:,.0f} of 224x224 for a quarter of the bytes; in bytes moved, {small_mm.gb_per_s:.2f} vs "
+say(f"112x112: **{small_mm.items_per_s:,.0f} images/s**, "
+    f"{times(small_mm.items_per_s / big_mm.items_per_s, f'the {big_mm.items_per_s:,.0f} of 224x224')} for a quarter of the bytes; in bytes moved, {small_mm.gb_per_s:.2f} vs "
     f"{big_mm.gb_per_s:.2f} GB/s: " + ("the per-batch costs weigh more on small images." if small_mm.gb_per_s < big_mm.gb_per_s
                                        else "small images even copy faster per byte (they stay in the CPU's caches)."))
 
@@ -429,8 +741,8 @@ rates = {(side, b): (folder_warm(b) if side == "folder" else memmap_warm(mm_dir,
 change = {side: rates[side, 256] / rates[side, batch_size] for side in ("folder", "memmap")}
 for (side, b), r in rates.items():
     print(f"{side:>6}, batch {b:3d}: {r:8,.0f} images/s")
-say(f"From batch {batch_size} to 256 the folder's rate changes **{change['folder']:.2f}x**, the memmap's "
-    f"**{change['memmap']:.2f}x**: the {max(change, key=lambda k: abs(math.log(change[k])))} side changes more."
+say(f"From batch {batch_size} to 256 the folder got **{times(change['folder'])}**, the memmap "
+    f"**{times(change['memmap'])}**: the {max(change, key=lambda k: abs(math.log(change[k])))} side changes more."
     + (f" With {n_images} images, batch 256 leaves {n_images // 256} batch(es) per epoch for {cores} workers."
        if n_images // 256 < cores else "")
     + (f" The memmap got slower: two buffers of 256 images are {2 * 256 * 3 * 224 * 224 / 1e6:.0f} MB, larger than most CPUs' "

@@ -29,6 +29,7 @@ from torch.utils.data import TensorDataset
 
 from gpufeed import config
 from gpufeed.measure.harness import benchmark
+from gpufeed.course.prose import say, times
 from gpufeed.data.loader import BatchTensorDataset
 
 # One torch thread in this process throughout: the comparisons are per core, a loader's main process
@@ -44,8 +45,8 @@ calls = benchmark(lambda: [per_sample[i] for i in idx_list], name="100 __getitem
 one = benchmark(lambda: batched[idx], name="1 batched call", repeats=50, number=10)
 assert all(torch.equal(batched[idx][0][k], per_sample[i][0]) for k, i in enumerate(idx_list))  # same data
 print(calls, one, sep="\n")
-print(f"100 samples: {calls.median * 1e6:.0f} us one by one, {one.median * 1e6:.1f} us in one call: "
-      f"{calls.median / one.median:.0f}x (the talk named in lesson 00's Sources measured 122 us vs 3.4 us, 36x).")
+print(f"100 samples: {calls.median * 1e6:.0f} us one by one, {one.median * 1e6:.1f} us in one call: the call is "
+      f"{times(calls.median / one.median)} (the talk named in lesson 00's Sources measured 122 us vs 3.4 us, 36x).")
 
 # %% [markdown]
 # Now whole epochs at batch 300 (over all 300,000 samples; quick mode takes the first 30,000, so
@@ -102,10 +103,11 @@ fig, ax = plotting.bars(ms, baseline="per sample", unit="samples/s", machine=S.m
                         title=f"one epoch of {n_epoch:,} in-memory samples, batch {B}")
 plt.show()
 by = {m.name: m for m in ms}
-print(f"Fetching each batch in one call is {by['FastLoader'].items_per_s / by['per sample'].items_per_s:.0f}x as fast "
-      f"as one __getitem__ per sample ({by['FastLoader'].items_per_s:,.0f} vs {by['per sample'].items_per_s:,.0f} "
-      f"samples/s); inside the DataLoader, __getitems__ gets {by['__getitems__'].items_per_s / by['per sample'].items_per_s:.0f}x "
-      f"and the BatchSampler {by['BatchSampler, batch_size=None'].items_per_s / by['per sample'].items_per_s:.0f}x.")
+vs_per_sample = {name: m.items_per_s / by["per sample"].items_per_s for name, m in by.items()}
+say(f"Fetching each batch in one call (`FastLoader`) ran **{times(vs_per_sample['FastLoader'], 'one __getitem__ per sample')}** "
+    f"({by['FastLoader'].items_per_s:,.0f} vs {by['per sample'].items_per_s:,.0f} samples/s); inside the DataLoader, "
+    f"`__getitems__` ran {times(vs_per_sample['__getitems__'])} and the BatchSampler "
+    f"{times(vs_per_sample['BatchSampler, batch_size=None'])}.")
 
 # %% [markdown]
 # ## 2. A minimal fast loader
@@ -177,13 +179,21 @@ def gather_speeds(n_images, batch=64):
 
 
 gathers = gather_speeds(config.pick(quick=512, full=4096))
+deeper = []  # what the optional deep dives below measure, saved with the rest (section 4)
 fig, ax = plotting.bars(gathers, rate="bytes", machine=S.machine, title="gathering 64 images of 224x224 (uint8)")
 plt.show()
 g = {m.name: m for m in gathers}
-print(f"index_select is {g['t[idx]'].median / g['index_select'].median:.1f}x as fast as t[idx]; into a reused "
-      f"buffer, {g['t[idx]'].median / g['index_select into a buffer'].median:.1f}x ({g['index_select into a buffer'].gb_per_s:.1f} GB/s).")
+say(f"`index_select` ran **{times(g['t[idx]'].median / g['index_select'].median, '`t[idx]`')}**; into a reused "
+    f"buffer, {times(g['t[idx]'].median / g['index_select into a buffer'].median, '`t[idx]`')} "
+    f"({g['index_select into a buffer'].gb_per_s:.1f} GB/s).")
 
 # %% [markdown]
+# ### Deeper (optional): `index_select`'s grain size
+#
+# Why `FastLoader` cuts each image into pieces before one `index_select` on several threads
+# (`take_rows`), measured on one thread and on every core; the lesson goes on without it.
+
+# %% [markdown] tags=["deeper"]
 # **Whole images per thread.** With more than one core, `index_select` should split the batch
 # between them. Its CPU kernel (`index_select_out_cpu_` in PyTorch's `TensorAdvancedIndexing.cpp`)
 # does so only when a row holds fewer than 32,768 elements (`at::internal::GRAIN_SIZE`). An image
@@ -194,7 +204,7 @@ print(f"index_select is {g['t[idx]'].median / g['index_select'].median:.1f}x as 
 # Same bytes, same order; `gpufeed.data.loader.take_rows` holds this, and `FastLoader` uses it.
 # Below, both on one thread (as this lesson's other cells) and on every core.
 
-# %%
+# %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 def gather_in_pieces(pixels, rows, out, k=6):
     """torch.index_select(pixels, 0, rows, out=out), each row cut into k pieces below GRAIN_SIZE."""
     piece = pixels[0].numel() // k  # 150,528 / 6 = 25,088 elements
@@ -220,32 +230,35 @@ def piece_speeds(n_images, threads, batch=64):
 from gpufeed.measure.machine import usable_cores
 
 pieces = [m for t in sorted({1, usable_cores()}) for m in piece_speeds(config.pick(quick=512, full=4096), t)]
+deeper += pieces  # saved with the lesson's results (section 4)
 for one, whole in zip(pieces[::2], pieces[1::2]):
     print(f"{one.params['threads']} thread(s): one image at a time {one.gb_per_s:.1f} GB/s, whole images per thread "
-          f"{whole.gb_per_s:.1f} GB/s ({one.median / whole.median:.2f}x)")
+          f"{whole.gb_per_s:.1f} GB/s")
 
-# %% [markdown]
+# %% [markdown] tags=["deeper"]
 # What to look for: on one thread the two paths differ only in how each image is copied (for a row
 # above the threshold, `TensorIterator`'s general copy loop, set up anew for every image; for the
 # pieces, `memcpy`), which is small next to copying 150 KB, so expect them close. With more
 # threads, the pieces also save the threads' meeting after every image.
 
-# %%
-from gpufeed.course.prose import say
-
-
+# %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 def pieces_sentence(one, whole):
     """One sentence on the pieces' speed-up at one thread count, as measured."""
     x = one.median / whole.median
-    n = one.params["threads"]
-    verdict = ("faster" if x > 1.05 else "slower" if x < 0.95 else "within 5% of the one-image-at-a-time path, "
-               "no difference this run can show")
-    return f"on {n} thread(s), whole images per thread ran at **{x:.2f}x** the speed: {verdict}"
+    verdict = (f"**{times(x, 'one image at a time')}**" if abs(x - 1) > 0.05 else
+               "within 5% of one image at a time, no difference this run can show")
+    return f"on {one.params['threads']} thread(s), whole images per thread ran {verdict}"
 
 
 say("Measured here: " + "; ".join(pieces_sentence(one, whole) for one, whole in zip(pieces[::2], pieces[1::2])) + ".")
 
 # %% [markdown]
+# ### Deeper (optional): a ring of buffers the size of the cache
+#
+# How many buffers `reuse_buffers` should keep, measured against this CPU's last-level cache; the
+# lesson goes on without it.
+
+# %% [markdown] tags=["deeper"]
 # **A ring the size of the cache.** How many buffers should `reuse_buffers` keep? As few as the
 # consumer needs: two when a batch is used while the next is gathered (lesson 08). Every batch is
 # written into the next buffer of the ring, and a ring larger than the CPU's last-level cache (L3)
@@ -255,7 +268,7 @@ say("Measured here: " + "; ".join(pieces_sentence(one, whole) for one, whole in 
 # with a ring four times the L3. (With a fixed batch of 64 images, 9.6 MB, a ring of 2 is 19 MB:
 # both rings miss an 8 MiB L3 and the comparison shows nothing.)
 
-# %%
+# %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 from gpufeed.measure.machine import cache_bytes
 
 IMAGE_BYTES = 3 * 224 * 224  # one uint8 image
@@ -277,17 +290,20 @@ def ring_speeds(n_images, batch, rings):
     return out
 
 
-rings = ring_speeds(config.pick(quick=512, full=4096), ring_batch, (2, big_ring))
+# at least 4 batches an epoch, however large the L3 (hundreds of MiB on some server CPUs)
+rings = ring_speeds(max(config.pick(quick=512, full=4096), 4 * ring_batch), ring_batch, (2, big_ring))
 small, large = rings
+deeper += rings  # saved with the lesson's results (section 4)
 ratio = small.items_per_s / large.items_per_s
 say(f"L3 {'of this CPU' if l3_known else '(not reported by this OS; assumed)'}: {l3 / 2**20:g} MiB. Batches of "
     f"{ring_batch} images ({ring_batch * IMAGE_BYTES / 2**20:.1f} MiB): a ring of 2 ({2 * ring_batch * IMAGE_BYTES / 2**20:.1f} MiB) "
     f"ran at {small.items_per_s:,.0f} images/s, a ring of {big_ring} ({big_ring * ring_batch * IMAGE_BYTES / 2**20:.0f} MiB) at "
-    f"{large.items_per_s:,.0f}: the small ring is **{ratio:.2f}x** as fast"
-    + (", the writes that stay in cache." if ratio > 1.05 else
-       (": no difference this run can show (the gather's reads from the source, which miss the cache either way, "
-        "may dominate; or the run was noisy: re-run to see the spread)." if ratio >= 0.95 else
-        ": slower, which the cache does not explain; a noisy run most likely, re-run to see the spread.")))
+    f"{large.items_per_s:,.0f}: the small ring ran "
+    + (f"**{times(ratio, 'the large one')}**, the writes that stay in cache." if ratio > 1.05 else
+       ("within 5% of the large one: no difference this run can show (the gather's reads from the source, which "
+        "miss the cache either way, may dominate; or the run was noisy: re-run to see the spread)." if ratio >= 0.95 else
+        f"**{times(ratio, 'the large one')}**, which the cache does not explain; a noisy run most likely, re-run to "
+        "see the spread.")))
 
 # %% [markdown]
 # **Sorting the indices within a batch** (`sort_indices=True`) keeps each batch's samples, so the
@@ -324,9 +340,12 @@ ax.legend(title="largest size, vs randperm")
 plotting.caption(fig, S.machine)
 plt.show()
 at_n = benchmark(lambda: permutation(N), name=f"randperm {N:,}", repeats=5)
-print(f"Shuffling {sizes[-1]:,} indices takes {full[-1].median * 1e3:.0f} ms with randperm and "
-      f"{grouped[-1].median * 1e3:.0f} ms grouped ({full[-1].median / grouped[-1].median:.1f}x); at {N:,} samples "
-      f"randperm costs {at_n.median * 1e3:.1f} ms, little next to an epoch.")
+epoch_s = by["FastLoader"].median * N / n_epoch  # section 1's fastest epoch, scaled to N samples
+say(f"Shuffling {sizes[-1]:,} indices takes {full[-1].median * 1e3:.0f} ms with randperm and "
+    f"{grouped[-1].median * 1e3:.0f} ms grouped ({times(full[-1].median / grouped[-1].median, 'randperm')}); at "
+    f"{N:,} samples randperm costs {at_n.median * 1e3:.1f} ms, "
+    + ("little" if at_n.median < 0.2 * epoch_s else "not little")
+    + f" next to the {epoch_s * 1e3:.0f} ms of a FastLoader epoch over as many (section 1's rate).")
 
 # %% [markdown]
 # The price of the grouped shuffle is randomness. A batch of 300 now comes from one or two blocks
@@ -345,7 +364,6 @@ for name, lab in (("class order", labels), ("stored shuffled", stored_shuffled))
     full_c = classes_per_batch(lab, permutation(len(lab)), B)
     grouped_c = classes_per_batch(lab, grouped_permutation(len(lab), group), B)
     print(f"{name:>15}: {full_c:5.1f} classes per batch with a full shuffle, {grouped_c:5.1f} with a grouped one")
-from gpufeed.course.prose import say
 
 in_order = classes_per_batch(labels, grouped_permutation(len(labels), group), B)
 stored_full = classes_per_batch(stored_shuffled, permutation(len(labels)), B)
@@ -439,7 +457,7 @@ epochs_1000 = {m.name: 1000 * N / m.items_per_s for m in quiz}  # seconds for 10
 for m in quiz:
     print(f"{m.name:>24}: {m.items_per_s:12,.0f} samples/s -> 1000 epochs in {epochs_1000[m.name] / 60:8.1f} min")
 order = sorted(epochs_1000, key=epochs_1000.get)
-print(f"\nFastest: {order[0]}, {epochs_1000[order[-1]] / epochs_1000[order[0]]:.0f}x faster than the slowest, {order[-1]}. "
+print(f"\nFastest: {order[0]}, {times(epochs_1000[order[-1]] / epochs_1000[order[0]], f'the slowest, {order[-1]}')}. "
       f"Your answer: {guess.value if guess.value != '-' else '(none given)'}.")
 if S.quick:
     print("(Quick mode timed a fraction of an epoch for each and scaled up; full mode times more.)")
@@ -451,12 +469,12 @@ ax.set_xscale("log")
 plt.show()
 dl, np_rate = (next(m for m in quiz if m.name == n).items_per_s for n in ("DataLoader with workers", "NumPy"))
 say(f"The DataLoader pays for {B} __getitem__ calls, a collate and an inter-process transfer per batch; "
-    + (f"its {cores} workers, which at best divide that by {cores}, leave it **{np_rate / dl:.0f}x** slower than NumPy, "
-       if dl < np_rate else f"with {cores} workers it still kept up with NumPy here ({dl / np_rate:.2f}x), ")
+    + (f"its {cores} workers, which at best divide that by {cores}, leave it **{times(dl / np_rate, 'NumPy')}**, "
+       if dl < np_rate else f"with {cores} workers it still kept up with NumPy here ({times(dl / np_rate, 'NumPy')}), ")
     + "which does one call per batch, in C.")
 from gpufeed.measure import results
 
-saved = results.save_lesson("lesson06", [*ms, *gathers, *pieces, *rings, *full, *grouped, *quiz], batch_size=B, n=N,
+saved = results.save_lesson("lesson06", [*ms, *gathers, *deeper, *full, *grouped, *quiz], batch_size=B, n=N,
                             batched_vs_per_sample=by["FastLoader"].items_per_s / by["per sample"].items_per_s)
 print(f"saved to {saved}")
 
@@ -467,17 +485,17 @@ print(f"saved to {saved}")
 # and every read that misses waits for the disk. A full shuffle jumps all over the file: the pages
 # one batch brings in are evicted before their neighbours are asked for. The grouped shuffle
 # (section 3; FFCV calls it `QUASI_RANDOM`; `ImageLoader(..., group_size=g)`) reads one block of
-# neighbouring rows at a time, and a block fits in memory. We write a file **four times** the
-# limit and read it in a fresh process held to that limit, starting with none of it cached
-# (`gpufeed.course.outofcore`: a memory cgroup where one can be made, else an LRU of the file's
-# blocks evicted with `posix_fadvise`), in three ways: a full shuffle; a full shuffle with
-# `madvise(MADV_RANDOM)`, which tells the kernel not to read ahead; the grouped shuffle. We count
-# images/s and the bytes the process read from the disk (`read_bytes` in `/proc/self/io`).
+# neighbouring rows at a time, and a block fits in memory. We write a memmap dataset **four
+# times** the limit and read it in a fresh process held to that limit, starting with none of it
+# cached (`gpufeed.course.outofcore`: a memory cgroup where one can be made, else an LRU of the
+# file's blocks evicted with `posix_fadvise`). First with a stand-in reader that is NumPy alone
+# (one fancy index per batch, as `FastLoader` gathers), three ways: a full shuffle; a full
+# shuffle with `madvise(MADV_RANDOM)`, which tells the kernel not to read ahead; the grouped
+# shuffle. Then `gpufeed.data.ImageLoader` itself, on one thread, in the same two orders. We count
+# images/s and the bytes the process read from the disk (psutil's `io_counters().read_bytes`).
 
 # %%
 import shutil
-import tempfile
-from pathlib import Path
 
 import numpy as np
 
@@ -486,54 +504,72 @@ from gpufeed.course import outofcore
 limit = config.pick(quick=32, full=256) << 20  # bytes the reader may use: its own memory and its page cache
 shape = config.pick(quick=(3, 128, 128), full=(3, 224, 224))  # one stored image, uint8
 row = int(np.prod(shape))
-ooc_dir = Path(tempfile.mkdtemp(prefix="gpufeed-ooc-"))
+ooc_dir = config.cache_dir() / "lesson06" / "larger-than-memory"  # on a disk (a /tmp may be RAM: tmpfs)
+shutil.rmtree(ooc_dir, ignore_errors=True)
 pixels = np.random.default_rng(0).integers(0, 256, (64, *shape), dtype=np.uint8)  # the bytes do not matter
-images_file = outofcore.write_images(ooc_dir / "images.bin", pixels, rows=4 * limit // row)  # 4x the limit
+dataset = outofcore.write_dataset(ooc_dir / "mm", pixels, rows=4 * limit // row)  # 4x the limit
 first = config.pick(quick=256, full=2048)  # images read in each order (the start of an epoch)
 group_rows = limit // 8 // row  # a block of the grouped shuffle: an eighth of the limit
-ooc = outofcore.compare(images_file, shape, batch=32, group=group_rows, limit=limit, first=first)
-method, ahead = ooc["grouped"]["method"], outofcore.read_ahead_kb(images_file)
+ooc = outofcore.compare(dataset, batch=32, group=group_rows, limit=limit, first=first)
+method, ahead = ooc["grouped"]["method"], outofcore.read_ahead_kb(dataset)
 shutil.rmtree(ooc_dir)
 for name, r in ooc.items():
     print(f"{name:>27}: {r['images_per_s']:8,.0f} images/s, {r['read_bytes'] / 2**20:8,.1f} MiB read from disk "
           f"({r['read_bytes'] / (r['images'] * row):5.1f}x the bytes of the images used)")
 print(f"file {4 * limit // row * row / 2**20:.0f} MiB, limit {limit / 2**20:.0f} MiB ({method}), "
-      f"read_ahead_kb {ahead}, {first} images of {shape} in batches of 32")
+      f"read_ahead_kb {ahead}, {first} images of {shape} in batches of 32, blocks of {group_rows}")
 
 # %%
-fig, axes = plt.subplots(1, 2, figsize=(10, 3.2))
-names, colors = list(ooc), [plotting.COLORS["baseline"], plotting.COLORS["compute"], plotting.COLORS["copy"]]
+fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+names = list(ooc)
+colors = [plotting.COLORS["baseline"], plotting.COLORS["compute"], plotting.COLORS["copy"],
+          plotting.COLORS["baseline"], plotting.COLORS["copy"]]
 base = ooc["full shuffle"]["images_per_s"]
 axes[0].barh(names, [ooc[n]["images_per_s"] for n in names], color=colors)
 axes[0].set_xlabel("images/s")
+axes[0].invert_yaxis()
 for i, n in enumerate(names):
     axes[0].annotate(f" {ooc[n]['images_per_s'] / base:.1f}x", (ooc[n]["images_per_s"], i), va="center")
 axes[1].barh(names, [ooc[n]["read_bytes"] / 2**20 for n in names], color=colors)
 axes[1].set_xlabel("MiB read from disk")
 axes[1].set_xscale("log")
+axes[1].invert_yaxis()
 axes[1].set_yticks([])
-fig.suptitle(f"{first} images from a file 4x the memory allowed ({limit >> 20} MiB, {method})", x=0.02, ha="left")
+fig.suptitle(f"{first} images from a file 4x the memory allowed ({limit >> 20} MiB, {method}); "
+             "images/s vs the stand-in's full shuffle", x=0.02, ha="left")
 plotting.caption(fig, S.machine)
 plt.show()
 
 # %%
 full_r, rnd_r, grp_r = ooc["full shuffle"], ooc["full shuffle, MADV_RANDOM"], ooc["grouped"]
+il_full, il_grp = ooc["ImageLoader, full shuffle"], ooc["ImageLoader, grouped"]
 used = first * row / 2**20
 held = (f"a memory cgroup ({method}) held the reader to {limit >> 20} MiB" if method != "fadvise" else
         f"no memory cgroup could be made here, so the reader evicted its own pages past {limit >> 20} MiB "
         "(posix_fadvise)")
-say(f"Here {held}. Reading {first} images ({used:.0f} MiB), the full shuffle read "
+if full_r["read_bytes"] == 0:
+    say(f"Nothing was read from a disk: the folder {ooc_dir.parent} is kept in memory by its file system "
+        "(tmpfs), so no limit applies to it; set GPUFEED_CACHE to a folder on a disk and re-run this section.")
+say(f"Here {held}. Reading {first} images ({used:.0f} MiB), the stand-in's full shuffle read "
     f"**{full_r['read_bytes'] / 2**20:,.0f} MiB** from the disk at {full_r['images_per_s']:,.0f} images/s; the grouped "
     f"one read {grp_r['read_bytes'] / 2**20:,.0f} MiB at {grp_r['images_per_s']:,.0f} images/s, "
-    f"**{grp_r['images_per_s'] / full_r['images_per_s']:.0f}x** as fast. "
+    f"**{times(grp_r['images_per_s'] / full_r['images_per_s'])}**. "
     + (f"Most of the full shuffle's bytes are read-ahead: a page fault on a plain mapping reads up to {ahead} KiB "
        f"around the page on this disk, and those pages are evicted before they are used. " if ahead and
        full_r["read_bytes"] > 2 * rnd_r["read_bytes"] else "")
-    + f"With `MADV_RANDOM` the full shuffle reads only what it uses ({rnd_r['read_bytes'] / 2**20:,.0f} MiB) at "
-    f"{rnd_r['images_per_s']:,.0f} images/s, "
-    + ("still slower than the grouped order, which gets whole blocks in few, large reads."
-       if rnd_r["images_per_s"] < grp_r["images_per_s"] else "as fast as the grouped order here.")
-    + (" (Quick mode reads only the start of an epoch, from a small file.)" if S.quick else ""))
+    + f"With `MADV_RANDOM` the full shuffle reads {rnd_r['read_bytes'] / 2**20:,.0f} MiB at "
+    f"{rnd_r['images_per_s']:,.0f} images/s, {times(rnd_r['images_per_s'] / grp_r['images_per_s'], 'the grouped order')}. "
+    f"`ImageLoader` itself, under the same limit: {il_full['images_per_s']:,.0f} images/s and "
+    f"{il_full['read_bytes'] / 2**20:,.0f} MiB read with a full shuffle, {il_grp['images_per_s']:,.0f} images/s and "
+    f"{il_grp['read_bytes'] / 2**20:,.0f} MiB with `group_size={group_rows}`: "
+    f"**{times(il_grp['images_per_s'] / il_full['images_per_s'])}**, reading "
+    f"{times(max(1, il_full['read_bytes']) / max(1, il_grp['read_bytes']), more='fewer', less='more', same='as many')} "
+    "bytes. "
+    + ((f"Its own memory (its batches, its thread) grew by {il_grp['own_bytes'] / 2**20:.0f} MiB inside the same "
+        f"limit, the stand-in's by {grp_r['own_bytes'] / 2**20:.0f} MiB"
+        + (": that much less room for the page cache. " if il_grp["own_bytes"] > 2 * grp_r["own_bytes"] else ". "))
+       if method != "fadvise" else "")
+    + ("(Quick mode reads only the start of an epoch, from a small file.)" if S.quick else ""))
 
 # %% [markdown]
 # ## Key takeaways
@@ -543,15 +579,16 @@ say(f"Here {held}. Reading {first} images ({used:.0f} MiB), the full shuffle rea
 #   as the sampler with `batch_size=None`, or no DataLoader at all.
 # * A fast loader is a seeded permutation per epoch, sliced, and one `index_select` per field;
 #   reuse its output buffers where the batch is consumed at once, in a ring no larger than needed.
-# * Read the kernel you lean on: `index_select` shares out whole images among threads only when a
-#   row is below 32,768 elements; cutting each image into pieces (`take_rows`) gets that path.
+# * (Deep dive) Read the kernel you lean on: `index_select` shares out whole images among threads
+#   only when a row is below 32,768 elements; cutting each image into pieces (`take_rows`) gets
+#   that path.
 # * Shuffling millions of indices is not free; a grouped shuffle is cheaper and reads nearby
 #   data together, but it is only as random as the order the data is stored in, and its blocks
 #   stay the same every epoch: samples meet the same neighbours in every epoch.
 # * A dataset larger than the memory wants blocks: the grouped shuffle (`group_size=g`, on a
 #   memmap built with `order_seed` so a block is not one class) keeps its reads inside a block
 #   that fits; a full shuffle over a plain mapping pays the kernel's read-ahead on every miss
-#   (section 5 measured how much on this machine).
+#   (section 5 measured how much on this machine, with a NumPy reader and `ImageLoader` itself).
 # * Workers do not remove per-sample overhead; at best they divide it by the number of workers
 #   (each pays it for its own samples), and they add their own: a collate and an inter-process
 #   transfer per batch.
@@ -589,8 +626,8 @@ runs = {(name, b): benchmark(lambda ld=ld: epoch(ld), name=f"{name}, batch {b}",
 for m in runs.values():
     print(m)
 growth = {name: runs[name, 1024].items_per_s / runs[name, 32].items_per_s for name in ("per sample", "FastLoader")}
-say(f"From batch 32 to 1024, the per-sample DataLoader's samples/s changes **{growth['per sample']:.2f}x** and "
-    f"FastLoader's **{growth['FastLoader']:.1f}x**: the "
+say(f"From batch 32 to 1024, the per-sample DataLoader got **{times(growth['per sample'])}** and "
+    f"FastLoader **{times(growth['FastLoader'])}**: the "
     + ("FastLoader's rate depends on the batch size, because its cost is per batch." if growth["FastLoader"] > growth["per sample"]
        else "per-sample loader moved more here, against the prediction: re-run, this machine is busy."))
 
@@ -631,8 +668,8 @@ fast_m, numpy_m = beside
 for m in beside:
     print(f"{m.name:>10}: {m.items_per_s:12,.0f} samples/s -> 1000 epochs in {1000 * N / m.items_per_s / 60:6.1f} min")
 slowest_quiz = min(quiz, key=lambda m: m.items_per_s)
-say(f"FastLoader runs at **{fast_m.items_per_s / numpy_m.items_per_s:.2f}x** NumPy's rate and "
-    f"{fast_m.items_per_s / slowest_quiz.items_per_s:,.0f}x the quiz's slowest ({slowest_quiz.name}).")
+say(f"FastLoader ran **{times(fast_m.items_per_s / numpy_m.items_per_s, 'NumPy')}** and "
+    f"{times(fast_m.items_per_s / slowest_quiz.items_per_s, f'the quiz slowest ({slowest_quiz.name})')}.")
 
 # %% [markdown]
 # ## Further reading

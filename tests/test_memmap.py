@@ -207,17 +207,25 @@ def test_a_truncated_file_is_refused_by_every_reader_and_left_as_it_was(tmp_path
         assert damaged.stat().st_size == 100 and damaged.read_bytes() == before
 
 
-@pytest.mark.skipif(not memmap._LOAD_HAS_MODE, reason="this tensordict's load_memmap maps files shared (no mode)")
-def test_loading_maps_read_only_so_writes_never_reach_the_files(tmp_path, src):
-    """Issue 26, defect 2: nothing of the user's is modified by loading; ``writable=True`` asks for it."""
+@pytest.mark.parametrize("td_mode", [True, False], ids=["tensordict mode", "mapped again"])
+def test_loading_maps_read_only_so_writes_never_reach_the_files(tmp_path, src, td_mode, monkeypatch):
+    """Issue 26, defect 2, and issue 31: nothing of the user's is modified by loading, with a
+    tensordict that maps a folder copy-on-write on request (0.15+) or one that maps it shared
+    (0.10-0.14: ``_copy_on_write`` maps it again); ``writable=True`` asks for write-through."""
+    if td_mode and not memmap._TD_HAS_MODE:
+        pytest.skip("this tensordict has no mode; the other case covers it")
+    monkeypatch.setattr(memmap, "_TD_HAS_MODE", td_mode)
     build_memmap(src, tmp_path / "mm", (32, 32), progress=False)
     (images,) = (tmp_path / "mm").rglob("images.memmap")
-    before = images.read_bytes()
+    (targets,) = (tmp_path / "mm").rglob("targets.memmap")
+    before = images.read_bytes(), targets.read_bytes()
     data = load_memmap(tmp_path / "mm")
     data.images[0] = 7  # copy-on-write: this process sees it, the file does not
-    assert data.images[0].eq(7).all()
+    data.targets[:] = 5
+    assert data.images[0].eq(7).all() and data.targets.eq(5).all()
+    assert load_memmap(tmp_path / "mm").images[0].ne(7).any()  # nor does another mapping
     del data
-    assert images.read_bytes() == before
+    assert (images.read_bytes(), targets.read_bytes()) == before
     data = load_memmap(tmp_path / "mm", writable=True)
     data.images[0] = 7  # a shared mapping: the page cache, so the file, has it
     del data

@@ -44,7 +44,8 @@ def naive_rrc(
     group_size=None,
     uint8=False,
 ):
-    """By hand: the epoch's order and shard, then per image torchvision's resized_crop on the box
+    """By hand: the epoch's order and shard (padded with the order's start to ``ceil(n /
+    world_size)`` per rank, as ``DistributedSampler`` pads), then per image torchvision's resized_crop on the box
     drawn by RandomResizedCrop's rule (one generator, in batch order), a flip, then
     (x / 255 - mean) / std."""
     data = load_memmap(path)
@@ -55,9 +56,8 @@ def naive_rrc(
         order = grouped_permutation(n, group_size, seed, epoch)
     else:
         order = torch.randperm(n, generator=seeded_generator(seed, epoch))
-    base, extra = divmod(n, world_size)
-    lo = rank * base + min(rank, extra)
-    order = order[lo : lo + base + (rank < extra)]
+    per = -(-n // world_size)
+    order = torch.cat([order, order[: per * world_size - n]])[rank * per : (rank + 1) * per]
     g = seeded_generator(seed, epoch, rank, 1)
     mean = torch.tensor(IMAGENET_MEAN, dtype=torch.float64).view(3, 1, 1)
     std = torch.tensor(IMAGENET_STD, dtype=torch.float64).view(3, 1, 1)
@@ -93,7 +93,7 @@ def same(got, want, atol=1e-5):
         {},
         {"seed": 3, "scale": (0.5, 1.0), "ratio": (0.5, 2.0)},
         {"flip": False, "shuffle": False},
-        {"rank": 1, "world_size": 3},
+        {"rank": 2, "world_size": 3},  # padded: 5 images, the last the order's first
         {"group_size": 4},
     ],
 )
@@ -102,6 +102,16 @@ def test_random_resized_crop_is_torchvision_resized_crop_on_the_same_boxes(mm, k
     kwargs = {"scale": (0.08, 1.0), **kwargs}
     got = list(ImageLoader(mm, 4, crop=size, device="cpu", **kwargs))
     same(got, naive_rrc(mm, 4, size, **kwargs))
+
+
+def test_the_padded_shard_is_not_the_unpadded_one(mm):
+    """14 images on 3 ranks: rank 2's shard padded is positions 10-14 of the order, 14 wrapping to
+    the order's first image (``DistributedSampler``'s 5 per rank); unpadded it would be 10-13."""
+    order = torch.randperm(14, generator=seeded_generator(0, 0))
+    got = torch.cat(ImageLoader(mm, 4, crop=16, device="cpu", rank=2, world_size=3).indices(0))
+    assert got.tolist() == order[10:14].tolist() + order[:1].tolist()
+    want = torch.cat([y for _, y in naive_rrc(mm, 4, 16, rank=2, world_size=3)])
+    assert want.tolist() == load_memmap(mm).targets[got].tolist() and len(want) == 5
 
 
 def test_random_resized_crop_in_uint8_is_the_float_result_rounded(mm):

@@ -1,24 +1,28 @@
 """A dataset larger than the memory: what the full shuffle and the grouped one read from disk.
 
-Lesson 06 reads one file of images, four times larger than the memory the reading process may
-use, in two orders: a full shuffle (``torch.randperm``) and the grouped shuffle FFCV calls
-``QUASI_RANDOM`` (:func:`gpufeed.data.loader.grouped_permutation`, ``ImageLoader(...,
-group_size=g)``). Each epoch runs in a fresh process (:func:`read_epoch`) that starts with none of
-the file in the page cache and reports images/s and the bytes it read from the disk
-(``read_bytes`` of ``/proc/self/io``: what reached the block device, read-ahead included).
+Lesson 06 reads one memmap dataset (:func:`write_dataset`), four times larger than the memory
+the reading process may use, in two orders: a full shuffle (``torch.randperm``) and the grouped
+shuffle FFCV calls ``QUASI_RANDOM`` (:func:`gpufeed.data.loader.grouped_permutation`). Each epoch
+runs in a fresh process (:func:`read_epoch`) that starts with none of the file in the page cache
+and reports images/s and the bytes it read from the disk (psutil's ``io_counters().read_bytes``:
+what reached the block device, read-ahead included). Two readers:
+
+* ``"numpy"``, a stand-in with nothing but NumPy (no torch: the lightest process): one fancy
+  index of the mapped file per batch, as :class:`gpufeed.data.loader.FastLoader` gathers, on a
+  plain mapping or with ``madvise(MADV_RANDOM)`` (no read-ahead);
+* ``"imageloader"``: :class:`gpufeed.data.ImageLoader` itself (``group_size=None`` or ``g``),
+  on one thread, its batches ``uint8``; the same rows in the same order as the stand-in's.
 
 The memory limit, in the order tried (:func:`limit_method`):
 
-* ``"cgroup v2"`` / ``"cgroup v1"``: a memory cgroup made for the reader (as root), its limit
-  counting the page cache the process fills: once it is full the kernel evicts the process's
+* ``"cgroup v2"`` / ``"cgroup v1"``: a memory cgroup made for the reader (as root), which the
+  reader joins once it has started (so its interpreter, NumPy or torch, stay charged outside),
+  its limit counting the page cache it fills from then on: once full, the kernel evicts its
   oldest pages, as it would on a machine with that much memory;
 * ``"fadvise"``, where no cgroup can be made: the reader keeps the file's pages it touched in an
   LRU list of 1 MiB blocks, and past the limit drops the oldest with ``madvise(MADV_DONTNEED)``
   and ``posix_fadvise(POSIX_FADV_DONTNEED)``, so the measurement stays honest (the rest of the
   machine's memory does not serve the re-reads).
-
-The reader is NumPy alone (no torch: its own memory would eat the limit) and gathers each batch
-with one fancy index of the mapped file, as :class:`gpufeed.data.loader.FastLoader` does.
 
 Example:
     >>> limit_method() in ("cgroup v2", "cgroup v1", "fadvise")
@@ -27,6 +31,7 @@ Example:
 
 from __future__ import annotations
 
+import ctypes
 import json
 import mmap
 import os
@@ -39,9 +44,19 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+import psutil
 
+from gpufeed.data.manifest import DATA, FORMAT, FORMAT_VERSION, MANIFEST, data_files, read_manifest
+
+# psutil neither makes cgroups nor reads a device's read-ahead: those are read and written in the
+# kernel's own files below (/sys/fs/cgroup, /sys/dev/block).
 V2, V1 = Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/memory")
 BLOCK = 1 << 20  # the fadvise fallback's unit of eviction (bytes)
+READERS = ("numpy", "imageloader")
+# glibc's malloc: one arena (not one per thread) and a fixed mmap threshold, so a freed batch goes
+# back to the system at once; else the reader keeps freed memory that a cgroup counts against the
+# limit (the page cache's room), and ImageLoader's was OOM-killed now and then under 32 MiB.
+READER_ENV = {"MALLOC_ARENA_MAX": "1", "MALLOC_MMAP_THRESHOLD_": "65536"}
 
 
 def _v2_root() -> Path | None:
@@ -59,6 +74,15 @@ def _try_mkdir(root: Path) -> Path | None:
     except OSError:
         return None
     return path
+
+
+def _remove(cgroup: Path) -> None:
+    for _ in range(50):  # the reader has exited; its cache charges move to the parent
+        try:
+            cgroup.rmdir()
+            return
+        except OSError:
+            time.sleep(0.1)
 
 
 def limit_method() -> str:
@@ -84,66 +108,16 @@ def memory_cgroup(limit: int):
         try:
             (path / knob).write_text(str(limit))
             if method == "cgroup v2" and (path / "memory.swap.max").exists():
-                (path / "memory.swap.max").write_text(
-                    "0"
-                )  # evict the cache, do not swap the process
+                (path / "memory.swap.max").write_text("0")  # evict the cache, do not swap
+        except OSError:  # a controller this cgroup cannot use: try the next way
+            _remove(path)
+            continue
+        try:
             yield method, path
-            return
-        except OSError:
-            pass
         finally:
-            for _ in range(50):  # the reader has exited; its cache charges move to the parent
-                try:
-                    path.rmdir()
-                    break
-                except OSError:
-                    time.sleep(0.1)
+            _remove(path)
+        return
     yield "fadvise", None
-
-
-def read_epoch(
-    images: str | os.PathLike,
-    shape: tuple[int, ...],
-    order: np.ndarray,
-    batch: int,
-    limit: int,
-    advice: str = "normal",
-) -> dict:
-    """One epoch over the ``uint8`` rows ``shape`` of the file ``images``, in ``order``, batches of
-    ``batch``, in a new process held to ``limit`` bytes, starting with the file out of the cache.
-    ``advice``: ``"normal"`` (a plain mapping: a page fault reads ahead around the page, up to
-    the device's ``read_ahead_kb``) or ``"random"`` (``madvise(MADV_RANDOM)``: only the page).
-
-    Returns:
-        ``{"images_per_s", "seconds", "read_bytes", "file_bytes", "method", "limit"}``.
-    """
-    images = Path(images)
-    order_file = images.with_name(f"order-{uuid.uuid4().hex[:8]}.npy")
-    np.save(order_file, np.asarray(order, dtype=np.int64))
-    try:
-        with memory_cgroup(limit) as (method, cgroup):
-            args = [
-                sys.executable,
-                "-m",
-                "gpufeed.course.outofcore",
-                str(images),
-                ",".join(map(str, shape)),
-                str(order_file),
-                str(batch),
-                str(limit),
-                method,
-                str(cgroup or ""),
-                advice,
-            ]
-            run = subprocess.run(args, capture_output=True, text=True, timeout=1800)
-        if run.returncode != 0:
-            raise RuntimeError(
-                f"gpufeed.course.outofcore: the reader failed ({run.returncode}): "
-                f"{run.stderr[-2000:]}"
-            )
-        return json.loads(run.stdout.strip().splitlines()[-1])
-    finally:
-        order_file.unlink(missing_ok=True)
 
 
 def write_images(path: str | os.PathLike, source: np.ndarray, rows: int) -> Path:
@@ -160,37 +134,98 @@ def write_images(path: str | os.PathLike, source: np.ndarray, rows: int) -> Path
     return path
 
 
-def compare(
-    images: str | os.PathLike,
-    shape: tuple[int, ...],
-    batch: int,
-    group: int,
-    limit: int,
-    seed: int = 0,
-    first: int | None = None,
-) -> dict[str, dict]:
-    """:func:`read_epoch` of the full shuffle (plain, and with ``MADV_RANDOM``) and of the grouped
-    one (blocks of ``group`` rows), seeded by ``seed``; only the epoch's ``first`` images if given.
+def write_dataset(folder: str | os.PathLike, source: np.ndarray, rows: int) -> Path:
+    """A memmap dataset at ``folder`` (the format of :func:`gpufeed.data.memmap.build_memmap`,
+    which :class:`gpufeed.data.ImageLoader` and :func:`gpufeed.data.memmap.load_memmap` read) of
+    ``rows`` images: ``source``'s ``uint8 [k, 3, H, W]`` repeated (:func:`write_images`), every
+    label 0. Decoding that many JPEGs would take minutes; the disk sees the same bytes."""
+    import torch
+
+    from gpufeed.data.memmap import ImageData
+
+    folder, shape = Path(folder), tuple(source.shape[1:])
+    images = torch.zeros((), dtype=torch.uint8).expand(rows, *shape)  # shapes only: no memory
+    targets = torch.zeros((), dtype=torch.int64).expand(rows)
+    # tensordict's files at full size (sparse: nothing written yet) and its meta.json
+    ImageData(images=images, targets=targets, batch_size=[rows]).memmap_like(prefix=folder / DATA)
+    (images_file,) = (folder / DATA).rglob("images.memmap")
+    write_images(images_file, source, rows)
+    manifest = {"format": FORMAT, "version": FORMAT_VERSION, "count": rows, "classes": ["any"],
+                "images": {"shape": [rows, *shape], "dtype": "uint8"}, "size": [shape[2], shape[1]],
+                "targets": {"shape": [rows], "dtype": "int64"}, "source": "outofcore.write_dataset"}
+    (folder / MANIFEST).write_text(json.dumps(manifest) + "\n")
+    return folder
+
+
+def read_epoch(dataset: str | os.PathLike, order: np.ndarray, batch: int, limit: int, *,
+               reader: str = "numpy", advice: str = "normal", group: int | None = None,
+               seed: int = 0) -> dict:
+    """One epoch's first ``len(order)`` images of ``dataset`` (:func:`write_dataset`) in
+    ``order``, batches of ``batch``, in a new process held to ``limit`` bytes, starting with the
+    file out of the cache.
+
+    Args:
+        reader: ``"numpy"`` (the stand-in) or ``"imageloader"`` (:class:`gpufeed.data.ImageLoader`
+            with ``group_size=group`` and ``seed``, whose order must be ``order``: checked).
+        advice: the stand-in's mapping: ``"normal"`` (a page fault reads ahead around the page, up
+            to the device's ``read_ahead_kb``) or ``"random"`` (``madvise(MADV_RANDOM)``: only the
+            page).
 
     Returns:
-        ``{"full shuffle": ..., "full shuffle, MADV_RANDOM": ..., "grouped": ...}``.
+        ``{"images_per_s", "images", "seconds", "read_bytes", "own_bytes", "file_bytes", "method",
+        "limit", "reader", "advice"}``; ``own_bytes``: what the reader's own memory grew by while it
+        read (a cgroup counts it against the limit, leaving the page cache less).
+    """
+    if reader not in READERS:
+        raise ValueError(f"read_epoch: reader must be one of {READERS} (got {reader!r})")
+    dataset = Path(dataset)
+    order_file = dataset / f"order-{uuid.uuid4().hex[:8]}.npy"
+    np.save(order_file, np.asarray(order, dtype=np.int64))
+    try:
+        with memory_cgroup(limit) as (method, cgroup):
+            spec = {"dataset": str(dataset), "order": str(order_file), "batch": batch,
+                    "limit": limit, "method": method, "cgroup": str(cgroup or ""),
+                    "reader": reader, "advice": advice, "group": group, "seed": seed}
+            run = subprocess.run([sys.executable, "-m", "gpufeed.course.outofcore",
+                                  json.dumps(spec)], capture_output=True, text=True, timeout=1800,
+                                 env={**os.environ, **READER_ENV})
+        if run.returncode == -9 and method != "fadvise":
+            raise RuntimeError(f"gpufeed.course.outofcore: the {reader} reader was killed by the "
+                               f"kernel: its own memory and its page cache outgrew the {method} "
+                               f"limit of {limit >> 20} MiB; give it a larger limit")
+        if run.returncode != 0:
+            raise RuntimeError(f"gpufeed.course.outofcore: the {reader} reader failed "
+                               f"({run.returncode}): {run.stderr[-2000:]}")
+        return json.loads(run.stdout.strip().splitlines()[-1])
+    finally:
+        order_file.unlink(missing_ok=True)
+
+
+def compare(dataset: str | os.PathLike, batch: int, group: int, limit: int, seed: int = 0,
+            first: int | None = None, image_loader: bool = True) -> dict[str, dict]:
+    """:func:`read_epoch` of the full shuffle (plain, and with ``MADV_RANDOM``) and of the grouped
+    one (blocks of ``group`` rows) by the NumPy stand-in, then (``image_loader``) of both orders by
+    ImageLoader itself; seeded by ``seed``; only the epoch's ``first`` images if given.
+
+    Returns:
+        ``{"full shuffle": ..., "full shuffle, MADV_RANDOM": ..., "grouped": ...,
+        "ImageLoader, full shuffle": ..., "ImageLoader, grouped": ...}``.
     """
     from gpufeed.data.loader import grouped_permutation, permutation
 
-    n = Path(images).stat().st_size // int(np.prod(shape))
-    full, grouped = (
-        permutation(n, seed).numpy()[:first],
-        grouped_permutation(n, group, seed).numpy()[:first],
-    )
+    n = read_manifest(dataset)["count"]
+    full = permutation(n, seed).numpy()[:first]
+    grouped = grouped_permutation(n, group, seed).numpy()[:first]
     runs = {
-        "full shuffle": (full, "normal"),
-        "full shuffle, MADV_RANDOM": (full, "random"),
-        "grouped": (grouped, "normal"),
+        "full shuffle": (full, {"advice": "normal"}),
+        "full shuffle, MADV_RANDOM": (full, {"advice": "random"}),
+        "grouped": (grouped, {"advice": "normal"}),
     }
-    return {
-        name: read_epoch(images, shape, order, batch, limit, advice)
-        for name, (order, advice) in runs.items()
-    }
+    if image_loader:
+        runs["ImageLoader, full shuffle"] = (full, {"reader": "imageloader"})
+        runs["ImageLoader, grouped"] = (grouped, {"reader": "imageloader", "group": group})
+    return {name: read_epoch(dataset, order, batch, limit, seed=seed, **kw)
+            for name, (order, kw) in runs.items()}
 
 
 def read_ahead_kb(path: str | os.PathLike) -> int | None:
@@ -208,90 +243,165 @@ def read_ahead_kb(path: str | os.PathLike) -> int | None:
     return None
 
 
-def _read_bytes() -> int:
-    for line in Path("/proc/self/io").read_text().splitlines():
-        if line.startswith("read_bytes:"):
-            return int(line.split()[1])
-    raise RuntimeError("/proc/self/io has no read_bytes (a kernel without task I/O accounting)")
+class _Evictor:
+    """The fadvise fallback: the file's 1 MiB blocks this process touched, oldest first; past
+    ``limit``, the oldest are unmapped from the process (``madvise``, given ``unmap(start,
+    length)``), then every page of the file that no mapping holds is dropped from the page cache
+    (``posix_fadvise`` of the whole file: the blocks just unmapped, and the read-ahead around
+    faults, which no block list sees)."""
+
+    def __init__(self, fd: int, size: int, row: int, limit: int, unmap):
+        self.fd, self.size, self.row, self.unmap = fd, size, row, unmap
+        self.keep, self.lru = max(1, limit // BLOCK), OrderedDict()
+
+    def touched(self, rows) -> None:
+        for r in rows:
+            for blk in range(r * self.row // BLOCK, ((r + 1) * self.row - 1) // BLOCK + 1):
+                self.lru[blk] = None
+                self.lru.move_to_end(blk)
+        if len(self.lru) <= self.keep:
+            return
+        while len(self.lru) > self.keep:
+            blk, _ = self.lru.popitem(last=False)
+            self.unmap(blk * BLOCK, min(BLOCK, self.size - blk * BLOCK))  # mapped pages stay cached
+        os.posix_fadvise(self.fd, 0, 0, os.POSIX_FADV_DONTNEED)
 
 
-def _reader(
-    images: str,
-    shape: tuple[int, ...],
-    order_file: str,
-    batch: int,
-    limit: int,
-    method: str,
-    cgroup: str,
-    advice: str,
-) -> dict:
-    """The child's side of :func:`read_epoch`."""
-    if cgroup:
-        Path(cgroup, "cgroup.procs").write_text(str(os.getpid()))  # from now on our pages count
-    order = np.load(order_file)
-    fd = os.open(images, os.O_RDONLY)
-    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # start cold: none of the file in the cache
-    size = os.fstat(fd).st_size
-    row = int(np.prod(shape))
+def _mapping_start(path: Path) -> int:
+    """Where this process maps ``path`` (its lowest address), from psutil's memory maps."""
+    starts = [int(m.addr.split("-")[0], 16) for m in psutil.Process().memory_maps(grouped=False)
+              if Path(m.path) == path]
+    if not starts:
+        raise RuntimeError(f"{path} is not mapped in this process")
+    return min(starts)
+
+
+def _madvise_at(address: int):
+    """``unmap(start, length)`` for memory mapped at ``address`` by someone else (a loader's
+    ``numpy.memmap``), through the C library's ``madvise``: Python's needs the mmap object."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+
+    def unmap(start: int, length: int) -> None:
+        if libc.madvise(address + start, length, mmap.MADV_DONTNEED) != 0:
+            raise OSError(ctypes.get_errno(), "madvise(MADV_DONTNEED) failed")
+
+    return unmap
+
+
+def _anonymous() -> int:
+    """This process's resident memory that no file backs (its own: buffers, stacks), in bytes."""
+    info = psutil.Process().memory_info()
+    return info.rss - getattr(info, "shared", 0)  # Linux: shared = resident file-backed pages
+
+
+def _join(cgroup: str, method: str) -> str:
+    """Moves this process into ``cgroup`` (from now on its new pages count against the limit);
+    the method that holds it: ``method``, or ``"fadvise"`` where it may not join (a cgroup made
+    but not delegated to us)."""
+    if not cgroup:
+        return method
+    try:
+        Path(cgroup, "cgroup.procs").write_text(str(os.getpid()))
+    except OSError:
+        return "fadvise"
+    return method
+
+
+def _numpy_epoch(files, order, spec, fd, size) -> int:
+    """The stand-in: one fancy index of the mapped file per batch."""
+    shape = files["images"][2]
+    row = int(np.prod(shape[1:]))
     mapped = mmap.mmap(fd, size, prot=mmap.PROT_READ)
-    if advice == "random":
-        mapped.madvise(
-            mmap.MADV_RANDOM
-        )  # a fault reads its page, not the read-ahead window around it
-    rows = np.frombuffer(mapped, dtype=np.uint8).reshape(
-        -1, *shape
-    )  # [N, *shape], nothing read yet
-    lru: OrderedDict[int, None] = OrderedDict()  # the fadvise fallback's blocks, oldest first
-    keep = max(1, limit // BLOCK)
-    io0, t0, total = _read_bytes(), time.perf_counter(), 0
-    for a in range(0, len(order), batch):
-        idx = order[a : a + batch]
-        total += int(
-            rows[idx].sum(dtype=np.uint64) & 1
-        )  # the gather; the sum keeps it from being skipped
-        if method == "fadvise":
-            for r in idx.tolist():
-                for blk in range(r * row // BLOCK, ((r + 1) * row - 1) // BLOCK + 1):
-                    lru[blk] = None
-                    lru.move_to_end(blk)
-            while len(lru) > keep:
-                blk, _ = lru.popitem(last=False)
-                start, length = blk * BLOCK, min(BLOCK, size - blk * BLOCK)
-                mapped.madvise(
-                    mmap.MADV_DONTNEED, start, length
-                )  # unmap from us, then drop from the cache
-                os.posix_fadvise(fd, start, length, os.POSIX_FADV_DONTNEED)
-    seconds = time.perf_counter() - t0
-    read = _read_bytes() - io0
+    if spec["advice"] == "random":  # a fault reads its page, not the read-ahead window around it
+        mapped.madvise(mmap.MADV_RANDOM)
+    rows = np.frombuffer(mapped, dtype=np.uint8).reshape(-1, *shape[1:])  # nothing read yet
+    evict = _Evictor(fd, size, row, spec["limit"], lambda s, n: mapped.madvise(
+        mmap.MADV_DONTNEED, s, n)) if spec["method"] == "fadvise" else None
+    total = 0
+    for a in range(0, len(order), spec["batch"]):
+        idx = order[a : a + spec["batch"]]
+        total += int(rows[idx].sum(dtype=np.uint64) & 1)  # the gather; the sum keeps it honest
+        if evict is not None:
+            evict.touched(idx.tolist())
     del rows
     mapped.close()
+    return total
+
+
+def _image_loader(spec, order):
+    """ImageLoader on one thread, whose epoch 0 must be ``order`` (the stand-in's rows)."""
+    import torch
+
+    from gpufeed.data.image_loader import ImageLoader
+
+    torch.set_num_threads(1)
+    loader = ImageLoader(spec["dataset"], spec["batch"], dtype=torch.uint8, flip=False,
+                         seed=spec["seed"], group_size=spec["group"], threads=1)
+    mine = torch.cat(loader.indices(0)).numpy()[: len(order)]
+    if not np.array_equal(mine, order):
+        raise RuntimeError("ImageLoader's order is not the stand-in's: the comparison is void")
+    return loader
+
+
+def _loader_epoch(loader, files, order, spec, fd, size) -> int:
+    """ImageLoader's batches until ``len(order)`` images have come."""
+    images_file, _, shape = files["images"]
+    evict = _Evictor(fd, size, int(np.prod(shape[1:])), spec["limit"],
+                     _madvise_at(_mapping_start(images_file))) if spec["method"] == "fadvise" else None
+    total, done = 0, 0
+    for images, _ in loader:
+        total += int(images.sum()) & 1
+        if evict is not None:
+            evict.touched(order[done : done + len(images)].tolist())
+        done += len(images)
+        if done >= len(order):
+            break
+    return total
+
+
+def _reader(spec: dict) -> dict:
+    """The child's side of :func:`read_epoch`."""
+    folder = Path(spec["dataset"])
+    files = data_files(folder, read_manifest(folder))
+    order = np.load(spec["order"])
+    loader = _image_loader(spec, order) if spec["reader"] == "imageloader" else None
+    # after the imports and the loader's setup: from here on, the data's pages count
+    spec = {**spec, "method": _join(spec["cgroup"], spec["method"])}
+    anon0 = _anonymous()
+    fd = os.open(files["images"][0], os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # start cold: none of the file cached
+    size = os.fstat(fd).st_size
+    io = psutil.Process().io_counters
+    io0, t0 = io().read_bytes, time.perf_counter()
+    if loader is None:
+        total = _numpy_epoch(files, order, spec, fd, size)
+    else:
+        total = _loader_epoch(loader, files, order, spec, fd, size)
+    seconds, read = time.perf_counter() - t0, io().read_bytes - io0
+    own = max(0, _anonymous() - anon0)
     os.close(fd)
-    return {
-        "images_per_s": len(order) / seconds,
-        "images": len(order),
-        "advice": advice,
-        "seconds": seconds,
-        "read_bytes": read,
-        "file_bytes": size,
-        "method": method,
-        "limit": limit,
-        "check": total,
-    }
+    return {"images_per_s": len(order) / seconds, "images": len(order), "seconds": seconds,
+            "read_bytes": read, "own_bytes": own, "file_bytes": size, "method": spec["method"],
+            "limit": spec["limit"], "reader": spec["reader"], "advice": spec["advice"],
+            "check": total}
+
+
+USAGE = "usage: python -m gpufeed.course.outofcore SPEC  (SPEC: the JSON that read_epoch writes)"
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m gpufeed.course.outofcore IMAGES SHAPE ORDER.npy BATCH LIMIT METHOD CGROUP
-    ADVICE``: the reader :func:`read_epoch` starts; one JSON line on stdout."""
+    """``python -m gpufeed.course.outofcore SPEC``: the reader :func:`read_epoch` starts, given its
+    JSON spec; one JSON line on stdout."""
     a = sys.argv[1:] if argv is None else argv
-    if len(a) != 8:
-        print(
-            "usage: python -m gpufeed.course.outofcore IMAGES SHAPE ORDER.npy BATCH LIMIT METHOD "
-            "CGROUP ADVICE",
-            file=sys.stderr,
-        )
+    try:
+        spec = json.loads(a[0]) if len(a) == 1 else None
+    except json.JSONDecodeError:
+        spec = None
+    if not isinstance(spec, dict):
+        print(USAGE, file=sys.stderr)
         return 2
-    shape = tuple(int(s) for s in a[1].split(","))
-    print(json.dumps(_reader(a[0], shape, a[2], int(a[3]), int(a[4]), a[5], a[6], a[7])))
+    print(json.dumps(_reader(spec)))
     return 0
 
 

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from tensordict import tensorclass
+from tensordict import MemoryMappedTensor, tensorclass
 
 from gpufeed.data import staging
 from gpufeed.data.folder import POLICY, BadImageError, FolderError, ImageFolderDataset
@@ -357,7 +357,20 @@ def _tensordict_version() -> str | None:
         return None
 
 
-_LOAD_HAS_MODE = "mode" in inspect.signature(ImageData.load_memmap).parameters
+# tensordict maps a folder's files copy-on-write on request since 0.15 (``load_memmap``'s and
+# ``from_filename``'s ``mode``; 0.14's ``load_memmap`` took a ``mode`` for archives only). Before, a
+# file this process may write (any file, for root) was mapped shared: :func:`_copy_on_write` then.
+_TD_HAS_MODE = "mode" in inspect.signature(MemoryMappedTensor.from_filename).parameters
+
+
+def _copy_on_write(t: MemoryMappedTensor) -> None:
+    """Points ``t`` at a private mapping (``MAP_PRIVATE``) of its own file, in place: a write into
+    it stays in this process; the file, and the page cache that other mappings share, keep their
+    bytes. ``t`` keeps everything else (its file name: it still pickles as the file)."""
+    storage = torch.UntypedStorage.from_file(str(t.filename), shared=False,
+                                             nbytes=t.untyped_storage().nbytes())
+    with torch.no_grad():
+        t.set_(storage, t.storage_offset(), t.shape, t.stride())
 
 
 def load_memmap(path: str | os.PathLike, *, writable: bool = False) -> ImageData:
@@ -371,9 +384,10 @@ def load_memmap(path: str | os.PathLike, *, writable: bool = False) -> ImageData
     Args:
         path: the dataset folder.
         writable: map the files shared, so that writes into the tensors reach the files; False
-            (the default): a write stays in this process's memory (with a tensordict whose
-            ``load_memmap`` has no ``mode``, older than the one uv.lock pins, the files are
-            mapped shared either way: do not write into a loaded dataset there).
+            (the default): copy-on-write, a write stays in this process's memory, whichever
+            tensordict maps the files (with one older than 0.15, a dataset pickled into another
+            process is mapped there as that tensordict maps it: shared where the file is
+            writable; DataLoader workers take :class:`gpufeed.data.arrays.MemmapDataset`).
 
     Raises:
         MemmapError: ``path`` is missing, incomplete (an interrupted build), foreign, of another
@@ -399,16 +413,15 @@ def load_memmap(path: str | os.PathLike, *, writable: bool = False) -> ImageData
                  f"{path} --overwrite`")
     # a file of the wrong size: raises, naming it, before anything maps it
     data_files(path, manifest)
-    # tensordict's `mode` ("r": copy-on-write) is recent; before it, files the user may write are
-    # mapped shared, so a write into a loaded tensor reaches the file (the sizes are checked above
-    # either way, so loading itself never extends or rewrites a file).
-    mode = {"mode": "r+" if writable else "r"} if _LOAD_HAS_MODE else {}
+    mode = {"mode": "r+" if writable else "r"} if _TD_HAS_MODE else {}
     try:
         data = ImageData.load_memmap(path / DATA, **mode)
     except Exception as e:  # tensordict's own errors vary by version: say what to do in one line
         why = " ".join(f"{type(e).__name__}: {e}".split())  # one line, whatever tensordict wrote
         raise MemmapError(f"{path} is damaged or was written by another gpufeed/tensordict "
                           f"({why}); {overwrite}") from e
+    if not writable and not _TD_HAS_MODE:  # an older tensordict mapped the files shared
+        _copy_on_write(data.images), _copy_on_write(data.targets)
     shape = [list(data.images.shape), list(data.targets.shape)]
     if (shape != [manifest["images"]["shape"], manifest["targets"]["shape"]]
             or data.images.dtype != torch.uint8):
