@@ -4,7 +4,8 @@ Each module points back to the notebook that teaches it: the pipeline simulator,
 sliders (lesson 01), profiler traces (02), dtypes and transfer order (03), the simulator of CUDA's
 ordering rules and its hazards (:mod:`~gpufeed.course.simcuda`, :mod:`~gpufeed.course.hazards`:
 lesson 08, and the tests of the library's CUDA paths), storage formats and
-JPEG quality (04), a dataset larger than the memory read in two orders (06), DataLoader sweeps (07), the ladder and loader efficiency (11), the distributed
+JPEG quality (04), a dataset larger than the memory read in two orders (06), DataLoader sweeps and
+tensors saved on one device loaded on another (07), the ladder and loader efficiency (11), the distributed
 script, shards and the page cache (12), the environment check and the notebooks' setup cell.
 
 It may import :mod:`gpufeed.data` and :mod:`gpufeed.measure`; they never import it.
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import importlib
 
-_MODULES = {'collate', 'distributed', 'doctor', 'efficiency', 'explorer', 'formats', 'hazards', 'instrument', 'knobs', 'ladder', 'launch', 'outofcore', 'pagecache', 'ports', 'prose', 'quality', 'session', 'shards', 'shuffles', 'simcuda', 'simulator', 'timeline', 'trace', 'training', 'transfer'}
+_MODULES = {'collate', 'devicefiles', 'distributed', 'doctor', 'efficiency', 'explorer', 'formats', 'hazards', 'instrument', 'knobs', 'ladder', 'launch', 'outofcore', 'pagecache', 'ports', 'prose', 'quality', 'session', 'shards', 'shuffles', 'simcuda', 'simulator', 'timeline', 'trace', 'training', 'transfer'}
 
 __all__ = sorted(_MODULES)
 

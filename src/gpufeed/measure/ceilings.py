@@ -337,17 +337,19 @@ def committed(keep: Callable[[Measurement], bool], names: Sequence[str] = H2D_RE
     return None
 
 
-def versus(a: float, b: float) -> str:
-    """How rate ``a`` compares with rate ``b``, in words that read right either way.
+def versus(a: float, b: float, bold: bool = True) -> str:
+    """How rate ``a`` compares with rate ``b``, in words that read right either way: "about as
+    fast as" within 5%, else the ratio, in Markdown bold unless ``bold=False`` (plain printed text).
 
     Example:
-        >>> versus(54.5, 8.7), versus(8.7, 54.5), versus(10.0, 10.3)
-        ('**6.3x** as fast as', '**6.3x** slower than', 'about as fast as (within 5% of)')
+        >>> versus(54.5, 8.7), versus(8.7, 54.5, bold=False), versus(10.0, 10.3)
+        ('**6.3x** as fast as', '6.3x slower than', 'about as fast as')
     """
     ratio = a / b
     if abs(math.log(ratio)) < math.log(1.05):
-        return "about as fast as (within 5% of)"
-    return f"**{ratio:.1f}x** as fast as" if ratio > 1 else f"**{1 / ratio:.1f}x** slower than"
+        return "about as fast as"
+    mark = "**" if bold else ""
+    return f"{mark}{ratio:.1f}x{mark} as fast as" if ratio > 1 else f"{mark}{1 / ratio:.1f}x{mark} slower than"
 
 
 def h2d_at(ms: Sequence[Measurement], nbytes: int) -> dict[str, Measurement]:
