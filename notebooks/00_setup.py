@@ -33,14 +33,16 @@ print(doctor.report())
 # Before a training step can use an image, its bytes climb a ladder: from the network or a disk
 # (HDD, SATA SSD, NVMe) into RAM (the page cache), through the CPU (decode), across the bus into
 # GPU memory. Each rung is faster than the one below, and a pipeline runs at the speed of its
-# slowest rung. Rather than quote vendor numbers, we measure the rungs this machine has:
+# slowest rung. We measure the rungs this machine has, and set beside them what others published
+# for the rungs it may lack (a GPU, NVMe, RAID, network storage), each labelled with its hardware
+# and its source, never as ours:
 #
 # | rung | measured below as |
 # |---|---|
 # | RAM | memcpy GB/s (section 3) |
 # | RAM to GPU | host-to-device GB/s, pageable vs pinned (section 4) |
 # | CPU decode | JPEG images/s on one core (section 5) |
-# | disk vs page cache | file read GB/s, cold vs warm (section 6) |
+# | disk vs page cache | file read GB/s, cold vs warm (section 6), beside published NVMe, RAID and network storage |
 
 # %% [markdown]
 # ## 3. Memory copy: the ceiling of anything that touches every byte
@@ -106,8 +108,9 @@ if in_cache:
     fastest = max(in_cache, key=lambda m: m.gb_per_s)
     ratio = fastest.gb_per_s / ram.gb_per_s
     cache_text = (f" Within the {l3 / 2**20:g} MiB L3 the fastest copy ({fastest.name}) ran at {fastest.gb_per_s:.1f} GB/s, "
-                  + (f"**{ratio:.1f}x** the RAM rate: those buffers were copied from cache." if ratio > 1.2 else
-                     f"{ratio:.2f}x the RAM rate: on this machine, in this run, the caches gave small copies no clear edge."))
+                  f"{ceilings.versus(fastest.gb_per_s, ram.gb_per_s)} the RAM rate: "
+                  + ("those buffers were copied from cache." if ratio > 1.2 else
+                     "on this machine, in this run, the caches gave small copies no clear edge."))
 elif l3 is None:
     cache_text = " This OS does not report the L3 size, so the plot cannot say which sizes fit in cache."
 say(f"Copying {sizes[-1] / 2**20:.0f} MiB (RAM, not cache) runs at **{ram.gb_per_s:.1f} GB/s**, "
@@ -126,86 +129,70 @@ say(f"Copying {sizes[-1] / 2**20:.0f} MiB (RAM, not cache) runs at **{ram.gb_per
 # Pinning is not free: page-locking memory, or copying a batch into an already pinned buffer,
 # costs time too. So three series: **pageable** (`dst.copy_(x)`), **pinned** (`x` pinned once,
 # before the timing; the copy alone) and **pin+copy** (`dst.copy_(x.pin_memory(), non_blocking=True)`,
-# all timed: what a loop that pins each batch pays). This cell needs CUDA; without it, it shows
-# our committed measurement from a real GPU if there is one, else the pageable and pinned rates
-# NVIDIA published for the same copy (labelled as theirs, with the link). The last cell of this
-# section sets yours beside theirs when CUDA is here.
+# all timed: what a loop that pins each batch pays). This cell needs CUDA. Without it, it shows our
+# committed measurement from a real GPU (`ceilings.committed`: lesson 00's own file, else the
+# ceilings that `python -m gpufeed bench --ceilings` measured on an H100 in full mode), labelled
+# with the GPU and the file; the last cell of this section sets it beside what NVIDIA published.
 
 # %%
-from gpufeed.measure import results
+from gpufeed.measure import published, results
 
-h2d = []
 if S.cuda:
     h2d = ceilings.h2d_series([1 << p for p in range(20, (25 if S.quick else 29), 2)])  # 1 MiB .. 256 MiB
-    h2d_machine = S.machine
+    ours = ceilings.Reference(h2d, S.machine, "measured here")
 else:
-    ref = results.reference("lesson00")  # our committed GPU measurement, if any
-    if ref is not None:
-        h2d = [m for m in ref[0] if m.name.startswith("H2D")]
-        h2d_machine = ref[1]["machine"]
-        print(f"No CUDA here: showing the reference measured on {h2d_machine.get('gpu')}.")
-    else:
-        print("No CUDA here, and no GPU measurement of ours is committed (results/<gpu>/lesson00.json): "
-              "the last cell of this section shows what others published instead.")
+    ours = ceilings.committed(lambda m: m.name.startswith("H2D"))  # None where nothing is committed
+    h2d = []  # nothing measured here
+    print(f"No CUDA here: showing the copies of {ours.hardware} from {ours.source}." if ours else
+          "No CUDA here, and no GPU measurement of ours is committed (results/<gpu>/lesson00.json or "
+          "ceilings.json): the last cell of this section shows what others published instead.")
 
 # %%
-if h2d:
-    series = {src: [m for m in h2d if ceilings.h2d_source(m) == src] for src in ceilings.H2D_SOURCES}
+if ours:
+    series = {src: [m for m in ours.measurements if ceilings.h2d_source(m) == src] for src in ceilings.H2D_SOURCES}
     largest = {src: ms[-1] for src, ms in series.items() if ms}  # each series' largest copy
     colors = {"pageable": plotting.COLORS["baseline"], "pinned": plotting.COLORS["copy"], "pin+copy": "tab:purple"}
-    fig, ax = plt.subplots()
-    for src, ms in series.items():
-        if ms:
-            ax.plot([m.params["nbytes"] / 2**20 for m in ms], [m.gb_per_s for m in ms], "o-", color=colors[src],
-                    label=plotting.ratio_label(src, ms[-1].gb_per_s / largest["pageable"].gb_per_s))
-    ax.set_xscale("log")
-    ax.set_xlabel("copy size (MiB)")
-    ax.set_ylabel("host to device (GB/s)")
-    ax.legend(title="largest size, vs pageable")
-    plotting.caption(fig, h2d_machine)
+    if len(series["pinned"]) > 1:  # a series of sizes: rate against size
+        fig, ax = plt.subplots()
+        for src, ms in series.items():
+            if ms:
+                ax.plot([m.params["nbytes"] / 2**20 for m in ms], [m.gb_per_s for m in ms], "o-", color=colors[src],
+                        label=plotting.ratio_label(src, ms[-1].gb_per_s / largest["pageable"].gb_per_s))
+        ax.set_xscale("log")
+        ax.set_xlabel("copy size (MiB)")
+        ax.set_ylabel("host to device (GB/s)")
+        ax.legend(title="largest size, vs pageable")
+        plotting.caption(fig, ours.machine)
+    else:  # one size (the committed ceilings): a bar each, ratios to pageable
+        fig, ax = plotting.bars(list(largest.values()), rate="bytes", machine=ours.machine,
+                                title=f"host to device on {ours.hardware} ({ours.source.split(',')[0]})")
     plt.show()
 
 # %%
-if h2d:
-    pageable, pinned = largest["pageable"], largest["pinned"]
-    text = (f"From memory pinned beforehand, the copy reaches **{pinned.gb_per_s:.1f} GB/s**, "
-            f"{pinned.gb_per_s / pageable.gb_per_s:.1f}x the {pageable.gb_per_s:.1f} GB/s from pageable "
-            f"memory, on {h2d_machine.get('gpu')}.")
-    if "pin+copy" in largest:
-        both = largest["pin+copy"]
-        text += (f" Pinning each batch first and then copying runs at {both.gb_per_s:.1f} GB/s, "
-                 f"{both.gb_per_s / pageable.gb_per_s:.2f}x pageable: "
-                 + ("pinning pays for itself even in a serial loop here." if both.gb_per_s > pageable.gb_per_s
-                    else "in a serial loop, pinning costs what the faster copy saves; it pays off only "
-                         "when the pin runs on another thread and the copy overlaps compute (lessons 07-08)."))
-    else:
-        text += " This reference predates the pin+copy series: run this cell on a GPU to see what the pin costs."
-    say(text)
+if ours:
+    say(ceilings.h2d_sentence(ours))
 
 # %% [markdown]
-# NVIDIA's post *How to Optimize Data Transfers in CUDA C/C++* timed the same two copies, 16 MiB
-# from pageable and from pinned memory, on a laptop and on a desktop of its day. Their machines
-# are not yours, so their GB/s say little about your bus; the ratio, what pinning buys, is the
-# point. Where CUDA is here (or our GPU reference is committed), the 16 MiB copies above stand in
-# the last rows.
+# NVIDIA's post *How to Optimize Data Transfers in CUDA C/C++* (2012) timed the same two copies,
+# 16 MiB from pageable and from pinned memory, on a laptop and on a desktop of its day. Their
+# machines are not yours, so their GB/s say little about your bus; the ratio, what pinning buys,
+# is the point. Each row below names its hardware and its source: yours where CUDA is here, else
+# our committed reference (the copy nearest 16 MiB it holds), then NVIDIA's.
 
 # %%
-from gpufeed.measure import published
-
 theirs = published.for_lesson("lesson00")
-rows = ["| where | pageable (GB/s) | pinned (GB/s) | pinned / pageable |", "|---|---|---|---|"]
-for hw in dict.fromkeys(f.hardware for f in theirs):
-    pair = {f.id.split("-")[1]: f for f in theirs if f.hardware == hw}  # ids: h2d-<source>-<gpu>
-    if {"pageable", "pinned"} <= pair.keys():
-        paged, pin = pair["pageable"].figure, pair["pinned"].figure
-        rows.append(f"| {pair['pinned'].label()} ([source]({pair['pinned'].url})) | {paged:.2f} | {pin:.2f} | {pin / paged:.2f}x |")
-if h2d:
-    at16 = {ceilings.h2d_source(m): m.gb_per_s for m in h2d if m.params["nbytes"] == 16 << 20}
-    if {"pageable", "pinned"} <= at16.keys():
-        whose = "yours, measured here" if S.cuda else "our committed reference"
-        rows.append(f"| {whose}, on {h2d_machine.get('gpu')} | {at16['pageable']:.2f} | {at16['pinned']:.2f} | "
-                    f"{at16['pinned'] / at16['pageable']:.2f}x |")
-say("\n".join(rows))
+say(ceilings.h2d_table([ours] if ours else [], theirs))
+pair = {f.id: f for f in theirs}
+old = pair.get("h2d-pinned-gtx680"), pair.get("h2d-pageable-gtx680")
+if ours and all(old):
+    at = ceilings.h2d_at(ours.measurements, 16 << 20)
+    now, then = at["pinned"].gb_per_s / at["pageable"].gb_per_s, old[0].figure / old[1].figure
+    say(f"Pinned over pageable: **{now:.2f}x** on {ours.hardware} ({ours.source.split(',')[0]}), "
+        f"**{then:.2f}x** on NVIDIA's {old[0].hardware} ({old[0].publisher}, not measured here). "
+        + (f"Pinning buys {now / then:.1f}x as much on the first: the pageable path adds the driver's copy in "
+           "RAM, which does not get faster with the bus, so the faster the bus, the more of the time it takes."
+           if now > 1.05 * then else f"Pinning buys less on the first ({then / now:.1f}x less)."
+           if now < then / 1.05 else "Pinning buys about as much on both (within 5%)."))
 
 # %% [markdown]
 # ## 5. JPEG decode: images per second on one core
@@ -277,7 +264,51 @@ elif speedup < 1.5:
            "(or the disk is as fast as RAM), so this 'cold' number does not show the disk.")
 else:
     why = ""
-say(f"Cold {cold.gb_per_s:.2f} GB/s, warm {warm.gb_per_s:.2f} GB/s: the page cache is **{speedup:.1f}x** faster." + why)
+say(f"Cold {cold.gb_per_s:.2f} GB/s, warm {warm.gb_per_s:.2f} GB/s: the page cache is "
+    f"{ceilings.versus(warm.gb_per_s, cold.gb_per_s)} the disk." + why)
+
+# %% [markdown]
+# ### The storage ladder: this machine beside NVMe, RAID and network storage
+#
+# "Fast storage" in the talks means RAM (the page cache), NVMe SSDs, and several of them striped
+# together (RAID-0); a dataset on network storage comes slower. This machine has one of these
+# rungs at most, so the ladder below sets its two reads beside the H100 node's, from our committed
+# ceilings, and beside read rates others published, each with its hardware and its source
+# (`results/published.json`). Theirs are not measured here: a vendor's or a blog's number on its
+# own hardware, a RAID-0 read into GPU memory, a network service's documented limit. Read them as
+# orders of magnitude, not as a race.
+
+# %%
+import textwrap
+
+node = ceilings.committed(lambda m: m.name.startswith("read "), names=["ceilings"])  # the H100 node's reads
+fast_storage = [f for f in published.for_lesson("lesson00") if not f.id.startswith("h2d-")]  # NVMe, RAID, network
+honest_cold = cold if not why else None  # a "cold" read the file system served from RAM is not the disk
+ladder = ceilings.storage_ladder(cold, warm, fast_storage, node)
+rows = ["| read from | GB/s | as published | whose number |", "|---|---|---|---|"]
+rows += [f"| {r.what} | {r.gb_per_s:.2f} | {r.published or '-'} | {r.source} |" for r in ladder]
+say("\n".join(rows))
+fig, ax = plt.subplots(figsize=(7, 0.6 + 0.62 * len(ladder)))
+whose = {"measured here": plotting.COLORS["copy"]}  # dark blue: here; light blue: our reference node; gray: theirs
+ax.barh([textwrap.fill(r.what, 36) for r in ladder], [r.gb_per_s for r in ladder],
+        color=[whose.get(r.source, plotting.COLORS["decode"]) if r.ours else "lightgray" for r in ladder])
+ax.set_xscale("log")
+ax.xaxis.set_major_formatter("{x:g}")
+ax.invert_yaxis()
+ax.set_xlabel("read GB/s (log scale); gray: published by others, not measured here")
+ax.set_title("the storage ladder")
+plotting.caption(fig, S.machine, note="dark blue: measured here; light blue: our reference node")
+plt.show()
+
+# %%
+lines = []
+for f in fast_storage:
+    rate = ceilings.published_gb_per_s(f)
+    line = f"- {f.hardware}: {f.number()} {f.unit} ({rate:.2f} GB/s), {ceilings.versus(rate, warm.gb_per_s)} the page cache here"
+    lines.append(line + (f", {ceilings.versus(rate, honest_cold.gb_per_s)} the disk here." if honest_cold else "."))
+say("Each published rung against this machine's reads (theirs measured on their hardware, ours here):\n\n"
+    + "\n".join(lines)
+    + ("" if honest_cold else "\n\nThe cold read here did not reach the disk (see above), so no rung is set against it."))
 
 # %% [markdown]
 # ## 7. This machine's ceilings, saved
@@ -288,7 +319,7 @@ say(f"Cold {cold.gb_per_s:.2f} GB/s, warm {warm.gb_per_s:.2f} GB/s: the page cac
 # %%
 from gpufeed.measure.harness import compare
 
-everything = [ram, *h2d, *decode_ms, cold, warm] if S.cuda else [ram, *decode_ms, cold, warm]
+everything = [ram, *h2d, *decode_ms, cold, warm]  # h2d: measured here, or empty
 saved = results.save_lesson("lesson00", everything)
 print(compare([ram, cold, warm, *([] if not S.cuda else h2d[-3:])], rate="bytes"))
 print(f"\nsaved to {saved}")
@@ -302,6 +333,9 @@ print(f"\nsaved to {saved}")
 #   time, so it pays when the pin runs off the critical path (a pin-memory thread, lesson 07).
 # * JPEG decode is usually the lowest ceiling of a folder of images: images/s per core times the
 #   number of cores. Lessons 04-06 show how to lift it (smaller JPEGs, or decode once and memmap).
+# * Storage is a ladder: the page cache, then the disk, which may be one NVMe SSD, several in
+#   RAID-0, or network storage. Section 6 sets this machine's two rungs beside published ones:
+#   know which rung your dataset is read from, cold, in the first epoch.
 #
 # ## Exercises
 #
@@ -338,7 +372,7 @@ all_cores = ceilings.memcpy(sizes[-1], repeats=5 if S.quick else 10, threads=thr
 gain = all_cores.gb_per_s / one_core.gb_per_s
 print(one_core, all_cores, sep="\n")  # a [noisy] mark: other work shared the cores; rerun
 say(f"Copying {sizes[-1] / 2**20:.0f} MiB: **{one_core.gb_per_s:.1f} GB/s** on one thread, "
-    f"**{all_cores.gb_per_s:.1f} GB/s** on {threads}, {gain:.2f}x. "
+    f"**{all_cores.gb_per_s:.1f} GB/s** on {threads}, {ceilings.versus(all_cores.gb_per_s, one_core.gb_per_s)} one. "
     + ("More threads did not help here: one core already gets what the memory gives (or the other cores "
        "were busy with other work; rerun to see)." if gain < 1.1 else
        f"The other cores add {100 * (gain - 1):.0f}%: a single-threaded copy (a loader's main thread) leaves "
@@ -395,18 +429,26 @@ say(f"Warm is barely faster than cold in {' and '.join(kept)}: that file system 
 # %% [markdown]
 # ## Sources
 #
-# This course grew from talks and notes on feeding images to a GPU that are not published with it,
-# and that we could not find in public to link: a talk on sending images to the GPU (its profiler
-# snippets in lesson 02; *"uint8 first, convert on the GPU; the bigger the image, the bigger the
-# gain"* in lesson 03; a frame going from 3.5 MB to 207 KB at `ffmpeg -q:v 3` in lesson 04;
-# 100 `__getitem__` calls at about 122 us against one batched call at about 3.4 us in lesson 06),
-# notes on reading images faster (the pipeline timelines of lesson 01), slides on the DataLoader's
-# options and on moving structures to devices (lesson 07), and a blog post on NVIDIA DALI written
-# with DALI's first, `ops` API (lesson 10). The lessons quote them as "the talk" and measure each
-# claim again on your machine rather than take its number. Everything else the course relies on is
-# public and named where it is used: each lesson ends with its Further reading, and the figures
-# others published that the CUDA-only cells show without a GPU are kept, each with its source, in
-# `results/published.json`.
+# This course grew from four documents that are not published with it, and that we could not
+# find in public at an address to link, so they are named here without one:
+#
+# * **"How to Efficiently Send Images to GPU"**, a talk by Francesco Saverio Zuppichini (a Slidev
+#   deck): its profiler snippets in lesson 02; *"uint8 first, convert on the GPU; the bigger the
+#   image, the bigger the gain"* in lesson 03; a frame going from 3.5 MB to 207 KB at
+#   `ffmpeg -q:v 3` in lesson 04; 100 `__getitem__` calls at about 122 us against one batched call
+#   at about 3.4 us in lesson 06.
+# * **"The fast train loops"**, a talk by Nasy (Typst slides): the DataLoader's options, moving
+#   structures to devices, and `torch.load(f, map_location=device)` (with `jax.device_put` as its
+#   JAX counterpart), in lesson 07.
+# * **"Fast data augmentation in Pytorch using Nvidia DALI"**, a blog post written with DALI's
+#   first, `ops` API (lesson 10).
+# * Unpublished timeline notes on reading images faster: the pipeline timelines of lesson 01.
+#
+# The lessons quote them as "the talk" and measure each claim again on your machine rather than
+# take its number. Everything else the course relies on is public and named where it is used:
+# each lesson ends with its Further reading, and the figures others published that the lessons
+# show (the CUDA-only cells without a GPU, the storage ladder above) are kept, each with its
+# source, in `results/published.json`.
 
 # %% [markdown]
 # ## Further reading

@@ -5,8 +5,11 @@
 # `pin_memory` do, measured as sweeps on a JPEG folder and on a memmap dataset, and where each
 # stops helping; what `non_blocking=True` really does, and why the GPU-to-CPU direction is unsafe
 # without a sync; how to move nested batches (dicts and lists of tensors) with a recursive
-# function, pytrees, optree and `TensorDict`; and why start methods (fork, spawn, forkserver)
-# decide where your dataset code must live.
+# function, pytrees, optree and `TensorDict`; how `torch.load(f, map_location=device)` loads
+# tensors saved on one device straight onto another; and why start methods (fork, spawn,
+# forkserver) decide where your dataset code must live. Optional "Deeper" sections, folded, show
+# internals (the pinned-memory cache, DDP's and DataParallel's moves, workers that exit holding
+# CUDA tensors); the main line reads on without them.
 #
 # **Time:** about 30 minutes (2 in quick mode). **Prerequisites:** [05 · Memory-mapped
 # datasets](05_memmap.ipynb), [06 · Batched fetching](06_batched.ipynb).
@@ -42,6 +45,7 @@ import warnings
 import torch
 
 from gpufeed import config
+from gpufeed.measure.ceilings import versus
 from gpufeed.measure.harness import NoisyMeasurementWarning, benchmark
 
 warnings.simplefilter("once", NoisyMeasurementWarning)  # say it once; the [noisy] marks show which
@@ -57,8 +61,8 @@ one, many = threads_ms[0], threads_ms[-1]
 for m in threads_ms:
     print(m)
 if default_threads > 1:
-    print(f"With {default_threads} threads the collate takes {many.median / one.median:.2f}x the time it takes "
-          f"with one ({many.median * 1e3:.2f} vs {one.median * 1e3:.2f} ms).")
+    print(f"With {default_threads} threads the collate is {versus(1 / many.median, 1 / one.median, bold=False)} with one "
+          f"({many.median * 1e3:.2f} vs {one.median * 1e3:.2f} ms).")
 else:
     print("torch already runs one thread per process here: nothing to compare.")
 
@@ -98,10 +102,14 @@ print(f"{n_images} images of {side}x{side}, batch {batch_size}; {cores} cores; n
 
 # %% [markdown]
 # `gpufeed.course.knobs.sweep` builds one DataLoader per configuration (`gpufeed.course.knobs.loader`: shuffled,
-# and the knobs that need workers dropped at `num_workers=0`), runs one untimed epoch (the workers
-# start there), then times whole epochs. With CUDA each batch is also sent to the GPU, and every
-# configuration runs with and without `pin_memory`. Each cell of the heatmap is images/s and its
-# ratio to `num_workers=0`; the dashed line marks the number of cores.
+# and the knobs that need workers dropped at `num_workers=0`). In quick mode it runs one untimed
+# epoch (the workers start there), then times whole epochs. In full mode it gives each
+# configuration a time budget instead (`budget_s`): after a short warm-up, the loader runs as one
+# stream of epochs and each sample is a block of batches sized to fit the budget, so a sweep of 2,000
+# JPEGs on 16 cores takes seconds, not minutes. With CUDA each batch is also sent to the GPU, and
+# the `, pinned` rows add `pin_memory=True` (at no workers, at the cores and past them). Each cell
+# of the heatmap is images/s and its ratio to `num_workers=0`; the dashed line marks the number of
+# cores.
 
 # %%
 import matplotlib.pyplot as plt
@@ -109,14 +117,16 @@ import matplotlib.pyplot as plt
 from gpufeed.measure import plotting
 from gpufeed.course.knobs import heatmap, sweep
 
-kw = {"batch_size": batch_size, "repeats": config.pick(quick=3, full=5), "device": S.device if S.cuda else None}
+kw = {"batch_size": batch_size, "repeats": config.pick(quick=3, full=5), "device": S.device if S.cuda else None,
+      "budget_s": config.pick(quick=None, full=0.3)}  # full mode: about 0.3 s of timing per configuration
 configs = [{"num_workers": w, "persistent_workers": True, "prefetch_factor": 2} for w in counts]
 ms = []
 for name, ds in datasets.items():
     ms += sweep({name: ds}, configs, **kw)
-    if S.cuda:
-        ms += sweep({f"{name}, pinned": ds}, [{**c, "pin_memory": True} for c in configs], **kw)
-fig, ax = heatmap(ms, cores=cores, machine=S.machine, title=f"images/s per epoch, batch {batch_size}, {side}x{side}")
+    if S.cuda:  # pinned at no workers, at the cores and past them, where one pin thread serves them all
+        ms += sweep({f"{name}, pinned": ds}, [{**c, "pin_memory": True} for c in configs
+                                              if c["num_workers"] in (0, cores, counts[-1])], **kw)
+fig, ax = heatmap(ms, cores=cores, machine=S.machine, title=f"images/s, batch {batch_size}, {side}x{side}")
 plt.show()
 
 # %%
@@ -126,23 +136,28 @@ for m in ms:
 for name, row in by_dataset.items():
     best, most = max(row, key=row.get), max(row)
     print(f"{name}: best at num_workers={best} ({row[best]:,.0f} images/s, {row[best] / row[0]:.2f}x num_workers=0); "
-          f"{most} workers give {row[most] / row[cores]:.2f}x what {cores} give.")
+          f"{most} workers are {versus(row[most], row[cores], bold=False)} {cores}.")
 folder, memmap = by_dataset["JPEG folder"], by_dataset["memmap"]
 gain, most = folder[cores] / folder[0], max(folder)
 if gain > 1.2:
     print(f"The JPEG folder gains {gain:.1f}x from {cores} workers: decoding is CPU work that splits by sample. "
-          f"{most} workers give {folder[most] / folder[cores]:.2f}x of that: past the cores there is no free core.")
+          f"{most} workers are {versus(folder[most], folder[cores], bold=False)} {cores}: past the cores there is no free "
+          "core.")
 else:
-    print(f"The JPEG folder does not gain from workers here ({gain:.2f}x with {cores}): on {cores} busy cores a worker "
-          "competes for a core with the main process and everything else running, and still hands each batch over.")
+    print(f"The JPEG folder gains little or nothing from workers here ({cores} are {versus(folder[cores], folder[0], bold=False)} "
+          f"none): on {cores} busy cores a worker competes for a core with the main process and everything else "
+          "running, and still hands each batch over.")
 in_place, via_worker = batch_size / memmap[0] * 1e3, batch_size / memmap[1] * 1e3  # ms per batch
-print(f"The memmap with no workers is {memmap[0] / folder[0]:.0f}x the folder. Through one worker a batch arrives "
-      f"every {via_worker:.1f} ms; gathering it in place takes {in_place:.2f} ms. The difference is the hand-over: "
-      "a copy into shared memory, fresh pages on both sides, messages between processes.")
+print(f"The memmap with no workers is {versus(memmap[0], folder[0], bold=False)} the folder with none. Through one worker a "
+      f"batch arrives every {via_worker:.1f} ms; gathering it in place takes {in_place:.2f} ms. "
+      + ("The difference is the hand-over: a copy into shared memory, fresh pages on both sides, messages between "
+         "processes." if via_worker > in_place else "Here the worker kept up: the hand-over cost less than the "
+         "gather it took off the main process."))
 for name in datasets if S.cuda else []:  # the pin-memory thread, where there is a GPU
     pinned_row = by_dataset[f"{name}, pinned"]
-    print(f"{name}, pin_memory=True vs False: {pinned_row[cores] / by_dataset[name][cores]:.2f}x at {cores} workers, "
-          f"{max(pinned_row.values()) / max(by_dataset[name].values()):.2f}x at the best of each.")
+    print(f"{name}, pin_memory=True is {versus(pinned_row[cores], by_dataset[name][cores], bold=False)} False at {cores} "
+          f"workers, {versus(max(pinned_row.values()), max(by_dataset[name].values()), bold=False)} it at the best of "
+          "each.")
 
 # %% [markdown]
 # **`pin_memory`** (GPU only; without an accelerator torch turns it off with a warning). The pin
@@ -164,7 +179,8 @@ for name, ds in datasets.items():
     step_s[name] = batch_size / by_dataset[name][cores]  # its loading time per batch at `cores` workers
     factors[name] = sweep({name: ds}, [{"num_workers": cores, "persistent_workers": True, "prefetch_factor": f}
                                        for f in (1, 2, 4)], **kw, step=lambda batch, s=step_s[name]: time.sleep(s))
-    persistence[name] = sweep({name: ds}, [{"num_workers": cores, "persistent_workers": p} for p in (False, True)], **kw)
+    persistence[name] = sweep({name: ds}, [{"num_workers": cores, "persistent_workers": p} for p in (False, True)],
+                              **{**kw, "budget_s": None, "repeats": 3})  # whole epochs: each one's start is the point
     for m in factors[name]:  # short labels for the plots
         m.name = f"prefetch_factor={m.params['prefetch_factor']}"
     for m in persistence[name]:
@@ -182,14 +198,15 @@ for name in datasets:
     pf = {m.params["prefetch_factor"]: m for m in factors[name]}
     no_keep, keep = persistence[name]
     bound = n_images / (step_s[name] * -(-n_images // batch_size))  # one step per batch, nothing else
-    print(f"{name}: prefetch_factor 4 gives {pf[1].median / pf[4].median:.2f}x factor 1 ({pf[4].items_per_s:,.0f} "
-          f"images/s; the step alone allows {bound:,.0f}). Without persistent workers an epoch takes "
-          f"{no_keep.median * 1e3:.0f} ms instead of {keep.median * 1e3:.0f} ms.")
+    print(f"{name}: prefetch_factor 4 is {versus(pf[4].items_per_s, pf[1].items_per_s, bold=False)} factor 1 "
+          f"({pf[4].items_per_s:,.0f} images/s; the step alone allows {bound:,.0f}). Without persistent workers an "
+          f"epoch takes {no_keep.median * 1e3:.0f} ms instead of {keep.median * 1e3:.0f} ms.")
 startup = persistence["memmap"][0].median - persistence["memmap"][1].median
 if startup > 0:
+    share = startup / persistence["memmap"][1].median
     print(f"Starting {cores} workers ({torch.multiprocessing.get_start_method()}) costs about {startup * 1e3:.0f} ms per "
-          f"epoch: {startup / persistence['memmap'][1].median:.1f}x a whole epoch of the memmap, which is why short "
-          "epochs want persistent_workers=True.")
+          "epoch: " + (f"{share:.1f}x a whole epoch" if share >= 1 else f"{share:.0%} of a whole epoch")
+          + " of the memmap, which is why short epochs want persistent_workers=True.")
 else:
     print("Here the start-up of the workers is lost in the noise of the epochs; rerun to see it.")
 
@@ -207,22 +224,16 @@ else:
 #   have arrived*. Reading it before `torch.cuda.synchronize()` (or an event) gives wrong values.
 #   This is the unsafe direction: no error, just garbage.
 #
-# And `pin_memory()` itself is a copy into page-locked memory, plus an allocation the OS must lock;
-# it pays off only if it replaces the driver's own staging copy and lets work overlap. Careful when
-# timing it: PyTorch's *caching host allocator* keeps pinned blocks once they are freed and hands
-# them out again, so in a loop only the first call locks pages; the others are a plain memcpy into
-# a cached block. The cells below time both (a cached block, and a fresh one with the cache emptied
-# before each call, counting the allocator's new blocks to show which was hit) with CUDA, and
-# otherwise show our committed reference from a GPU, or, where none is committed, pageable against
-# pinned as NVIDIA published it.
+# The cells below time the first two with CUDA. Without it they show our committed reference from
+# a GPU: lesson 07's own where it is committed, else the H100's host-to-device ceilings (pageable,
+# pinned, pin then copy), beside what NVIDIA published, each labelled with its hardware and source.
 
 # %%
-from IPython.display import Markdown, display
-
-from gpufeed.measure import results
+from gpufeed.measure import ceilings, published, results
 from gpufeed.measure.harness import Measurement
+from gpufeed.course.prose import say
 
-nb_ms, unsafe, pin_blocks = [], {}, {}
+nb_ms, unsafe = [], {}
 x = torch.randint(0, 256, (64, 3, 224, 224), dtype=torch.uint8)  # 9.6 MB: one batch of 224x224 uint8
 
 
@@ -238,21 +249,6 @@ def h2d_times(src, non_blocking, repeats=20):
         done.append(time.perf_counter() - t0)
     return returns[2:], done[2:]  # the first two are warm-up
 
-
-def pin_times(src, fresh, repeats=10):
-    """Seconds per src.pin_memory(), and the pinned blocks the host allocator had to create."""
-    blocks = getattr(torch.cuda, "host_memory_stats", dict)  # older torch: no host statistics, counts read 0
-    times, allocs = [], blocks().get("num_host_alloc", 0)
-    for _ in range(repeats + 1):
-        if fresh:  # free the cached pinned blocks (private API): the next call must allocate and lock pages
-            torch.cuda.synchronize()
-            torch._C._host_emptyCache()
-        t0 = time.perf_counter()
-        y = src.pin_memory()
-        times.append(time.perf_counter() - t0)
-        del y  # back to the cache, ready for the next call
-    return times[1:], blocks().get("num_host_alloc", 0) - allocs
-
 # %%
 if S.cuda:
     pinned = x.pin_memory()
@@ -262,19 +258,10 @@ if S.cuda:
             name = f"{memory}, non_blocking={nb}"
             nb_ms += [Measurement(f"{name}: call returns", returns, nbytes=x.numel()),
                       Measurement(f"{name}: copy done", done, nbytes=x.numel())]
-    pin_blocks = {}
-    for fresh in (False, True):
-        if fresh and not hasattr(torch._C, "_host_emptyCache"):
-            print("this torch cannot empty its pinned-memory cache: only the cached case is timed")
-            continue
-        name = f"x.pin_memory(), {'fresh' if fresh else 'cached'} block"
-        times, pin_blocks[name] = pin_times(x, fresh)
-        nb_ms.append(Measurement(name, times, nbytes=x.numel()))
-    nb_ms.append(benchmark(lambda: x.clone(), name="x.clone() (pageable copy)", nbytes=x.numel(), repeats=20))
     for m in nb_ms:
         print(f"{m.name:>40}: {m.median * 1e3:7.3f} ms ({m.gb_per_s:6.1f} GB/s)")
 else:
-    print("No CUDA here: non_blocking copies need a GPU; below, our reference from one if committed, else published figures.")
+    print("No CUDA here: non_blocking copies need a GPU; below, our reference from one, beside published figures.")
 
 # %% [markdown]
 # The unsafe direction, shown on purpose: a long matrix product is queued first, then a fill of
@@ -298,40 +285,186 @@ if S.cuda:
     del a, src, y
 
 # %%
-ref = None if S.cuda else results.reference("lesson07")
-if S.cuda:
-    nb_show, gpu = nb_ms, S.machine.get("gpu")
-elif ref is None:
-    nb_show, gpu = [], None
-    theirs = {f.id: f for f in results.no_reference("lesson07")}  # pageable vs pinned, as others published it
-    for gpu_id in ("gtx680", "nvs4200m"):
-        pageable, pinned = theirs.get(f"h2d-pageable-{gpu_id}"), theirs.get(f"h2d-pinned-{gpu_id}")
-        if pageable and pinned:
-            print(f"{pinned.hardware}: pinned {pinned.figure / pageable.figure:.2f}x pageable ({pinned.publisher}).")
-else:
-    nb_show = [m for m in ref[0] if "non_blocking" in m.name or "pin_memory()" in m.name or "clone()" in m.name]
-    unsafe, gpu = ref[1].get("unsafe", {}), ref[1]["machine"].get("gpu")
-    pin_blocks = ref[1].get("pin_blocks", {})
-    print(f"The reference, measured on {gpu}:")
-    for m in nb_show:
-        print(f"{m.name:>40}: {m.median * 1e3:7.3f} ms ({m.gb_per_s:6.1f} GB/s)")
-if nb_show:
+ref = None if S.cuda else results.reference("lesson07")  # lesson 07's own GPU run, where committed
+if S.cuda or ref is not None:
+    nb_show = nb_ms if S.cuda else [m for m in ref[0] if "non_blocking" in m.name]
+    gpu = S.machine.get("gpu") if S.cuda else ref[1]["machine"].get("gpu")
+    if ref is not None:
+        unsafe = ref[1].get("unsafe", {})
+        print(f"No CUDA here: the reference, measured on {gpu}:")
+        for m in nb_show:
+            print(f"{m.name:>40}: {m.median * 1e3:7.3f} ms ({m.gb_per_s:6.1f} GB/s)")
     t = {m.name: m.median for m in nb_show}
-    cached, fresh = (t.get(f"x.pin_memory(), {k} block") for k in ("cached", "fresh"))
-    plain = t["x.clone() (pageable copy)"]
-    text = (f"On {gpu}: from pinned memory, non_blocking returns after {t['pinned, non_blocking=True: call returns'] * 1e6:.0f} us "
-            f"of a {t['pinned, non_blocking=True: copy done'] * 1e3:.2f} ms copy; from pageable memory after "
-            f"{t['pageable, non_blocking=True: call returns'] * 1e3:.2f} ms of {t['pageable, non_blocking=True: copy done'] * 1e3:.2f}.")
-    if cached is not None:
-        text += (f" `pin_memory()` into a cached block costs {cached * 1e3:.2f} ms, {cached / plain:.1f}x a plain copy "
-                 f"({pin_blocks.get('x.pin_memory(), cached block', '?')} new pinned blocks in the whole series)")
-    if fresh is not None:
-        text += (f"; into a fresh block, allocated and locked each time, {fresh * 1e3:.2f} ms, {fresh / plain:.1f}x "
-                 f"({pin_blocks.get('x.pin_memory(), fresh block', '?')} new blocks).")
-    display(Markdown(text))
+    returns, done = t["pinned, non_blocking=True: call returns"], t["pinned, non_blocking=True: copy done"]
+    say(f"On {gpu}: from pinned memory, non_blocking returns after {returns * 1e6:.0f} us of a {done * 1e3:.2f} ms "
+        f"copy ({returns / done:.0%} of it); from pageable memory after "
+        f"{t['pageable, non_blocking=True: call returns'] * 1e3:.2f} ms of "
+        f"{t['pageable, non_blocking=True: copy done'] * 1e3:.2f}. The pinned copy is "
+        f"{ceilings.versus(1 / done, 1 / t['pageable, non_blocking=True: copy done'])} the pageable one.")
+else:
+    h100 = ceilings.committed(lambda m: m.name.startswith("H2D"))  # the ceilings of a real GPU, if committed
+    print("No CUDA here, and lesson 07's own GPU measurement is not committed (results/<gpu>/lesson07.json): "
+          "pageable against pinned from our ceilings reference, where there is one, and as NVIDIA published it.")
+    if h100 is not None:
+        say(ceilings.h2d_sentence(h100))
+    say(ceilings.h2d_table([h100] if h100 else [], published.for_lesson("lesson07")))
 if unsafe:
     print(f"Read before a sync, {max(unsafe['wrong_before_sync']):.0%} of the values were wrong in the worst trial; "
           f"after it, {max(unsafe['wrong_after_sync']):.0%}.")
+
+# %% [markdown]
+# ### Deeper (optional): what `pin_memory()` itself costs
+#
+# Timing a pin is easy to get wrong, because PyTorch keeps pinned blocks for reuse; this dive times
+# it both ways. The main line does not need it.
+
+# %% [markdown] tags=["deeper"]
+# `pin_memory()` is a copy into page-locked memory, plus an allocation the OS must lock; it pays
+# off only if it replaces the driver's own staging copy and lets work overlap. PyTorch's *caching
+# host allocator* keeps pinned blocks once they are freed and hands them out again, so in a loop
+# only the first call locks pages; the others are a plain memcpy into a cached block. The cells
+# below time both (a cached block, and a fresh one with the cache emptied before each call,
+# counting the allocator's new blocks to show which was hit) against a plain pageable copy.
+
+# %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+pin_ms, pin_blocks = [], {}
+
+
+def pin_times(src, fresh, repeats=10):
+    """Seconds per src.pin_memory(), and the pinned blocks the host allocator had to create."""
+    blocks = getattr(torch.cuda, "host_memory_stats", dict)  # older torch: no host statistics, counts read 0
+    times, allocs = [], blocks().get("num_host_alloc", 0)
+    for _ in range(repeats + 1):
+        if fresh:  # free the cached pinned blocks (private API): the next call must allocate and lock pages
+            torch.cuda.synchronize()
+            torch._C._host_emptyCache()
+        t0 = time.perf_counter()
+        y = src.pin_memory()
+        times.append(time.perf_counter() - t0)
+        del y  # back to the cache, ready for the next call
+    return times[1:], blocks().get("num_host_alloc", 0) - allocs
+
+
+if S.cuda:
+    for fresh in (False, True):
+        if fresh and not hasattr(torch._C, "_host_emptyCache"):
+            print("this torch cannot empty its pinned-memory cache: only the cached case is timed")
+            continue
+        name = f"x.pin_memory(), {'fresh' if fresh else 'cached'} block"
+        times, pin_blocks[name] = pin_times(x, fresh)
+        pin_ms.append(Measurement(name, times, nbytes=x.numel()))
+    pin_ms.append(benchmark(lambda: x.clone(), name="x.clone() (pageable copy)", nbytes=x.numel(), repeats=20))
+elif ref is not None and ref[1].get("pin_blocks"):
+    pin_ms = [m for m in ref[0] if "pin_memory()" in m.name or "clone()" in m.name]
+    pin_blocks = ref[1]["pin_blocks"]
+for m in pin_ms:
+    print(f"{m.name:>40}: {m.median * 1e3:7.3f} ms ({m.gb_per_s:6.1f} GB/s)")
+
+# %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+if pin_ms:
+    p = {m.name: m.median for m in pin_ms}
+    plain = p["x.clone() (pageable copy)"]
+    text = []
+    for kind in ("cached", "fresh"):
+        if f"x.pin_memory(), {kind} block" in p:
+            took = p[f"x.pin_memory(), {kind} block"]
+            text.append(f"into a {kind} block, {took * 1e3:.2f} ms, {ceilings.versus(1 / took, 1 / plain)} a plain copy "
+                        f"({pin_blocks.get(f'x.pin_memory(), {kind} block', '?')} new pinned blocks in the series)")
+    say("`pin_memory()` of one 9.6 MB batch: " + "; ".join(text) + ".")
+else:
+    h100 = ceilings.committed(lambda m: m.name.startswith("H2D"))
+    if h100 is None:
+        print("No CUDA here, and no reference of ours holds a pin: timing pin_memory() needs a GPU.")
+    else:
+        at = ceilings.h2d_at(h100.measurements, 1 << 30)  # the largest copy of each source
+        pin_s = at["pin+copy"].median - at["pinned"].median  # the pin alone, by difference
+        size = at["pinned"].params["nbytes"]
+        say(f"No CUDA here. On {h100.hardware} ({h100.source}), pinning then copying {size >> 20} MiB took "
+            f"{at['pin+copy'].median * 1e3:.2f} ms against {at['pinned'].median * 1e3:.2f} ms for the copy from memory "
+            "pinned beforehand: "
+            + (f"the pin alone, by difference, took about {pin_s * 1e3:.1f} ms ({size / pin_s / 1e9:.0f} GB/s), a copy "
+               "in RAM into a block the caching host allocator kept from the warm-up. Fresh blocks, locked anew "
+               "each time, need a GPU to time." if pin_s > 0 else
+               "the difference is within the noise, so this reference cannot say what the pin cost."))
+
+# %% [markdown]
+# ### From a file straight to the device: `torch.load(f, map_location=device)`
+#
+# `torch.save` writes, beside each tensor's bytes, the device it was on (`"cpu"`, `"cuda:0"`), and
+# `torch.load` puts it back there. `map_location` says otherwise: a device (`"cpu"`, `"cuda:1"`),
+# a mapping (`{"cuda:0": "cpu"}`) or a function. It does two jobs ("The fast train loops", named in
+# lesson 00's Sources, shows it in its IO section, with JAX's counterpart, `jax.device_put(x,
+# device)`): a file saved on a GPU machine loads on one without a GPU only with it, and it loads
+# straight onto the device you compute on instead of loading, then moving. First the file of a
+# GPU machine: where there is no GPU, `gpufeed.course.devicefiles.save_as_on` writes one whose
+# tensors record `cuda:0`, the one thing in a file that says where a tensor was.
+
+# %%
+from gpufeed.course.devicefiles import load_ways, save_as_on
+from gpufeed.data.memmap import load_memmap
+
+shard = load_memmap(mm_dir)  # the lesson's images, as one dataset shard would be saved
+tensors = {"images": shard.images.clone(), "targets": shard.targets.clone()}  # [N, 3, 224, 224] uint8, [N]
+gpu_file = save_as_on({"images": tensors["images"][:2], "targets": tensors["targets"][:2]}, here / "on-cuda.pt", "cuda:0")
+try:
+    print("torch.load(f):", {k: str(v.device) for k, v in torch.load(gpu_file).items()})
+except RuntimeError as e:
+    print(f"torch.load(f) fails: {type(e).__name__}: {e}")
+print("torch.load(f, map_location='cpu'):", {k: str(v.device) for k, v in torch.load(gpu_file, map_location="cpu").items()})
+
+# %% [markdown]
+# Then the cost, on a file of the lesson's images (`tensors`: 10 MB in quick mode, 300 MB in full
+# mode), read from the page cache: `torch.load(f, map_location=device)` against `torch.load(f)`
+# then `.to(device)` over the nest, timed in turns (`gpufeed.course.devicefiles.load_ways`, which
+# first checks that both give the same tensors).
+
+# %%
+shard_file = here / f"shard-{n_images}.pt"
+torch.save(tensors, shard_file)
+load_ms, same_tensors = load_ways(shard_file, S.device, repeats=config.pick(quick=15, full=5))
+for m in load_ms:
+    print(m)
+by_map, then_move = load_ms
+agree = abs(by_map.median - then_move.median) < max(by_map.iqr, then_move.iqr)  # within the samples' spread
+say(f"Loading {shard_file.stat().st_size / 2**20:.0f} MiB to {S.device}: `map_location` took {by_map.median * 1e3:.1f} ms, "
+    f"loading then moving {then_move.median * 1e3:.1f} ms; `map_location` was "
+    f"{ceilings.versus(1 / by_map.median, 1 / then_move.median)} load-then-move"
+    + (", within the spread of the samples. " if agree else ", more than the spread of the samples. ")
+    + (f"On a GPU both read the file into pageable host memory and copy it to {S.device} with blocking copies "
+       "(torch.load restores each storage with `storage.to(device)`); `map_location` copies each tensor as it is "
+       "read, so the host holds one tensor's bytes at a time rather than the whole file. Neither pins, so neither "
+       "copy overlaps anything (pin, then copy with `non_blocking=True`, lesson 08, for that)."
+       if S.cuda else
+       "On the CPU the two run the same code: the file is read into CPU memory either way, and `.to('cpu')` "
+       f"returned the very tensors it was given ({same_tensors}), so "
+       + ("they should agree, and they do. " if agree else
+          "a gap this size is this machine's noise (see the [noisy] marks, and rerun), not the code. ")
+       + "What this cannot show is the copy to a GPU: there, both read the file into pageable host memory and then "
+       "make blocking copies (torch.load restores each storage with `storage.to(device)`), and `map_location` "
+       "copies each tensor as it is read, so the host holds one tensor's bytes at a time rather than the whole file."))
+
+# %% [markdown]
+# Without a GPU, the CUDA-ordering simulator (`gpufeed.course.simcuda`, lesson 08: it models
+# CUDA's order of events, not its speed) shows the host waits of the last step, moving a loaded
+# nest, and what pinning changes. `torch.load(map_location="cuda")` itself cannot run under it (the
+# simulator models tensors, not the storages torch.load restores); it makes the same blocking copies,
+# one per storage.
+
+# %%
+if S.cuda:
+    print("A GPU is here: the timings above are the real copies; the simulator is for machines without one.")
+else:
+    from gpufeed.course.simcuda import simulated_cuda
+    from gpufeed.data.movers import leaves, pin, to_device
+
+    loaded = torch.load(gpu_file, map_location="cpu")  # pageable CPU tensors, as torch.load makes them
+    with simulated_cuda(seed=0) as sim:
+        to_device(loaded, "cuda")  # load, then move
+        plain_waits = len(sim.syncs)
+        to_device(pin(loaded), "cuda", non_blocking=True)  # load, pin, then move without waiting
+        pinned_waits = len(sim.syncs) - plain_waits
+    say(f"Under the simulator, moving the {len(leaves(loaded))} loaded tensors with `.to('cuda')` made the host wait "
+        f"**{plain_waits}** time(s); pinned first and moved with `non_blocking=True`, **{pinned_waits}**.")
 
 # %% [markdown]
 # ## 4. Moving nested structures
@@ -416,30 +549,50 @@ if not S.cuda:
           "walking the structure, in Python or C++. With a GPU, the copies and their number count too.")
 
 # %% [markdown]
-# **Or let the model's wrapper move it.** `nn.DataParallel` and `DistributedDataParallel` move the
-# inputs of `forward` for you, nests included, but not in the same way:
+# **Or let the model's wrapper move it.** `DistributedDataParallel(model, device_ids=[local_rank])`
+# moves a nested input of `forward` whole to its GPU, but a CPU tensor, which is what a loader
+# hands over, with a plain `.to(device)`: the host waits for that copy, pinned or not, and nothing
+# overlaps it. `nn.DataParallel` cuts every tensor of the nest along dim 0, one piece per GPU:
+# right for the stacked images, wrong for a list of per-image targets. The fix, which lesson 12's
+# script uses: let the loader pin the batch (`pin_memory=True`), and move it yourself with
+# `non_blocking=True` *before* calling the model. The copy is queued on the current stream and the
+# host goes on; the forward pass is queued behind it; DDP finds every tensor already on its GPU
+# and moves nothing (`gpufeed.course.collate.ddp_move` calls DDP's own function on the batch):
+
+# %%
+from gpufeed.course.collate import ddp_move
+from gpufeed.data.movers import pin, to_device
+
+on_device = to_device(pin(batch) if S.cuda else batch, S.device, non_blocking=S.cuda)  # queued, not waited for
+passed = ddp_move(on_device, S.device)  # what DDP's forward does to it
+same = all(a is b for a, b in zip(leaves(passed), leaves(on_device)))
+print(f"moved before the model: DDP handed the model the very same {len(leaves(passed))} tensors: {same}")
+
+# %% [markdown]
+# ### Deeper (optional): what DDP and DataParallel do to a nested batch
 #
+# DDP's move read from torch's own source, and DataParallel's scatter run on the CPU on the
+# detection batch; the main line does not need them.
+
+# %% [markdown] tags=["deeper"]
 # * `DistributedDataParallel(model, device_ids=[local_rank])` calls `_to_kwargs` on the inputs,
 #   which moves every tensor of the nest to that one GPU and keeps the nest whole: each rank already
 #   has its own batch. *How* it moves a tensor depends on where the tensor is (`_recursive_to` in
 #   `torch/distributed/utils.py`, printed below): one on another GPU is copied on a side stream,
-#   but a **CPU tensor, which is what a loader hands over, gets a plain `.to(device)`**. The host
-#   waits for that copy, pinned or not, and nothing overlaps it. Without `device_ids` (a CPU
-#   module, or one spread over several GPUs) it moves nothing. (`gpufeed.course.collate.ddp_move`
-#   calls the same function.)
+#   but a **CPU tensor gets a plain `.to(device)`**. Without `device_ids` (a CPU module, or one
+#   spread over several GPUs) it moves nothing.
 # * `nn.DataParallel(model)` *scatters*: every tensor in the nest, wherever it sits, is cut along
 #   dim 0 into one piece per GPU, each piece copied from the CPU straight to its GPU on a side
-#   stream, and lists, tuples and dicts are rebuilt around the pieces. That
-#   is right for the stacked images, and wrong for a list of per-image targets: each GPU gets
-#   every image's targets, each cut in pieces. With no GPU, `DataParallel` just calls the model.
+#   stream, and lists, tuples and dicts are rebuilt around the pieces. With no GPU, `DataParallel`
+#   just calls the model.
 #
 # `gpufeed.course.collate.dataparallel_split` runs torch's own `scatter` on the CPU, with only its
-# per-tensor CUDA copy replaced by the same `torch.chunk` split, on the detection batch:
+# per-tensor CUDA copy replaced by the same `torch.chunk` split.
 
-# %%
+# %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 from torch import nn
 
-from gpufeed.course.collate import dataparallel_split, ddp_move
+from gpufeed.course.collate import dataparallel_split
 
 print(f"nn.DataParallel here uses GPUs {nn.DataParallel(nn.Identity()).device_ids} "
       f"({'it scatters over them' if S.cuda else 'none: forward just calls the model'})")
@@ -447,11 +600,11 @@ moved = ddp_move(batch, S.device)
 assert equal(moved, batch)
 print(f"DDP-style move to {S.device}: the same nest, {len(leaves(moved))} tensors, nothing split")
 
-# %% [markdown]
+# %% [markdown] tags=["deeper"]
 # Here is what DDP does with each tensor, read from the torch installed here: the lines of
 # `_recursive_to` that handle a CPU tensor.
 
-# %%
+# %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 import inspect
 
 import torch.distributed.utils as dist_utils
@@ -466,19 +619,11 @@ else:
     print("This torch's _recursive_to has no separate CPU branch; read it whole:")
     print("".join(lines))
 
-# %% [markdown]
-# The fix, which lesson 12's script uses: let the loader pin the batch (`pin_memory=True`), and
-# move it yourself with `non_blocking=True` *before* calling the model. The copy is queued on the
-# current stream and the host goes on; the forward pass is queued behind it; DDP finds every tensor
-# already on its GPU and moves nothing (the same tensors come back):
+# %% [markdown] tags=["deeper"]
+# And DataParallel's scatter of the detection batch, first as it is, then without its 0-d
+# `image_id` tensors:
 
-# %%
-from gpufeed.data.movers import pin, to_device
-
-on_device = to_device(pin(batch) if S.cuda else batch, S.device, non_blocking=S.cuda)  # queued, not waited for
-passed = ddp_move(on_device, S.device)  # what DDP's forward does to it
-same = all(a is b for a, b in zip(leaves(passed), leaves(on_device)))
-print(f"moved before the model: DDP handed the model the very same {len(leaves(passed))} tensors: {same}")
+# %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 try:
     dataparallel_split(batch, 2)
 except RuntimeError as e:
@@ -493,7 +638,7 @@ text = (f"Without the ids, DataParallel's scatter over 2 GPUs makes {len(parts)}
 if len(parts) < 2:
     text += (f" Worse, the smallest target has {fewest} box, which cannot be cut in two, and scatter zips the pieces: "
              "the shortest wins, so the whole batch went to one GPU.")
-display(Markdown(text + " Nested per-sample targets need DDP, or a split of your own."))
+say(text + " Nested per-sample targets need DDP, or a split of your own.")
 
 # %% [markdown]
 # ## 5. Start methods, CUDA, and why datasets live in `src/`
@@ -570,24 +715,27 @@ else:
 # `multiprocessing_context="spawn"` and `persistent_workers=True` ("otherwise old processes may not
 # release CUDA tensors"). Each piece has its reason: a forked child cannot use CUDA (above); a CUDA
 # tensor made in a worker reaches the main process through CUDA IPC, and PyTorch's docs ask the
-# process that made it to stay alive while it is in use (*Without `persistent_workers`*, below,
-# shows what happens when it does not); and the collate function must be importable, so it lives in
+# process that made it to stay alive while it is in use (the deep dive below shows what happens
+# when it does not); and the collate function must be importable, so it lives in
 # `gpufeed.course.collate.DeviceCollate` (`tensorclass=True` makes the talk's batch, an `ImageData`
 # with `images` and `targets`). What it costs: every worker opens a CUDA context of its own, in
 # exchange for taking the pin copy off the main process's single pin thread, and the batches the
 # workers prefetch wait *on the GPU*. `gpufeed.course.collate.worker_cuda_cost` builds both
-# DataLoaders on the JPEG folder (same spawn workers, persistent) and measures the time to the
-# first batch, the time per epoch, and the GPU memory in use while the workers live
-# (`torch.cuda.mem_get_info`, which sees every process).
+# DataLoaders on the JPEG folder (same spawn workers, persistent; at most 4 workers and 8 batches
+# an epoch, enough to see each cost) and measures the time to the first batch, the time per epoch,
+# and the GPU memory in use while the workers live (`torch.cuda.mem_get_info`, which sees every
+# process).
 
 # %%
+from torch.utils.data import Subset
+
 from gpufeed.course.collate import DeviceCollate, worker_cuda_cost
-from gpufeed.course.prose import say
 
 talk_collate = DeviceCollate("cuda", tensorclass=True)
 print("collate_fn:", talk_collate, "pickled as", pickle.dumps(talk_collate)[:48])
 print("its batch, made here on the CPU:", DeviceCollate("cpu", tensorclass=True)([datasets["JPEG folder"][i] for i in range(2)]))
-workers_here, prefetch = config.pick(quick=2, full=cores), 2  # prefetch_factor: the DataLoader's default
+workers_here, prefetch = min(cores, config.pick(quick=2, full=4)), 2  # prefetch_factor: the DataLoader's default
+few = Subset(datasets["JPEG folder"], range(min(n_images, 8 * batch_size)))  # 8 batches: each start-up shows
 held = workers_here * prefetch * batch_size * 3 * side * side  # bytes: uint8 batches waiting on the GPU
 say(f"With the copy in the workers, up to prefetch_factor x num_workers = {prefetch} x {workers_here} = "
     f"{prefetch * workers_here} batches wait on the GPU before the loop asks for them: {held / 2**20:.0f} MiB for "
@@ -595,8 +743,7 @@ say(f"With the copy in the workers, up to prefetch_factor x num_workers = {prefe
     "they wait in host memory).")
 worker_collate = None
 if S.cuda:
-    worker_collate = worker_cuda_cost(datasets["JPEG folder"], batch_size=batch_size,
-                                      num_workers=config.pick(quick=2, full=cores), epochs=config.pick(quick=2, full=3))
+    worker_collate = worker_cuda_cost(few, batch_size=batch_size, num_workers=workers_here, epochs=2)
 elif ref is not None and ref[1].get("worker_collate"):
     worker_collate = ref[1]["worker_collate"]
     print(f"No CUDA here: the reference, measured on {ref[1]['machine'].get('gpu')}:")
@@ -607,14 +754,19 @@ else:
 if worker_collate:
     main, inside = worker_collate["main process"], worker_collate["in the workers"]
     epoch = {k: sorted(v["epoch_s"])[len(v["epoch_s"]) // 2] for k, v in worker_collate.items()}  # median
-    display(Markdown(
-        f"Copying in the workers: first batch after {inside['first_batch_s']:.1f} s (main process: "
-        f"{main['first_batch_s']:.1f} s), an epoch in {epoch['in the workers'] / epoch['main process']:.2f}x the time, "
-        f"and {inside['gpu_mib_per_worker']:.0f} MiB of GPU memory per worker against "
-        f"{main['gpu_mib_per_worker']:.0f} (the CUDA contexts)."))
+    say(f"Copying in the workers: first batch after {inside['first_batch_s']:.1f} s (main process: "
+        f"{main['first_batch_s']:.1f} s), epochs {ceilings.versus(1 / epoch['in the workers'], 1 / epoch['main process'])} "
+        f"with the copy in the main process, and {inside['gpu_mib_per_worker']:.0f} MiB of GPU memory per worker "
+        f"against {main['gpu_mib_per_worker']:.0f} (the CUDA contexts).")
 
 # %% [markdown]
-# **Without `persistent_workers`.** A DataLoader that does not keep its workers ends them when an
+# ### Deeper (optional): `Collate("cuda")` without `persistent_workers`
+#
+# What goes wrong when workers that made CUDA tensors exit every epoch; the main line does not
+# need it.
+
+# %% [markdown] tags=["deeper"]
+# A DataLoader that does not keep its workers ends them when an
 # epoch's iterator is exhausted, and starts new ones for the next epoch. With the copy in the
 # workers, that means a CUDA context per worker started again every epoch, and workers that exit
 # while the main process still holds a batch they made: PyTorch's own C++ then prints
@@ -624,12 +776,12 @@ if worker_collate:
 # `without_persistent_workers` runs two such epochs, keeps each epoch's last batch, captures what
 # the workers print, and checks the kept batches afterwards.
 
-# %%
+# %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 from gpufeed.course.collate import without_persistent_workers
 
 no_persist = None
 if S.cuda:
-    no_persist = without_persistent_workers(datasets["JPEG folder"], batch_size=batch_size, num_workers=workers_here)
+    no_persist = without_persistent_workers(few, batch_size=batch_size, num_workers=workers_here)
 elif ref is not None and ref[1].get("without_persistent_workers"):
     no_persist = ref[1]["without_persistent_workers"]
     print(f"No CUDA here: the reference, measured on {ref[1]['machine'].get('gpu')}:")
@@ -655,7 +807,7 @@ if no_persist:
 # %%
 knob_ms = [m for name in datasets for m in factors[name] + persistence[name]]  # params say which dataset
 saved = results.save_lesson(
-    "lesson07", [*threads_ms, *ms, *knob_ms, *nb_ms, *movers_ms], cores=cores, batch_size=batch_size, side=side, unsafe=unsafe, start_methods=[vars(r) for r in trials],
+    "lesson07", [*threads_ms, *ms, *knob_ms, *nb_ms, *pin_ms, *load_ms, *movers_ms], cores=cores, batch_size=batch_size, side=side, unsafe=unsafe, start_methods=[vars(r) for r in trials],
     cuda_fork_error=cuda_fork.error if cuda_fork is not None else None, pin_blocks=pin_blocks,
     worker_collate=worker_collate, without_persistent_workers=no_persist)
 print(f"saved to {saved}")
@@ -677,6 +829,9 @@ print(f"saved to {saved}")
 #   context per worker: measure it before you adopt it.
 # * Move nested batches with one walker (pytree, optree, or your own); a consolidated TensorDict
 #   moves them in one copy.
+# * `torch.load(f, map_location=device)` loads a GPU machine's file where there is no GPU, and
+#   loads straight onto your device holding one tensor at a time in host memory; it is no faster
+#   a copy than load-then-move (both pageable and blocking). JAX's counterpart is `jax.device_put`.
 # * Datasets and collate functions live in an importable module: under spawn and forkserver
 #   (Python 3.14's default) a notebook class cannot be found by the worker.
 #
@@ -722,22 +877,25 @@ for threads in (1, default_threads):
 change = {(name, w): rate[name, w, default_threads] / rate[name, w, 1] for name, w, _ in rate}
 for (name, w), r in change.items():
     print(f"{name}, num_workers={w}: {rate[name, w, 1]:,.0f} images/s with 1 thread, "
-          f"{rate[name, w, default_threads]:,.0f} with {default_threads} ({r:.2f}x)")
+          f"{rate[name, w, default_threads]:,.0f} with {default_threads} ({versus(r, 1.0, bold=False)} with 1)")
 name, w = max(change, key=lambda k: abs(math.log(change[k])))
 r = change[name, w]
 if default_threads == 1:
     print("torch runs one thread by default here: both runs are the same configuration.")
 elif abs(math.log(r)) < math.log(1.15):
-    print(f"No row moves by more than 15% (the most: {name} at num_workers={w}, {r:.2f}x): here the "
+    print(f"No row moves by more than 15% (the most: {name} at num_workers={w}, "
+          f"{versus(rate[name, w, default_threads], rate[name, w, 1], bold=False)} with 1 thread): here the "
           "main process's threads neither help nor hurt.")
 elif w == 0:
-    print(f"The row that moves is {name}, at num_workers=0 ({r:.2f}x), where the main process loads the batches "
+    print(f"The row that moves is {name}, at num_workers=0 ({versus(r, 1.0, bold=False)} with 1 thread), where the "
+          "main process loads the batches "
           + (f"itself; more than {default_threads} threads can give: the machine's load changed between the runs too."
              if r > default_threads else "itself: its torch copies split over free cores." if r > 1 else
              f"itself: each torch op now runs as a team of {default_threads} threads that waits for its slowest "
              "member, and on a busy machine that member waits for a core."))
 else:
-    print(f"The row that moves is {name}, at num_workers={w} ({r:.2f}x): the main process's threads "
+    print(f"The row that moves is {name}, at num_workers={w} ({versus(r, 1.0, bold=False)} with 1 thread): the "
+          "main process's threads "
           f"{'leave' if r > 1 else 'take'} cores the workers need.")
 
 
@@ -768,7 +926,8 @@ why = ("slower: the stack and the copy now run as a team of two threads that wai
        "faster: the stack splits over a free core" if gain > 1.1 else
        "neither faster nor slower by more than 10%: the decode, most of a sample's time, is one thread either way")
 print(f"JPEG folder, one spawned worker: {plain.items_per_s:,.0f} images/s with one torch thread in it, "
-      f"{init.items_per_s:,.0f} with two ({gain:.2f}x), on {cores} cores: {why}.")
+      f"{init.items_per_s:,.0f} with two ({versus(init.items_per_s, plain.items_per_s, bold=False)} one), on {cores} "
+      f"cores: {why}.")
 
 
 # %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["solution", "hide-cell"]
@@ -795,3 +954,4 @@ print(f"One worker decodes {folder[1]:,.0f} images/s and the memmap serves {memm
 # * [A guide on good usage of `non_blocking` and `pin_memory()` in PyTorch](https://docs.pytorch.org/tutorials/intermediate/pinmem_nonblock.html) (Vincent Moens, PyTorch tutorials): the two directions of `non_blocking`, and when pinning each batch costs more than it saves.
 # * [Performance Tuning Guide](https://docs.pytorch.org/tutorials/recipes/recipes/tuning_guide.html) (Szymon Migacz, PyTorch tutorials): where `num_workers`, `pin_memory` and `persistent_workers` come from, and what they are for.
 # * [How to Optimize Data Transfers in CUDA C/C++](https://developer.nvidia.com/blog/how-optimize-data-transfers-cuda-cc/) (NVIDIA Technical Blog): pageable against pinned, measured by NVIDIA: the figures this lesson shows without a GPU.
+# * [`torch.load`](https://docs.pytorch.org/docs/stable/generated/torch.load.html) (PyTorch docs): `map_location` as a device, a mapping or a function, and `mmap=True`.

@@ -72,3 +72,84 @@ def test_h2d_series_has_three_sources_per_size():
 def test_host_to_device_rejects_an_unknown_source():
     with pytest.raises(ValueError, match="choose one of"):
         ceilings.host_to_device(1 << 20, source="mapped")
+
+
+def h2d(source, seconds, nbytes=1 << 28):
+    from gpufeed.measure.harness import Measurement
+
+    return Measurement(f"H2D {source}", [seconds], nbytes=nbytes, params={"nbytes": nbytes, "source": source})
+
+
+def test_committed_reads_a_gpu_reference_and_skips_quick_mode_files(monkeypatch, tmp_path):
+    from gpufeed.measure import results
+    from gpufeed.measure.harness import save
+
+    gpu = {"gpu": "NVIDIA H100 80GB HBM3", "commit": "305e292237ebaddcf5c979106cc47292981f6709"}
+    save(tmp_path / "h100-80gb-hbm3" / "lesson00.json", [h2d("pinned", 0.1)], machine={**gpu, "quick": True}, quick=True)
+    save(tmp_path / "h100-80gb-hbm3" / "ceilings.json", [h2d("pageable", 0.03), h2d("pinned", 0.005)], machine=gpu)
+    monkeypatch.setattr(results, "reference_roots", lambda: [tmp_path])
+    ref = ceilings.committed(lambda m: m.name.startswith("H2D"))
+    assert [m.name for m in ref.measurements] == ["H2D pageable", "H2D pinned"]  # the quick lesson00.json was skipped
+    assert ref.hardware == "NVIDIA H100 80GB HBM3"
+    assert ref.source == "our reference, `results/h100-80gb-hbm3/ceilings.json`, full mode, measured at commit 305e292"
+    assert ceilings.committed(lambda m: m.name.startswith("read ")) is None
+
+
+def test_the_committed_h100_reference_is_what_lessons_00_and_07_show():
+    """The H100 run of 2026-11-26, full mode: 54.5 vs 8.7 GB/s (6.3x), 24.0 GB/s pinning then copying,
+    beside NVIDIA's GTX 680 (6.19 / 5.37 GB/s), each row labelled with its hardware and source."""
+    from gpufeed.measure import published
+
+    ref = ceilings.committed(lambda m: m.name.startswith("H2D"))
+    assert ref is not None and ref.hardware == "NVIDIA H100 80GB HBM3" and "commit 305e292" in ref.source
+    text = ceilings.h2d_sentence(ref)
+    assert "**54.5 GB/s**, **6.3x** as fast as the 8.7 GB/s" in text and "runs at 24.0 GB/s" in text
+    table = ceilings.h2d_table([ref], published.for_lesson("lesson07")).splitlines()
+    assert table[2].startswith("| NVIDIA H100 80GB HBM3 | our reference, `results/h100-80gb-hbm3/ceilings.json`")
+    assert "| 8.69 | 54.54 | 6.28x | 24.01 |" in table[2]
+    gtx = next(row for row in table if row.startswith("| GeForce GTX 680"))
+    assert "| 5.368503 | 6.186581 | 1.15x |" in gtx and "not measured here" in gtx and "developer.nvidia.com" in gtx
+
+
+def test_h2d_sentence_reads_its_numbers_either_way():
+    ref = ceilings.Reference([h2d("pageable", 0.01), h2d("pinned", 0.02), h2d("pin+copy", 0.04)], {"gpu": "GPU Y"}, "here")
+    text = ceilings.h2d_sentence(ref)  # a machine where pinned memory is the slower source
+    assert "**2.0x** slower than the 26.8 GB/s from pageable" in text and "in a serial loop, pinning costs" in text
+    assert "as fast as the" not in text
+    old = ceilings.Reference([h2d("pageable", 0.02), h2d("pinned", 0.01)], {"gpu": "GPU Z"}, "an old file")
+    assert "predates the pin+copy series" in ceilings.h2d_sentence(old)
+
+
+def test_h2d_at_takes_the_size_nearest_the_one_asked_for():
+    ms = [h2d(s, 0.01, n) for n in (1 << 20, 1 << 24, 1 << 28) for s in ("pageable", "pinned")]
+    assert {m.params["nbytes"] for m in ceilings.h2d_at(ms, 16 << 20).values()} == {1 << 24}
+    assert {m.params["nbytes"] for m in ceilings.h2d_at(ms[4:], 16 << 20).values()} == {1 << 28}
+
+
+def test_versus_names_the_direction():
+    assert ceilings.versus(3.0, 1.0) == "**3.0x** as fast as"
+    assert ceilings.versus(1.0, 3.0) == "**3.0x** slower than"
+    assert ceilings.versus(1.0, 1.04) == "about as fast as"
+
+
+def test_storage_ladder_sets_ours_beside_theirs_fastest_first():
+    from gpufeed.measure import published
+    from gpufeed.measure.harness import Measurement
+
+    cold = Measurement("read cold", [1.0], nbytes=1e9, params={"cold": True})
+    warm = Measurement("read warm", [0.1], nbytes=1e9, params={"cold": False})
+    figures = [f for f in published.for_lesson("lesson00") if not f.id.startswith("h2d-")]
+    assert {f.id.split("-")[0] for f in figures} >= {"nvme", "raid0", "efs"}  # NVMe, RAID, network storage
+    ladder = ceilings.storage_ladder(cold, warm, figures)
+    assert [r.gb_per_s for r in ladder] == sorted((r.gb_per_s for r in ladder), reverse=True)
+    assert [r.what for r in ladder if r.ours] == ["this machine's page cache (a warm read)", "this machine's disk (a cold read)"]
+    efs = next(r for r in ladder if r.published == "512 MiBps")
+    assert efs.gb_per_s == pytest.approx(512 * 2**20 / 1e9) and "not measured here" in efs.source and not efs.ours
+
+
+def test_a_published_rate_in_an_unknown_unit_is_refused_by_name():
+    from gpufeed.measure.published import Figure
+
+    odd = Figure("x", ("lesson00",), 3.0, "furlongs/s", "m", "h", "p", "t", "https://example.org", "q")
+    with pytest.raises(ValueError, match="'x': its unit 'furlongs/s' is not a rate"):
+        ceilings.published_gb_per_s(odd)

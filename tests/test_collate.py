@@ -60,6 +60,18 @@ def test_ddp_move_keeps_the_nest_whole():
     assert equal(moved, batch) and len(leaves(moved)) == len(leaves(batch))
 
 
+def test_ddp_move_to_a_bare_cuda_device_keeps_what_is_already_there(on_cuda):
+    """Lesson 07 moves a pinned batch to ``S.device`` (``torch.device("cuda")``, no index), then lets
+    DDP's move see it: torch took ``cuda:0 != cuda`` for a copy to make on a side stream and failed in
+    ``_get_stream`` (TypeError: list indices must be integers or slices, not NoneType) on the H100."""
+    ds = DetectionDataset(3, size=8)
+    batch = detection_collate([ds[i] for i in range(3)])
+    on_device = ddp_move(batch, "cuda")  # CPU tensors: a plain .to()
+    assert all(t.device.type == "cuda" for t in leaves(on_device)) and equal(on_device, batch)
+    again = ddp_move(on_device, torch.device("cuda"))
+    assert all(a is b for a, b in zip(leaves(again), leaves(on_device)))  # already there: nothing moved
+
+
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU here: the workers' copies need one")
 def test_device_collate_delivers_cuda_batches_from_spawned_workers():

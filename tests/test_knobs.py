@@ -1,4 +1,5 @@
 import os
+import time
 
 import pytest
 import torch
@@ -56,6 +57,38 @@ def test_sweep_measures_every_config_and_records_it(memmap_dir):
     assert [m.params["num_workers"] for m in ms] == [0, 1]
     assert all(m.items == 10 and len(m.samples) == 2 and m.params["dataset"] == "mm" for m in ms)
     assert ms[1].name == "mm, 1 worker, persistent"
+
+
+class Slow(Dataset):
+    """Samples that take a known time each: 2 ms."""
+
+    def __len__(self):
+        return 12
+
+    def __getitem__(self, i):
+        time.sleep(0.002)
+        return torch.full((2,), float(i)), i
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_budget_bounds_the_sweep_and_times_blocks_of_batches(workers):
+    """With budget_s each configuration is timed for about that long, whatever an epoch costs: the
+    samples are blocks of batches from one stream of epochs, rescaled to full batches."""
+    config = {"num_workers": workers, "persistent_workers": True, "prefetch_factor": 2}
+    start = time.perf_counter()
+    (m,) = sweep({"slow": Slow()}, [config], batch_size=4, repeats=3, budget_s=0.3)
+    took = time.perf_counter() - start
+    block = m.params["batches_per_sample"]
+    assert len(m.samples) == 3 and m.items == 4 * block and block >= 2  # 8 ms a batch: blocks of several
+    assert took < 3.0, f"a 0.3 s budget took {took:.1f} s"  # warm-up, probe, worker start-up included
+    assert 50 < m.items_per_s < 2500  # 2 ms a sample: about 500 samples/s, one process at a time
+
+
+def test_a_stream_goes_on_past_the_end_of_an_epoch():
+    from gpufeed.course.knobs import _Stream
+
+    stream = _Stream(loader(Slow(), 5), device=None, step=None)  # 12 samples: batches of 5, 5, 2
+    assert stream.take(4) == 5 + 5 + 2 + 5
 
 
 def test_grid_and_heatmap():

@@ -182,10 +182,18 @@ def test_each_lesson_ends_with_further_reading(path):
 
 
 def test_lesson_00_names_the_sources_of_the_course():
+    """The documents the course grew from are named, with their authors, and not linked: none is
+    public at an address we can check."""
     text = "\n".join(source(c) for c in cells(NOTEBOOKS[0]) if c["cell_type"] == "markdown")
     assert "## Sources" in text and "results/published.json" in text
+    sources = text.split("## Sources", 1)[1].split("\n## ", 1)[0]
     for quoted in ("3.5 MB to 207 KB", "122 us", "3.4 us"):  # what the lessons quote from the talk
-        assert quoted in text
+        assert quoted in sources
+    for named in ('"How to Efficiently Send Images to GPU"', "Francesco Saverio Zuppichini", "Slidev",
+                  '"The fast train loops"', "Nasy", "Typst", '"Fast data augmentation in Pytorch using Nvidia DALI"',
+                  "timeline notes"):
+        assert named in sources, f"lesson 00's Sources should name {named}"
+    assert not re.search(r"\]\(https?://|<https?://", sources), "the Sources are named without links"
 
 
 def exercises(path):

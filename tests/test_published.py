@@ -24,6 +24,23 @@ def test_every_committed_figure_is_complete_and_names_a_lesson():
         assert f.url in f.text() and "not measured here" in f.text()
 
 
+def test_every_quote_holds_its_number_as_published():
+    """The figure is the number the quote shows: not rounded, not converted."""
+    for f in published.load():
+        number = str(int(f.figure)) if f.figure.is_integer() else repr(f.figure)
+        assert number in f.quote.replace(",", ""), f"{f.id}: {number} is not in its quote"
+
+
+def test_the_storage_ladder_has_nvme_raid_and_network_storage():
+    """Lesson 00's ladder sets this machine's reads beside published NVMe, RAID-0 and network storage."""
+    ladder = [f for f in published.for_lesson("lesson00") if not f.id.startswith("h2d-")]
+    kinds = {f.id.split("-")[0] for f in ladder}
+    assert kinds == {"nvme", "raid0", "efs"}, kinds
+    for f in ladder:
+        assert f.unit in ("GB/sec", "MiBps") and "not measured here" in f.label()
+        assert f.url.startswith("https://github.com/")  # a source whose text can be read whole and checked
+
+
 def test_the_wheel_carries_the_figures_for_colab():
     pyproject = (ROOT / "pyproject.toml").read_text()
     assert '"results/published.json" = "gpufeed/measure/_results/published.json"' in pyproject

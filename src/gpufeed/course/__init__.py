@@ -6,9 +6,9 @@ ordering rules and its hazards (:mod:`~gpufeed.course.simcuda`, :mod:`~gpufeed.c
 lesson 08, and the tests of the library's CUDA paths), the prefetcher's timed experiment on a GPU
 (:mod:`~gpufeed.course.overlap` and the sentences that read it, :mod:`~gpufeed.course.overlap_prose`:
 lesson 08), storage formats and JPEG quality (04), a dataset larger than the memory read in two
-orders (06), DataLoader sweeps (07), the ladder, loader efficiency and the model's side (11), the
-distributed script, shards and the page cache (12), the environment check and the notebooks' setup
-cell.
+orders (06), DataLoader sweeps and tensors saved on one device loaded on another (07), the ladder,
+loader efficiency and the model's side (11), the distributed script, shards and the page cache (12),
+the environment check and the notebooks' setup cell.
 
 It may import :mod:`gpufeed.data` and :mod:`gpufeed.measure`; they never import it.
 """
@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import importlib
 
-_MODULES = {'collate', 'distributed', 'doctor', 'efficiency', 'engines', 'explorer', 'formats', 'hazards', 'instrument', 'knobs', 'ladder', 'launch', 'outofcore', 'overlap', 'overlap_prose', 'pagecache', 'ports', 'prose', 'quality', 'session', 'shards', 'shuffles', 'simcuda', 'simulator', 'timeline', 'trace', 'training', 'transfer'}
+_MODULES = {'collate', 'devicefiles', 'distributed', 'doctor', 'efficiency', 'engines', 'explorer', 'formats', 'hazards',
+            'instrument', 'knobs', 'ladder', 'launch', 'outofcore', 'overlap', 'overlap_prose', 'pagecache', 'ports',
+            'prose', 'quality', 'session', 'shards', 'shuffles', 'simcuda', 'simulator', 'timeline', 'trace', 'training',
+            'transfer'}
 
 __all__ = sorted(_MODULES)
 

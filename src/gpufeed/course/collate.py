@@ -265,6 +265,11 @@ def ddp_move(batch, device) -> object:
     ``torch/distributed/utils.py``), which holds the host until the copy is done, pinned or not. To
     overlap that copy, move the batch yourself first: pinned, ``.to(device, non_blocking=True)``.
 
+    ``device`` without an index (``"cuda"``) means the current GPU, as DDP's ``device_ids=[i]``
+    always names one: torch compares a tensor's ``cuda:0`` with the target device and, given a
+    bare ``"cuda"``, would take the side-stream path for a tensor already there and fail
+    (``_get_stream`` indexes its streams with the device's index, None).
+
     Example:
         >>> x = {"a": [torch.zeros(1)]}
         >>> ddp_move(x, "cpu")["a"][0] is x["a"][0]  # already there: the same tensor
@@ -272,5 +277,8 @@ def ddp_move(batch, device) -> object:
     """
     from torch.distributed.utils import _to_kwargs
 
-    inputs, _ = _to_kwargs((batch,), {}, torch.device(device), use_side_stream_for_tensor_copies=True)
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    inputs, _ = _to_kwargs((batch,), {}, device, use_side_stream_for_tensor_copies=True)
     return inputs[0][0]

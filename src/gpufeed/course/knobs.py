@@ -36,7 +36,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from gpufeed.data.loader import no_collate
 from gpufeed.measure import progress
-from gpufeed.measure.harness import Measurement, benchmark
+from gpufeed.measure.harness import Measurement, benchmark, cuda_sync
 
 
 def worker_counts(cores: int) -> list[int]:
@@ -73,29 +73,88 @@ def loader(dataset: Dataset, batch_size: int, *, num_workers: int = 0, pin_memor
                       num_workers=num_workers, pin_memory=pin_memory and torch.cuda.is_available(), **kwargs)
 
 
+def _use(batch, device, step: Callable | None) -> int:
+    """Moves a batch (a sequence of tensors) to ``device`` and steps it, as a training loop does;
+    returns the samples it held."""
+    if device is not None:
+        batch = [t.to(device, non_blocking=True) for t in batch]
+    if step is not None:
+        step(batch)
+    return len(batch[0])
+
+
 def _epoch(dl: DataLoader, device, step: Callable | None) -> None:
     for batch in dl:
-        if device is not None:
-            batch = [t.to(device, non_blocking=True) for t in batch]
-        if step is not None:
-            step(batch)
+        _use(batch, device, step)
+
+
+class _Stream:
+    """A DataLoader's batches epoch after epoch (a new iterator at each epoch's end, as a training
+    loop makes one), taken a block at a time."""
+
+    def __init__(self, dl: DataLoader, device, step: Callable | None):
+        self.dl, self.device, self.step, self.it = dl, device, step, iter(dl)
+
+    def take(self, batches: int) -> int:
+        """Takes ``batches`` batches; returns the samples they held."""
+        samples = 0
+        for _ in range(batches):
+            try:
+                batch = next(self.it)
+            except StopIteration:
+                self.it = iter(self.dl)
+                batch = next(self.it)
+            samples += _use(batch, self.device, self.step)
+        return samples
+
+
+def _budgeted(dl: DataLoader, device, step: Callable | None, budget_s: float, repeats: int,
+              batch_size: int, **kwargs) -> Measurement:
+    """Times ``repeats`` blocks of batches whose size makes them last about ``budget_s`` together.
+
+    Untimed first: ``num_workers x prefetch_factor + 2`` batches (the workers start, the queue they
+    fill is drained once), then a probe of ``max(1, num_workers)`` batches that sizes the blocks.
+    The samples are rescaled to blocks of full batches (an epoch's last batch may be short).
+    """
+    stream = _Stream(dl, device, step)
+    stream.take(dl.num_workers * (dl.prefetch_factor or 0) + 2)
+    probe = max(1, dl.num_workers)
+    start = time.perf_counter()
+    stream.take(probe)
+    cuda_sync()
+    per_batch = (time.perf_counter() - start) / probe
+    block = max(1, round(budget_s / repeats / per_batch))
+    got: list[int] = []
+    m = benchmark(lambda: got.append(stream.take(block)), repeats=repeats, warmup=0, items=block * batch_size,
+                  **{**kwargs, "params": {**kwargs["params"], "batches_per_sample": block}})
+    m.samples = [s * block * batch_size / n for s, n in zip(m.samples, got)]
+    return m
 
 
 def sweep(datasets: dict[str, Dataset], configs: Iterable[dict], batch_size: int, *, repeats: int = 3,
-          warmup: int = 1, device=None, step: Callable | None = None) -> list[Measurement]:
-    """Times whole epochs for every dataset and configuration; one :class:`Measurement` each.
+          warmup: int = 1, device=None, step: Callable | None = None,
+          budget_s: float | None = None) -> list[Measurement]:
+    """Times every dataset and configuration; one :class:`Measurement` each, in images/s.
 
-    Each configuration gets one DataLoader; ``warmup`` epochs are not timed (with
-    ``persistent_workers`` that is where the workers start; without it every epoch starts them
-    again, and the time shows it). Its ``params`` hold the dataset's name and the configuration.
+    Each configuration gets one DataLoader. Without ``budget_s``, whole epochs are timed:
+    ``warmup`` untimed epochs first (with ``persistent_workers`` that is where the workers start;
+    without it every epoch starts them again, and the time shows it), then ``repeats`` timed ones.
+    With ``budget_s`` (seconds per configuration), the time is bounded instead: the loader runs as
+    one stream of epochs, and each of the ``repeats`` samples is a block of batches sized, after a
+    short warm-up, so that all of them take about ``budget_s`` (a slow configuration is timed over
+    part of an epoch, a fast one over several; ``params["batches_per_sample"]`` says how many).
+    That bounds a sweep's time on any machine (a GPU node's 16 cores and 2,000 JPEGs included);
+    compare persistent and non-persistent workers over whole epochs, without a budget, since what
+    differs is each epoch's start. ``params`` hold the dataset's name and the configuration.
 
     Args:
         datasets: name -> dataset (batches of ``(images, targets)``).
         configs: keyword arguments for :func:`loader`, e.g. ``{"num_workers": 2}``.
         batch_size: samples per batch.
-        repeats, warmup: timed and untimed epochs.
+        repeats, warmup: timed samples, and untimed epochs (without a budget).
         device: move each batch there (``non_blocking``), as a training loop does; None: stay put.
         step: called with each batch, e.g. to stand for a training step.
+        budget_s: about how many seconds to time each configuration for; None: whole epochs.
     """
     out = []
     configs = list(configs)
@@ -106,9 +165,13 @@ def sweep(datasets: dict[str, Dataset], configs: Iterable[dict], batch_size: int
             with warnings.catch_warnings():  # more workers than cores is what a sweep is for
                 warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
                 dl = loader(ds, batch_size, **config)
-                out.append(benchmark(lambda dl=dl: _epoch(dl, device, step), name=f"{name}, {label(config)}",
-                                     items=len(ds), repeats=repeats, warmup=warmup,
-                                     params={"dataset": name, "batch_size": batch_size, **config}))
+                common = {"name": f"{name}, {label(config)}",
+                          "params": {"dataset": name, "batch_size": batch_size, **config}}
+                if budget_s is None:
+                    out.append(benchmark(lambda dl=dl: _epoch(dl, device, step), items=len(ds), repeats=repeats,
+                                         warmup=warmup, **common))
+                else:
+                    out.append(_budgeted(dl, device, step, budget_s, repeats, batch_size, **common))
             del dl  # stops its workers now (persistent ones would live on until collected)
             shown.update()
     return out

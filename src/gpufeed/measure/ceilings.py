@@ -8,6 +8,12 @@
 Each function returns a :class:`gpufeed.measure.harness.Measurement`. ``notebooks/00_setup.ipynb`` does
 the memcpy one by hand first; ``python -m gpufeed bench`` runs them all.
 
+A machine without CUDA is shown the host-to-device copies of a real GPU instead, labelled with the
+GPU and where the numbers come from: our committed reference (:func:`committed`: lesson 00's own
+file, else ``python -m gpufeed bench --ceilings``'s ``results/<gpu>/ceilings.json``), beside the
+figures NVIDIA published (:func:`h2d_table`, :func:`h2d_sentence`). :func:`storage_ladder` sets this
+machine's page cache and disk beside published NVMe, RAID and network-storage rates.
+
 Example:
     >>> m = memcpy(1 << 20, repeats=5)
     >>> m.gb_per_s > 0 and m.nbytes == 1 << 20
@@ -16,8 +22,10 @@ Example:
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -271,3 +279,207 @@ def all_ceilings(workdir: str | Path, quick: bool, device: str = "auto") -> list
     path = make_file(workdir / f"read-test-{size // MB}MB.bin", size)
     out += [file_read(path, cold=True, repeats=3 if quick else 5), file_read(path, cold=False, repeats=3 if quick else 5)]
     return out
+
+
+# What a machine without CUDA is shown instead: our committed GPU reference, beside what others published.
+
+#: Our committed references that hold host-to-device copies, the preferred first: lesson 00's own
+#: (``notebooks/00_setup.ipynb`` run on a GPU: a series of sizes), then the ceilings of
+#: ``python -m gpufeed bench --ceilings`` (one size). Both live in ``results/<gpu>/``.
+H2D_REFERENCES = ("lesson00", "ceilings")
+
+
+@dataclass
+class Reference:
+    """Measurements, the machine they ran on, and where they come from, for a reader.
+
+    Attributes:
+        measurements: what was kept.
+        machine: the machine record (:func:`gpufeed.measure.machine.machine_info`).
+        source: "measured here", or the committed file and the commit it was measured at.
+    """
+
+    measurements: list[Measurement]
+    machine: dict
+    source: str
+
+    @property
+    def hardware(self) -> str:
+        """The GPU's name where there is one, else the CPU's."""
+        return self.machine.get("gpu") or self.machine.get("cpu") or "an unnamed machine"
+
+
+def committed(keep: Callable[[Measurement], bool], names: Sequence[str] = H2D_REFERENCES) -> Reference | None:
+    """The first committed GPU reference among ``names`` holding measurements that ``keep`` selects.
+
+    Reads ``results/<gpu>/<name>.json`` with :func:`gpufeed.measure.results.reference` (machines
+    with a GPU only) and skips quick-mode files, which are evidence that a lesson ran, not
+    references. Returns None where none is committed.
+
+    Example:
+        >>> ref = committed(lambda m: m.name.startswith("H2D"))  # the checkout's H100 run, if present
+        >>> ref is None or ref.source.startswith("our reference, `results/")
+        True
+    """
+    from gpufeed.measure import results
+    from gpufeed.measure.machine import slug
+
+    for name in names:
+        ref = results.reference(name)
+        if ref is None or ref[1].get("quick") or (ref[1].get("machine") or {}).get("quick"):
+            continue
+        kept = [m for m in ref[0] if keep(m)]
+        if kept:
+            machine = ref[1]["machine"]
+            commit = (machine.get("commit") or "")[:7] or "an unrecorded commit"
+            return Reference(kept, machine, f"our reference, `results/{slug(machine)}/{name}.json`, "
+                                            f"full mode, measured at commit {commit}")
+    return None
+
+
+def versus(a: float, b: float, bold: bool = True) -> str:
+    """How rate ``a`` compares with rate ``b``, in words that read right either way: "about as
+    fast as" within 5%, else the ratio, in Markdown bold unless ``bold=False`` (plain printed text).
+
+    Example:
+        >>> versus(54.5, 8.7), versus(8.7, 54.5, bold=False), versus(10.0, 10.3)
+        ('**6.3x** as fast as', '6.3x slower than', 'about as fast as')
+    """
+    ratio = a / b
+    if abs(math.log(ratio)) < math.log(1.05):
+        return "about as fast as"
+    mark = "**" if bold else ""
+    return f"{mark}{ratio:.1f}x{mark} as fast as" if ratio > 1 else f"{mark}{1 / ratio:.1f}x{mark} slower than"
+
+
+def h2d_at(ms: Sequence[Measurement], nbytes: int) -> dict[str, Measurement]:
+    """Each source's host-to-device copy of the size nearest ``nbytes``: ``{"pageable": m, ...}``."""
+    size = min({m.params["nbytes"] for m in ms}, key=lambda n: abs(math.log(n / nbytes)))
+    return {h2d_source(m): m for m in ms if m.params["nbytes"] == size}
+
+
+def h2d_sentence(ref: Reference) -> str:
+    """What pinning buys on ``ref``'s GPU, read from its largest copy of each source, either way.
+
+    Example:
+        >>> def m(source, s):
+        ...     return Measurement(f"H2D {source}", [s], nbytes=1 << 28, params={"nbytes": 1 << 28, "source": source})
+        >>> ref = Reference([m("pageable", 0.0309), m("pinned", 0.0049), m("pin+copy", 0.0112)], {"gpu": "GPU X"}, "a file")
+        >>> print(h2d_sentence(ref))  # doctest: +NORMALIZE_WHITESPACE
+        On GPU X (a file), a 256 MB copy from memory pinned beforehand runs at **54.8 GB/s**, **6.3x** as fast as
+        the 8.7 GB/s from pageable memory. Pinning each batch first and then copying runs at 24.0 GB/s,
+        **2.8x** as fast as pageable: pinning pays for itself even in a serial loop here, although the pin, a
+        copy in RAM of its own, leaves it **2.3x** slower than memory pinned beforehand.
+    """
+    at = h2d_at(ref.measurements, max(m.params["nbytes"] for m in ref.measurements))
+    pageable, pinned = at["pageable"].gb_per_s, at["pinned"].gb_per_s
+    text = (f"On {ref.hardware} ({ref.source}), a {_mb(at['pinned'].params['nbytes'])} copy from memory pinned "
+            f"beforehand runs at **{pinned:.1f} GB/s**, {versus(pinned, pageable)} the {pageable:.1f} GB/s from "
+            "pageable memory.")
+    if "pin+copy" not in at:
+        return text + " This reference predates the pin+copy series: run this cell on a GPU to see what the pin costs."
+    both = at["pin+copy"].gb_per_s
+    text += f" Pinning each batch first and then copying runs at {both:.1f} GB/s, {versus(both, pageable)} pageable: "
+    if both > 1.05 * pageable:
+        text += "pinning pays for itself even in a serial loop here"
+        return text + (f", although the pin, a copy in RAM of its own, leaves it {versus(both, pinned)} memory "
+                       "pinned beforehand." if both < pinned / 1.05 else ".")
+    return text + ("in a serial loop, pinning costs what the faster copy saves; it pays off only when the pin runs "
+                   "on another thread and the copy overlaps compute (lessons 07-08).")
+
+
+def h2d_table(ours: Sequence[Reference], theirs: Sequence, nbytes: int = 16 * MB) -> str:
+    """A Markdown table of host-to-device GB/s, one row per machine, each labelled with its hardware
+    and its source: ours (the copy size nearest ``nbytes``; NVIDIA's post timed 16 MiB) and every
+    pageable/pinned pair in ``theirs`` (:class:`gpufeed.measure.published.Figure`, ids
+    ``h2d-<source>-<machine>``, numbers as published).
+
+    Example:
+        >>> from gpufeed.measure import published
+        >>> print(h2d_table([], published.for_lesson("lesson00")).splitlines()[2])  # doctest: +ELLIPSIS
+        | GeForce GTX 680 with an Intel Core i7-3930K (desktop) | published by NVIDIA Technical Blog, ...
+    """
+    rows = ["| machine | source | copy | pageable (GB/s) | pinned (GB/s) | pinned / pageable | pin, then copy (GB/s) |",
+            "|---|---|---|---|---|---|---|"]
+    for ref in ours:
+        at = h2d_at(ref.measurements, nbytes)
+        pageable, pinned = at["pageable"].gb_per_s, at["pinned"].gb_per_s
+        both = f"{at['pin+copy'].gb_per_s:.2f}" if "pin+copy" in at else "not measured"
+        rows.append(f"| {ref.hardware} | {ref.source} | {_mb(at['pinned'].params['nbytes'])} | {pageable:.2f} | "
+                    f"{pinned:.2f} | {pinned / pageable:.2f}x | {both} |")
+    pairs: dict[str, dict] = {}
+    for f in theirs:
+        if f.id.startswith("h2d-"):
+            pairs.setdefault(f.hardware, {})[f.id.split("-")[1]] = f
+    for hardware, pair in pairs.items():
+        if {"pageable", "pinned"} <= pair.keys():
+            paged, pin = pair["pageable"], pair["pinned"]
+            rows.append(f"| {hardware} | published by {pin.publisher}, not measured here: [{pin.title}]({pin.url}) | "
+                        f"16 MiB | {paged.number()} | {pin.number()} | {pin.figure / paged.figure:.2f}x | not published |")
+    return "\n".join(rows)
+
+
+#: Bytes per second of each unit a published read rate may be given in, over 1e9 (GB/s).
+GB_PER_UNIT = {"GB/s": 1.0, "GB/sec": 1.0, "MB/s": 1e-3, "MiB/s": MB / 1e9, "MiBps": MB / 1e9,
+               "GiB/s": 2**30 / 1e9, "GiBps": 2**30 / 1e9}
+
+
+def published_gb_per_s(figure) -> float:
+    """A published rate (:class:`gpufeed.measure.published.Figure`, kept in its own unit) in GB/s.
+
+    Raises:
+        ValueError: the figure's unit is not a rate listed in :data:`GB_PER_UNIT`.
+
+    Example:
+        >>> from gpufeed.measure import published
+        >>> efs = next(f for f in published.load() if f.id == "efs-per-client-read-write")
+        >>> f"{efs.number()} {efs.unit} = {published_gb_per_s(efs):.3f} GB/s"
+        '512 MiBps = 0.537 GB/s'
+    """
+    if figure.unit not in GB_PER_UNIT:
+        raise ValueError(f"published figure {figure.id!r}: its unit {figure.unit!r} is not a rate this converts "
+                         f"({', '.join(GB_PER_UNIT)}); add it to gpufeed.measure.ceilings.GB_PER_UNIT")
+    return figure.figure * GB_PER_UNIT[figure.unit]
+
+
+@dataclass(frozen=True)
+class Rung:
+    """One rung of the storage ladder: a read rate, what was read, and whose number it is.
+
+    Attributes:
+        what: what the bytes were read from, e.g. "this machine's page cache (a warm read)".
+        gb_per_s: the rate, in GB/s (a published one converted from its own unit).
+        source: "measured here", our reference's source, or the publisher's label and link.
+        published: the number as published, with its unit ("" for ours).
+        ours: measured by the course (here or on a committed reference machine), not by others.
+    """
+
+    what: str
+    gb_per_s: float
+    source: str
+    published: str = ""
+    ours: bool = True
+
+
+def storage_ladder(cold: Measurement, warm: Measurement, figures: Sequence = (),
+                   reference: Reference | None = None) -> list[Rung]:
+    """The storage ladder, fastest first: this machine's page cache (``warm``) and disk (``cold``),
+    the same two read on a committed reference machine, and each published read rate of ``figures``
+    (NVMe, RAID, network storage; :func:`published_gb_per_s`).
+
+    Example:
+        >>> cold = Measurement("read cold", [1.0], nbytes=1e9, params={"cold": True})
+        >>> warm = Measurement("read warm", [0.25], nbytes=1e9, params={"cold": False})
+        >>> [(r.what, r.gb_per_s) for r in storage_ladder(cold, warm)]
+        [("this machine's page cache (a warm read)", 4.0), ("this machine's disk (a cold read)", 1.0)]
+    """
+    def ours(m: Measurement, whose: str, source: str) -> Rung:
+        what = "disk (a cold read)" if m.params.get("cold") else "page cache (a warm read)"
+        return Rung(f"{whose} {what}", m.gb_per_s, source)
+
+    rungs = [ours(warm, "this machine's", "measured here"), ours(cold, "this machine's", "measured here")]
+    if reference is not None:
+        rungs += [ours(m, f"{reference.hardware} node's", reference.source) for m in reference.measurements]
+    rungs += [Rung(f.hardware, published_gb_per_s(f), f"{f.label()}: [{f.title}]({f.url})",
+                   f"{f.number()} {f.unit}", ours=False) for f in figures]
+    return sorted(rungs, key=lambda r: -r.gb_per_s)
