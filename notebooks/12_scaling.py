@@ -3,8 +3,9 @@
 #
 # **What you will learn:** how data-parallel training spreads one dataset over many GPUs and
 # machines with what PyTorch already ships (`torchrun`, `DistributedSampler`,
-# `DistributedDataParallel`); how each process gets its own shard of every epoch, disjoint from the
-# others and reshuffled with a shared seed; why ranks on one machine share one page cache; and what
+# `DistributedDataParallel`); how each process gets its own shard of every epoch, reshuffled with a
+# shared seed, disjoint from the others or padded with a few repeats so that every rank takes as
+# many steps; why ranks on one machine share one page cache; and what
 # going from 1 to 2 processes gives here, with the same script that runs on GPUs with nccl.
 #
 # **Time:** about 25 minutes (2 minutes in quick mode). **Prerequisites:** [05 · Memory-mapped
@@ -423,8 +424,8 @@ print(f"saved to {saved}")
 # * One process per GPU (DDP), not one process driving all GPUs (DataParallel): each process has
 #   its own loader, and what travels is the gradients (overlapped with the backward pass) and the
 #   buffers, such as BatchNorm statistics, broadcast from rank 0.
-# * Each rank reads its own shard: disjoint, covering the epoch, reshuffled per epoch from a seed
-#   shared by all ranks. `DistributedSampler` pads with repeats for equal sizes and needs
+# * Each rank reads its own shard: covering the epoch, reshuffled per epoch from a seed shared by
+#   all ranks, disjoint unless padded. `DistributedSampler` pads with repeats for equal sizes and needs
 #   `set_epoch`; `FastLoader` pads the same way by default, and with `pad=False` never repeats; then
 #   train with `drop_last` so every rank takes as many steps, or with `Join` where they cannot.
 # * On one machine all ranks share one page cache: one copy of a memmap in RAM, read from disk once.
