@@ -11,6 +11,8 @@ Example:
 
 from __future__ import annotations
 
+import math
+
 from gpufeed.data.watch import in_a_notebook
 
 
@@ -32,3 +34,28 @@ def say(text: str) -> None:
         display(Markdown(text))
     else:
         print(text)
+
+
+def times(ratio: float, more: str = "faster", less: str = "slower", same: str = "as fast", digits: int = 2) -> str:
+    """A ratio as words that read right either way: ``"2.50x faster"``, ``"1.25x slower"``.
+
+    A sentence built from a measurement must not print "0.80x faster" when the thing was slower:
+    under 1 the ratio is inverted and the other word used; when it rounds to 1 either way, ``same``.
+
+    Args:
+        ratio: how many times *more* (for speed: the other's time over this one's).
+        more, less: the words for a ratio above and below 1 ("smaller"/"larger" for sizes).
+        same: what to say when the ratio shows as 1 at ``digits`` digits.
+
+    Example:
+        >>> times(2.5), times(0.8), times(1.001)
+        ('2.50x faster', '1.25x slower', 'as fast')
+        >>> times(4.0, "smaller", "larger", "the same size", digits=1)
+        '4.0x smaller'
+    """
+    if not (ratio > 0 and math.isfinite(ratio)):
+        raise ValueError(f"times() needs a positive, finite ratio (got {ratio!r}): check that both medians are > 0")
+    shown = f"{max(ratio, 1 / ratio):.{digits}f}"
+    if float(shown) == 1.0:
+        return same
+    return f"{shown}x {more if ratio > 1 else less}"
