@@ -138,10 +138,10 @@ if S.cuda:
         + transfer.read_trend(transfer.gains_by_size(order_ms, "x.half().to(dev)", "x.to(dev).half()")))
 else:
     copy, half, flt = last["x.clone() (uint8 copy)"], last["x.half()"], last["x.float()"]
-    say(f"On this CPU, x.half() on {where} takes {half.median * 1e3:.1f} ms, **{times(copy.median / half.median, digits=1)}"
-        f"** than a plain uint8 copy ({copy.median * 1e3:.1f} ms): time the host spends before x.half().to(dev) can "
+    say(f"On this CPU, x.half() on {where} takes {half.median * 1e3:.1f} ms, **{times(copy.median / half.median, digits=1, than='a plain uint8 copy')}"
+        f"** ({copy.median * 1e3:.1f} ms): time the host spends before x.half().to(dev) can "
         "start a copy that is then twice as large. "
-        f"x.float() takes {flt.median * 1e3:.1f} ms ({times(half.median / flt.median)} than x.half()) and writes 4 "
+        f"x.float() takes {flt.median * 1e3:.1f} ms ({times(half.median / flt.median, than='x.half()')}) and writes 4 "
         "bytes per value instead of 2.")
 
 # %% [markdown]
@@ -172,7 +172,7 @@ else:
     top_ref = transfer.at_largest(ref_order)
     slow, fast = top_ref["x.half().to(dev)"], top_ref["x.to(dev).half()"]
     say(f"On {ref_doc['machine']['gpu']}, {fast.params['size']} batch {fast.params['batch']}: sending uint8 "
-        f"and converting on the GPU is **{times(slow.median / fast.median, digits=1)}** than converting on the host. "
+        f"and converting on the GPU is **{times(slow.median / fast.median, digits=1, than='converting on the host')}**. "
         "The talk's *the bigger the image, the bigger the gain*, read over the sizes at the largest batch: "
         + transfer.read_trend(transfer.gains_by_size(ref_order, "x.half().to(dev)", "x.to(dev).half()")))
 
@@ -282,7 +282,8 @@ if skipped:
     print("skipped, too big for this GPU's free memory: " + ", ".join(transfer.size_name(s) for s in skipped))
 fig, ax = transfer.plot_by_size(trend_ms, key="wire", machine=S.machine, title=f"ResNet-18, batch {tbatch}")
 say("uint8 on the wire against float16 from the host, by image size: "
-    + transfer.read_trend(transfer.gains_by_size(trend_ms, "float16", "uint8", key="wire")))
+    + transfer.read_trend(transfer.gains_by_size(trend_ms, "float16", "uint8", key="wire"))
+    + ("" if S.cuda else " Without a GPU each ratio is one conversion on the host and this machine's noise."))
 
 # %%
 if not S.cuda and ref is not None and any("pinned" in m.params for m in ref[0]):
@@ -423,8 +424,8 @@ if S.cuda:
                                     min_time)
         gains[d] = slow.median / fast.median
         print(f"{slow.name}: {slow.median * 1e3:.2f} ms, {fast.name}: {fast.median * 1e3:.2f} ms")
-    say(f"Sending uint8 and converting on the GPU is **{times(gains[torch.bfloat16])}** than converting on the "
-        f"host for bfloat16, {times(gains[torch.float16])} for float16 ({transfer.size_name(bf_size)}, batch {bf_batch}).")
+    say(f"Sending uint8 and converting on the GPU is **{times(gains[torch.bfloat16], than='converting on the host')}"
+        f"** for bfloat16, {times(gains[torch.float16])} for float16 ({transfer.size_name(bf_size)}, batch {bf_batch}).")
 else:
     host = [transfer.Variant(f"x.{n}()", lambda x, dev, d=d: x.to(d)) for n, d in (("half", torch.float16), ("bfloat16", torch.bfloat16))]
     half, bf = transfer.sweep(host, S.device, [bf_size], [bf_batch], repeats, warmup, min_time)

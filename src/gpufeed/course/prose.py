@@ -36,7 +36,8 @@ def say(text: str) -> None:
         print(text)
 
 
-def times(ratio: float, more: str = "faster", less: str = "slower", same: str = "as fast", digits: int = 2) -> str:
+def times(ratio: float, more: str = "faster", less: str = "slower", same: str = "as fast", digits: int = 2,
+          than: str = "") -> str:
     """A ratio as words that read right either way: ``"2.50x faster"``, ``"1.25x slower"``.
 
     A sentence built from a measurement must not print "0.80x faster" when the thing was slower:
@@ -46,16 +47,19 @@ def times(ratio: float, more: str = "faster", less: str = "slower", same: str = 
         ratio: how many times *more* (for speed: the other's time over this one's).
         more, less: the words for a ratio above and below 1 ("smaller"/"larger" for sizes).
         same: what to say when the ratio shows as 1 at ``digits`` digits.
+        than: what it is compared with, if the words should name it: "than X", or "as X" after ``same``.
 
     Example:
         >>> times(2.5), times(0.8), times(1.001)
         ('2.50x faster', '1.25x slower', 'as fast')
-        >>> times(4.0, "smaller", "larger", "the same size", digits=1)
-        '4.0x smaller'
+        >>> times(0.5, than="naive"), times(1.0, than="naive")
+        ('2.00x slower than naive', 'as fast as naive')
+        >>> times(4.0, "smaller", "larger", "the same size", digits=1), times(1 / 2345, "longer", "shorter", digits=0)
+        ('4.0x smaller', '2,345x shorter')
     """
     if not (ratio > 0 and math.isfinite(ratio)):
         raise ValueError(f"times() needs a positive, finite ratio (got {ratio!r}): check that both medians are > 0")
-    shown = f"{max(ratio, 1 / ratio):.{digits}f}"
-    if float(shown) == 1.0:
-        return same
-    return f"{shown}x {more if ratio > 1 else less}"
+    value = max(ratio, 1 / ratio)
+    if round(value, digits) == 1:
+        return f"{same} as {than}" if than else same
+    return f"{value:,.{digits}f}x {more if ratio > 1 else less}" + (f" than {than}" if than else "")
