@@ -80,7 +80,7 @@ def decode_replicated_chroma(data: bytes) -> torch.Tensor:
         >>> data = encode_jpeg(render(SynthSpec(n=1, width=32, height=24), 0), 90)
         >>> from gpufeed.data.jpeg import decode_pil
         >>> nearest, fancy = decode_replicated_chroma(data), decode_pil(data)
-        >>> nearest.shape == fancy.shape and 0 < (nearest.float() - fancy.float()).abs().mean() < 5
+        >>> nearest.shape == fancy.shape and 0 < (nearest.float() - fancy.float()).abs().mean().item() < 5
         True
     """
     import io
