@@ -104,21 +104,21 @@ sim_ms = [Measurement(name, [r.ms_per_batch / 1000], items=r.pipeline.batch_size
 fig, ax = plotting.bars(sim_ms, baseline="naive", title="simulated steady state, default costs")
 ax.set_xlabel("images/s (simulated)")
 plt.show()
+from gpufeed.course.prose import say, times
+
 names = list(runs)
 for before, after in zip(names, names[1:]):
     a, b = runs[before], runs[after]
-    print(f"{after:>12}: {b.images_per_s:6,.0f} images/s, {b.images_per_s / a.images_per_s:.2f}x {before}; "
+    print(f"{after:>12}: {b.images_per_s:6,.0f} images/s, {times(b.images_per_s / a.images_per_s, than=before)}; "
           f"GPU busy {b.utilisation()['GPU']:.0%}")
 
 # %%
-from gpufeed.course.prose import say
-
-pinned_gain = runs["pinned"].images_per_s / runs["naive"].images_per_s - 1
+pinned_gain = runs["pinned"].images_per_s / runs["naive"].images_per_s
 copy_share = costs.copy_pageable_ms / runs["naive"].ms_per_batch
 saved = costs.copy_pageable_ms - costs.copy_pinned_ms
 stage, ms = slowest_stage(runs["GPU prefetch"].pipeline)
 best = runs["GPU prefetch"]
-say(f"Pinning alone gains only **{pinned_gain:.1%}**: the copy is {copy_share:.1%} of a serial batch "
+say(f"Pinning alone makes the loop only **{times(pinned_gain)}**: the copy is {copy_share:.1%} of a serial batch "
     f"({costs.copy_pageable_ms} of {runs['naive'].ms_per_batch:.0f} ms), so making it {saved:.1f} ms faster "
     f"cannot change much, and the pin adds {costs.pin_ms} ms back. Pinning pays later: only a copy from "
     "pinned memory can run asynchronously, which GPU prefetch needs.\n\n"
@@ -223,7 +223,8 @@ else:
           "so the 'pinned' preset cannot come out slower here.")
 what_if = {name: simulate(preset(name, costs=measured_costs, batch_size=B)).images_per_s for name in PRESETS}
 for name, rate in what_if.items():
-    print(f"{name:>12}: {rate:8,.0f} images/s predicted ({rate / what_if['naive']:.2f}x naive)")
+    vs = "the baseline" if name == "naive" else times(rate / what_if["naive"], than="naive")
+    print(f"{name:>12}: {rate:8,.0f} images/s predicted ({vs})")
 if not S.cuda:
     say(f"Careful: without a GPU the model step runs on the same {S.machine['cores']} cores as the workers, "
         "while the simulator gives it a resource of its own: these what-ifs are optimistic here.")
@@ -352,9 +353,9 @@ for name in ("workers", "CPU prefetch"):
         print(f"{name:>12}, {decoder:>11} ({c.decode_ms:5.2f} ms per image): {rates[name, decoder]:7,.0f} "
               f"images/s predicted; slowest stage {slowest_stage(p)[0]}")
 gain = {name: rates[name, "torchvision"] / rates[name, "Pillow"] for name in ("workers", "CPU prefetch")}
-say(f"torchvision's decoder takes {costs_tv.decode_ms / measured_costs.decode_ms:.2f}x Pillow's time per image; "
-    f"the 'workers' preset's predicted rate changes **{gain['workers']:.2f}x**, the 'CPU prefetch' one "
-    f"{gain['CPU prefetch']:.2f}x. " + ("Compute is the slowest stage here, so the decoder matters only as far as "
+say(f"torchvision's decoder is {times(measured_costs.decode_ms / costs_tv.decode_ms, than='Pillow')} per image; "
+    f"with it the 'workers' preset's predicted rate comes out **{times(gain['workers'], than='with Pillow')}**, "
+    f"the 'CPU prefetch' one {times(gain['CPU prefetch'], than='with Pillow')}. " + ("Compute is the slowest stage here, so the decoder matters only as far as "
     "loading is not overlapped." if slowest_stage(p)[0] == "compute" else "Loading is the slowest stage, so "
     "the decoder's speed sets the loop's."))
 

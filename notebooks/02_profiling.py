@@ -139,7 +139,7 @@ print(table)
 # The same numbers are there to compute with, per event name:
 
 # %%
-from gpufeed.course.prose import say
+from gpufeed.course.prose import say, times
 from gpufeed.course.trace import cpu_rows
 
 # With CUDA, a range that launches GPU work has a second, GPU-side row of the same key whose
@@ -192,7 +192,9 @@ print(trace.report(traces[-1], names=stages))
 summary = trace.summary(traces[-1], names=stages)
 idle = summary["gpu_idle_fraction"]
 if idle is not None:
-    print(f"On {S.machine['gpu']} the GPU sat idle {idle:.0%} of the time: the data path starves it.")
+    print(f"On {S.machine['gpu']} the GPU sat idle {idle:.0%} of the profiled time: "
+          + ("the data path starves it." if idle > 0.5 else "it was busy most of the time, so here the data path "
+             "keeps up with this model."))
 
 # %%
 from gpufeed.measure import results
@@ -231,7 +233,7 @@ start = time.perf_counter()
 decoded = list(map(decode_pil, blobs))  # list() takes every item out: now they are decoded
 eager_s = time.perf_counter() - start
 say(f"'Decoding' {B} images lazily: {lazy_s * 1e6:.1f} us. Really decoding them: {eager_s * 1e3:.1f} ms, "
-    f"**{eager_s / lazy_s:,.0f}x** longer.")
+    f"**{times(eager_s / lazy_s, more='longer', less='shorter', same='as long', digits=0)}**.")
 
 # %% [markdown]
 # ### Mistake 2: no warm-up
@@ -254,7 +256,7 @@ start = time.perf_counter()
 rest = sum(1 for _ in batches)
 per_batch_s = (time.perf_counter() - start) / rest
 print(f"DataLoader: first batch {first_batch_s * 1e3:.1f} ms, then {per_batch_s * 1e3:.2f} ms per batch "
-      f"({first_batch_s / per_batch_s:,.0f}x)")
+      f"(the first {times(first_batch_s / per_batch_s, more='longer', less='shorter', same='as long', digits=0)})")
 
 x = torch.stack(decoded).to(S.device)
 y = torch.zeros(B, dtype=torch.long, device=S.device)
@@ -264,7 +266,7 @@ fresh(x, y)  # ends with loss.item(), so the GPU's work is included
 first_s = time.perf_counter() - start
 steady = benchmark(lambda: fresh(x, y), name="train step", warmup=2, repeats=config.pick(5, 20), items=B)
 print(f"a new model's first training step: {first_s * 1e3:.1f} ms; steady state: {steady.median * 1e3:.1f} ms "
-      f"({first_s / steady.median:.1f}x)")
+      f"(the first {times(first_s / steady.median, more='longer', less='shorter', same='as long', digits=1)})")
 if first_s < 1.2 * steady.median:
     print("Here the new model's first step was not clearly slower: the profiled loop of section 3 already "
           "paid, once for the whole process, what a first step costs (kernels chosen for these shapes, "
@@ -304,9 +306,12 @@ else:
     print("No CUDA here, and no GPU measurement of ours is committed (the trace cell above says how to add one).")
 if sync_ms:
     no_sync, synced = sync_ms
+    off = synced.median / no_sync.median
     print(f"4096x4096 matmul: {no_sync.median * 1e6:,.0f} us per call without a sync, "
-          f"{synced.median * 1e6:,.0f} us with one: the unsynced timer was {synced.median / no_sync.median:.0f}x too "
-          f"optimistic (on {sync_machine['gpu']}).")
+          f"{synced.median * 1e6:,.0f} us with one: the timer without a sync read "
+          f"{times(off, more='less', less='more', same='the same', digits=0)} than the work took (on {sync_machine['gpu']}): "
+          + ("it timed the queueing, not the work." if off > 1 else "here the queue was full, so each launch "
+             "waited for the GPU anyway."))
 
 # %% [markdown]
 # ## 8. Doing it right: `torch.utils.benchmark`
@@ -463,8 +468,9 @@ for workers in (0, 2):
     print(f"num_workers={workers}: iter() {(t1 - t0) * 1e3:7.2f} ms, first next() {(t2 - t1) * 1e3:7.2f} ms, "
           f"then {steady_s * 1e3:.3f} ms per batch")
     iter_ms[workers] = (t1 - t0) * 1e3
-say(f"iter() took **{iter_ms[2] / iter_ms[0]:,.0f}x** as long with 2 workers as with 0 ({iter_ms[2]:.1f} vs "
-    f"{iter_ms[0]:.2f} ms): it started the worker processes. Timing only iter() with 0 workers measures "
+say(f"iter() took {iter_ms[2]:.1f} ms with 2 workers and {iter_ms[0]:.2f} ms with 0: with workers "
+    f"**{times(iter_ms[2] / iter_ms[0], more='longer', less='shorter', same='as long', digits=0)}**, as it starts the worker "
+    "processes. Timing only iter() with 0 workers measures "
     "nothing (mistake 1); timing only the first batch with 2 measures the start-up (mistake 2).")
 
 # %% [markdown]

@@ -2,9 +2,10 @@
 # # 03 · Dtypes and transfer order
 #
 # **What you will learn:** how many bytes a batch puts on the wire as `uint8`, `float16` and
-# `float32`; why `x.to(dev).half()` beats `x.half().to(dev)`, and by how much over batch and image
-# sizes; whether that survives in a real mixed-precision training loop; and how to move
-# normalisation into the model so the whole pipeline can stay `uint8` until the GPU.
+# `float32`; whether `x.to(dev).half()` beats `x.half().to(dev)`, and by how much over batch and
+# image sizes; whether that survives in a real mixed-precision training loop, with the dtype and
+# the pinned memory measured apart; and how to move normalisation into the model so the whole
+# pipeline can stay `uint8` until the GPU.
 #
 # **Time:** about 15 minutes (1-2 minutes in quick mode). **Prerequisites:** lesson 00 (pinned
 # memory, host-to-device rate) and lesson 02 (honest benchmarking).
@@ -112,32 +113,36 @@ for v in transfer.order_variants(torch.float16):
 
 # %%
 batches = config.pick(quick=(4, 8), full=transfer.BATCHES)
-repeats, warmup = config.pick(quick=(3, 1), full=(10, 2))
+# At least 3 samples per case, and more while a case has taken under min_time seconds: quick cases
+# get many samples, the slow ones (a 472 MB float16 batch) few, so the sweep keeps to a time budget.
+repeats, warmup, min_time = config.pick(quick=(3, 1, 0.0), full=(3, 1, 0.05))
 if S.cuda:
     variants, baseline = transfer.order_variants(torch.float16), "x.half().to(dev)"
 else:
     variants, baseline = transfer.conversion_variants(), "x.clone() (uint8 copy)"
-order_ms = transfer.sweep(variants, S.device, transfer.SIZES, batches, repeats=repeats, warmup=warmup)
+order_ms = transfer.sweep(variants, S.device, transfer.SIZES, batches, repeats=repeats, warmup=warmup,
+                          min_time=min_time)
 fig, axes = transfer.plot_sweep(order_ms, baseline=baseline, machine=S.machine,
                                 title="uint8 to float16 and to the device" if S.cuda else "the host's share: converting a uint8 batch")
 
 # %%
 last = transfer.at_largest(order_ms)  # name -> measurement at 1280x960 and the largest batch
 where = f"a batch of {max(batches)} at {transfer.size_name(big)}"
-from gpufeed.course.prose import say
+from gpufeed.course.prose import say, times
 
 if S.cuda:
     slow, fast = last["x.half().to(dev)"], last["x.to(dev).half()"]
     say(f"For {where}, x.to(dev).half() takes {fast.median * 1e3:.2f} ms, x.half().to(dev) "
-        f"{slow.median * 1e3:.2f} ms: sending uint8 is **{slow.median / fast.median:.1f}x** faster. By image size, "
-        f"at the largest batch: {transfer.read_trend(transfer.gains_by_size(order_ms, 'x.half().to(dev)', 'x.to(dev).half()'))}")
+        f"{slow.median * 1e3:.2f} ms: sending uint8 is **{times(slow.median / fast.median, digits=1)}**. By image "
+        "size, x.to(dev).half() against x.half().to(dev) at the largest batch: "
+        + transfer.read_trend(transfer.gains_by_size(order_ms, "x.half().to(dev)", "x.to(dev).half()")))
 else:
     copy, half, flt = last["x.clone() (uint8 copy)"], last["x.half()"], last["x.float()"]
-    say(f"On this CPU, x.half() on {where} takes {half.median * 1e3:.1f} ms, **{half.median / copy.median:.1f}x** "
-        f"a plain uint8 copy ({copy.median * 1e3:.1f} ms): time the host spends before x.half().to(dev) can start "
-        "a copy that is then twice as large. "
-        f"x.float() takes {flt.median * 1e3:.1f} ms ({flt.median / half.median:.2f}x x.half()) and writes 4 bytes per "
-        "value instead of 2: the host's cost and the bytes to send both grow with the dtype.")
+    say(f"On this CPU, x.half() on {where} takes {half.median * 1e3:.1f} ms, **{times(copy.median / half.median, digits=1, than='a plain uint8 copy')}"
+        f"** ({copy.median * 1e3:.1f} ms): time the host spends before x.half().to(dev) can "
+        "start a copy that is then twice as large. "
+        f"x.float() takes {flt.median * 1e3:.1f} ms ({times(half.median / flt.median, than='x.half()')}) and writes 4 "
+        "bytes per value instead of 2.")
 
 # %% [markdown]
 # ### The GPU reference
@@ -167,7 +172,7 @@ else:
     top_ref = transfer.at_largest(ref_order)
     slow, fast = top_ref["x.half().to(dev)"], top_ref["x.to(dev).half()"]
     say(f"On {ref_doc['machine']['gpu']}, {fast.params['size']} batch {fast.params['batch']}: sending uint8 "
-        f"and converting on the GPU is **{slow.median / fast.median:.1f}x** faster than converting on the host. "
+        f"and converting on the GPU is **{times(slow.median / fast.median, digits=1, than='converting on the host')}**. "
         "The talk's *the bigger the image, the bigger the gain*, read over the sizes at the largest batch: "
         + transfer.read_trend(transfer.gains_by_size(ref_order, "x.half().to(dev)", "x.to(dev).half()")))
 
@@ -175,16 +180,18 @@ else:
 # ## 5. In a training loop
 #
 # A micro-benchmark can exaggerate: in training, the copy overlaps with nothing else only if the
-# loop is naive, and the model's compute may dwarf it. So we time whole epochs of a torchvision
+# loop is naive, and the model's compute may dwarf it. So we time epochs of a torchvision
 # ResNet-18 (random weights: nothing is downloaded) in mixed precision: `torch.autocast` with
 # `float16` and a `GradScaler` on CUDA, `bfloat16` autocast on a CPU. Batches are prepared in
-# advance (pinned where CUDA exists) and sent either as `uint8` (converted on the device by the
-# model's first layer, section 6) or converted on the host first (`float16` or `float32`).
+# advance and sent either as `uint8` (converted on the device by the model's first layer,
+# section 6) or converted on the host first, into a buffer prepared per batch (`float16` or
+# `float32`).
 #
-# This compares the two loops as they are usually written, not like for like: the `uint8` batch
-# is pinned and copied `non_blocking` (what a DataLoader with `pin_memory=True` hands over), while
-# `x.half()` makes a fresh pageable tensor whose copy is synchronous. So on a GPU the float wires
-# pay for 2-4x the bytes *and* for a pageable copy; lesson 00 measures pinned vs pageable alone.
+# As usually written, the two loops differ in two ways at once: a DataLoader with
+# `pin_memory=True` hands over a *pinned* `uint8` batch, copied `non_blocking`, while `x.half()`
+# makes a fresh *pageable* tensor whose copy holds the host. So we measure all four cells: `uint8`
+# or `float16`, each from pinned and from pageable memory. Across a row only the dtype changes,
+# down a column only the pinning. (Pinning needs CUDA: on a CPU there is one column.)
 #
 # First, is mixed precision even a good idea on this machine? GPUs have Tensor Cores for it; many
 # CPUs have no native `bfloat16` arithmetic, and then autocast is *slower*.
@@ -200,58 +207,93 @@ probe = {amp: training.train_epoch(tb, tiny, "uint8", S.device, epoch_images=tb,
 speedup = probe[False].median / probe[True].median
 kind = "float16 + GradScaler" if S.cuda else "bfloat16"
 say(f"{kind} autocast: {probe[True].median * 1e3:.0f} ms per step vs {probe[False].median * 1e3:.0f} ms in float32: "
-    + (f"**{speedup:.2f}x faster**" if speedup > 1 else f"**{1 / speedup:.1f}x slower**")
-    + f" on this machine (batch {tb} at {transfer.size_name(tiny)}"
+    f"**{times(speedup)}** on this machine (batch {tb} at {transfer.size_name(tiny)}"
     + ("; a probe this small is launch-bound on a GPU, so autocast cannot show its gain)." if S.cuda and tiny[0] < 128
        else ")."))
 use_amp = S.cuda or speedup > 1
 if not use_amp:
-    print("Mixed precision is slower on this CPU, so the sweep below runs in float32. (CPUs without native bfloat16 "
+    print("Mixed precision is slower on this CPU, so the loops below run in float32. (CPUs without native bfloat16 "
           "instructions, such as AVX512-BF16 or AMX, pay for converting back and forth.)")
 
+# %% [markdown]
+# Will a case fit in this GPU's free memory (`torch.cuda.mem_get_info`)? A training step's peak
+# grows with the pixels of the batch. On a GPU, `training.calibrate` measures it: the peak
+# (`max_memory_allocated`) of a step at batch 4 minus one at batch 2, over the two extra images'
+# pixels. Without a GPU the course uses a fixed estimate, built on what the next cell measures on
+# any machine: the bytes per pixel a step *saves for its backward pass*, the floor of that peak.
+
 # %%
+saved_pp = training.saved_bytes_per_pixel(S.device)  # float16/bfloat16 autocast, as a GPU step runs
 if S.cuda:
-    sizes, tbatches = config.pick(quick=([(384, 384)], (8, 16)), full=(transfer.SIZES, transfer.BATCHES))
+    per_pixel = training.calibrate(S.device)
+    say(f"Measured on this GPU: a training step's peak grows by **{per_pixel:,.0f} bytes per input pixel** per "
+        f"image, {per_pixel / saved_pp:.1f}x the {saved_pp:.0f} bytes it saves for backward (the rest: gradients "
+        "in flight and cuDNN's workspaces).")
 else:
-    sizes, tbatches = config.pick(quick=([(32, 32)], (2, 4)), full=([(128, 128), (224, 224)], (8, 16)))
-wires = config.pick(quick=("uint8", "float16"), full=training.WIRES)
-epoch_images = config.pick(quick=4, full=256 if S.cuda else 16)
-# Will a case fit in this GPU's free memory (torch.cuda.mem_get_info)? By the course's fixed estimate
-# (training.TRAIN_BYTES_PER_PIXEL, with a margin) 1280x960 at batch 64 needs ~48 GB; Colab's T4 has
-# 15 GB. On a GPU, training.calibrate measures the bytes per input pixel with max_memory_allocated
-# instead. Cases that do not fit are skipped, and said so.
-per_pixel = training.calibrate(S.device) if S.cuda else training.TRAIN_BYTES_PER_PIXEL
+    per_pixel = training.TRAIN_BYTES_PER_PIXEL
+    say(f"A step saves **{saved_pp:.0f} bytes per input pixel** for backward (under autocast, as on a GPU). The course's "
+        f"fixed estimate, {per_pixel} bytes, is that with a margin of {per_pixel / saved_pp:.1f}x for the rest of "
+        "the peak: gradients in flight, the allocator's rounding, cuDNN's workspaces.")
+big_case = (64, (1280, 960))
+need = training.train_bytes(*big_case, per_pixel=per_pixel)
+say(f"By {per_pixel:,.0f} bytes per pixel, a step on {big_case[0]} images of {transfer.size_name(big_case[1])} "
+    f"needs ~{need / 1e9:.0f} GB of device memory; Colab's T4 has 15 GB. Cases that do not fit are skipped below, "
+    "and said so.")
+
+# %%
+from gpufeed.measure import plotting
+
 if S.cuda:
-    print(f"measured on this GPU: {per_pixel:.0f} bytes of device memory per input pixel per image "
-          f"(the fixed estimate is {training.TRAIN_BYTES_PER_PIXEL})")
-cases = [(size, b) for size in sizes for b in tbatches]
-skipped = [(size, b) for size, b in cases if not training.fits(b, size, S.device, per_pixel=per_pixel)]
-train_ms = [training.train_epoch(b, size, wire, S.device, epoch_images, amp=use_amp,
-                                 repeats=config.pick(quick=1, full=3 if S.cuda else 2))
-            for size, b in cases if (size, b) not in skipped for wire in wires]
+    grid_case = config.pick(quick=((384, 384), 16), full=((640, 480), 32))
+else:
+    grid_case = config.pick(quick=((32, 32), 4), full=((128, 128), 8))
+steps = 2  # batches per timed epoch; each epoch is timed again until budget_s has passed
+budget_s = config.pick(quick=0.0, full=0.5)  # full mode on an H100: the lesson fits ~40 s
+timing = dict(repeats=config.pick(quick=1, full=3), warmup=1, min_time=budget_s, amp=use_amp)
+size, batch = grid_case
+if not training.fits(batch, size, S.device, per_pixel=per_pixel):
+    batch = max(1, batch // 4)
+    print(f"batch {grid_case[1]} does not fit in this GPU's free memory: the grid runs at batch {batch}")
+pinnings = (True, False) if S.cuda else (False,)
+grid_ms = [training.train_epoch(batch, size, wire, S.device, steps * batch, pinned=pinned, **timing)
+           for pinned in pinnings for wire in ("uint8", "float16")]
+fig, ax = plotting.bars(grid_ms, baseline=grid_ms[-1].name, machine=S.machine,
+                        title=f"ResNet-18 steps, {transfer.size_name(size)} batch {batch} (ratios vs the last)")
+say(training.read_grid(grid_ms) + ("" if S.cuda else "\n\nNo GPU here: nothing is pinned and no byte crosses a "
+                                   "bus, so the dtype's effect is one conversion on the host, small next to a "
+                                   "ResNet-18 step (rerun the cell and it moves). The reference below is a GPU's."))
+
+# %% [markdown]
+# ### Over image sizes
+#
+# The talk's *the bigger the image, the bigger the gain*, in training: each wire at one batch size
+# over the image sizes, all from pinned memory where CUDA is, so only the dtype changes.
+
+# %%
+if S.cuda:
+    sizes, tbatch = config.pick(quick=([(384, 384), (640, 480)], 8), full=(transfer.SIZES, 16))
+else:
+    sizes, tbatch = config.pick(quick=([(32, 32), (64, 64)], 2), full=([(128, 128), (224, 224)], 8))
+wires = config.pick(quick=("uint8", "float16"), full=training.WIRES)
+skipped = [size for size in sizes if not training.fits(tbatch, size, S.device, per_pixel=per_pixel)]
+trend_ms = [training.train_epoch(tbatch, size, wire, S.device, steps * tbatch, name=f"{wire} on the wire", **timing)
+            for size in sizes if size not in skipped for wire in wires]
 if skipped:
-    print("skipped, too big for this GPU's free memory: "
-          + ", ".join(f"{transfer.size_name(size)} batch {b}" for size, b in skipped))
-fig, axes = transfer.plot_sweep(train_ms, baseline="float16 on the wire", machine=S.machine, ylabel="time per epoch (s)",
-                                scale=1.0, title=f"ResNet-18, {epoch_images} images per epoch")
+    print("skipped, too big for this GPU's free memory: " + ", ".join(transfer.size_name(s) for s in skipped))
+fig, ax = transfer.plot_by_size(trend_ms, key="wire", machine=S.machine, title=f"ResNet-18, batch {tbatch}")
+say("uint8 on the wire against float16 from the host, by image size: "
+    + transfer.read_trend(transfer.gains_by_size(trend_ms, "float16", "uint8", key="wire"))
+    + ("" if S.cuda else " Without a GPU each ratio is one conversion on the host and this machine's noise."))
 
 # %%
-top_train = transfer.at_largest(train_ms, key="wire")
-gain = top_train["float16"].median / top_train["uint8"].median
-u8 = top_train["uint8"]
-say(f"{u8.params['size']}, batch {u8.params['batch']}: an epoch takes {u8.median:.2f} s with "
-    f"uint8 on the wire and {top_train['float16'].median:.2f} s converting to float16 on the host (**{gain:.2f}x**)."
-    + ("" if S.cuda else " Without a GPU both paths convert on the same CPU and nothing crosses a bus, so any "
-       "difference here is noise and the cost of one extra conversion; the reference below shows a GPU."))
-
-# %%
-if not S.cuda and ref is not None:
-    ref_train = [m for m in ref[0] if m.name.endswith("on the wire")]
-    fig, axes = transfer.plot_sweep(ref_train, baseline="float16 on the wire", machine=ref[1]["machine"],
-                                    ylabel="time per epoch (s)", scale=1.0, title="reference: ResNet-18 epochs")
-    pair = transfer.at_largest(ref_train, key="wire")
-    print(f"On {ref[1]['machine']['gpu']}, {pair['uint8'].params['size']} batch {pair['uint8'].params['batch']}: uint8 "
-          f"on the wire makes an epoch {pair['float16'].median / pair['uint8'].median:.2f}x faster than float16 from the host.")
+if not S.cuda and ref is not None and any("pinned" in m.params for m in ref[0]):
+    ref_grid = [m for m in ref[0] if "pinned" in m.params and m.name.endswith(("pinned", "pageable"))]
+    ref_trend = [m for m in ref[0] if "pinned" in m.params and m.name.endswith("on the wire")]
+    fig, ax = plotting.bars(ref_grid, baseline=ref_grid[-1].name, machine=ref[1]["machine"],
+                            title="reference: ResNet-18 steps (ratios vs the last)")
+    say(f"On {ref[1]['machine']['gpu']}, {ref_grid[0].params['size']} batch {ref_grid[0].params['batch']}:\n\n"
+        + training.read_grid(ref_grid) + "\n\nBy image size, uint8 against float16: "
+        + transfer.read_trend(transfer.gains_by_size(ref_trend, "float16", "uint8", key="wire")))
 elif not S.cuda:
     print("No CUDA here, and no GPU measurement of ours for the training loop is committed "
           "(results/<gpu>/lesson03.json); no figure published elsewhere times this loop.")
@@ -321,8 +363,8 @@ else:
 # `GPUFEED_RESULTS=results` they become the reference that CPU-only learners see above.
 
 # %%
-saved = results.save_lesson("lesson03", [*order_ms, *train_ms, *probe.values()], amp=use_amp,
-                            epoch_images=epoch_images)
+saved = results.save_lesson("lesson03", [*order_ms, *grid_ms, *trend_ms, *probe.values()], amp=use_amp,
+                            steps_per_epoch=steps, per_pixel=per_pixel, saved_per_pixel=saved_pp)
 print(f"saved to {saved}")
 
 # %% [markdown]
@@ -342,8 +384,8 @@ print(f"saved to {saved}")
 #    then check with the cell below.
 # 2. Add `torch.bfloat16` to the micro-benchmark (`transfer.order_variants(torch.bfloat16)`): does
 #    the order matter as much as for `float16`?
-# 3. In section 5, send `float32` instead of `float16` from the host (`wires=("uint8", "float32")`).
-#    By how much does the gap grow with the image size?
+# 3. In section 5's loop over image sizes, send `float32` instead of `float16` from the host
+#    (`wires=("uint8", "float32")`). Does uint8's lead grow with the image size?
 #
 # Each exercise has a worked solution after the self-check, folded: try it first, then open the cell.
 
@@ -378,42 +420,43 @@ assert torch.equal(small.bfloat16().float(), small.float())  # exact, so the ord
 if S.cuda:
     gains = {}
     for d in (torch.float16, torch.bfloat16):
-        slow, fast = transfer.sweep(transfer.order_variants(d)[:2], S.device, [bf_size], [bf_batch], repeats, warmup)
+        slow, fast = transfer.sweep(transfer.order_variants(d)[:2], S.device, [bf_size], [bf_batch], repeats, warmup,
+                                    min_time)
         gains[d] = slow.median / fast.median
-        print(f"{slow.name}: {slow.median * 1e3:.2f} ms, {fast.name}: {fast.median * 1e3:.2f} ms ({gains[d]:.2f}x)")
-    say(f"Sending uint8 and converting on the GPU gains **{gains[torch.bfloat16]:.2f}x** for bfloat16 and "
-        f"{gains[torch.float16]:.2f}x for float16 ({transfer.size_name(bf_size)}, batch {bf_batch}).")
+        print(f"{slow.name}: {slow.median * 1e3:.2f} ms, {fast.name}: {fast.median * 1e3:.2f} ms")
+    say(f"Sending uint8 and converting on the GPU is **{times(gains[torch.bfloat16], than='converting on the host')}"
+        f"** for bfloat16, {times(gains[torch.float16])} for float16 ({transfer.size_name(bf_size)}, batch {bf_batch}).")
 else:
     host = [transfer.Variant(f"x.{n}()", lambda x, dev, d=d: x.to(d)) for n, d in (("half", torch.float16), ("bfloat16", torch.bfloat16))]
-    half, bf = transfer.sweep(host, S.device, [bf_size], [bf_batch], repeats, warmup)
+    half, bf = transfer.sweep(host, S.device, [bf_size], [bf_batch], repeats, warmup, min_time)
     say(f"No GPU here, so no wire: on the host, x.bfloat16() takes {bf.median * 1e3:.1f} ms and x.half() "
-        f"{half.median * 1e3:.1f} ms ({transfer.size_name(bf_size)}, batch {bf_batch}), **{bf.median / half.median:.2f}x**. "
-        "With a GPU both send 2 bytes per value, so the order saves the same bytes; this cell then times both orders.")
+        f"{half.median * 1e3:.1f} ms ({transfer.size_name(bf_size)}, batch {bf_batch}): x.bfloat16() is "
+        f"**{times(half.median / bf.median)}**. With a GPU both send 2 bytes per value, so the order saves the "
+        "same bytes; this cell then times both orders.")
 
 # %% tags=["solution", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution to exercise 3: float32 instead of float16 from the host, over image sizes
 # Why: float32 sends 4 bytes per value, twice float16 and four times uint8, and the host writes all
-# of them before the copy starts. Both costs grow in proportion to the pixels; whether the gap
+# of them before the copy starts. Both costs grow in proportion to the pixels; whether uint8's lead
 # widens with the size depends on how fast the GPU's step grows with them, which is what to
-# measure. Read it as a trend over sizes at one batch (gains_by_size), not as one ratio. On a CPU nothing crosses a bus: the gap is
-# only the host's conversion, which the model's own float32 work dwarfs.
-sizes3 = config.pick(quick=[(32, 32), (64, 64)], full=sizes)
-batch3 = config.pick(quick=2, full=max(tbatches))
-sizes3 = [size for size in sizes3 if training.fits(batch3, size, S.device)]  # as section 5: what this GPU holds
-runs3 = [training.train_epoch(batch3, size, wire, S.device, epoch_images=batch3, amp=use_amp,
-                              repeats=config.pick(quick=1, full=3)) for size in sizes3 for wire in ("uint8", "float32")]
+# measure. Read it as a trend over sizes at one batch (gains_by_size), not as one ratio. On a CPU
+# nothing crosses a bus: the gap is only the host's conversion, which the model's work dwarfs.
+# Full mode already ran float32 in section 5; otherwise this cell runs it at section 5's sizes.
+runs3 = [m for m in trend_ms if m.params["wire"] in ("uint8", "float32")]
+if not any(m.params["wire"] == "float32" for m in runs3):
+    runs3 += [training.train_epoch(tbatch, size, "float32", S.device, steps * tbatch, name="float32 on the wire",
+                                   **timing) for size in sizes if size not in skipped]
 gap = transfer.gains_by_size(runs3, "float32", "uint8", key="wire")
-print("float32 from the host vs uint8: " + transfer.read_trend(gap))
-if not S.cuda:
-    say(f"Without a GPU, float32 from the host takes {min(gap.values()):.2f}x to {max(gap.values()):.2f}x the time "
-        "of uint8. No bytes cross a bus here: the only extra work is one conversion, small next to a ResNet-18 "
-        "step, so these ratios are mostly this machine's noise (rerun the cell and they move). The gap that grows "
-        "with the image size is a GPU's.")
-if ref is not None and any(m.params.get("wire") == "float32" for m in ref[0]):
-    print(f"On {ref[1]['machine']['gpu']} (committed reference): float32 vs uint8: "
-          + transfer.read_trend(transfer.gains_by_size(ref_train, "float32", "uint8", key="wire")))
+say("uint8 on the wire against float32 from the host, by image size: " + transfer.read_trend(gap)
+    + ("" if S.cuda else " No bytes cross a bus here: the only extra work is one conversion, small next to a "
+       "ResNet-18 step, so these ratios are mostly this machine's noise (rerun the cell and they move)."))
+ref_f32 = [m for m in ref[0] if m.params.get("wire") in ("uint8", "float32") and m.name.endswith("on the wire")
+           and "pinned" in m.params] if ref is not None else []
+if any(m.params["wire"] == "float32" for m in ref_f32):
+    print(f"On {ref[1]['machine']['gpu']} (committed reference): uint8 against float32: "
+          + transfer.read_trend(transfer.gains_by_size(ref_f32, "float32", "uint8", key="wire")))
 elif not S.cuda:
-    print("No GPU reference with float32 on the wire is committed: on a GPU this cell times the sizes of section 5.")
+    print("No GPU reference with float32 on the wire is committed: on a GPU this cell reads section 5's sizes.")
 
 # %% [markdown]
 # ## Further reading

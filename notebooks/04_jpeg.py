@@ -112,7 +112,7 @@ plotting.caption(fig, S.machine)
 plt.show()
 
 # %%
-from gpufeed.course.prose import say
+from gpufeed.course.prose import say, times
 
 
 def row(size, q, sub="4:2:0"):
@@ -122,13 +122,15 @@ def row(size, q, sub="4:2:0"):
 largest = transfer.size_name(sizes[-1])
 hi, mid = row(largest, 90), row(largest, 50)
 top, top444 = row(largest, 100), row(largest, 100, "4:4:4")
-say(f"{largest}: quality 90 -> 50 makes files **{hi.bytes / mid.bytes:.1f}x smaller** ({hi.bytes / 1e3:.0f} -> "
-    f"{mid.bytes / 1e3:.0f} KB), PSNR drops from {hi.psnr:.1f} to {mid.psnr:.1f} dB, SSIM from {hi.ssim:.3f} to "
-    f"{mid.ssim:.3f}, and decoding takes {mid.decode_ms / hi.decode_ms:.2f}x the time ({hi.decode_ms:.2f} -> "
-    f"{mid.decode_ms:.2f} ms).\n\n"
-    f"Quality 100 is {top.bytes / hi.bytes:.1f}x the bytes of quality 90 for {top.psnr - hi.psnr:+.1f} dB. With "
-    f"Pillow's default 4:2:0 it stops at {top.psnr:.1f} dB: the halved colour planes are lost whatever the quality. "
-    f"Keeping them (4:4:4) reaches {top444.psnr:.1f} dB at quality 100, for {top444.bytes / top.bytes:.2f}x the bytes.")
+size_words, q90_files = {"more": "smaller", "less": "larger", "same": "the same size"}, "quality 90's"
+say(f"{largest}: quality 90 -> 50 makes files **{times(hi.bytes / mid.bytes, **size_words, digits=1)}** "
+    f"({hi.bytes / 1e3:.0f} -> {mid.bytes / 1e3:.0f} KB), PSNR goes from {hi.psnr:.1f} to {mid.psnr:.1f} dB, SSIM "
+    f"from {hi.ssim:.3f} to {mid.ssim:.3f}, and decoding is {times(hi.decode_ms / mid.decode_ms)} "
+    f"({hi.decode_ms:.2f} -> {mid.decode_ms:.2f} ms).\n\n"
+    f"Quality 100 files are {times(hi.bytes / top.bytes, **size_words, digits=1, than=q90_files)}, for "
+    f"{top.psnr - hi.psnr:+.1f} dB. With Pillow's default 4:2:0 it stops at {top.psnr:.1f} dB: the halved colour "
+    f"planes are lost whatever the quality. Keeping them (4:4:4) reaches {top444.psnr:.1f} dB at quality 100, "
+    f"with files {times(top.bytes / top444.bytes, **size_words)}.")
 
 # %% [markdown]
 # ## 4. Which decoder? Is Pillow using libjpeg-turbo?
@@ -181,7 +183,7 @@ for w, h in sizes:
     here = [m for m in decode_ms if m.params["size"] == f"{w}x{h}"]
     best, worst = max(here, key=lambda m: m.items_per_s), min(here, key=lambda m: m.items_per_s)
     lines.append(f"- {w}x{h}: **{best.params['decoder']}** decodes {best.items_per_s:,.0f} images/s per core, "
-                 f"{best.items_per_s / worst.items_per_s:.2f}x {worst.params['decoder']}; {S.machine['cores']} cores: "
+                 f"{times(best.items_per_s / worst.items_per_s, than=worst.params['decoder'])}; {S.machine['cores']} cores: "
                  f"at most about {best.items_per_s * S.machine['cores']:,.0f} images/s.")
 winners = {max((m for m in decode_ms if m.params["size"] == f"{w}x{h}"), key=lambda m: m.items_per_s).params["decoder"]
            for w, h in sizes}
@@ -227,8 +229,9 @@ else:
                                                    "decode-cuda-batched-tv-a100"))
         if cpu and one and batched:
             say(f"In that table, one CPU thread decodes {cpu:,.0f} images/s, nvJPEG one call per image {one:,.0f} "
-                f"and one batched call {batched:,.0f} images/s: **{batched / cpu:.0f}x** the CPU thread and "
-                f"{batched / one:.1f}x the calls one by one (published by {theirs['decode-cuda-batched-tv-a100'].publisher}, "
+                f"and one batched call {batched:,.0f} images/s: **{times(batched / cpu, digits=0, than='the CPU thread')}** "
+                f"and {times(batched / one, digits=1, than='the calls one by one')} (published by "
+                f"{theirs['decode-cuda-batched-tv-a100'].publisher}, "
                 "not measured here).")
 # %%
 # The CPU decoders at the same sizes, measured on the same machine as the nvJPEG numbers.
@@ -246,13 +249,44 @@ if gpu_ms:
             cpu = max(cpus, key=lambda m: m.items_per_s)
             cores = gpu_machine.get("cores") or 1
             lines.append(f"- {sz}: {fast.params['decoder']} decodes {fast.items_per_s:,.0f} images/s, "
-                         f"**{fast.items_per_s / cpu.items_per_s:.1f}x** {cpu.params['decoder']} on one core "
-                         f"({fast.items_per_s / (cpu.items_per_s * cores):.1f}x all {cores} cores, at best), "
-                         "and the images are already on the GPU.")
+                         f"**{times(fast.items_per_s / cpu.items_per_s, digits=1, than=cpu.params['decoder'])}** on "
+                         f"one core ({times(fast.items_per_s / (cpu.items_per_s * cores), digits=1, than=f'all {cores} cores')}"
+                         ", at best), and the images are already on the GPU.")
         else:
             lines.append(f"- {sz}: {fast.params['decoder']} decodes {fast.items_per_s:,.0f} images/s; this reference "
                          "has no CPU decoder at this size to compare with.")
     say(f"On {gpu_machine['gpu']}:\n" + "\n".join(lines))
+
+# %% [markdown]
+# ### The same JPEG, not the same pixels
+#
+# nvJPEG's image is not bit for bit Pillow's. Both undo the same DCT, but they bring the
+# half-size colour planes of a 4:2:0 JPEG to full size differently: libjpeg-turbo (Pillow, and
+# torchvision on the CPU) interpolates them ("fancy upsampling"), while nvJPEG, as torchvision
+# calls it, repeats each colour sample over its 2x2 pixels (DALI asks nvJPEG to interpolate).
+# `quality.decode_replicated_chroma` decodes a JPEG the second way on the CPU, so the difference
+# can be measured anywhere; with CUDA, nvJPEG's own images are compared too. A model trained on
+# images decoded one way and served images decoded the other sees this difference.
+
+# %%
+def mean_diff(xs, ys):
+    """Mean absolute difference in grey levels, averaged over pairs of decoded images."""
+    return sum((x.cpu().float() - y.cpu().float()).abs().mean().item() for x, y in zip(xs, ys)) / len(xs)
+
+
+sample = jpegs[:8]  # the largest size's q90 JPEGs from section 4
+pil_images = [jpeg.decode_pil(b) for b in sample]
+replicated = [quality.decode_replicated_chroma(b) for b in sample]
+upsampling = mean_diff(replicated, pil_images)
+text = (f"On {len(sample)} q90 JPEGs of {largest}, repeating the colour samples instead of interpolating them "
+        f"changes the decoded image by **{upsampling:.2f} grey levels** on average.")
+if S.cuda:
+    gpu_images = jpeg.decode_batch(sample, "cuda")
+    to_pil, to_replicated = mean_diff(gpu_images, pil_images), mean_diff(gpu_images, replicated)
+    text += (f" nvJPEG's images differ from Pillow's by {to_pil:.2f} and from the replicated decode by "
+             f"{to_replicated:.2f}: on this GPU nvJPEG " + ("repeats" if to_replicated < to_pil else "interpolates")
+             + " the colour samples.")
+say(text)
 
 # %% [markdown]
 # ## 5. Can you spot the difference?
@@ -273,7 +307,8 @@ png = io.BytesIO()
 original.save(png, format="PNG")
 raw = a.numel()  # uint8 bytes: 3 x 960 x 1280
 print(f"raw uint8 {raw / 2**20:.2f} MiB, lossless PNG {png.tell() / 2**20:.2f} MiB, JPEG q{q_show} {len(data) / 2**10:.0f} KiB: "
-      f"{raw / len(data):.0f}x smaller than raw, {png.tell() / len(data):.0f}x smaller than PNG "
+      f"{times(raw / len(data), more='smaller', less='larger', digits=0, than='raw')}, "
+      f"{times(png.tell() / len(data), more='smaller', less='larger', digits=0, than='PNG')} "
       f"(PSNR {quality.psnr(a, b):.1f} dB, SSIM {quality.ssim(a, b):.3f}).")
 
 # %%
@@ -320,7 +355,7 @@ else:
     q3 = next(r for r in ffmpeg_map if r["qv"] == 3)
     q3_img = jpeg.decode_pil(quality.ffmpeg_jpeg(original, 3))
     say(f"`-q:v 3` takes the raw {raw / 2**20:.1f} MiB frame to **{q3['bytes'] / 2**10:.0f} KiB** "
-        f"({raw / q3['bytes']:.0f}x smaller; PSNR {quality.psnr(a, q3_img):.1f} dB, SSIM {quality.ssim(a, q3_img):.3f}). "
+        f"({times(raw / q3['bytes'], more='smaller', less='larger', digits=0)}; PSNR {quality.psnr(a, q3_img):.1f} dB, SSIM {quality.ssim(a, q3_img):.3f}). "
         f"The talk's frame went from 3.5 MB to 207 KB ({3.5e6 / 207e3:.0f}x): the ratio depends on the picture, "
         "so this generated frame gives its own.")
 
@@ -356,8 +391,9 @@ for name, path in paths.items():
 fig, ax = plotting.bars(loader_ms, machine=S.machine, title=f"DataLoader, {workers} workers, {tag} (ratios vs PNG)")
 plt.show()
 best = max(loader_ms, key=lambda m: m.items_per_s)
-print(f"With {workers} workers, {best.name} loads {best.items_per_s:,.0f} images/s, "
-      f"{best.items_per_s / loader_ms[0].items_per_s:.1f}x PNG; " + ", ".join(
+vs_png = ("PNG is the fastest here" if best is loader_ms[0]
+          else f"{times(best.items_per_s / loader_ms[0].items_per_s, digits=1, than='PNG')}")
+print(f"With {workers} workers, {best.name} loads {best.items_per_s:,.0f} images/s, {vs_png}; " + ", ".join(
           f"{m.name} {m.items_per_s:,.0f}" for m in loader_ms if m is not best) + " images/s.")
 print("Here every file was in the page cache (a warm-up pass ran first): from a disk or a network share, "
       "the formats with more bytes per image lose ground (lesson 05).")
@@ -434,7 +470,7 @@ plt.show()
 kib = len(encode_jpeg(original, q)) / 2**10
 say(f"At **quality {q}** the worst window's SSIM on brightness is {crop_ssim:.3f}"
     + ("" if crop_ssim >= 0.99 else " (never 0.99 here: look at the crops and choose by eye)")
-    + f"; the file is {kib:.0f} KiB, **{raw / 2**10 / kib:.0f}x smaller than raw**.")
+    + f"; the file is {kib:.0f} KiB, **{times(raw / 2**10 / kib, more='smaller', less='larger', digits=0, than='raw')}**.")
 
 # %% tags=["solution", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution to exercise 2: SSIM on brightness alone
@@ -448,10 +484,12 @@ for r in luma_sweep:
     print(f"q{r.quality:3d}: SSIM per channel {row(largest, r.quality).ssim:.4f}, on luma {r.ssim:.4f}")
 higher = sum(r.ssim > row(largest, r.quality).ssim for r in luma_sweep)
 top_q = luma_sweep[-1]
-say(f"SSIM on luma is higher than per channel at **{higher} of {len(luma_sweep)}** qualities ({largest}, "
-    f"4:2:0): the colour planes' halved resolution is error that brightness alone does not carry. At quality "
-    f"{top_q.quality}, luma keeps {(1 - top_q.ssim) / (1 - row(largest, top_q.quality).ssim):.0%} of the "
-    "per-channel error (1 - SSIM): the rest is the subsampled colour.")
+kept = (1 - top_q.ssim) / (1 - row(largest, top_q.quality).ssim)  # luma's error over the per-channel one
+say(f"SSIM on luma is higher than per channel at **{higher} of {len(luma_sweep)}** qualities ({largest}, 4:2:0)"
+    + (": the colour planes' halved resolution is error that brightness alone does not carry. "
+       if 2 * higher > len(luma_sweep) else ": on these images brightness carries most of the error, not colour. ")
+    + f"At quality {top_q.quality}, luma's error (1 - SSIM) is {kept:.0%} of the per-channel one"
+    + (": the rest is the subsampled colour." if kept < 1 else "."))
 
 # %% tags=["solution", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution to exercise 3: the quality that halves the file of quality 90

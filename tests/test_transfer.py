@@ -67,3 +67,7 @@ def test_gains_by_size_reads_a_trend_at_each_largest_batch():
     assert gains == {"384x384": 2.0, "640x480": 2.5, "1280x960": 3.0}
     assert transfer.read_trend(gains).endswith("grows with the image size.")
     assert "does not grow" in transfer.read_trend({"a": 3.0, "b": 2.0, "c": 4.0})
+    # read either way: a ratio under 1 is "slower", never "0.80x faster"
+    assert transfer.read_trend({"a": 0.8, "b": 0.9}) == "a 1.25x slower, b 1.11x slower: slower at every size, less so as the image grows."
+    assert "no steady trend" in transfer.read_trend({"a": 0.8, "b": 1.5})
+    assert "shrinks" in transfer.read_trend({"a": 3.0, "b": 2.0})

@@ -18,6 +18,8 @@ Example:
 
 from __future__ import annotations
 
+import math
+
 from gpufeed.data.watch import in_a_notebook
 
 
@@ -42,30 +44,32 @@ def say(text: str) -> None:
 
 
 def times(ratio: float, than: str = "", *, more: str = "faster", less: str = "slower", same: str = "as fast",
-          flat: float | None = None) -> str:
+          flat: float | None = None, digits: int = 2) -> str:
     """``ratio`` (new / old, e.g. images/s over images/s) in words, from its sign: ``"2.00x faster"``
-    above 1, ``"1.25x slower"`` (the inverse) below, ``same`` when it rounds to 1.00 either way (or,
-    with ``flat``, when it is within ``flat`` of 1: ``"as fast (within 2%)"``); with ``than``, what it
-    is compared with: ``"2.00x faster than naive"``, ``"as fast as naive"``.
+    above 1, ``"1.25x slower"`` (the inverse) below, ``same`` when it rounds to 1 at ``digits``
+    either way (or, with ``flat``, when it is within ``flat`` of 1: ``"as fast (within 2%)"``); with
+    ``than``, what it is compared with: ``"2.00x faster than naive"``, ``"as fast as naive"``.
 
     Args:
-        ratio: a positive ratio of two rates (a ratio of times is the other way round: invert it).
+        ratio: a positive ratio (for speed: a ratio of rates, or the other's time over this one's).
         than: the thing compared with, or "" for the bare words.
-        more, less, same: the words for above 1, below 1, and equal (e.g. "more", "fewer", "as many").
+        more, less, same: the words for above 1, below 1, and equal (e.g. "smaller", "larger",
+            "the same size" for file sizes; "longer", "shorter", "as long" for durations).
         flat: the band around 1 read as ``same`` (e.g. 0.02 for noisy timings); None: rounding only.
+        digits: decimals of the ratio shown (thousands are grouped: ``"2,345x shorter"``).
 
     Example:
         >>> times(1.015, flat=0.02), times(1.03, flat=0.02)
         ('as fast (within 2%)', '1.03x faster')
+        >>> times(4.0, more="smaller", less="larger", digits=1), times(1 / 2345, more="longer", less="shorter", digits=0)
+        ('4.0x smaller', '2,345x shorter')
     """
-    if not ratio > 0:
-        raise ValueError(f"times: a ratio of two rates is positive (got {ratio!r})")
-    if flat is not None:
-        level = abs(ratio - 1) <= flat
-    else:
-        level = f"{ratio:.2f}" == "1.00" and f"{1 / ratio:.2f}" == "1.00"
+    if not (ratio > 0 and math.isfinite(ratio)):
+        raise ValueError(f"times: a ratio of two positive measurements is positive and finite (got {ratio!r})")
+    value = max(ratio, 1 / ratio)
+    level = abs(ratio - 1) <= flat if flat is not None else round(value, digits) == 1
     if level:
         words = f"{same} as {than}" if than else same
         return f"{words} (within {flat:.0%})" if flat else words
-    words = f"{ratio:.2f}x {more}" if ratio >= 1 else f"{1 / ratio:.2f}x {less}"
+    words = f"{value:,.{digits}f}x {more if ratio > 1 else less}"
     return f"{words} than {than}" if than else words

@@ -125,8 +125,13 @@ def random_batch(batch: int, size: tuple[int, int], pinned: bool = False, seed: 
 
 
 def sweep(variants: Sequence[Variant], device, sizes: Iterable[tuple[int, int]] = SIZES,
-          batches: Iterable[int] = BATCHES, repeats: int = 10, warmup: int = 2) -> list[Measurement]:
+          batches: Iterable[int] = BATCHES, repeats: int = 10, warmup: int = 2, min_time: float = 0.0,
+          max_repeats: int = 100) -> list[Measurement]:
     """Times every variant for every (size, batch); one :class:`Measurement` each.
+
+    Each case takes at least ``repeats`` samples and, when ``min_time`` is given, goes on (up to
+    ``max_repeats``) until that many seconds are timed: quick cases get many samples, slow ones
+    few, so a sweep's length follows a time budget rather than its slowest case times a count.
 
     Each measurement's ``params`` hold ``size`` (e.g. ``"640x480"``), ``batch``, ``variant`` and
     ``device``; ``nbytes`` is the uint8 batch's size, so ``gb_per_s`` reads as image bytes moved.
@@ -143,7 +148,7 @@ def sweep(variants: Sequence[Variant], device, sizes: Iterable[tuple[int, int]] 
         for v in variants:
             src = xp if v.pinned else x
             m = benchmark(lambda v=v, src=src: v.fn(src, device), name=v.name, repeats=repeats,
-                          warmup=warmup, items=b, nbytes=x.numel(),
+                          warmup=warmup, min_time=min_time, max_repeats=max_repeats, items=b, nbytes=x.numel(),
                           params={"size": size_name(size), "batch": b, "variant": v.name,
                                   "device": str(device), "where": v.where})
             out.append(m)
@@ -194,19 +199,63 @@ def gains_by_size(ms: Sequence[Measurement], slow: str, fast: str, key: str | No
 
 
 def read_trend(gains: dict[str, float]) -> str:
-    """One sentence: whether the gains of :func:`gains_by_size` grow with the image size.
+    """One sentence: the faster side at each size, and whether its lead grows with the image size.
+
+    ``gains`` are ``slow / fast`` times (:func:`gains_by_size`): above 1, ``fast`` was faster. Each
+    is read either way (:func:`gpufeed.course.prose.times`), never as "0.80x faster".
 
     Example:
         >>> read_trend({"8x8": 1.5, "16x16": 2.5})
-        '8x8 1.50x, 16x16 2.50x: the gain grows with the image size.'
+        '8x8 1.50x faster, 16x16 2.50x faster: the gain grows with the image size.'
+        >>> read_trend({"8x8": 0.8, "16x16": 0.5})
+        '8x8 1.25x slower, 16x16 2.00x slower: slower at every size, more so as the image grows.'
     """
+    from gpufeed.course.prose import times
+
     values = list(gains.values())
-    listed = ", ".join(f"{s} {g:.2f}x" for s, g in gains.items())
+    listed = ", ".join(f"{s} {times(g)}" for s, g in gains.items())
     if len(values) < 2:
         return f"{listed}: one size only, so no trend to read."
-    if all(b > a for a, b in zip(values, values[1:])):
-        return f"{listed}: the gain grows with the image size."
-    return f"{listed}: the gain does not grow steadily with the image size here."
+    up, down = (all(op(b, a) for a, b in zip(values, values[1:])) for op in (float.__gt__, float.__lt__))
+    if all(v > 1 for v in values):
+        trend = ("the gain grows with the image size" if up else "the gain shrinks as the image grows" if down
+                 else "the gain does not grow steadily with the image size here")
+    elif all(v < 1 for v in values):
+        trend = "slower at every size, " + ("less so as the image grows" if up else "more so as the image grows"
+                                             if down else "with no steady trend over the sizes")
+    else:
+        trend = "faster at some sizes and not at others: no steady trend over the sizes"
+    return f"{listed}: {trend}."
+
+
+def plot_by_size(ms: Sequence[Measurement], key: str, machine: dict | None = None, title: str = ""):
+    """Milliseconds per image against the image's megapixels, one line per ``params[key]``.
+
+    For measurements at one batch size over several image sizes (a trend, as :func:`read_trend`
+    reads it). Returns ``(figure, axes)``.
+    """
+    import matplotlib.pyplot as plt
+
+    from gpufeed.measure.plotting import COLORS, caption
+
+    def megapixels(m: Measurement) -> float:
+        return math.prod(int(v) for v in m.params["size"].split("x")) / 1e6
+
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    colors = iter(COLORS[k] for k in ("copy", "decode", "compute", "other", "collate", "read", "pin"))
+    for value in dict.fromkeys(m.params[key] for m in ms):
+        line = sorted((m for m in ms if m.params[key] == value), key=megapixels)
+        ax.plot([megapixels(m) for m in line], [m.median / m.items * 1e3 for m in line], "o-",
+                color=next(colors), label=str(value))
+    ax.set_xscale("log")
+    ax.set_xlabel("image size (megapixels)")
+    ax.set_ylabel("time per image (ms)")
+    ax.legend(fontsize=8, title=key, title_fontsize=8)
+    if title:
+        ax.set_title(title)
+    fig.tight_layout()
+    caption(fig, machine if machine is not None else ms[0].machine)
+    return fig, ax
 
 
 def plot_sweep(ms: Sequence[Measurement], baseline: str, machine: dict | None = None, title: str = "",
