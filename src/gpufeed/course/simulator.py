@@ -9,8 +9,12 @@ let work overlap:
 * ``prefetch``: how many batches the workers may load ahead of the one the loop asks for. With 0,
   a batch is loaded only when the loop asks for it: with one worker that is exactly
   ``DataLoader(num_workers=0)``.
-* ``gpu_prefetch``: the copy of batch ``i + 1`` is issued on a side stream before batch ``i`` is
-  computed, so it overlaps the compute (lesson 08 builds this prefetcher).
+* ``gpu_prefetch``: a prefetch thread of its own takes each batch from the loader and issues its
+  copy on a side stream, one batch ahead of the loop (a queue of one), so the copy of batch
+  ``i + 1`` overlaps the compute of batch ``i`` and the loop never waits for the loader between two
+  steps, only for a batch's copy: lesson 08's ``CudaPrefetcher``. (The classic apex prefetcher took
+  the next batch on the loop's own thread before launching the step, so a loader that fell behind
+  held up the step's launch; lesson 08 shows what that cost on a real GPU.)
 
 Copies from pageable memory are slower, and they block the host thread that issues them (the
 driver stages them through a pinned buffer of its own); pinned copies are asynchronous.
@@ -126,7 +130,8 @@ class Pipeline:
         workers: worker processes or threads that read and decode (W >= 1).
         prefetch: batches the workers may load ahead of the one the loop asks for (>= 0).
         pin: pin each batch on the pin-memory thread, so the copy is from pinned memory.
-        gpu_prefetch: issue the next batch's copy on a side stream before this batch's compute.
+        gpu_prefetch: a prefetch thread issues the next batch's copy on a side stream while this
+            batch computes (lesson 08's ``CudaPrefetcher``).
         costs: the stage costs in ms.
     """
 
@@ -292,14 +297,16 @@ def simulate(p: Pipeline, n_batches: int = 40, jitter: float = 0.0, seed: int = 
 
     t = 0.0  # the host (main thread) clock
     if p.gpu_prefetch:
-        load_up_to(p.prefetch)
-        t = take_and_copy(0, t, after=0.0)
+        # The prefetch thread's clock: it asks for batch b as soon as it has put batch b - 1 in the
+        # queue (one slot), and may put batch b once the loop has taken batch b - 1.
+        free, taken = 0.0, [0.0] * n
         for i in range(n):
-            if i + 1 < n:  # take the next batch and copy it on the side stream, then compute this one
-                asked[i + 1] = t
-                load_up_to(i + 1 + p.prefetch)
-                t = take_and_copy(i + 1, t, after=0.0)
-            t = compute(i, t)
+            asked[i] = free
+            load_up_to(i + p.prefetch)
+            made = take_and_copy(i, free, after=0.0)
+            free = max(made, taken[i - 1]) if i else made  # put into the queue
+            taken[i] = max(t, free)  # the loop takes it: it waits for the copy on the GPU only
+            t = compute(i, taken[i])
     else:
         for i in range(n):
             asked[i] = t

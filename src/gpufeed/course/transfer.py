@@ -3,7 +3,8 @@
 A batch of images leaves the loader as ``uint8`` (1 byte per channel value). Converting it to
 ``float16`` (2 bytes) or ``float32`` (4 bytes) *before* the copy multiplies the bytes that cross
 the bus and adds a conversion on the CPU; converting *after* the copy sends the fewest bytes and
-converts on the GPU, which does it almost for free. Taught in ``notebooks/03_dtypes.ipynb``; the
+converts on the GPU, in one short bandwidth-bound kernel (which still shares the GPU with the
+step). Taught in ``notebooks/03_dtypes.ipynb``; the
 training-step benchmark is in :mod:`gpufeed.course.training`.
 
 Example:
