@@ -124,3 +124,15 @@ def test_bad_input_is_named():
     with pytest.raises(ValueError, match="n_batches"):
         simulate(Pipeline(), n_batches=2)
     assert preset("naive").but(compute_ms=5.0, workers=2).costs.compute_ms == 5.0
+
+
+def test_the_gpu_prefetch_thread_overlaps_a_loader_that_loads_only_when_asked():
+    """Lesson 08's CudaPrefetcher asks the loader from a thread of its own: with a loader that
+    loads a batch only when asked (one worker, no prefetch) and a loop that syncs every step, a
+    batch costs the longer of loading and the step, not their sum (issue 29)."""
+    c = Costs(read_ms=0.0, decode_ms=1.0, collate_ms=0.0, pin_ms=0.0, copy_pinned_ms=1.0, compute_ms=32.0)
+    serial = simulate(Pipeline(batch_size=32, pin=True, costs=c), n_batches=40)
+    threaded = simulate(Pipeline(batch_size=32, pin=True, gpu_prefetch=True, costs=c), n_batches=40)
+    load_ms, step_ms = 32 * c.decode_ms + c.copy_pinned_ms, c.compute_ms
+    assert serial.images_per_s == pytest.approx(32e3 / (load_ms + step_ms), rel=0.02)
+    assert threaded.images_per_s == pytest.approx(32e3 / max(load_ms, step_ms), rel=0.05)
