@@ -407,10 +407,10 @@ shard = load_memmap(mm_dir)  # the lesson's images, as one dataset shard would b
 tensors = {"images": shard.images.clone(), "targets": shard.targets.clone()}  # [N, 3, 224, 224] uint8, [N]
 gpu_file = save_as_on({"images": tensors["images"][:2], "targets": tensors["targets"][:2]}, here / "on-cuda.pt", "cuda:0")
 try:
-    print("torch.load(f):", {k: str(v.device) for k, v in torch.load(gpu_file).items()})
+    print("torch.load(f):", {k: str(v.device) for k, v in torch.load(gpu_file, weights_only=True).items()})
 except RuntimeError as e:
     print(f"torch.load(f) fails: {type(e).__name__}: {e}")
-print("torch.load(f, map_location='cpu'):", {k: str(v.device) for k, v in torch.load(gpu_file, map_location="cpu").items()})
+print("torch.load(f, map_location='cpu'):", {k: str(v.device) for k, v in torch.load(gpu_file, map_location="cpu", weights_only=True).items()})
 
 # %% [markdown]
 # Then the cost, on a file of the lesson's images (`tensors`: 10 MB in quick mode, 300 MB in full
@@ -457,7 +457,7 @@ else:
     from gpufeed.course.simcuda import simulated_cuda
     from gpufeed.data.movers import leaves, pin, to_device
 
-    loaded = torch.load(gpu_file, map_location="cpu")  # pageable CPU tensors, as torch.load makes them
+    loaded = torch.load(gpu_file, map_location="cpu", weights_only=True)  # pageable CPU tensors, as torch.load makes them
     with simulated_cuda(seed=0) as sim:
         to_device(loaded, "cuda")  # load, then move
         plain_waits = len(sim.syncs)

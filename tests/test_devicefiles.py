@@ -16,19 +16,19 @@ def test_a_gpu_machines_file_loads_here_only_with_map_location(tmp_path):
     data = nest()
     path = save_as_on(data, tmp_path / "on-cuda.pt", "cuda:0")
     with pytest.raises(RuntimeError, match="map_location"):
-        torch.load(path)
-    assert equal(torch.load(path, map_location="cpu"), data)
-    assert equal(torch.load(path, map_location={"cuda:0": "cpu"}), data)
+        torch.load(path, weights_only=True)
+    assert equal(torch.load(path, map_location="cpu", weights_only=True), data)
+    assert equal(torch.load(path, map_location={"cuda:0": "cpu"}, weights_only=True), data)
     plain = tmp_path / "plain.pt"  # outside save_as_on, torch.save records the CPU again
     torch.save(data, plain)
-    assert equal(torch.load(plain), data)
+    assert equal(torch.load(plain, weights_only=True), data)
 
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_on_a_gpu_the_file_is_saved_from_the_gpu(tmp_path):
     path = save_as_on(nest(), tmp_path / "on-cuda.pt", "cuda:0")
-    assert torch.load(path)["images"].device == torch.device("cuda", 0)
+    assert torch.load(path, weights_only=True)["images"].device == torch.device("cuda", 0)
     (by_map, then_move), same = load_ways(path, "cuda", repeats=2)
     assert same  # the file's tensors come back on cuda:0 already: the move hands back the same ones
     assert by_map.median > 0 and then_move.median > 0 and by_map.params["device"] == "cuda"

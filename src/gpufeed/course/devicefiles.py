@@ -1,5 +1,7 @@
 """Tensors saved on one device, loaded on another: ``torch.load(f, map_location=...)`` (lesson 07).
 
+(Every ``torch.load`` here passes ``weights_only=True``: a file of tensors needs no pickled code.)
+
 ``torch.save`` writes each storage's bytes with the device it was on (its *location*, such as
 ``"cuda:0"``), and ``torch.load`` puts each one back there unless ``map_location`` says otherwise:
 without a GPU, a GPU machine's file loads only with it. :func:`save_as_on` writes a file as a
@@ -7,12 +9,13 @@ machine with a given device would, on any machine: where the device exists, by m
 there first; where it does not (no GPU here), by recording that location for each storage, which
 is all that differs in the file (a tagger registered once with
 ``torch.serialization.register_package``, active only inside the call). :func:`load_ways` times
-``torch.load(f, map_location=device)`` against ``torch.load(f)`` and then moving the nest.
+``torch.load`` with ``map_location=device`` against a plain ``torch.load`` and then moving the
+nest.
 
 Example:
     >>> import tempfile
     >>> path = save_as_on({"x": torch.arange(3)}, Path(tempfile.mkdtemp()) / "f.pt", "cuda:0")
-    >>> torch.load(path, map_location="cpu")["x"].tolist()
+    >>> torch.load(path, map_location="cpu", weights_only=True)["x"].tolist()
     [0, 1, 2]
 """
 
@@ -71,7 +74,7 @@ def save_as_on(obj, path: str | Path, device) -> Path:
 
 
 def load_ways(path: str | Path, device, repeats: int = 5) -> tuple[list[Measurement], bool]:
-    """``torch.load(path, map_location=device)`` against ``torch.load(path)`` then
+    """``torch.load`` with ``map_location=device`` against a plain ``torch.load`` then
     :func:`gpufeed.data.movers.to_device`, timed in turns, in seconds per load of the whole file.
 
     Both are first checked to give the same tensors. Returns the two Measurements (in that order)
@@ -84,21 +87,22 @@ def load_ways(path: str | Path, device, repeats: int = 5) -> tuple[list[Measurem
         >>> torch.save({"x": torch.zeros(4, 3)}, path)
         >>> (by_map, then_move), same = load_ways(path, "cpu", repeats=2)
         >>> by_map.name, then_move.name, same, by_map.nbytes == path.stat().st_size
-        ("torch.load(f, map_location='cpu')", 'torch.load(f), then .to(device)', True, True)
+        ("torch.load(f, weights_only=True, map_location='cpu')", 'torch.load(f, weights_only=True), then .to(device)', True, True)
     """
     device = torch.device(device)
 
     def by_map():
-        return torch.load(path, map_location=device)
+        return torch.load(path, map_location=device, weights_only=True)
 
     def then_move():
-        return to_device(torch.load(path), device)
+        return to_device(torch.load(path, weights_only=True), device)
 
     if not equal(by_map(), then_move()):
         raise AssertionError(f"{path}: map_location and load-then-move gave different tensors")
-    loaded = torch.load(path)
+    loaded = torch.load(path, weights_only=True)
     same = all(a is b for a, b in zip(leaves(to_device(loaded, device)), leaves(loaded)))
-    names = {f"torch.load(f, map_location={str(device)!r})": by_map, "torch.load(f), then .to(device)": then_move}
+    names = {f"torch.load(f, weights_only=True, map_location={str(device)!r})": by_map,
+             "torch.load(f, weights_only=True), then .to(device)": then_move}
     ms = interleave(names, repeats=repeats, warmup=1, desc="torch.load: map_location vs load, then move")
     for m in ms:
         m.nbytes = Path(path).stat().st_size
