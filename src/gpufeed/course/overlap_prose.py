@@ -31,7 +31,7 @@ SYNCED = "syncs every step"
 
 def times(x: float, flat: float = FLAT) -> str:
     """A ratio of times (baseline over candidate) as words: faster, slower, or the same speed."""
-    return prose.times(x, same="the same speed", flat=flat)
+    return prose.times(x, same=f"the same speed (within {flat:.0%})", flat=flat)
 
 
 def spread(runs: list[float]) -> float:

@@ -5,7 +5,8 @@ read as text, not as the output of a long ``print``. Used by every lesson's "wha
 means" cells.
 
 :func:`times` words a ratio so that it reads right either way: a sentence that compares two
-measurements must not say "0.80x faster" when the first was slower.
+measurements must not say "0.80x faster" when the first was slower; :func:`versus` is the same
+for two rates, as words between them.
 
 Example:
     >>> say("Pinned memory is **2.0x** pageable.")  # outside a notebook: printed
@@ -44,11 +45,11 @@ def say(text: str) -> None:
 
 
 def times(ratio: float, than: str = "", *, more: str = "faster", less: str = "slower", same: str = "as fast",
-          flat: float | None = None, digits: int = 2) -> str:
+          flat: float | None = None, digits: int = 2, bold: bool = False) -> str:
     """``ratio`` (new / old, e.g. images/s over images/s) in words, from its sign: ``"2.00x faster"``
     above 1, ``"1.25x slower"`` (the inverse) below, ``same`` when it rounds to 1 at ``digits``
-    either way (or, with ``flat``, when it is within ``flat`` of 1: ``"as fast (within 2%)"``); with
-    ``than``, what it is compared with: ``"2.00x faster than naive"``, ``"as fast as naive"``.
+    either way (or, with ``flat``, when it is within ``flat`` of 1); with ``than``, what it is
+    compared with: ``"2.00x faster than naive"``, ``"as fast as naive"``.
 
     Args:
         ratio: a positive ratio (for speed: a ratio of rates, or the other's time over this one's).
@@ -57,19 +58,31 @@ def times(ratio: float, than: str = "", *, more: str = "faster", less: str = "sl
             "the same size" for file sizes; "longer", "shorter", "as long" for durations).
         flat: the band around 1 read as ``same`` (e.g. 0.02 for noisy timings); None: rounding only.
         digits: decimals of the ratio shown (thousands are grouped: ``"2,345x shorter"``).
+        bold: the ratio in Markdown bold (``"**6.3x** as fast as"``).
 
     Example:
         >>> times(1.015, flat=0.02), times(1.03, flat=0.02)
-        ('as fast (within 2%)', '1.03x faster')
+        ('as fast', '1.03x faster')
         >>> times(4.0, more="smaller", less="larger", digits=1), times(1 / 2345, more="longer", less="shorter", digits=0)
         ('4.0x smaller', '2,345x shorter')
     """
     if not (ratio > 0 and math.isfinite(ratio)):
         raise ValueError(f"times: a ratio of two positive measurements is positive and finite (got {ratio!r})")
     value = max(ratio, 1 / ratio)
-    level = abs(ratio - 1) <= flat if flat is not None else round(value, digits) == 1
-    if level:
-        words = f"{same} as {than}" if than else same
-        return f"{words} (within {flat:.0%})" if flat else words
-    words = f"{value:,.{digits}f}x {more if ratio > 1 else less}"
+    if abs(ratio - 1) <= flat if flat is not None else round(value, digits) == 1:
+        return f"{same} as {than}" if than else same
+    mark = "**" if bold else ""
+    words = f"{mark}{value:,.{digits}f}x{mark} {more if ratio > 1 else less}"
     return f"{words} than {than}" if than else words
+
+
+def versus(a: float, b: float, bold: bool = True) -> str:
+    """How rate ``a`` compares with rate ``b``, as words to put between the two: "about as fast as"
+    within 5%, else the ratio (:func:`times`), in Markdown bold unless ``bold=False``.
+
+    Example:
+        >>> versus(54.5, 8.7), versus(8.7, 54.5, bold=False), versus(10.0, 10.3)
+        ('**6.3x** as fast as', '6.3x slower than', 'about as fast as')
+    """
+    return times(a / b, more="as fast as", less="slower than", same="about as fast as", flat=0.05, digits=1,
+                 bold=bold)
