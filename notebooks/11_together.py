@@ -263,7 +263,7 @@ for key in rungs:
 # %%
 from gpufeed.measure import harness as bench
 
-NAIVE_S = 1.0  # seconds a pass of the naive rung may take
+NAIVE_S = 0.5  # seconds a pass of the naive rung may take (at least one batch)
 per_epoch = w.n // w.batch * w.batch  # images in one pass (the last, short batch is dropped)
 naive_batches = ladder.batches_within(rungs["naive"], NAIVE_S, total=w.n // w.batch)
 rungs["naive"] = ladder.first_batches(rungs["naive"], naive_batches)
