@@ -317,14 +317,14 @@ def recorded(loader, log, origin):
         yield batch
 
 
-def run(prefetched, epochs, step_fn):
+def run(prefetched, step_fn):
+    """One epoch; returns its log and its seconds."""
     log, origin = [], time.perf_counter()
-    for _ in range(epochs):
-        source = recorded(loader, log, origin)
-        for x, y in (ThreadPrefetcher(source, depth=2) if prefetched else source):
-            start = time.perf_counter()
-            step_fn(x.to(S.device), y.to(S.device))
-            log.append(Interval("main", "compute", (start - origin) * 1e3, (time.perf_counter() - origin) * 1e3))
+    source = recorded(loader, log, origin)
+    for x, y in (ThreadPrefetcher(source, depth=2) if prefetched else source):
+        start = time.perf_counter()
+        step_fn(x.to(S.device), y.to(S.device))
+        log.append(Interval("main", "compute", (start - origin) * 1e3, (time.perf_counter() - origin) * 1e3))
     return log, time.perf_counter() - origin
 
 
@@ -334,23 +334,27 @@ def waiting_step(x, y):  # stands for a step on a GPU: the CPU waits, and leaves
 # %% [markdown]
 # We run four loops: the real training step on `S.device` (the CPU on a machine without a GPU),
 # with and without the prefetcher; then a step that only *waits* as long (what a CPU does while a
-# GPU computes), with and without.
+# GPU computes), with and without. Each sample is one epoch, the four loops timed in turns (ABCD,
+# ABCD, ...: a burst of other work slows all four), by the harness of lesson 02, which also
+# bounds the time where a run must fit a slot (`GPUFEED_MEASURE_S`).
 
 # %%
 from gpufeed.measure import plotting
-from gpufeed.measure.harness import Measurement
+from gpufeed.measure.harness import interleave
 
-epochs = config.pick(quick=2, full=3)
 cases = {"plain loop": (False, step), "ThreadPrefetcher": (True, step),
          "plain loop, waiting step": (False, waiting_step), "ThreadPrefetcher, waiting step": (True, waiting_step)}
-logs, thread_ms = {}, []
-for name, (prefetched, step_fn) in cases.items():
-    run(prefetched, 1, step_fn)  # warm-up
-    samples = []
-    for _ in range(config.pick(quick=2, full=3)):
-        logs[name], seconds = run(prefetched, epochs, step_fn)
-        samples.append(seconds)
-    thread_ms.append(Measurement(name, samples, items=epochs * len(batches) * B, machine=S.machine))
+history = {name: [] for name in cases}  # each call's log: the first is the warm-up
+
+
+def one_epoch(name):
+    prefetched, step_fn = cases[name]
+    return lambda: history[name].append(run(prefetched, step_fn)[0])
+
+
+thread_ms = interleave({name: one_epoch(name) for name in cases}, repeats=3, warmup=1, items=len(batches) * B,
+                       desc="four loops, in turns")
+logs = {name: runs[-1] for name, runs in history.items()}  # the last epoch of each, to draw
 shown = ["plain loop", "ThreadPrefetcher", "ThreadPrefetcher, waiting step"]
 fig, axes = plt.subplots(3, 1, figsize=(9, 3.8), sharex=True)
 for ax, name in zip(axes, shown):
@@ -369,8 +373,8 @@ from gpufeed.course.prose import say
 rate = {m.name: m.items_per_s for m in thread_ms}
 speedup = rate["ThreadPrefetcher"] / rate["plain loop"]
 waiting_speedup = rate["ThreadPrefetcher, waiting step"] / rate["plain loop, waiting step"]
-mean_ms = {name: {stage: statistics.mean(i.duration for i in logs[name] if i.stage == stage)
-                  for stage in ("decode", "compute")} for name in cases}
+mean_ms = {name: {stage: statistics.mean(i.duration for log in history[name][1:] for i in log if i.stage == stage)
+                  for stage in ("decode", "compute")} for name in cases}  # over the timed epochs
 slower = {stage: mean_ms["ThreadPrefetcher"][stage] / mean_ms["plain loop"][stage] for stage in ("decode", "compute")}
 plain_costs, ahead_costs = mean_ms["plain loop, waiting step"], mean_ms["ThreadPrefetcher, waiting step"]
 waiting_bound = sum(plain_costs.values()) / max(ahead_costs.values())  # the costs the waiting runs had
@@ -634,7 +638,7 @@ def twice_decode(x, y):
 seconds, ran = {False: [], True: []}, {}
 for _ in range(3):
     for prefetched in seconds:
-        ran[prefetched], elapsed = run(prefetched, 1, twice_decode)
+        ran[prefetched], elapsed = run(prefetched, twice_decode)
         seconds[prefetched].append(elapsed)
 measured = statistics.median(seconds[False]) / statistics.median(seconds[True])
 n = len(batches)

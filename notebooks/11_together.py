@@ -263,7 +263,7 @@ for key in rungs:
 # %%
 from gpufeed.measure import harness as bench
 
-NAIVE_S = 2.0  # seconds a pass of the naive rung may take
+NAIVE_S = 0.5  # seconds a pass of the naive rung may take (at least one batch)
 per_epoch = w.n // w.batch * w.batch  # images in one pass (the last, short batch is dropped)
 naive_batches = ladder.batches_within(rungs["naive"], NAIVE_S, total=w.n // w.batch)
 rungs["naive"] = ladder.first_batches(rungs["naive"], naive_batches)
@@ -273,7 +273,7 @@ def items(cases):  # images per pass: the naive rung's first batches, every othe
     return {k: naive_batches * w.batch if k == "naive" else per_epoch for k in cases}
 
 
-kw = {"repeats": config.pick(quick=3, full=5), "warmup": 1}
+kw = {"repeats": 3, "warmup": 1}  # three timed passes of each rung, after one untimed
 loader_ms = bench.interleave({k: (lambda e=e: ladder.epoch_pass(e)) for k, e in rungs.items()}, items=items(rungs),
                              params={k: {"section": "ladder", "rung": k} for k in rungs}, desc="the ladder", **kw)
 print(f"the naive rung: {naive_batches} of the epoch's {w.n // w.batch} batches per pass")
@@ -482,16 +482,16 @@ print("The loader-alone line is what a model that waits on its data (a fast GPU)
 # installed (CUDA only), and compute from this lesson's numbers how much faster the model may get
 # before the loader holds it back. (An ONNX export run by onnxruntime would be a third road, but
 # the course does not install `onnx` or `onnxruntime`; TensorRT's own `trtexec` builds and times an
-# engine from such an ONNX file.) Compiling takes about a minute on a CPU the first time, so
-# quick mode skips it there.
+# engine from such an ONNX file.) A first compile takes tens of seconds (about a minute on a
+# CPU), so quick mode skips it; full mode measures it.
 
 # %%
 from gpufeed.course import engines
 
 forward = engines.inference(model, S.device)  # a copy in eval mode: `model` itself is left to train
 example = ready[0][0]  # one batch already on the device, float32 [B, 3, crop, crop]
-if S.quick and not S.cuda:
-    compiled_fwd, compile_note = None, "skipped in quick mode on a CPU (a first compile takes about a minute); full mode measures it"
+if S.quick:
+    compiled_fwd, compile_note = None, "skipped in quick mode (a first compile takes tens of seconds); full mode measures it"
 else:
     compiled_fwd, compile_note = engines.compiled_inference(forward, example, S.device)
 print(compile_note)
@@ -615,15 +615,16 @@ else:
 # adds a hand-off. After batched fetching, the FastLoader gathers and crops in *this* process, one
 # batch at a time, so a thread that makes the next batch meanwhile is the first parallelism there.
 # Timed as section 4 times the ladder: the loader alone, in turns, with the same `kw` and threads.
+# The course's order, batched fetching without and with prefetching, is section 4's own pair of
+# rungs, timed in turns there; only the new pair is timed here, its two loaders in turns.
 from gpufeed.data.prefetch import prefetch
 
 torch.set_num_threads(torch.get_num_threads() if S.cuda else 1)  # as while section 4 measured
 per_sample = pipelines.tuned_loader(data, w, S.device, cores, dataset=ladder.memmap_samples(data, w))
 swapped = {"memmap": rungs["memmap"],
-           "memmap + prefetch": lambda dl=per_sample: iter(prefetch(dl, S.device, torch.float32, IMAGENET_MEAN, IMAGENET_STD)),
-           "batched": rungs["batched"], "batched + prefetch": rungs["prefetch"]}
+           "memmap + prefetch": lambda dl=per_sample: iter(prefetch(dl, S.device, torch.float32, IMAGENET_MEAN, IMAGENET_STD))}
 swap_ms = bench.interleave({k: (lambda e=e: ladder.epoch_pass(e)) for k, e in swapped.items()}, items=per_epoch, **kw)
-r = {m.name: m.items_per_s for m in swap_ms}
+r = {m.name: m.items_per_s for m in swap_ms} | {"batched": alone["batched"], "batched + prefetch": alone["prefetch"]}
 early, late = r["memmap + prefetch"] / r["memmap"], r["batched + prefetch"] / r["batched"]
 print(f"Prefetching after the per-sample DataLoader: {times(early)} ({r['memmap']:,.0f} -> {r['memmap + prefetch']:,.0f} "
       f"images/s); after batched fetching, the course's order: {times(late)} ({r['batched']:,.0f} -> "
@@ -654,7 +655,7 @@ _, heavy_step = make_model(heavy, S.device)
 section5_step, step = step, heavy_step  # section 5's `train_epoch` calls the global `step`
 try:
     heavy_runs = {k: runs[k] for k in ("naive", "course", "resident")}
-    heavy_ms = bench.interleave(heavy_runs, items=items(heavy_runs), **{**kw, "repeats": config.pick(quick=1, full=3)})
+    heavy_ms = bench.interleave(heavy_runs, items=items(heavy_runs), **{**kw, "repeats": config.pick(quick=1, full=2)})
 finally:
     step = section5_step
 heavy_rates = {m.name: m.items_per_s for m in heavy_ms}

@@ -385,15 +385,63 @@ def test_prepare_builds_what_pipelines_prepare_would_find(tmp_path):
     assert [d["reused"] for d in datasets.prepare(tmp_path, [extra], workers=1, log=lambda s: None)] == [True, True]
 
 
-def test_every_lesson_and_the_bench_have_their_datasets_listed_in_both_modes():
-    from gpufeed.measure.datasets import datasets
+def lesson_source(owner: str) -> str:
+    """The percent-format source of lesson ``owner`` (``"lesson07"``)."""
+    return next((ROOT / "notebooks").glob(f"{owner[-2:]}_*.py")).read_text()
 
-    for quick in (True, False):
-        specs = datasets(quick=quick, cuda=True)
+
+def name_patterns(source: str) -> list:
+    """Every string literal and f-string of ``source`` that could name a folder, as a regex: an
+    f-string's fields match any text without a slash. F-strings that begin with a field are left
+    out (``f"{w}x{h}"`` would match almost any name)."""
+    import ast
+    import re
+
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value:
+            out.append(re.compile(re.escape(node.value)))
+        elif isinstance(node, ast.JoinedStr) and node.values and isinstance(node.values[0], ast.Constant):
+            out.append(re.compile("".join(re.escape(v.value) if isinstance(v, ast.Constant) else "[^/]+"
+                                          for v in node.values)))
+    return out
+
+
+def test_name_patterns_match_a_folder_only_in_the_shape_its_f_string_makes():
+    pats = name_patterns('side, n = 224, 64\nhere / f"jpeg-{side}-{n}"\nf"{side}x{n}"\n"lesson07"\n')
+    made = lambda name: any(p.fullmatch(name) for p in pats)  # noqa: E731
+    assert made("jpeg-224-2000") and made("lesson07")
+    assert not made("mm-224-2000") and not made("jpeg-224") and not made("224x64") and not made("lesson08")
+
+
+def lesson11_workloads(cuda: bool):
+    """``(QUICK, FULL)`` as lesson 11's source defines them, on a machine with or without CUDA."""
+    import ast
+
+    from gpufeed.measure import pipelines
+
+    ns = {"pipelines": pipelines, "S": SimpleNamespace(cuda=cuda)}
+    for node in ast.parse(lesson_source("lesson11")).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) in ("QUICK", "FULL") for t in node.targets):
+            exec(compile(ast.Module([node], type_ignores=[]), "11_together.py", "exec"), ns)
+    return ns["QUICK"], ns["FULL"]
+
+
+def test_every_lesson_and_the_bench_have_their_datasets_listed_in_both_modes():
+    from gpufeed.measure.datasets import _workload_dataset, datasets
+
+    for quick, cuda in ((True, True), (False, True), (False, False)):
+        specs = datasets(quick=quick, cuda=cuda)
+        quick11, full11 = lesson11_workloads(cuda)
         assert {d.owner for d in specs} >= {"bench", "lesson05", "lesson07", "lesson09", "lesson10", "lesson11", "lesson12"}
         folders = [d.folder for d in specs]
         assert len(folders) == len(set(folders)), "no folder built twice"
-        for d in specs:  # each lesson's folder names appear in its notebook's source
-            if d.owner.startswith("lesson"):
-                source = next((ROOT / "notebooks").glob(f"{d.owner[-2:]}_*.py")).read_text()
-                assert d.folder.split("/")[0].split("-")[0] in source
+        for d in specs:
+            if d.owner == "lesson11":  # named by pipelines.prepare from the lesson's workload
+                want = _workload_dataset("lesson11", "lesson11", quick11 if quick else full11)
+                assert (d.folder, d.memmaps) == (want.folder, want.memmaps), "lesson 11's workload changed"
+            elif d.owner.startswith("lesson"):  # each part of each path is a string or f-string of the lesson
+                pats = name_patterns(lesson_source(d.owner))
+                for path in (d.folder, *(m for m, _ in d.memmaps)):
+                    for part in path.split("/"):
+                        assert any(p.fullmatch(part) for p in pats), f"{d.owner}: {part!r} of {path!r} is not in the lesson"

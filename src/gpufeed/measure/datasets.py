@@ -43,8 +43,10 @@ def datasets(quick: bool, cuda: bool) -> list[Dataset]:
 
     Kept in step with the notebooks by hand: where a lesson changes its sizes, this list must
     follow, or the lesson builds its own again (``make test-gpu`` names the folders that lessons
-    built themselves). Lesson 04's PNG and ``.npy`` folders are not here (``gpufeed.course.formats``
-    writes them, one process each).
+    built themselves). ``tests/test_gpurun.py`` checks every part of every path against the strings
+    and f-strings of its lesson's source, and lesson 11's workloads against the lesson's own. Lesson
+    04's PNG and ``.npy`` folders are not here (``gpufeed.course.formats`` writes them, one process
+    each).
 
     Example:
         >>> [d.owner for d in datasets(quick=True, cuda=False)][:3]
