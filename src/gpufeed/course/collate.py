@@ -33,6 +33,7 @@ from collections import deque
 from contextlib import contextmanager
 from unittest import mock
 
+import psutil
 import torch
 from torch.utils.data import DataLoader
 from torch.utils.data._utils.collate import default_collate
@@ -101,6 +102,38 @@ def _epoch_seconds(loader, epochs: int) -> tuple[float, list[float]]:
     return first, times
 
 
+def wait_for_children(before: set[int], timeout_s: float = 2.0) -> bool:
+    """Waits until this process has no child processes other than ``before`` (pids), polling, for
+    at most ``timeout_s``; returns whether they were gone in time. A worker's CUDA context is freed
+    by the driver when the worker exits, and what it prints at exit is written by then: polling
+    ends as soon as that is so, instead of sleeping a fixed second (which a short GPU slot pays
+    for every time).
+
+    Example:
+        >>> import subprocess, sys
+        >>> before = {c.pid for c in psutil.Process().children()}
+        >>> child = subprocess.Popen([sys.executable, "-c", "pass"])
+        >>> wait_for_children(before), child.wait()
+        (True, 0)
+    """
+    deadline = time.perf_counter() + timeout_s
+    while True:
+        alive = [c for c in psutil.Process().children() if c.pid not in before and _running(c)]
+        if not alive:
+            return True
+        if time.perf_counter() > deadline:
+            return False
+        time.sleep(0.01)
+
+
+def _running(child: psutil.Process) -> bool:
+    """True while ``child`` runs (a zombie has exited: its parent has not collected it yet)."""
+    try:
+        return child.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def worker_cuda_cost(dataset, *, batch_size: int, num_workers: int, epochs: int = 3) -> dict:
     """Moving batches to the GPU in the workers (:class:`DeviceCollate`) against in the main process.
 
@@ -128,13 +161,14 @@ def worker_cuda_cost(dataset, *, batch_size: int, num_workers: int, epochs: int 
     for name, how in ways.items():
         torch.cuda.synchronize()
         free_before = torch.cuda.mem_get_info()[0]
+        children = {c.pid for c in psutil.Process().children()}
         loader = DataLoader(dataset, **how, **kw)
         first, times = _epoch_seconds(loader, epochs)
         used = (free_before - torch.cuda.mem_get_info()[0]) / 2**20
         out[name] = {"first_batch_s": first, "epoch_s": times, "gpu_mib_used": used,
                      "gpu_mib_per_worker": used / max(1, num_workers)}
         del loader  # the persistent workers end here, their CUDA contexts with them
-        time.sleep(1)  # let the driver release the workers' contexts before the next measurement
+        wait_for_children(children)  # the driver frees a context when its process has exited
     return out
 
 
@@ -203,6 +237,7 @@ def without_persistent_workers(dataset, *, batch_size: int, num_workers: int, ep
     loader = DataLoader(dataset, batch_size=batch_size, num_workers=num_workers, multiprocessing_context="spawn",
                         persistent_workers=False, collate_fn=DeviceCollate("cuda", tensorclass=True))
     firsts, kept = [], []  # kept: (the last batch of an epoch, its sum when it arrived)
+    children = {c.pid for c in psutil.Process().children()}
     with captured_stderr() as read:
         for _ in range(epochs):
             t0 = time.perf_counter()
@@ -213,7 +248,7 @@ def without_persistent_workers(dataset, *, batch_size: int, num_workers: int, ep
             batch = rest[0] if rest else batch
             kept.append((batch, float(batch.images.double().sum())))  # the workers exit when `it` is exhausted
             del it
-            time.sleep(1)  # give the exiting workers time to print
+            wait_for_children(children)  # what the exiting workers print is written by their exit
         intact = all(float(b.images.double().sum()) == s for b, s in kept)
         torch.cuda.synchronize()
     del kept, batch, loader
