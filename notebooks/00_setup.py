@@ -100,7 +100,7 @@ plt.show()
 # %%
 ram = sweep[-1]
 image_bytes = 3 * 224 * 224  # one 224x224 RGB image as uint8
-from gpufeed.course.prose import say
+from gpufeed.course.prose import say, versus
 
 in_cache = [m for n, m in zip(sizes, sweep) if l3 and n <= l3 // 2]  # comfortably inside the L3
 cache_text = ""
@@ -108,7 +108,7 @@ if in_cache:
     fastest = max(in_cache, key=lambda m: m.gb_per_s)
     ratio = fastest.gb_per_s / ram.gb_per_s
     cache_text = (f" Within the {l3 / 2**20:g} MiB L3 the fastest copy ({fastest.name}) ran at {fastest.gb_per_s:.1f} GB/s, "
-                  f"{ceilings.versus(fastest.gb_per_s, ram.gb_per_s)} the RAM rate: "
+                  f"{versus(fastest.gb_per_s, ram.gb_per_s)} the RAM rate: "
                   + ("those buffers were copied from cache." if ratio > 1.2 else
                      "on this machine, in this run, the caches gave small copies no clear edge."))
 elif l3 is None:
@@ -135,6 +135,7 @@ say(f"Copying {sizes[-1] / 2**20:.0f} MiB (RAM, not cache) runs at **{ram.gb_per
 # with the GPU and the file; the last cell of this section sets it beside what NVIDIA published.
 
 # %%
+from gpufeed.course import transfer
 from gpufeed.measure import published, results
 
 if S.cuda:
@@ -170,7 +171,7 @@ if ours:
 
 # %%
 if ours:
-    say(ceilings.h2d_sentence(ours))
+    say(transfer.h2d_sentence(ours))
 
 # %% [markdown]
 # NVIDIA's post *How to Optimize Data Transfers in CUDA C/C++* (2012) timed the same two copies,
@@ -181,7 +182,7 @@ if ours:
 
 # %%
 theirs = published.for_lesson("lesson00")
-say(ceilings.h2d_table([ours] if ours else [], theirs))
+say(transfer.h2d_table([ours] if ours else [], theirs))
 pair = {f.id: f for f in theirs}
 old = pair.get("h2d-pinned-gtx680"), pair.get("h2d-pageable-gtx680")
 if ours and all(old):
@@ -265,7 +266,7 @@ elif speedup < 1.5:
 else:
     why = ""
 say(f"Cold {cold.gb_per_s:.2f} GB/s, warm {warm.gb_per_s:.2f} GB/s: the page cache is "
-    f"{ceilings.versus(warm.gb_per_s, cold.gb_per_s)} the disk." + why)
+    f"{versus(warm.gb_per_s, cold.gb_per_s)} the disk." + why)
 
 # %% [markdown]
 # ### The storage ladder: this machine beside NVMe, RAID and network storage
@@ -304,8 +305,8 @@ plt.show()
 lines = []
 for f in fast_storage:
     rate = ceilings.published_gb_per_s(f)
-    line = f"- {f.hardware}: {f.number()} {f.unit} ({rate:.2f} GB/s), {ceilings.versus(rate, warm.gb_per_s)} the page cache here"
-    lines.append(line + (f", {ceilings.versus(rate, honest_cold.gb_per_s)} the disk here." if honest_cold else "."))
+    line = f"- {f.hardware}: {f.number()} {f.unit} ({rate:.2f} GB/s), {versus(rate, warm.gb_per_s)} the page cache here"
+    lines.append(line + (f", {versus(rate, honest_cold.gb_per_s)} the disk here." if honest_cold else "."))
 say("Each published rung against this machine's reads (theirs measured on their hardware, ours here):\n\n"
     + "\n".join(lines)
     + ("" if honest_cold else "\n\nThe cold read here did not reach the disk (see above), so no rung is set against it."))
@@ -372,7 +373,7 @@ all_cores = ceilings.memcpy(sizes[-1], repeats=5 if S.quick else 10, threads=thr
 gain = all_cores.gb_per_s / one_core.gb_per_s
 print(one_core, all_cores, sep="\n")  # a [noisy] mark: other work shared the cores; rerun
 say(f"Copying {sizes[-1] / 2**20:.0f} MiB: **{one_core.gb_per_s:.1f} GB/s** on one thread, "
-    f"**{all_cores.gb_per_s:.1f} GB/s** on {threads}, {ceilings.versus(all_cores.gb_per_s, one_core.gb_per_s)} one. "
+    f"**{all_cores.gb_per_s:.1f} GB/s** on {threads}, {versus(all_cores.gb_per_s, one_core.gb_per_s)} one. "
     + ("More threads did not help here: one core already gets what the memory gives (or the other cores "
        "were busy with other work; rerun to see)." if gain < 1.1 else
        f"The other cores add {100 * (gain - 1):.0f}%: a single-threaded copy (a loader's main thread) leaves "

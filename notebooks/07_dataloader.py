@@ -45,7 +45,7 @@ import warnings
 import torch
 
 from gpufeed import config
-from gpufeed.measure.ceilings import versus
+from gpufeed.course.prose import versus
 from gpufeed.measure.harness import NoisyMeasurementWarning, benchmark
 
 warnings.simplefilter("once", NoisyMeasurementWarning)  # say it once; the [noisy] marks show which
@@ -232,6 +232,7 @@ else:
 # pinned, pin then copy), beside what NVIDIA published, each labelled with its hardware and source.
 
 # %%
+from gpufeed.course import transfer
 from gpufeed.measure import ceilings, published, results
 from gpufeed.measure.harness import Measurement
 from gpufeed.course.prose import say
@@ -303,14 +304,14 @@ if S.cuda or ref is not None:
         f"copy ({returns / done:.0%} of it); from pageable memory after "
         f"{t['pageable, non_blocking=True: call returns'] * 1e3:.2f} ms of "
         f"{t['pageable, non_blocking=True: copy done'] * 1e3:.2f}. The pinned copy is "
-        f"{ceilings.versus(1 / done, 1 / t['pageable, non_blocking=True: copy done'])} the pageable one.")
+        f"{versus(1 / done, 1 / t['pageable, non_blocking=True: copy done'])} the pageable one.")
 else:
     h100 = ceilings.committed(lambda m: m.name.startswith("H2D"))  # the ceilings of a real GPU, if committed
     print("No CUDA here, and lesson 07's own GPU measurement is not committed (results/<gpu>/lesson07.json): "
           "pageable against pinned from our ceilings reference, where there is one, and as NVIDIA published it.")
     if h100 is not None:
-        say(ceilings.h2d_sentence(h100))
-    say(ceilings.h2d_table([h100] if h100 else [], published.for_lesson("lesson07")))
+        say(transfer.h2d_sentence(h100))
+    say(transfer.h2d_table([h100] if h100 else [], published.for_lesson("lesson07")))
 if unsafe:
     print(f"Read before a sync, {max(unsafe['wrong_before_sync']):.0%} of the values were wrong in the worst trial; "
           f"after it, {max(unsafe['wrong_after_sync']):.0%}.")
@@ -371,7 +372,7 @@ if pin_ms:
     for kind in ("cached", "fresh"):
         if f"x.pin_memory(), {kind} block" in p:
             took = p[f"x.pin_memory(), {kind} block"]
-            text.append(f"into a {kind} block, {took * 1e3:.2f} ms, {ceilings.versus(1 / took, 1 / plain)} a plain copy "
+            text.append(f"into a {kind} block, {took * 1e3:.2f} ms, {versus(1 / took, 1 / plain)} a plain copy "
                         f"({pin_blocks.get(f'x.pin_memory(), {kind} block', '?')} new pinned blocks in the series)")
     say("`pin_memory()` of one 9.6 MB batch: " + "; ".join(text) + ".")
 else:
@@ -431,7 +432,7 @@ by_map, then_move = load_ms
 agree = abs(by_map.median - then_move.median) < max(by_map.iqr, then_move.iqr)  # within the samples' spread
 say(f"Loading {shard_file.stat().st_size / 2**20:.0f} MiB to {S.device}: `map_location` took {by_map.median * 1e3:.1f} ms, "
     f"loading then moving {then_move.median * 1e3:.1f} ms; `map_location` was "
-    f"{ceilings.versus(1 / by_map.median, 1 / then_move.median)} load-then-move"
+    f"{versus(1 / by_map.median, 1 / then_move.median)} load-then-move"
     + (", within the spread of the samples. " if agree else ", more than the spread of the samples. ")
     + (f"On a GPU both read the file into pageable host memory and copy it to {S.device} with blocking copies "
        "(torch.load restores each storage with `storage.to(device)`); `map_location` copies each tensor as it is "
@@ -758,7 +759,7 @@ if worker_collate:
     main, inside = worker_collate["main process"], worker_collate["in the workers"]
     epoch = {k: sorted(v["epoch_s"])[len(v["epoch_s"]) // 2] for k, v in worker_collate.items()}  # median
     say(f"Copying in the workers: first batch after {inside['first_batch_s']:.1f} s (main process: "
-        f"{main['first_batch_s']:.1f} s), epochs {ceilings.versus(1 / epoch['in the workers'], 1 / epoch['main process'])} "
+        f"{main['first_batch_s']:.1f} s), epochs {versus(1 / epoch['in the workers'], 1 / epoch['main process'])} "
         f"with the copy in the main process, and {inside['gpu_mib_per_worker']:.0f} MiB of GPU memory per worker "
         f"against {main['gpu_mib_per_worker']:.0f} (the CUDA contexts).")
 

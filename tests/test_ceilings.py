@@ -3,6 +3,8 @@ import os
 import pytest
 import torch
 
+from gpufeed.course import transfer
+from gpufeed.course.prose import versus
 from gpufeed.measure import ceilings
 from gpufeed.measure.synth import synth_folder
 
@@ -102,9 +104,9 @@ def test_the_committed_h100_reference_is_what_lessons_00_and_07_show():
 
     ref = ceilings.committed(lambda m: m.name.startswith("H2D"))
     assert ref is not None and ref.hardware == "NVIDIA H100 80GB HBM3" and "commit 305e292" in ref.source
-    text = ceilings.h2d_sentence(ref)
+    text = transfer.h2d_sentence(ref)
     assert "**54.5 GB/s**, **6.3x** as fast as the 8.7 GB/s" in text and "runs at 24.0 GB/s" in text
-    table = ceilings.h2d_table([ref], published.for_lesson("lesson07")).splitlines()
+    table = transfer.h2d_table([ref], published.for_lesson("lesson07")).splitlines()
     assert table[2].startswith("| NVIDIA H100 80GB HBM3 | our reference, `results/h100-80gb-hbm3/ceilings.json`")
     assert "| 8.69 | 54.54 | 6.28x | 24.01 |" in table[2]
     gtx = next(row for row in table if row.startswith("| GeForce GTX 680"))
@@ -113,11 +115,11 @@ def test_the_committed_h100_reference_is_what_lessons_00_and_07_show():
 
 def test_h2d_sentence_reads_its_numbers_either_way():
     ref = ceilings.Reference([h2d("pageable", 0.01), h2d("pinned", 0.02), h2d("pin+copy", 0.04)], {"gpu": "GPU Y"}, "here")
-    text = ceilings.h2d_sentence(ref)  # a machine where pinned memory is the slower source
+    text = transfer.h2d_sentence(ref)  # a machine where pinned memory is the slower source
     assert "**2.0x** slower than the 26.8 GB/s from pageable" in text and "in a serial loop, pinning costs" in text
     assert "as fast as the" not in text
     old = ceilings.Reference([h2d("pageable", 0.02), h2d("pinned", 0.01)], {"gpu": "GPU Z"}, "an old file")
-    assert "predates the pin+copy series" in ceilings.h2d_sentence(old)
+    assert "predates the pin+copy series" in transfer.h2d_sentence(old)
 
 
 def test_h2d_at_takes_the_size_nearest_the_one_asked_for():
@@ -127,9 +129,9 @@ def test_h2d_at_takes_the_size_nearest_the_one_asked_for():
 
 
 def test_versus_names_the_direction():
-    assert ceilings.versus(3.0, 1.0) == "**3.0x** as fast as"
-    assert ceilings.versus(1.0, 3.0) == "**3.0x** slower than"
-    assert ceilings.versus(1.0, 1.04) == "about as fast as"
+    assert versus(3.0, 1.0) == "**3.0x** as fast as"
+    assert versus(1.0, 3.0) == "**3.0x** slower than"
+    assert versus(1.0, 1.04) == "about as fast as"
 
 
 def test_storage_ladder_sets_ours_beside_theirs_fastest_first():

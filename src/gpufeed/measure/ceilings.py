@@ -50,7 +50,7 @@ def memcpy(nbytes: int, repeats: int = 10, threads: int | None = None) -> Measur
     if threads:
         torch.set_num_threads(threads)
     try:
-        return benchmark(lambda: dst.copy_(src), name=f"memcpy {_mb(nbytes)}", repeats=repeats,
+        return benchmark(lambda: dst.copy_(src), name=f"memcpy {size_label(nbytes)}", repeats=repeats,
                          warmup=2, number=max(1, 64 * MB // nbytes), nbytes=nbytes, params={"nbytes": nbytes, "threads": torch.get_num_threads()})
     finally:
         torch.set_num_threads(old)
@@ -112,7 +112,7 @@ def loader_bounds(images: torch.Tensor, batch: int, repeats: int = 5, seed: int 
     epochs_of = {"memcpy_stream": _stream_epoch(images, batch), "batch_fetch": _fetch_epoch(images, batch, seed, buffers)}
     row = images[0].numel() * images.element_size()
     epochs = max(1, -(-min_bytes // max(1, epochs_of["memcpy_stream"][1] * row)))  # per sample, rounded up
-    names = {"memcpy_stream": f"memcpy stream {batch}x{_mb(row)}", "batch_fetch": f"batch fetch {batch}x{_mb(row)}"}
+    names = {"memcpy_stream": f"memcpy stream {batch}x{size_label(row)}", "batch_fetch": f"batch fetch {batch}x{size_label(row)}"}
 
     def sample(epoch):
         def run():
@@ -164,7 +164,7 @@ def host_to_device(nbytes: int, pinned: bool = False, repeats: int = 10, device:
         fn = lambda: dst.copy_(src.pin_memory(), non_blocking=True)  # noqa: E731
     else:
         fn = lambda: dst.copy_(src)  # noqa: E731
-    return benchmark(fn, name=f"H2D {source} {_mb(nbytes)}", repeats=repeats, warmup=3, nbytes=nbytes,
+    return benchmark(fn, name=f"H2D {source} {size_label(nbytes)}", repeats=repeats, warmup=3, nbytes=nbytes,
                      params={"nbytes": nbytes, "pinned": source != "pageable", "source": source})
 
 
@@ -242,12 +242,13 @@ def file_read(path: str | Path, cold: bool, repeats: int = 5) -> Measurement:
     path = Path(path)
     size = path.stat().st_size
     setup = (lambda: drop_page_cache(path)) if cold else None
-    return benchmark(lambda: read_file(path), name=f"read {'cold' if cold else 'warm'} {_mb(size)}",
+    return benchmark(lambda: read_file(path), name=f"read {'cold' if cold else 'warm'} {size_label(size)}",
                      repeats=repeats, warmup=1, nbytes=size, setup=setup,
                      params={"nbytes": size, "cold": cold, "fadvise": hasattr(os, "posix_fadvise")})
 
 
-def _mb(nbytes: int) -> str:
+def size_label(nbytes: int) -> str:
+    """A size in the names of measurements, e.g. ``"256 MB"`` (MiB: ``MB`` is 2**20 bytes here)."""
     return f"{nbytes / MB:g} MB"
 
 
@@ -337,86 +338,10 @@ def committed(keep: Callable[[Measurement], bool], names: Sequence[str] = H2D_RE
     return None
 
 
-def versus(a: float, b: float, bold: bool = True) -> str:
-    """How rate ``a`` compares with rate ``b``, in words that read right either way: "about as
-    fast as" within 5%, else the ratio, in Markdown bold unless ``bold=False`` (plain printed text).
-
-    Example:
-        >>> versus(54.5, 8.7), versus(8.7, 54.5, bold=False), versus(10.0, 10.3)
-        ('**6.3x** as fast as', '6.3x slower than', 'about as fast as')
-    """
-    ratio = a / b
-    if abs(math.log(ratio)) < math.log(1.05):
-        return "about as fast as"
-    mark = "**" if bold else ""
-    return f"{mark}{ratio:.1f}x{mark} as fast as" if ratio > 1 else f"{mark}{1 / ratio:.1f}x{mark} slower than"
-
-
 def h2d_at(ms: Sequence[Measurement], nbytes: int) -> dict[str, Measurement]:
     """Each source's host-to-device copy of the size nearest ``nbytes``: ``{"pageable": m, ...}``."""
     size = min({m.params["nbytes"] for m in ms}, key=lambda n: abs(math.log(n / nbytes)))
     return {h2d_source(m): m for m in ms if m.params["nbytes"] == size}
-
-
-def h2d_sentence(ref: Reference) -> str:
-    """What pinning buys on ``ref``'s GPU, read from its largest copy of each source, either way.
-
-    Example:
-        >>> def m(source, s):
-        ...     return Measurement(f"H2D {source}", [s], nbytes=1 << 28, params={"nbytes": 1 << 28, "source": source})
-        >>> ref = Reference([m("pageable", 0.0309), m("pinned", 0.0049), m("pin+copy", 0.0112)], {"gpu": "GPU X"}, "a file")
-        >>> print(h2d_sentence(ref))  # doctest: +NORMALIZE_WHITESPACE
-        On GPU X (a file), a 256 MB copy from memory pinned beforehand runs at **54.8 GB/s**, **6.3x** as fast as
-        the 8.7 GB/s from pageable memory. Pinning each batch first and then copying runs at 24.0 GB/s,
-        **2.8x** as fast as pageable: pinning pays for itself even in a serial loop here, although the pin, a
-        copy in RAM of its own, leaves it **2.3x** slower than memory pinned beforehand.
-    """
-    at = h2d_at(ref.measurements, max(m.params["nbytes"] for m in ref.measurements))
-    pageable, pinned = at["pageable"].gb_per_s, at["pinned"].gb_per_s
-    text = (f"On {ref.hardware} ({ref.source}), a {_mb(at['pinned'].params['nbytes'])} copy from memory pinned "
-            f"beforehand runs at **{pinned:.1f} GB/s**, {versus(pinned, pageable)} the {pageable:.1f} GB/s from "
-            "pageable memory.")
-    if "pin+copy" not in at:
-        return text + " This reference predates the pin+copy series: run this cell on a GPU to see what the pin costs."
-    both = at["pin+copy"].gb_per_s
-    text += f" Pinning each batch first and then copying runs at {both:.1f} GB/s, {versus(both, pageable)} pageable: "
-    if both > 1.05 * pageable:
-        text += "pinning pays for itself even in a serial loop here"
-        return text + (f", although the pin, a copy in RAM of its own, leaves it {versus(both, pinned)} memory "
-                       "pinned beforehand." if both < pinned / 1.05 else ".")
-    return text + ("in a serial loop, pinning costs what the faster copy saves; it pays off only when the pin runs "
-                   "on another thread and the copy overlaps compute (lessons 07-08).")
-
-
-def h2d_table(ours: Sequence[Reference], theirs: Sequence, nbytes: int = 16 * MB) -> str:
-    """A Markdown table of host-to-device GB/s, one row per machine, each labelled with its hardware
-    and its source: ours (the copy size nearest ``nbytes``; NVIDIA's post timed 16 MiB) and every
-    pageable/pinned pair in ``theirs`` (:class:`gpufeed.measure.published.Figure`, ids
-    ``h2d-<source>-<machine>``, numbers as published).
-
-    Example:
-        >>> from gpufeed.measure import published
-        >>> print(h2d_table([], published.for_lesson("lesson00")).splitlines()[2])  # doctest: +ELLIPSIS
-        | GeForce GTX 680 with an Intel Core i7-3930K (desktop) | published by NVIDIA Technical Blog, ...
-    """
-    rows = ["| machine | source | copy | pageable (GB/s) | pinned (GB/s) | pinned / pageable | pin, then copy (GB/s) |",
-            "|---|---|---|---|---|---|---|"]
-    for ref in ours:
-        at = h2d_at(ref.measurements, nbytes)
-        pageable, pinned = at["pageable"].gb_per_s, at["pinned"].gb_per_s
-        both = f"{at['pin+copy'].gb_per_s:.2f}" if "pin+copy" in at else "not measured"
-        rows.append(f"| {ref.hardware} | {ref.source} | {_mb(at['pinned'].params['nbytes'])} | {pageable:.2f} | "
-                    f"{pinned:.2f} | {pinned / pageable:.2f}x | {both} |")
-    pairs: dict[str, dict] = {}
-    for f in theirs:
-        if f.id.startswith("h2d-"):
-            pairs.setdefault(f.hardware, {})[f.id.split("-")[1]] = f
-    for hardware, pair in pairs.items():
-        if {"pageable", "pinned"} <= pair.keys():
-            paged, pin = pair["pageable"], pair["pinned"]
-            rows.append(f"| {hardware} | published by {pin.publisher}, not measured here: [{pin.title}]({pin.url}) | "
-                        f"16 MiB | {paged.number()} | {pin.number()} | {pin.figure / paged.figure:.2f}x | not published |")
-    return "\n".join(rows)
 
 
 #: Bytes per second of each unit a published read rate may be given in, over 1e9 (GB/s).
