@@ -11,7 +11,8 @@ the memcpy one by hand first; ``python -m gpufeed bench`` runs them all.
 A machine without CUDA is shown the host-to-device copies of a real GPU instead, labelled with the
 GPU and where the numbers come from: our committed reference (:func:`committed`: lesson 00's own
 file, else ``python -m gpufeed bench --ceilings``'s ``results/<gpu>/ceilings.json``), beside the
-figures NVIDIA published (:func:`h2d_table`, :func:`h2d_sentence`). :func:`storage_ladder` sets this
+figures NVIDIA published (the sentence and the table that read them are lesson code:
+:func:`gpufeed.course.transfer.h2d_sentence`, :func:`gpufeed.course.transfer.h2d_table`). :func:`storage_ladder` sets this
 machine's page cache and disk beside published NVMe, RAID and network-storage rates.
 
 Example:
