@@ -282,6 +282,7 @@ def _run(out: Path, quick: bool, device: torch.device, workload: Workload | None
         for m in peer_ms:
             peak[m.params["pipeline"]] = m.params.pop("peak_pss")
             busy[m.params["pipeline"]] = m.params.pop("cores_busy")
+            images["loader"][m.params["pipeline"]] = m.items  # a peer's pass: whole epochs of its own
     ceilings = _ceilings(w, device)
     per_image = 3 * w.crop * w.crop  # bytes of one uint8 image on the wire
     wire = ceilings[-1]  # H2D pinned on CUDA, memcpy on the CPU
