@@ -271,3 +271,15 @@ def test_the_readmes_simulator_example_runs(tmp_path, monkeypatch, capsys):
     exec(compile(code, "README.md", "exec"), {})
     printed = capsys.readouterr().out
     assert "tensor([" in printed and "host syncs" in printed
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without a GPU")
+def test_nothing_measured_under_the_simulator_claims_a_gpu():
+    """The machine record is cached once a process; read first inside the block it would record the
+    simulated device as this machine's GPU (and fail: torch has no properties for it)."""
+    from gpufeed.measure import machine
+
+    machine._static_info.cache_clear()
+    with simulated_cuda():
+        info = machine.machine_info()
+    assert info["gpu"] is None and info["gpu_count"] == 0

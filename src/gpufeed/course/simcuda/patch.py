@@ -27,6 +27,7 @@ import torch
 
 from gpufeed.course.simcuda import copies, tensor
 from gpufeed.course.simcuda.device import Costs, Simulator
+from gpufeed.measure.machine import machine_info
 
 
 def _cuda_functions(sim: Simulator) -> dict:
@@ -163,6 +164,9 @@ def simulated_cuda(seed: int = 0, *, races: str = "raise", costs: Costs | None =
     """
     if tensor.ACTIVE[0] is not None:
         raise RuntimeError("simulated_cuda: a simulated device is already in place; leave its block first")
+    # The machine record (cached once a process) is read before the simulated device appears, so
+    # that nothing measured or saved under the simulator claims a GPU this machine does not have.
+    machine_info()
     sim = Simulator(seed, races, costs)
     swaps = {(torch.cuda, name): value for name, value in _cuda_functions(sim).items()}
     swaps.update(_python_functions(sim))
