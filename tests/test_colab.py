@@ -31,7 +31,7 @@ NEVER = {"torch", "torchvision", "torchaudio"}
 WITH_DEPS = {"tensordict", "imageio-ffmpeg", "psutil", "tabulate", "nvidia-dali-cuda120", "nvidia-dali-cuda130"}
 #: pip options the setup may use; anything else (-U, --force-reinstall, -i, -r, ...) fails the test.
 FLAGS, FLAGS_WITH_VALUE = {"-q", "--quiet", "--no-deps"}, {"-c", "--constraint"}
-COLAB_TORCH = "2.9.0+cu126"  # what the fake torch says it is
+COLAB_TORCH = "2.11.0+cu128"  # what the fake torch says it is: Colab's GPU runtime (README, "Which torch")
 
 
 def setup_cell(path: Path) -> str:
