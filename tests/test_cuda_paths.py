@@ -11,6 +11,8 @@ wrong batch under some schedule. ``tests/test_simcuda_mutations.py`` deletes tho
 ``gpufeed.data`` one at a time and checks that this file then fails.
 """
 
+import threading
+
 import pytest
 import torch
 from tensordict import TensorDict
@@ -75,19 +77,46 @@ def zip_batches(a, b):
 
 
 def test_cuda_prefetcher_inputs_already_on_the_gpu_are_waited_for_and_kept_alive(on_cuda):
-    """Inputs made on the current stream just before (a producer on the GPU) and dropped by it at
-    once: the side stream must wait for them and the allocator must not reuse them early."""
+    """A loader that makes each batch on the consumer's stream (work on the GPU) and drops it at
+    once. The side stream reads those inputs (their conversion to float), so the prefetcher must
+
+    * make the side stream wait for the consumer's stream (``wait_stream``): else it reads them
+      before their copy is done, and
+    * mark them as used by the side stream (``record_stream``): else their memory goes back to the
+      consumer's stream when the producer drops them, and the loader's next batch, allocated there,
+      is written over them while their conversion may still be pending.
+
+    The second hazard exists only while the producer thread runs ahead of the consumer: once the
+    consumer has taken batch k (its stream then waits for batch k's event), later work on its
+    stream is ordered after that conversion. So the consumer starts only when the loader has made
+    batch ``depth`` (the most the thread makes before the queue of ``depth`` is full): batch 0's
+    inputs were freed as soon as their conversion was issued, and batch 1, the next allocations
+    on that stream, went into their memory. A signal, not a sleep: the thread's speed (a first
+    import on it may take seconds) decides nothing. Under the simulator either deletion raises a
+    CudaRaceError under every schedule; on a GPU, some batch could come out wrong."""
+    depth = 2
     want = [(torch.full((2, 3, 4, 4), k, dtype=torch.uint8), torch.tensor([k, k])) for k in range(6)]
     consumer = torch.cuda.current_stream()
+    ahead = threading.Event()  # set once the loader has made batch `depth`
 
-    def made_on_the_gpu():  # on the consumer's stream (the prefetcher asks with its side stream current)
-        for x, y in want:
-            with torch.cuda.stream(consumer):
-                batch = (x.pin_memory().to("cuda", non_blocking=True) + 0, y.to("cuda", non_blocking=True) + 0)
-            yield batch
+    def on_the_gpu(k):  # on the consumer's stream (the prefetcher asks with its side stream current)
+        x, y = want[k]
+        with torch.cuda.stream(consumer):
+            batch = x.pin_memory().to("cuda", non_blocking=True) + 0, y.to("cuda", non_blocking=True) + 0
+        if k == depth:
+            ahead.set()
+        return batch
 
-    got = deferred(CudaPrefetcher(made_on_the_gpu(), "cuda", dtype=torch.float32, depth=2))
-    same(got, [(x.float().sum(dim=(1, 2, 3)) / 255, y) for x, y in want])
+    def made_on_the_gpu():
+        try:
+            for k in range(len(want)):
+                yield on_the_gpu(k)  # the loader keeps no reference to what it handed over
+        finally:
+            ahead.set()  # also when making a batch raised (a race): the consumer sees the error
+
+    it = iter(CudaPrefetcher(made_on_the_gpu(), "cuda", dtype=torch.float32, depth=depth))
+    assert ahead.wait(timeout=120), "the prefetcher's thread never made batch `depth`"
+    same(deferred(it), [(x.float().sum(dim=(1, 2, 3)) / 255, y) for x, y in want])
 
 
 @pytest.mark.parametrize("depth", [1, 3])

@@ -178,6 +178,38 @@ def test_record_stream_keeps_memory_from_reuse_until_the_other_stream_is_done():
             del y, z
 
 
+@pytest.mark.parametrize("record", [False, True])
+def test_memory_dropped_on_another_thread_while_a_side_stream_reads_it_is_free_at_the_drop(record):
+    """The prefetcher's inputs already on the GPU: made on the default stream, read by a kernel
+    queued on a side stream, dropped by another host thread before that kernel has run. The free is
+    the drop, as for CUDA's caching allocator (queued work holds no reference): the default
+    stream's next allocation, on this thread, takes the memory at once and its write races with
+    the pending read; ``record_stream(side)`` before the drop keeps the memory out of reach."""
+    with simulated_cuda(seed=0, races="record") as sim:
+        side = torch.cuda.Stream()
+        kept = [torch.ones(256, device="cuda")]
+        address = kept[0].data_ptr()
+
+        def read_and_drop():
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                kept.append(kept[0] * 2)  # queued on the side stream: reads the ones
+            if record:
+                kept[0].record_stream(side)
+            del kept[0]
+
+        thread = threading.Thread(target=read_and_drop)
+        thread.start()
+        thread.join()
+        assert side.query() is False  # the read has not run
+        z = torch.full((256,), 5.0, device="cuda")
+        assert (z.data_ptr() == address) != record
+        assert [r.kind for r in sim.races] == ([] if record else ["write after read"])
+        torch.cuda.current_stream().wait_stream(side)  # after the fill: the read runs after it
+        assert kept[0].sum().item() == (512.0 if record else 2 * 1280.0)  # without: it read the 5s
+        assert z.sum().item() == 1280.0
+
+
 def test_a_pinned_block_freed_while_its_copy_is_pending_is_not_reused_before_it_is_done():
     with simulated_cuda(seed=0) as sim:
         host = pinned_batch(1.0, n=1024)
