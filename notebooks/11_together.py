@@ -16,7 +16,9 @@ import gpufeed
 S = gpufeed.setup()  # S.device, S.quick, S.machine
 
 # %% [markdown]
-# **Without a GPU, read this first.** On a CPU-only machine the model trains on the same cores as
+# ## Before you start: without a GPU, read this first
+#
+# On a CPU-only machine the model trains on the same cores as
 # the loader, and a ResNet-18 step on a CPU is slow next to what every loader here can make: every
 # pipeline then trains at about the model's speed (section 5 measures how close they come). What
 # each technique gives shows in the *loader-alone* ladder of section 4; what it gives a GPU, in
