@@ -21,6 +21,18 @@ def test_reference_prefers_gpu_results(monkeypatch, tmp_path):
     assert results.reference("missing") is None
 
 
+def test_a_quick_mode_file_is_never_a_reference(monkeypatch, tmp_path):
+    """Quick mode measures tiny sizes: its files say a lesson ran, not what a GPU does."""
+    gpu = {"gpu": "NVIDIA H100 80GB HBM3"}
+    save(tmp_path / "a-h100" / "lesson99.json", [Measurement("quick", [1.0])], machine={**gpu, "quick": True})
+    save(tmp_path / "b-h100" / "lesson99.json", [Measurement("flagged", [1.0])], machine=gpu, quick=True)
+    monkeypatch.setattr(results, "reference_roots", lambda: [tmp_path])
+    assert results.reference("lesson99") is None and list(results.committed("lesson99")) == []
+    save(tmp_path / "c-h100" / "lesson99.json", [Measurement("full", [1.0])], machine={**gpu, "quick": False}, dali=True)
+    assert results.reference("lesson99")[0][0].name == "full"
+    assert [ms[0].name for ms, _ in results.committed("lesson99", lambda doc: doc.get("dali"))] == ["full"]
+
+
 def test_committed_results_are_readable():
     for root in results.reference_roots():
         for path in root.glob("*/*.json"):

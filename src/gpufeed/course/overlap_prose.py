@@ -188,12 +188,7 @@ def reference(name: str = "lesson08"):
     """The committed GPU reference ``(measurements, document)``: one with the experiment of
     :func:`gpufeed.course.overlap.measure` (field ``overlap``) first, else one of the old format,
     else None."""
-    found = []
-    for root in results.reference_roots():
-        for path in sorted(root.glob(f"*/{name}.json")):
-            ms, doc = harness.load(path)
-            if (doc.get("machine") or {}).get("gpu"):
-                found.append((ms, doc))
+    found = list(results.committed(name, results.has_gpu))
     return next((r for r in found if "overlap" in r[1]), found[0] if found else None)
 
 

@@ -314,9 +314,8 @@ class Reference:
 def committed(keep: Callable[[Measurement], bool], names: Sequence[str] = H2D_REFERENCES) -> Reference | None:
     """The first committed GPU reference among ``names`` holding measurements that ``keep`` selects.
 
-    Reads ``results/<gpu>/<name>.json`` with :func:`gpufeed.measure.results.reference` (machines
-    with a GPU only) and skips quick-mode files, which are evidence that a lesson ran, not
-    references. Returns None where none is committed.
+    Reads ``results/<gpu>/<name>.json`` with :func:`gpufeed.measure.results.reference` (full-mode
+    files of machines with a GPU only). Returns None where none is committed.
 
     Example:
         >>> ref = committed(lambda m: m.name.startswith("H2D"))  # the checkout's H100 run, if present
@@ -328,7 +327,7 @@ def committed(keep: Callable[[Measurement], bool], names: Sequence[str] = H2D_RE
 
     for name in names:
         ref = results.reference(name)
-        if ref is None or ref[1].get("quick") or (ref[1].get("machine") or {}).get("quick"):
+        if ref is None:
             continue
         kept = [m for m in ref[0] if keep(m)]
         if kept:

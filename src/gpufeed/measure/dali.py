@@ -230,12 +230,6 @@ def os_threads() -> int:
 
 def reference_with_dali(name: str = "lesson10"):
     """The first committed ``(measurements, document)`` for ``name`` that holds DALI's numbers, or None."""
-    from gpufeed.measure import harness as bench
-    from gpufeed.measure.results import reference_roots
+    from gpufeed.measure import results
 
-    for root in reference_roots():
-        for path in sorted(root.glob(f"*/{name}.json")):
-            ms, doc = bench.load(path)
-            if doc.get("dali"):
-                return ms, doc
-    return None
+    return next(results.committed(name, lambda doc: bool(doc.get("dali"))), None)

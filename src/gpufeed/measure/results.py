@@ -52,6 +52,34 @@ def reference_roots() -> list[Path]:
     return roots
 
 
+def is_quick(doc: dict) -> bool:
+    """Whether a saved document was measured in quick mode (tiny sizes: evidence that a lesson ran,
+    not a reference). The flag is the document's own ``quick`` or its machine record's."""
+    return bool(doc.get("quick") or (doc.get("machine") or {}).get("quick"))
+
+
+def committed(name: str, keep=lambda doc: True):
+    """Every committed full-mode reference for a lesson that ``keep`` accepts, as ``(measurements,
+    document)`` pairs in the order of :func:`reference_roots` then the machine folders' names.
+
+    Quick-mode files are skipped wherever they are: a reference is measured in full mode.
+
+    Args:
+        name: the file's stem, e.g. ``"lesson00"``.
+        keep: a test on the saved document, e.g. ``lambda doc: "dali" in doc``.
+    """
+    for root in reference_roots():
+        for path in sorted(root.glob(f"*/{name}.json")):
+            ms, doc = bench.load(path)
+            if not is_quick(doc) and keep(doc):
+                yield ms, doc
+
+
+def has_gpu(doc: dict) -> bool:
+    """Whether a saved document was measured on a machine with a GPU."""
+    return bool((doc.get("machine") or {}).get("gpu"))
+
+
 def reference(name: str, need_gpu: bool = True):
     """The committed reference for a lesson: ``(measurements, document)``, or None if none exists.
 
@@ -59,13 +87,7 @@ def reference(name: str, need_gpu: bool = True):
         name: the file's stem, e.g. ``"lesson00"``.
         need_gpu: only take results measured on a machine with a GPU (what CPU-only learners lack).
     """
-    for root in reference_roots():
-        for path in sorted(root.glob(f"*/{name}.json")):
-            ms, doc = bench.load(path)
-            if need_gpu and not (doc.get("machine") or {}).get("gpu"):
-                continue
-            return ms, doc
-    return None
+    return next(committed(name, has_gpu if need_gpu else (lambda doc: True)), None)
 
 
 def gpu_reference(name: str):
