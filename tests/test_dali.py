@@ -122,8 +122,10 @@ def test_reference_with_dali_finds_only_results_that_have_dali(tmp_path, monkeyp
     from gpufeed.measure import results
     from gpufeed.measure.harness import Measurement
 
-    bench.save(tmp_path / "gpu-a" / "lesson10.json", [Measurement("torchvision", [1.0])], dali=None)
-    bench.save(tmp_path / "cpu-b" / "lesson10.json", [Measurement("DALI", [0.5])], dali="nvidia-dali-cuda130 2.4.0")
+    full = {"cpu": "x", "quick": False}  # a reference is measured in full mode
+    bench.save(tmp_path / "gpu-a" / "lesson10.json", [Measurement("torchvision", [1.0])], machine=full, dali=None)
+    bench.save(tmp_path / "cpu-b" / "lesson10.json", [Measurement("DALI", [0.5])], machine=full,
+               dali="nvidia-dali-cuda130 2.4.0")
     monkeypatch.setattr(results, "reference_roots", lambda: [tmp_path])
     ms, doc = gdali.reference_with_dali("lesson10")
     assert doc["dali"].startswith("nvidia-dali") and ms[0].name == "DALI"
