@@ -125,6 +125,22 @@ def test_without_cuda_the_run_stops_after_the_doctor(tmp_path):
         ("bench", "skipped")]
 
 
+def test_a_step_that_ends_leaves_no_process_behind(tmp_path):
+    """A worker that outlived its parent is reparented (no longer a descendant) but stays in the
+    step's process group: it is killed with the step."""
+    import psutil
+
+    pid_file = tmp_path / "orphan.pid"
+    child = gpurun.Child(["bash", "-c", f"sleep 300 & echo $! > {pid_file}; exit 0"], tmp_path / "log", dict(os.environ), 60)
+    assert child.wait() == 0 and not child.timed_out
+    try:  # SIGKILL is sent by then; give the kernel a moment to deliver it
+        orphan = psutil.Process(int(pid_file.read_text()))
+        psutil.wait_procs([orphan], timeout=5)
+        assert orphan.status() == psutil.STATUS_ZOMBIE  # dead, not yet reaped by its new parent
+    except psutil.NoSuchProcess:
+        pass
+
+
 def test_lessons_chooses_the_parts():
     assert gpurun.plan("tests")[0] == {"doctor", "cuda", "csan"}
     steps, names = gpurun.plan("03 bench")

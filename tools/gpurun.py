@@ -107,22 +107,23 @@ class Budget:
 
 
 def kill_tree(pid: int) -> None:
-    """Kills a process and every descendant (a kernel in its own session, its DataLoader workers)."""
-    try:
-        import psutil
+    """Kills a process, every descendant, and what is left in its process group: a child started
+    with ``start_new_session`` leads a group of its own, which keeps a worker that outlived its
+    parent (reparented, so no longer its descendant); a kernel in a session of its own is a
+    descendant while its parent lives."""
+    import psutil
 
-        try:
-            parent = psutil.Process(pid)
-            procs = [*parent.children(recursive=True), parent]  # all found before any dies
-        except psutil.NoSuchProcess:
-            procs = []
-        for p in procs:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                p.kill()
-        psutil.wait_procs(procs, timeout=10)
-    except ImportError:  # without psutil: the process group (each child leads its own)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, signal.SIGKILL)
+    try:
+        parent = psutil.Process(pid)
+        procs = [*parent.children(recursive=True), parent]  # all found before any dies
+    except psutil.NoSuchProcess:
+        procs = []
+    for p in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.kill()
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+    psutil.wait_procs(procs, timeout=10)
 
 
 class Child:
@@ -235,7 +236,6 @@ def junit_notebooks(notebooks: list[Notebook], path: Path) -> None:
             ET.SubElement(case, "failure", message=f"{nb.status} {where}".strip()).text = nb.error or ""
         elif nb.status == "skipped":
             ET.SubElement(case, "skipped", message=nb.reason)
-    ET.ElementTree(ET.Element("testsuites")).getroot().append(suite)
     path.parent.mkdir(parents=True, exist_ok=True)
     ET.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)
 
@@ -386,11 +386,10 @@ class Run:
         self.machine: dict = {}
         self.datasets: dict = {}
         self.python = sys.executable
-        cores = os.cpu_count() or 1
-        with contextlib.suppress(AttributeError):
-            cores = len(os.sched_getaffinity(0))
-        self.cores = cores
-        self.jobs = args.jobs or max(1, min(4, cores // 4))
+        from gpufeed.measure.machine import usable_cores
+
+        self.cores = usable_cores()
+        self.jobs = args.jobs or max(1, min(4, self.cores // 4))
 
     # where things go
     def slug(self) -> str:
@@ -615,11 +614,14 @@ class Run:
 
     def built_by_lessons(self) -> None:
         """The cache's folders that ``data prepare`` did not build: what lessons built themselves."""
+        from gpufeed.data.manifest import MANIFEST as MEMMAP_MANIFEST
+        from gpufeed.measure.synth import MANIFEST as SYNTH_MANIFEST
+
         prepared = {path for _, path in self.datasets.get("prepared", [])}
         cache = Path(self.args.cache)
         found = [str(p.relative_to(cache)) for p in sorted(cache.glob("*")) + sorted(cache.glob("*/*"))
                  if p.is_dir() and not p.name.startswith(".")
-                 and ((p / "gpufeed-synth.json").is_file() or (p / "gpufeed-memmap.json").is_file())]
+                 and ((p / SYNTH_MANIFEST).is_file() or (p / MEMMAP_MANIFEST).is_file())]
         self.datasets["built_by_lessons"] = [p for p in found if p not in prepared]
 
     def bench(self) -> None:
@@ -736,12 +738,11 @@ def pytest_runtest_logreport(report):
 
 
 def default_cache(quick: bool) -> Path:
-    """``$GPUFEED_CACHE``, else a folder of the course's cache for this mode (quick and full
-    datasets share folder names, and must not meet)."""
-    if os.environ.get("GPUFEED_CACHE"):
-        return Path(os.environ["GPUFEED_CACHE"])
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(xdg) / "gpufeed" / f"gpurun-{'quick' if quick else 'full'}"
+    """A folder of the course's cache (:func:`gpufeed.config.cache_dir`) for this mode: quick and
+    full datasets share folder names, and must not meet."""
+    from gpufeed import config
+
+    return config.cache_dir() / f"gpurun-{'quick' if quick else 'full'}"
 
 
 def main(argv: list[str]) -> int:

@@ -22,7 +22,6 @@ Usage::
     python tools/wheelhouse.py collect [--python 3.12] [--glibc 2.28] [--have torch,numpy,...]
                                        [--dali] [--out wheelhouse] [--dry-run] [--uv uv]
     python3 tools/wheelhouse.py node-env --venv .venv-node [--wheelhouse wheelhouse]  # with the node's python
-    python tools/wheelhouse.py check   # on the node: print torch, CUDA and the GPU; exit 1 without CUDA
 
 Only the collect step needs the network; the tests check the selection offline.
 """
@@ -187,21 +186,6 @@ def size_mib(folder: Path) -> float:
     return sum(p.stat().st_size for p in folder.glob("*.whl")) / 2**20
 
 
-def check() -> int:
-    """Prints torch, CUDA and the GPU; 1 (with a line saying why) when torch sees no CUDA GPU."""
-    import torch
-
-    print(f"python {sys.version.split()[0]}, torch {torch.__version__} (CUDA build {torch.version.cuda})")
-    if not torch.cuda.is_available():
-        print("test-gpu: torch sees no CUDA GPU; this command only runs on a GPU node "
-              "(run `python -m gpufeed doctor` to see why, or `make test` on a CPU)", file=sys.stderr)
-        return 1
-    props = torch.cuda.get_device_properties(0)
-    print(f"GPU 0 of {torch.cuda.device_count()}: {props.name}, {props.total_memory / 2**30:.0f} GiB, "
-          f"compute capability {props.major}.{props.minor}")
-    return 0
-
-
 #: The file beside the wheels that says for which node they were collected.
 MANIFEST = "wheelhouse.json"
 #: The .pth file in the node venv that adds the node Python's own site folders (its torch).
@@ -328,7 +312,6 @@ def node_env(venv: Path, wheelhouse: Path, checkout: Path = ROOT) -> None:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("check", help="print torch/CUDA/GPU; exit 1 without CUDA")
     n = sub.add_parser("node-env", help="on the node, with its python: a venv that sees its packages, "
                                         "with the wheelhouse installed")
     n.add_argument("--venv", type=Path, required=True)
@@ -345,8 +328,6 @@ def main(argv: list[str]) -> int:
     c.add_argument("--dry-run", action="store_true", help="print the requirements, download nothing")
     c.add_argument("--uv", default=None, help="the uv that exports uv.lock (default: $UV, uv on PATH, .uv/bin/uv)")
     args = parser.parse_args(argv[1:])
-    if args.command == "check":
-        return check()
     if args.command == "node-env":
         try:
             node_env(args.venv.absolute(), args.wheelhouse.absolute())
