@@ -95,6 +95,12 @@ def test_committed_reads_a_gpu_reference_and_skips_quick_mode_files(monkeypatch,
     assert ref.hardware == "NVIDIA H100 80GB HBM3"
     assert ref.source == "our reference, `results/h100-80gb-hbm3/ceilings.json`, full mode, measured at commit 305e292"
     assert ceilings.committed(lambda m: m.name.startswith("read ")) is None
+    # a second GPU's file is read where the first has nothing that keep selects
+    from gpufeed.measure.harness import Measurement
+
+    save(tmp_path / "h200" / "ceilings.json", [Measurement("read cold", [0.1], params={"nbytes": 1})],
+         machine={"gpu": "NVIDIA H200", "quick": False})
+    assert ceilings.committed(lambda m: m.name.startswith("read ")).hardware == "NVIDIA H200"
 
 
 def test_the_committed_h100_reference_is_what_lessons_00_and_07_show():

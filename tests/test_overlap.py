@@ -148,6 +148,17 @@ def cpu_result(tmp_path):
     return overlap.measure(p, trace_dir=tmp_path, repeats=2, warmup=1, steps=3, active=2, items=2)
 
 
+def test_the_plan_names_the_copy_apart_from_the_conversion():
+    """Off a GPU the feed is copy and conversion; the sentence gives the copy's own time by its GB/s."""
+    data = batches(size=32)
+    p = overlap.plan(data, "cpu", overlap.model_steps("cpu"), dtype=torch.float32, mean=IMAGENET_MEAN,
+                     std=IMAGENET_STD, widths=(1,), repeats=2, items=2)
+    assert not p.convert_with_step and p.feed_s == p.copy.median + p.convert.median
+    text = p.describe()
+    assert f"the copy takes {p.copy.median * 1e3:.2f} ms ({p.copy.gb_per_s:.1f} GB/s)" in text
+    assert f"In turns a step costs {(p.feed_s + p.work_s) * 1e3:.2f} ms" in text
+
+
 def test_the_experiment_runs_on_the_cpu_with_a_real_model_and_profiles_each_variant(cpu_result):
     result, ms = cpu_result
     assert result["prefetcher"] == "ThreadPrefetcher" and result["width"] in (1, 2)
@@ -200,10 +211,12 @@ def test_sentences_follow_the_numbers_in_both_directions():
     above = prose.read(synthetic(5.0, 1.8))
     assert "Above the bound: the plain loop took 1.00 ms a step more" in above
     assert "0.20 ms less than the longer of the two sides alone (2.00 ms): the bound counts the conversion" in above
+    at = prose.read(synthetic(4.0, 1.98))  # 2.02x against a bound of 2.00x: within the noise of it
+    assert "At the bound (within 2%)" in at and "of the gain the bound allows" not in at
     same = prose.read(synthetic(4.0, 3.96, host=(4.0, 4.0)))
     assert "the same speed (within 2%)" in same and "the trace shows no cause" in same
     assert "0.50 converted batches" not in win and "1.0 converted batches of 500 MB more" in win
-    assert all(no_ratio_below_one(t) for t in (win, lose, busier, above, same))
+    assert all(no_ratio_below_one(t) for t in (win, lose, busier, above, at, same))
 
 
 def test_the_committed_h100_reference_is_shown_as_the_old_prefetchers_and_slower():

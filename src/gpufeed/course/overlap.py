@@ -309,7 +309,7 @@ class Plan:
         """A sentence: the costs alone, the width chosen and the bound, before measuring."""
         c, w = self.feed_s * 1e3, self.work_s * 1e3
         tried = ", ".join(f"{k}: {m.median * 1e3:.2f}" for k, m in self.steps.items())
-        return (f"A batch of {self.copy.nbytes / 1e6:.0f} MB: the copy takes {c:.2f} ms "
+        return (f"A batch of {self.copy.nbytes / 1e6:.0f} MB: the copy takes {self.copy.median * 1e3:.2f} ms "
                 f"({self.copy.gb_per_s:.1f} GB/s), the conversion {self.convert.median * 1e3:.2f} ms; "
                 f"a step of width {self.width} takes {self.steps[self.width].median * 1e3:.2f} ms (ms a "
                 f"step by width: {tried}). In turns a step costs {c + w:.2f} ms; overlapped, the "

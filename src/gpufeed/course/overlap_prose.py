@@ -65,7 +65,7 @@ def trace_reading(summaries: dict, other: str, syncs: bool = True,
             reasons.append(f"the GPU worked {b['gpu_busy_ms'] - a['gpu_busy_ms']:.1f} ms more with {other} "
                            "(the conversion's kernels share the GPU with the step's)")
         elif abs(b["gpu_busy_ms"] - a["gpu_busy_ms"]) <= FLAT * a["gpu_busy_ms"]:
-            text += " (the same work, within 2%)"
+            text += f" (the same work, within {FLAT:.0%})"
     return text + ".", reasons
 
 
@@ -90,6 +90,8 @@ def against_bound(result: dict, regime: str) -> str:
                              "and some of it ran beside them" if result["convert_with_step"] else
                              "the costs timed alone were higher than in the loop (noise)"))
         return "Above the bound: " + ("; ".join(parts) or "within the noise of the runs") + "."
+    if x >= top:
+        return f"At the bound (within {FLAT:.0%}): the prefetcher hid all it could."
     if x < 1 + FLAT:
         why = "; ".join(reasons) if reasons else (
             f"the trace shows no cause; the bound ({top:.2f}x) left little to gain" if top < 1 + 2 * FLAT

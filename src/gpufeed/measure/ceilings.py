@@ -314,8 +314,9 @@ class Reference:
 def committed(keep: Callable[[Measurement], bool], names: Sequence[str] = H2D_REFERENCES) -> Reference | None:
     """The first committed GPU reference among ``names`` holding measurements that ``keep`` selects.
 
-    Reads ``results/<gpu>/<name>.json`` with :func:`gpufeed.measure.results.reference` (full-mode
-    files of machines with a GPU only). Returns None where none is committed.
+    Reads ``results/<gpu>/<name>.json`` with :func:`gpufeed.measure.results.committed` (full-mode
+    files of machines with a GPU only), every machine's in turn until one holds what ``keep``
+    selects. Returns None where none is committed.
 
     Example:
         >>> ref = committed(lambda m: m.name.startswith("H2D"))  # the checkout's H100 run, if present
@@ -326,15 +327,13 @@ def committed(keep: Callable[[Measurement], bool], names: Sequence[str] = H2D_RE
     from gpufeed.measure.machine import slug
 
     for name in names:
-        ref = results.reference(name)
-        if ref is None:
-            continue
-        kept = [m for m in ref[0] if keep(m)]
-        if kept:
-            machine = ref[1]["machine"]
-            commit = (machine.get("commit") or "")[:7] or "an unrecorded commit"
-            return Reference(kept, machine, f"our reference, `results/{slug(machine)}/{name}.json`, "
-                                            f"full mode, measured at commit {commit}")
+        for ms, doc in results.committed(name, results.has_gpu):
+            kept = [m for m in ms if keep(m)]
+            if kept:
+                machine = doc["machine"]
+                commit = (machine.get("commit") or "")[:7] or "an unrecorded commit"
+                return Reference(kept, machine, f"our reference, `results/{slug(machine)}/{name}.json`, "
+                                                f"full mode, measured at commit {commit}")
     return None
 
 
