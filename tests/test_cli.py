@@ -37,3 +37,12 @@ def test_unknown_command_is_one_line(capsys):
         main(["frobnicate"])
     assert e.value.code == 2
     assert capsys.readouterr().err.startswith("error: ")
+
+
+def test_data_prepare_only_a_lesson_without_datasets_builds_nothing(tmp_path, monkeypatch, capsys):
+    """`make test-gpu LESSONS="03"` asks for lesson 03's datasets: it has none, which is no error."""
+    monkeypatch.setenv("GPUFEED_CACHE", str(tmp_path))
+    assert main(["data", "prepare", "--only", "lesson03", "--device", "cpu"]) == 0
+    assert "preparing 0 datasets" in capsys.readouterr().out and not any(tmp_path.iterdir())
+    assert main(["data", "prepare", "--only", "lesson3", "--device", "cpu"]) == 2
+    assert "lesson3 is not a lesson (lesson00 to lesson12) or the bench" in capsys.readouterr().err
