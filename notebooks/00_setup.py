@@ -285,7 +285,7 @@ import textwrap
 node = ceilings.committed(lambda m: m.name.startswith("read "), names=["ceilings"])  # the H100 node's reads
 fast_storage = [f for f in published.for_lesson("lesson00") if not f.id.startswith("h2d-")]  # NVMe, RAID, network
 honest_cold = cold if not why else None  # a "cold" read the file system served from RAM is not the disk
-ladder = ceilings.storage_ladder(cold, warm, fast_storage, node)
+ladder = ceilings.storage_ladder(honest_cold, warm, fast_storage, node)
 rows = ["| read from | GB/s | as published | whose number |", "|---|---|---|---|"]
 rows += [f"| {r.what} | {r.gb_per_s:.2f} | {r.published or '-'} | {r.source} |" for r in ladder]
 say("\n".join(rows))

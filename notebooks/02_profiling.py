@@ -309,8 +309,9 @@ if sync_ms:
     off = synced.median / no_sync.median
     print(f"4096x4096 matmul: {no_sync.median * 1e6:,.0f} us per call without a sync, "
           f"{synced.median * 1e6:,.0f} us with one: the timer without a sync read "
-          f"{times(off, more='less', less='more', same='the same', digits=0)} than the work took (on {sync_machine['gpu']}): "
-          + ("it timed the queueing, not the work." if off > 1 else "here the queue was full, so each launch "
+          f"{times(off, 'the work took', more='less', less='more', same='about the same', flat=0.1, digits=1)} "
+          f"(on {sync_machine['gpu']}): "
+          + ("it timed the queueing, not the work." if off > 1.1 else "here the queue was full, so each launch "
              "waited for the GPU anyway."))
 
 # %% [markdown]

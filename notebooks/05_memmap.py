@@ -320,8 +320,7 @@ save, raw_write, copy_write = (write_ms[name, False] for name in WRITES)
 
 def against(m, other):
     """m's speed against other's in words; within 10%, no difference this run can show."""
-    ratio = other.median / m.median
-    return times(ratio, f"`{other.name}`") if abs(ratio - 1) > 0.1 else f"as fast as `{other.name}` (within 10%)"
+    return times(other.median / m.median, f"`{other.name}`", same="about as fast", flat=0.1)
 
 
 fastest_first = sorted((save, raw_write, copy_write), key=lambda m: m.median)

@@ -178,7 +178,7 @@ def read_epoch(dataset: str | os.PathLike, order: np.ndarray, batch: int, limit:
     """
     if reader not in READERS:
         raise ValueError(f"read_epoch: reader must be one of {READERS} (got {reader!r})")
-    dataset = Path(dataset)
+    dataset = Path(dataset).resolve()  # the reader finds its mapping by this path in psutil's (absolute) maps
     order_file = dataset / f"order-{uuid.uuid4().hex[:8]}.npy"
     np.save(order_file, np.asarray(order, dtype=np.int64))
     try:

@@ -385,23 +385,26 @@ class Rung:
     ours: bool = True
 
 
-def storage_ladder(cold: Measurement, warm: Measurement, figures: Sequence = (),
+def storage_ladder(cold: Measurement | None, warm: Measurement, figures: Sequence = (),
                    reference: Reference | None = None) -> list[Rung]:
-    """The storage ladder, fastest first: this machine's page cache (``warm``) and disk (``cold``),
-    the same two read on a committed reference machine, and each published read rate of ``figures``
-    (NVMe, RAID, network storage; :func:`published_gb_per_s`).
+    """The storage ladder, fastest first: this machine's page cache (``warm``) and disk (``cold``;
+    None where the cold read did not reach the disk, e.g. the file system kept the file cached:
+    then there is no rung for this disk), the same two read on a committed reference machine, and
+    each published read rate of ``figures`` (NVMe, RAID, network storage; :func:`published_gb_per_s`).
 
     Example:
         >>> cold = Measurement("read cold", [1.0], nbytes=1e9, params={"cold": True})
         >>> warm = Measurement("read warm", [0.25], nbytes=1e9, params={"cold": False})
         >>> [(r.what, r.gb_per_s) for r in storage_ladder(cold, warm)]
         [("this machine's page cache (a warm read)", 4.0), ("this machine's disk (a cold read)", 1.0)]
+        >>> [r.what for r in storage_ladder(None, warm)]
+        ["this machine's page cache (a warm read)"]
     """
     def ours(m: Measurement, whose: str, source: str) -> Rung:
         what = "disk (a cold read)" if m.params.get("cold") else "page cache (a warm read)"
         return Rung(f"{whose} {what}", m.gb_per_s, source)
 
-    rungs = [ours(warm, "this machine's", "measured here"), ours(cold, "this machine's", "measured here")]
+    rungs = [ours(m, "this machine's", "measured here") for m in (warm, cold) if m is not None]
     if reference is not None:
         rungs += [ours(m, f"{reference.hardware} node's", reference.source) for m in reference.measurements]
     rungs += [Rung(f.hardware, published_gb_per_s(f), f"{f.label()}: [{f.title}]({f.url})",
