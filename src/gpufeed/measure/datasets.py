@@ -93,10 +93,9 @@ def datasets(quick: bool, cuda: bool) -> list[Dataset]:
 
 def _workload_dataset(owner: str, root: str, w) -> Dataset:
     """The dataset :func:`gpufeed.measure.pipelines.prepare` makes for workload ``w`` under ``root``."""
-    (jw, jh), r = w.jpeg_size, w.resize
-    folder = f"{root}/jpeg-{jw}x{jh}-q{w.quality}-n{w.n}-c{w.classes}"
-    return Dataset(owner, folder, w.n, (jw, jh), w.quality, w.classes,
-                   memmaps=((f"{root}/memmap-{r}-{folder.rsplit('/', 1)[1]}", (r, r)),))
+    jpeg, memmap = w.folders()
+    return Dataset(owner, f"{root}/{jpeg}", w.n, w.jpeg_size, w.quality, w.classes,
+                   memmaps=((f"{root}/{memmap}", (w.resize, w.resize)),))
 
 
 def prepare(root: str | os.PathLike, specs: list[Dataset], *, workers: int = 1,

@@ -86,6 +86,17 @@ class Workload:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def folders(self) -> tuple[str, str]:
+        """The names of this workload's JPEG folder and of the memmap made from it (:func:`prepare`).
+
+        Example:
+            >>> TINY.folders()
+            ('jpeg-64x48-q90-n16-c2', 'memmap-40-jpeg-64x48-q90-n16-c2')
+        """
+        (jw, jh), r = self.jpeg_size, self.resize
+        jpeg = f"jpeg-{jw}x{jh}-q{self.quality}-n{self.n}-c{self.classes}"
+        return jpeg, f"memmap-{r}-{jpeg}"
+
 
 #: Sizes: a test's few images; the 2-core CI run; a learner's CPU; a GPU (the talks' 640x480 JPEGs, 224
 #: crops, and the loader-efficiency bar of the course: a ResNet-50 in bf16, channels-last, batches of 256).
@@ -126,11 +137,11 @@ def prepare(w: Workload, root: str | os.PathLike, *, workers: int = 1, progress:
 
     root = Path(root)
     progress = wanted() if progress is None else progress
-    (jw, jh), r = w.jpeg_size, w.resize
+    jpeg_name, memmap_name = w.folders()
     try:
-        jpeg = synth_folder(root / f"jpeg-{jw}x{jh}-q{w.quality}-n{w.n}-c{w.classes}", n=w.n, size=(jw, jh),
-                            quality=w.quality, classes=w.classes, workers=workers, progress=progress)
-        mm = build_memmap(jpeg.path, root / f"memmap-{r}-{jpeg.path.name}", size=(r, r), workers=workers,
+        jpeg = synth_folder(root / jpeg_name, n=w.n, size=w.jpeg_size, quality=w.quality, classes=w.classes,
+                            workers=workers, progress=progress)
+        mm = build_memmap(jpeg.path, root / memmap_name, size=(w.resize, w.resize), workers=workers,
                           reuse=True, progress=progress)
     except (SynthError, MemmapError) as e:
         raise PipelineError(f"cannot prepare the benchmark's dataset under {root}: {e}") from None
