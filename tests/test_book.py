@@ -150,32 +150,6 @@ def test_widget_reprs_are_recognised():
     assert not book().WIDGET_REPR.match("machine: AMD EPYC")
 
 
-def test_cells_tagged_hide_cell_are_folded_on_the_site(tmp_path):
-    """Worked solutions carry the tag hide-cell (and Jupyter's source_hidden for JupyterLab): MyST-NB
-    must fold them, input and output, in a closed <details>, under the site's theme."""
-    needs_the_book_group()
-    import subprocess
-    import sys
-
-    import nbformat
-
-    cell = nbformat.v4.new_code_cell("print('the answer')", metadata={
-        "tags": ["solution", "hide-cell"], "jupyter": {"source_hidden": True, "outputs_hidden": True}},
-        outputs=[nbformat.v4.new_output("stream", text="the answer\n")])
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# T"), cell], metadata={
-        "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
-    nbformat.write(nb, tmp_path / "index.ipynb")
-    (tmp_path / "conf.py").write_text("extensions = ['myst_nb']\nnb_execution_mode = 'off'\n"
-                                      "html_theme = 'sphinx_book_theme'\n")
-    run = subprocess.run([sys.executable, "-m", "sphinx", "-q", "-b", "html", str(tmp_path), str(tmp_path / "out")],
-                         capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-2000:]
-    html = (tmp_path / "out" / "index.html").read_text()
-    folded = re.search(r'class="cell [^"]*tag_hide-cell[^"]*"[^>]*>\s*<details class="[^"]*\bhide\b[^"]*">', html)
-    assert folded, "the hide-cell cell is not folded in a closed <details>"
-    assert "the answer" in html[folded.end():], "the folded cell lost its output"
-
-
 def build_fixture_site(tmp_path: Path, notebook) -> str:
     """Builds a one-lesson site with the course's own hooks (tools/book.py) and returns the lesson's
     HTML: ``notebook`` as ``notebooks/00_t.ipynb`` (not executed: its outputs are the ones given),
@@ -206,7 +180,8 @@ def build_fixture_site(tmp_path: Path, notebook) -> str:
 def test_a_lesson_page_folds_its_setup_and_its_deep_dive_and_says_what_full_mode_measures(tmp_path):
     """The page of a lesson in the course's layout (tools/notebooks.py): the setup cell folded under
     the lesson's introduction, its output read into the "Measured on" box with the full-mode line;
-    a deep dive (issue 31, pacing) folded whole, text and code, under its visible heading."""
+    a deep dive (issue 31, pacing) folded whole, text and code, under its visible heading; a worked
+    solution folded, input and output."""
     needs_the_book_group()
     bs4 = pytest.importorskip("bs4")
     import nbformat
@@ -229,6 +204,8 @@ def test_a_lesson_page_folds_its_setup_and_its_deep_dive_and_says_what_full_mode
         md("Still deeper text.", metadata={"tags": ["deeper"]}),
         md("Back on the main line."),
         code("print('main result')", outputs=[nbformat.v4.new_output("stream", text="main result\n")]),
+        code("print('the answer')", metadata={"tags": ["solution", "hide-cell"], **folded},
+             outputs=[nbformat.v4.new_output("stream", text="the answer\n")]),
     ], metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
     page = bs4.BeautifulSoup(build_fixture_site(tmp_path, nb), "html.parser")
     article = page.select_one("article")
@@ -258,6 +235,13 @@ def test_a_lesson_page_folds_its_setup_and_its_deep_dive_and_says_what_full_mode
     assert heading.get_text().startswith("Deeper (optional): grain sizes"), "the heading stays visible above"
     for text in ("Skip this on a first reading.", "Back on the main line.", "main result", "the first idea"):
         assert text in article.get_text(" ") and text not in inside, f"{text!r} is folded with the deep dive"
+
+    # a worked solution (tags solution, hide-cell; source_hidden for JupyterLab): folded, input and
+    # output, in a closed <details>
+    solution = article.select_one("div.cell.tag_solution")
+    fold = solution.select_one("details.hide:not([open])")
+    assert fold and fold.select_one(".cell_input"), "the solution cell is not folded in a closed <details>"
+    assert "the answer" in solution.get_text(), "the folded solution lost its output"
 
 
 def test_the_examples_in_the_site_tools_hold():
