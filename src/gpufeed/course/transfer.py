@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gpufeed.course.prose import versus
+from gpufeed.course.prose import times, versus
 from gpufeed.measure import progress
 from gpufeed.measure.ceilings import MB, Reference, h2d_at, size_label
 from gpufeed.measure.harness import Measurement, benchmark
@@ -160,6 +160,11 @@ def sweep(variants: Sequence[Variant], device, sizes: Iterable[tuple[int, int]] 
     return out
 
 
+def pixels(size: str) -> int:
+    """The pixels of an image size written ``"WxH"``: ``pixels("640x480") == 307200``."""
+    return math.prod(int(v) for v in size.split("x"))
+
+
 def at_largest(ms: Sequence[Measurement], key: str | None = None) -> dict[str, Measurement]:
     """The measurements at the largest image size (in pixels) and, there, the largest batch.
 
@@ -171,7 +176,7 @@ def at_largest(ms: Sequence[Measurement], key: str | None = None) -> dict[str, M
         >>> {k: m.median for k, m in at_largest(ms).items()}
         {'a': 2, 'b': 3}
     """
-    size = max((m.params["size"] for m in ms), key=lambda s: math.prod(int(v) for v in s.split("x")))
+    size = max((m.params["size"] for m in ms), key=pixels)
     batch = max(m.params["batch"] for m in ms if m.params["size"] == size)
     return {(m.params[key] if key else m.name): m for m in ms
             if m.params["size"] == size and m.params["batch"] == batch}
@@ -189,9 +194,6 @@ def gains_by_size(ms: Sequence[Measurement], slow: str, fast: str, key: str | No
         >>> gains_by_size(ms, "a", "b")
         {'8x8': 2.0, '16x16': 3.0}
     """
-    def pixels(size: str) -> int:
-        return math.prod(int(v) for v in size.split("x"))
-
     out = {}
     for size in sorted({m.params["size"] for m in ms}, key=pixels):
         at = [m for m in ms if m.params["size"] == size]
@@ -214,8 +216,6 @@ def read_trend(gains: dict[str, float]) -> str:
         >>> read_trend({"8x8": 0.8, "16x16": 0.5})
         '8x8 1.25x slower, 16x16 2.00x slower: slower at every size, more so as the image grows.'
     """
-    from gpufeed.course.prose import times
-
     values = list(gains.values())
     listed = ", ".join(f"{s} {times(g)}" for s, g in gains.items())
     if len(values) < 2:
@@ -243,7 +243,7 @@ def plot_by_size(ms: Sequence[Measurement], key: str, machine: dict | None = Non
     from gpufeed.measure.plotting import COLORS, caption
 
     def megapixels(m: Measurement) -> float:
-        return math.prod(int(v) for v in m.params["size"].split("x")) / 1e6
+        return pixels(m.params["size"]) / 1e6
 
     fig, ax = plt.subplots(figsize=(6, 3.6))
     colors = iter(COLORS[k] for k in ("copy", "decode", "compute", "other", "collate", "read", "pin"))
