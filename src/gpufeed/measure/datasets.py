@@ -115,7 +115,8 @@ def prepare(root: str | os.PathLike, specs: list[Dataset], *, workers: int = 1,
     # the pool's manager thread holds a lock could hang the child.
     with ProcessPoolExecutor(max(1, workers), mp_context=mp.get_context("spawn")) as pool:
         for d in specs:
-            r = synth_folder(root / d.folder, d.n, d.size, d.quality, d.classes, progress=False, pool=pool)
+            r = synth_folder(root / d.folder, d.n, d.size, d.quality, d.classes, workers=max(1, workers),
+                             progress=False, pool=pool)
             done.append({"owner": d.owner, "path": d.folder, "seconds": round(r.seconds, 2), "reused": r.reused})
             log(f"{d.owner}: {d.folder} ({d.n} JPEGs {d.size[0]}x{d.size[1]}) "
                 f"{'reused' if r.reused else f'built in {r.seconds:.1f} s'}")

@@ -234,8 +234,9 @@ def synth_folder(
         workers: processes to render with (the bytes do not depend on it).
         progress: show a progress bar; None: where someone watches (:func:`gpufeed.measure.progress.wanted`).
         overwrite: replace a *different* dataset that gpufeed generated earlier in ``out``.
-        pool: processes to render with, shared by several folders (:func:`prepare`); default: a new
-            pool of ``workers`` processes for this folder (none for 1).
+        pool: processes to render with, shared by several folders
+            (:func:`gpufeed.measure.datasets.prepare`, which passes its size as ``workers``); default:
+            a new pool of ``workers`` processes for this folder (none for 1).
 
     Raises:
         SynthError: bad arguments, an unusable destination, too little disk space, or a full disk;
@@ -272,8 +273,7 @@ def _generate(spec: SynthSpec, staging: Path, workers: int, progress: bool | Non
     from gpufeed.measure.progress import bar as progress_bar
 
     # Chunks of up to 64 images, at least ~4 per process: a small folder keeps every process busy too.
-    processes = getattr(pool, "_max_workers", None) or workers
-    chunk = max(1, min(64, -(-spec.n // (4 * max(1, processes)))))
+    chunk = max(1, min(64, -(-spec.n // (4 * max(1, workers)))))
     ranges = [(s, min(s + chunk, spec.n)) for s in range(0, spec.n, chunk)]
     bar = progress_bar(total=spec.n, unit="img", desc=f"synth {spec.width}x{spec.height} q{spec.quality}", show=progress)
     total = 0
