@@ -111,13 +111,19 @@ def git_commit() -> str | None:
     root = config.repo_root()
     if root is not None and (root / ".git").exists():
         try:
-            commit = _git(root, "rev-parse", "--short=12", "HEAD").strip()
-            return commit + ("+dirty" if _git(root, "status", "--porcelain", "--untracked-files=no").strip() else "")
+            commit, dirty = _head(root)
+            return commit + ("+dirty" if dirty else "")
         except (OSError, subprocess.SubprocessError):
             return None
     if os.environ.get(ENV_COMMIT):
         return os.environ[ENV_COMMIT].strip()
     return _commit_from_file(root)
+
+
+def _head(root: Path) -> tuple[str, bool]:
+    """The checkout's commit (12 hex digits) and whether a tracked file has changed since."""
+    commit = _git(root, "rev-parse", "--short=12", "HEAD").strip()
+    return commit, bool(_git(root, "status", "--porcelain", "--untracked-files=no").strip())
 
 
 def _blob_sha(path: Path) -> str:
@@ -137,8 +143,7 @@ def write_commit_file(root: str | Path | None = None) -> Path:
     root = Path(root) if root is not None else config.repo_root()
     if root is None or not (root / ".git").exists():
         raise FileNotFoundError(f"{root}: not a git checkout, so no commit to record")
-    commit = _git(root, "rev-parse", "--short=12", "HEAD").strip()
-    dirty = bool(_git(root, "status", "--porcelain", "--untracked-files=no").strip())
+    commit, dirty = _head(root)
     files = {}
     for line in _git(root, "ls-files", "-s", "-z").split("\0"):  # "mode sha stage\tpath"
         if line:
