@@ -55,11 +55,10 @@ WIDGET_REPR = re.compile(r"^(interactive|VBox|HBox|Box)\(children=\(")
 TAG = re.compile(r"<[^>]*>")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from notebooks import repo_url  # noqa: E402  (tools/notebooks.py: the repository's one address)
+from notebooks import DEEPER_TAG, SETUP_TAGS, repo_url  # noqa: E402  (tools/notebooks.py: the layout's names)
 
-#: The tag of a deep dive's cells (tools/notebooks.py), and the class its markdown cells get on the
-#: page (MyST-NB passes markdown cells through without their tags: :func:`mark_deeper_markdown`).
-DEEPER_TAG = "deeper"
+#: The class a deep dive's markdown cells get on the page (MyST-NB passes markdown cells through
+#: without their tags: :func:`mark_deeper_markdown`); their tag is tools/notebooks.py's DEEPER_TAG.
 DEEPER_TEXT = "deeper-text"
 #: The folds' labels: the setup cell (tagged "setup" by tools/notebooks.py) and a deep dive.
 SETUP_PROMPTS = ("Show the setup cell (what it printed is in the box above)", "Hide the setup cell")
@@ -402,7 +401,7 @@ def _doctree_read(app, doctree) -> None:
     section.insert(1, note)
     # The setup cell folds (tools/notebooks.py tags it): the page opens on the lesson.
     for cell in doctree.findall(nodes.container):
-        if cell.get("nb_element") == "cell_code" and "tag_setup" in cell["classes"] and cell.get("hide_mode"):
+        if cell.get("nb_element") == "cell_code" and f"tag_{SETUP_TAGS[0]}" in cell["classes"] and cell.get("hide_mode"):
             cell["prompt_show"], cell["prompt_hide"] = SETUP_PROMPTS
     fold_deep_dives(doctree)
 

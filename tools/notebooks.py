@@ -67,6 +67,8 @@ SETUP_TAGS = ("setup", "hide-cell")
 #: The visible first cell of an optional deep dive; the cells after it carry the tag "deeper" (code
 #: cells also "hide-cell" and ``jupyter.source_hidden``, as the solutions), and the site folds them.
 DEEPER_HEADING = "### Deeper (optional): "
+#: The tag of a deep dive's cells (the lesson sources write it; the site folds what carries it).
+DEEPER_TAG = "deeper"
 #: The pip constraints file the Colab setup writes: it pins torch to the version Colab has.
 COLAB_CONSTRAINTS = "/tmp/gpufeed-colab-constraints.txt"
 
