@@ -100,7 +100,7 @@ plt.show()
 # %%
 ram = sweep[-1]
 image_bytes = 3 * 224 * 224  # one 224x224 RGB image as uint8
-from gpufeed.course.prose import say, versus
+from gpufeed.course.prose import say, times, versus
 
 in_cache = [m for n, m in zip(sizes, sweep) if l3 and n <= l3 // 2]  # comfortably inside the L3
 cache_text = ""
@@ -190,10 +190,10 @@ if ours and all(old):
     now, then = at["pinned"].gb_per_s / at["pageable"].gb_per_s, old[0].figure / old[1].figure
     say(f"Pinned over pageable: **{now:.2f}x** on {ours.hardware} ({ours.source.split(',')[0]}), "
         f"**{then:.2f}x** on NVIDIA's {old[0].hardware} ({old[0].publisher}, not measured here). "
-        + (f"Pinning buys {now / then:.1f}x as much on the first: the pageable path adds the driver's copy in "
-           "RAM, which does not get faster with the bus, so the faster the bus, the more of the time it takes."
-           if now > 1.05 * then else f"Pinning buys less on the first ({then / now:.1f}x less)."
-           if now < then / 1.05 else "Pinning buys about as much on both (within 5%)."))
+        + f"On the first, pinning buys "
+          f"{times(now / then, 'on the second', more='more', less='less', same='about as much', flat=0.05, digits=1)}"
+        + (": the pageable path adds the driver's copy in RAM, which does not get faster with the bus, so the "
+           "faster the bus, the more of the time it takes." if now / then > 1.05 else "."))
 
 # %% [markdown]
 # ## 5. JPEG decode: images per second on one core

@@ -307,8 +307,8 @@ png = io.BytesIO()
 original.save(png, format="PNG")
 raw = a.numel()  # uint8 bytes: 3 x 960 x 1280
 print(f"raw uint8 {raw / 2**20:.2f} MiB, lossless PNG {png.tell() / 2**20:.2f} MiB, JPEG q{q_show} {len(data) / 2**10:.0f} KiB: "
-      f"{times(raw / len(data), more='smaller', less='larger', digits=0, than='raw')}, "
-      f"{times(png.tell() / len(data), more='smaller', less='larger', digits=0, than='PNG')} "
+      f"{times(raw / len(data), **size_words, digits=0, than='raw')}, "
+      f"{times(png.tell() / len(data), **size_words, digits=0, than='PNG')} "
       f"(PSNR {quality.psnr(a, b):.1f} dB, SSIM {quality.ssim(a, b):.3f}).")
 
 # %%
@@ -355,7 +355,7 @@ else:
     q3 = next(r for r in ffmpeg_map if r["qv"] == 3)
     q3_img = jpeg.decode_pil(quality.ffmpeg_jpeg(original, 3))
     say(f"`-q:v 3` takes the raw {raw / 2**20:.1f} MiB frame to **{q3['bytes'] / 2**10:.0f} KiB** "
-        f"({times(raw / q3['bytes'], more='smaller', less='larger', digits=0)}; PSNR {quality.psnr(a, q3_img):.1f} dB, SSIM {quality.ssim(a, q3_img):.3f}). "
+        f"({times(raw / q3['bytes'], **size_words, digits=0)}; PSNR {quality.psnr(a, q3_img):.1f} dB, SSIM {quality.ssim(a, q3_img):.3f}). "
         f"The talk's frame went from 3.5 MB to 207 KB ({3.5e6 / 207e3:.0f}x): the ratio depends on the picture, "
         "so this generated frame gives its own.")
 
@@ -470,7 +470,7 @@ plt.show()
 kib = len(encode_jpeg(original, q)) / 2**10
 say(f"At **quality {q}** the worst window's SSIM on brightness is {crop_ssim:.3f}"
     + ("" if crop_ssim >= 0.99 else " (never 0.99 here: look at the crops and choose by eye)")
-    + f"; the file is {kib:.0f} KiB, **{times(raw / 2**10 / kib, more='smaller', less='larger', digits=0, than='raw')}**.")
+    + f"; the file is {kib:.0f} KiB, **{times(raw / 2**10 / kib, **size_words, digits=0, than='raw')}**.")
 
 # %% tags=["solution", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution to exercise 2: SSIM on brightness alone
