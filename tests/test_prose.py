@@ -36,3 +36,13 @@ def test_times_refuses_a_ratio_that_is_not_positive():
     for bad in (0.0, -1.0, float("nan")):
         with pytest.raises(ValueError, match="positive"):
             prose.times(bad)
+
+
+def test_band_is_the_widest_spread_and_at_least_the_floor():
+    from types import SimpleNamespace as M
+
+    assert prose.band() == 0.05  # nothing measured: the floor
+    assert prose.band(M(spread=0.0), M(spread=0.0)) == 0.05  # a perfect tie still has a floor
+    assert prose.band(M(spread=0.05)) == 0.05  # at the floor exactly
+    assert prose.band(M(spread=0.2), M(spread=0.07)) == 0.2  # the noisier of the two decides
+    assert prose.band(M(spread=0.07), floor=0.1) == 0.1
