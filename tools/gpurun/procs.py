@@ -32,7 +32,9 @@ def kill_tree(pid: int) -> None:
             p.kill()
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
-    psutil.wait_procs(procs, timeout=10)
+    # Briefly: a killed grandchild stays a zombie until whoever adopted it reaps it (in a container,
+    # maybe never), and psutil counts a zombie as running, so a long wait here is time the slot loses.
+    psutil.wait_procs(procs, timeout=2)
 
 
 class Child:
