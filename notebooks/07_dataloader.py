@@ -83,7 +83,7 @@ else:
 
 # %%
 from gpufeed.data.folder import ImageFolderDataset
-from gpufeed.course.knobs import worker_counts
+from gpufeed.course.lesson07.knobs import worker_counts
 from gpufeed.data.arrays import MemmapDataset
 from gpufeed.measure.machine import usable_cores
 from gpufeed.data.memmap import build_memmap
@@ -101,7 +101,7 @@ counts = worker_counts(cores)
 print(f"{n_images} images of {side}x{side}, batch {batch_size}; {cores} cores; num_workers in {counts}")
 
 # %% [markdown]
-# `gpufeed.course.knobs.sweep` builds one DataLoader per configuration (`gpufeed.course.knobs.loader`: shuffled,
+# `gpufeed.course.lesson07.knobs.sweep` builds one DataLoader per configuration (`gpufeed.course.lesson07.knobs.loader`: shuffled,
 # and the knobs that need workers dropped at `num_workers=0`). In quick mode it runs one untimed
 # epoch (the workers start there), then times whole epochs. In full mode it gives each
 # configuration a time budget instead (`budget_s`): after a short warm-up, the loader runs as one
@@ -115,7 +115,7 @@ print(f"{n_images} images of {side}x{side}, batch {batch_size}; {cores} cores; n
 import matplotlib.pyplot as plt
 
 from gpufeed.measure import plotting
-from gpufeed.course.knobs import heatmap, sweep
+from gpufeed.course.lesson07.knobs import heatmap, sweep
 
 kw = {"batch_size": batch_size, "repeats": config.pick(quick=3, full=5), "device": S.device if S.cuda else None,
       "budget_s": config.pick(quick=None, full=0.3)}  # full mode: about 0.3 s of timing per configuration
@@ -400,11 +400,11 @@ else:
 # lesson 00's Sources, shows it in its IO section, with JAX's counterpart, `jax.device_put(x,
 # device)`): a file saved on a GPU machine loads on one without a GPU only with it, and it loads
 # straight onto the device you compute on instead of loading, then moving. First the file of a
-# GPU machine: where there is no GPU, `gpufeed.course.devicefiles.save_as_on` writes one whose
+# GPU machine: where there is no GPU, `gpufeed.course.lesson07.devicefiles.save_as_on` writes one whose
 # tensors record `cuda:0`, the one thing in a file that says where a tensor was.
 
 # %%
-from gpufeed.course.devicefiles import load_ways, save_as_on
+from gpufeed.course.lesson07.devicefiles import load_ways, save_as_on
 from gpufeed.data.memmap import load_memmap
 
 shard = load_memmap(mm_dir)  # the lesson's images, as one dataset shard would be saved
@@ -419,7 +419,7 @@ print("torch.load(f, map_location='cpu'):", {k: str(v.device) for k, v in torch.
 # %% [markdown]
 # Then the cost, on a file of the lesson's images (`tensors`: 10 MB in quick mode, 300 MB in full
 # mode), read from the page cache: `torch.load(f, map_location=device)` against `torch.load(f)`
-# then `.to(device)` over the nest, timed in turns (`gpufeed.course.devicefiles.load_ways`, which
+# then `.to(device)` over the nest, timed in turns (`gpufeed.course.lesson07.devicefiles.load_ways`, which
 # first checks that both give the same tensors).
 
 # %%
@@ -561,10 +561,10 @@ if not S.cuda:
 # script uses: let the loader pin the batch (`pin_memory=True`), and move it yourself with
 # `non_blocking=True` *before* calling the model. The copy is queued on the current stream and the
 # host goes on; the forward pass is queued behind it; DDP finds every tensor already on its GPU
-# and moves nothing (`gpufeed.course.collate.ddp_move` calls DDP's own function on the batch):
+# and moves nothing (`gpufeed.course.lesson07.collate.ddp_move` calls DDP's own function on the batch):
 
 # %%
-from gpufeed.course.collate import ddp_move
+from gpufeed.course.lesson07.collate import ddp_move
 from gpufeed.data.movers import pin, to_device
 
 on_device = to_device(pin(batch) if S.cuda else batch, S.device, non_blocking=S.cuda)  # queued, not waited for
@@ -590,13 +590,13 @@ print(f"moved before the model: DDP handed the model the very same {len(leaves(p
 #   stream, and lists, tuples and dicts are rebuilt around the pieces. With no GPU, `DataParallel`
 #   just calls the model.
 #
-# `gpufeed.course.collate.dataparallel_split` runs torch's own `scatter` on the CPU, with only its
+# `gpufeed.course.lesson07.collate.dataparallel_split` runs torch's own `scatter` on the CPU, with only its
 # per-tensor CUDA copy replaced by the same `torch.chunk` split.
 
 # %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 from torch import nn
 
-from gpufeed.course.collate import dataparallel_split
+from gpufeed.course.lesson07.collate import dataparallel_split
 
 print(f"nn.DataParallel here uses GPUs {nn.DataParallel(nn.Identity()).device_ids} "
       f"({'it scatters over them' if S.cuda else 'none: forward just calls the model'})")
@@ -665,7 +665,7 @@ import pickle
 
 from torch.utils.data import Dataset
 
-from gpufeed.course.knobs import first_batch
+from gpufeed.course.lesson07.knobs import first_batch
 
 
 class NotebookDetection(Dataset):  # defined here, in __main__: a spawned worker cannot find it
@@ -702,7 +702,7 @@ print(f"Start method here: {torch.multiprocessing.get_start_method()}. On Python
 cuda_fork = None
 if S.cuda:
     torch.zeros(1, device="cuda")  # CUDA is initialised in the parent
-    from gpufeed.course.knobs import CudaProbe
+    from gpufeed.course.lesson07.knobs import CudaProbe
 
     cuda_fork = first_batch(CudaProbe(), "fork")
     print(f"a forked worker touching CUDA: {'worked' if cuda_fork.ok else cuda_fork.error}")
@@ -721,10 +721,10 @@ else:
 # tensor made in a worker reaches the main process through CUDA IPC, and PyTorch's docs ask the
 # process that made it to stay alive while it is in use (the deep dive below shows what happens
 # when it does not); and the collate function must be importable, so it lives in
-# `gpufeed.course.collate.DeviceCollate` (`tensorclass=True` makes the talk's batch, an `ImageData`
+# `gpufeed.course.lesson07.collate.DeviceCollate` (`tensorclass=True` makes the talk's batch, an `ImageData`
 # with `images` and `targets`). What it costs: every worker opens a CUDA context of its own, in
 # exchange for taking the pin copy off the main process's single pin thread, and the batches the
-# workers prefetch wait *on the GPU*. `gpufeed.course.collate.worker_cuda_cost` builds both
+# workers prefetch wait *on the GPU*. `gpufeed.course.lesson07.collate.worker_cuda_cost` builds both
 # DataLoaders on the JPEG folder (same spawn workers, persistent; at most 4 workers and 8 batches
 # an epoch, enough to see each cost) and measures the time to the first batch, the time per epoch,
 # and the GPU memory in use while the workers live (`torch.cuda.mem_get_info`, which sees every
@@ -733,7 +733,7 @@ else:
 # %%
 from torch.utils.data import Subset
 
-from gpufeed.course.collate import DeviceCollate, worker_cuda_cost
+from gpufeed.course.lesson07.collate import DeviceCollate, worker_cuda_cost
 
 talk_collate = DeviceCollate("cuda", tensorclass=True)
 print("collate_fn:", talk_collate, "pickled as", pickle.dumps(talk_collate)[:48])
@@ -781,7 +781,7 @@ if worker_collate:
 # the workers print, and checks the kept batches afterwards.
 
 # %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
-from gpufeed.course.collate import without_persistent_workers
+from gpufeed.course.lesson07.collate import without_persistent_workers
 
 no_persist = None
 if S.cuda:
