@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from gpufeed.measure.findings import loader_bounds as bounds  # noqa: F401  (the two bounds; diagnose reads them too)
+from gpufeed.measure.findings import efficiency_bounds as bounds  # noqa: F401  (the two bounds; diagnose reads them too)
 
 #: The loader efficiency the course pipeline should reach on a GPU: the bar is set for
 #: ``gpufeed bench``'s full-size GPU workload (a ResNet-50 in bfloat16 autocast, 224x224 crops in

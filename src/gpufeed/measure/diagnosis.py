@@ -15,7 +15,7 @@ it, ``notebooks/11_together.ipynb`` closes with it):
    simulator alike) and, on a real GPU, a profiler trace: copy time, time the host waited, GPU idle;
 3. **the two what-ifs** of lesson 11: the loader alone (images/s), and the step on one batch kept
    on the device (images/s), from which the loader efficiency and the most a faster loader could
-   give (:func:`~gpufeed.measure.findings.loader_bounds`).
+   give (:func:`~gpufeed.measure.findings.efficiency_bounds`).
 
 Then :mod:`~gpufeed.measure.findings` states what to change, each finding with the numbers that
 back it and the lesson that shows how; nothing is stated that was not measured.
@@ -27,11 +27,10 @@ the thread) is restored; it sets nothing else.
 
 Example:
     >>> import time
-    >>> def loader():  # 2 ms a batch of 4 images
+    >>> def loader():  # batches of 4 images, at once
     ...     while True:
-    ...         time.sleep(0.002)
     ...         yield torch.zeros(4, 3, 8, 8)
-    >>> report = diagnose(loader(), lambda batch: time.sleep(0.008), batches=5, warmup=1)
+    >>> report = diagnose(loader(), lambda batch: time.sleep(0.010), batches=5, warmup=1)  # a 10 ms step
     >>> report.bound, report.items
     ('compute', 4)
     >>> [f.key for f in report.findings]
@@ -52,10 +51,12 @@ from pathlib import Path
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from gpufeed.measure.findings import COMPUTE_BOUND, DATA_BOUND, find, loader_bounds, say_all  # noqa: F401
+from gpufeed.measure.findings import COMPUTE_BOUND, DATA_BOUND, efficiency_bounds, find, say_all
 from gpufeed.measure.harness import cuda_sync, format_rate, format_time
 from gpufeed.measure.wording import times
 
+#: The bound in words.
+BOUND_WORDS = {"data": "data bound", "compute": "compute bound", "balanced": "between data and compute bound"}
 #: torch's words for a sync that ``set_sync_debug_mode("warn")`` reports (c10/cuda/CUDAFunctions.cpp).
 SYNC_WARNING = "called a synchronizing CUDA operation"
 
@@ -172,8 +173,9 @@ class Report:
 
     @property
     def best_speedup(self) -> float:
-        """The most any faster loader could speed your loop up: to the step's rate on resident batches."""
-        return max(1.0, self.model_rate / self.rate)
+        """The most any faster loader could speed your loop up: to the period without its wait (measured in
+        the same run as the wait; the what-if on resident batches, taken at another moment, is noisier)."""
+        return self.period_s / max(self.period_s - self.wait_s, 1e-12)
 
     def table(self) -> str:
         """The period, split, and the what-ifs, as a short text table."""
@@ -192,23 +194,26 @@ class Report:
         if self.gpu_idle is not None:
             rows.append(("GPU idle (profiled steps)", f"{self.gpu_idle:.0%}", ""))
         rows += [("what-if: the loader alone", format_rate(self.loader_rate, "images/s"), ""),
-                 ("what-if: the step on a batch " + ("on the device" if self.resident else "as yielded"),
+                 ("what-if: the step on one batch " + (f"kept on {self.device}" if self.resident else "as yielded"),
                   format_rate(self.model_rate, "images/s"), ""),
-                 ("loader efficiency", f"{self.efficiency:.2f}", f"bound: {self.bound}")]
+                 ("loader efficiency", f"{self.efficiency:.2f}", BOUND_WORDS[self.bound]),
+                 ("  from the two what-ifs alone", "{:.2f} to {:.2f}".format(*efficiency_bounds(
+                     self.loader_rate, self.model_rate)), "nothing overlapping, to all of it")]
         width = max(len(r[0]) for r in rows)
         return "\n".join(f"{a.ljust(width)}  {b:>14}  {c}".rstrip() for a, b, c in rows)
 
     def sentences(self) -> str:
         """What the numbers mean, in a few sentences (ratios worded by :mod:`~gpufeed.measure.wording`)."""
         head = (f"Your loop trains {format_rate(self.rate, 'images/s')} and waits for the next batch "
-                f"{self.wait_fraction:.0%} of the time: {self.bound} bound. ")
+                f"{self.wait_fraction:.0%} of the time: {BOUND_WORDS[self.bound]}. ")
         alone = (f"The loader alone makes {format_rate(self.loader_rate, 'images/s')}, "
                  f"{times(self.loader_rate / self.model_rate, 'the step on batches already there', flat=0.05)} "
                  f"({format_rate(self.model_rate, 'images/s')}); ")
-        gain = ("so a faster loader could speed your loop up by at most "
-                f"{times(self.best_speedup, more='', flat=0.05).strip()}." if self.best_speedup >= 1.05 else
-                "so a faster loader would not speed your loop up.")
-        return head + alone + gain + "\n" + say_all(self.findings)
+        gain = (f"a loader that never kept it waiting would make your loop at most {times(self.best_speedup, flat=0.05)}."
+                if self.best_speedup >= 1.05 else "a faster loader would not speed your loop up.")
+        noise = (" (The step alone measured slower than inside your loop: the machine was busy; take more batches.)"
+                 if self.efficiency > 1.05 else "")
+        return head + alone + gain + noise + "\n" + say_all(self.findings)
 
     def __str__(self) -> str:
         return self.table() + "\n\n" + self.sentences()

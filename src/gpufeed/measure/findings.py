@@ -11,7 +11,7 @@ Example:
     >>> r = Report(items=32, batches=10, device="cpu", period_s=0.025, wait_s=0.020, step_s=0.005,
     ...            loader_rate=1600.0, model_rate=6400.0, loader_settings={"num_workers": 0}, cores=8)
     >>> [(f.key, f.lessons) for f in find(r)]
-    [('workers', ('07',))]
+    [('workers', ('07',)), ('overlap', ('07', '08'))]
     >>> find(r)[0].evidence
     {'num_workers': 0, 'wait_fraction': 0.8, 'cores': 8}
 """
@@ -36,11 +36,11 @@ PART = 0.25
 PER_SAMPLE = 0.5
 #: A DataLoader's start (``iter(loader)``) worth naming: at least this share of an epoch.
 START = 0.05
-#: Overlap worth naming: the measured efficiency at least this far below the overlapped bound.
+#: Overlap worth naming: the longer of the loader alone and the step at least this share shorter than the period.
 OVERLAP_GAP = 0.1
 
 
-def loader_bounds(loader_rate: float, model_rate: float) -> tuple[float, float]:
+def efficiency_bounds(loader_rate: float, model_rate: float) -> tuple[float, float]:
     """The loader efficiency to expect from two rates alone (images/s): the loader timed alone and
     the model on resident batches. Returns ``(serial, overlapped)``:
 
@@ -52,7 +52,7 @@ def loader_bounds(loader_rate: float, model_rate: float) -> tuple[float, float]:
     Lesson 11 reads them as ``gpufeed.course.efficiency.bounds``.
 
     Example:
-        >>> loader_bounds(loader_rate=1000.0, model_rate=100.0), loader_bounds(loader_rate=50.0, model_rate=100.0)
+        >>> efficiency_bounds(loader_rate=1000.0, model_rate=100.0), efficiency_bounds(loader_rate=50.0, model_rate=100.0)
         ((0.909, 1.0), (0.333, 0.5))
     """
     return round(1 / (1 + model_rate / loader_rate), 3), round(min(1.0, loader_rate / model_rate), 3)
@@ -133,15 +133,16 @@ def _loader_side(r) -> list[Finding]:
             out.append(Finding(part, f"{text}: {d[part]:.2f} ms an image, {min(share, 1.0):.0%} of the "
                                f"{d['sample']:.2f} ms that dataset[i] takes.",
                                {f"{part}_ms": round(d[part], 3), "sample_ms": round(d["sample"], 3)}, lessons))
-    serial, overlapped = loader_bounds(r.loader_rate, r.model_rate)
-    if r.efficiency <= overlapped - OVERLAP_GAP:
-        out.append(Finding("overlap", f"Loading does not overlap the step: your loop reaches a loader efficiency of "
-                           f"{r.efficiency:.2f}; with the loader working while the step runs it could reach "
-                           f"{overlapped:.2f} (nothing overlapping gives {serial:.2f}). Prefetch the next batches "
-                           "on a thread or in workers" + (f" (prefetch_factor={s['prefetch_factor']})"
-                                                          if s.get("prefetch_factor") else "") + ".",
-                           {"efficiency": round(r.efficiency, 3), "overlapped_bound": overlapped,
-                            "serial_bound": serial}, ("07", "08")))
+    loader_s, overlapped_s = r.items / r.loader_rate, max(r.items / r.loader_rate, r.step_s)
+    if overlapped_s <= (1 - OVERLAP_GAP) * r.period_s:
+        out.append(Finding("overlap", f"Loading does not overlap the step: a batch takes {format_time(r.period_s)}, "
+                           f"the loader alone {format_time(loader_s)} and the step {format_time(r.step_s)}; with the "
+                           "loader working while the step runs it would take the longer of the two, "
+                           f"{times(r.period_s / overlapped_s, flat=0.05)}. Prefetch the next batches on a thread "
+                           "or in workers" + (f" (prefetch_factor={s['prefetch_factor']})" if s.get("prefetch_factor")
+                                              else "") + ".",
+                           {"period_ms": round(r.period_s * 1e3, 3), "loader_ms": round(loader_s * 1e3, 3),
+                            "step_ms": round(r.step_s * 1e3, 3)}, ("07", "08")))
     return out
 
 
