@@ -284,20 +284,21 @@ class _Batches:
         self.start_s = time.perf_counter() - start
 
     def __next__(self):
-        try:
-            batch = next(self.it)
-        except StopIteration:
-            if self.taken == 0:
-                raise DiagnoseError("diagnose: the loader yielded no batch; check its dataset and "
-                                    "drop_last (a dataset smaller than one batch yields nothing)") from None
-            if iter(self.loader) is self.it:  # an iterator or a generator: it cannot start again
-                raise DiagnoseError(f"diagnose: the loader ran out after {self.taken} batches and cannot start "
-                                    f"again; it needs {self.needed}: pass a loader that can (a DataLoader), an "
-                                    "endless generator, or fewer batches") from None
-            self.it = iter(self.loader)
-            batch = next(self.it)
-        self.taken += 1
-        return batch
+        for again in (False, True):  # an epoch ends: once more, from a fresh iter() where the loader gives one
+            try:
+                batch = next(self.it)
+                self.taken += 1
+                return batch
+            except StopIteration:
+                if self.taken == 0:
+                    raise DiagnoseError("diagnose: the loader yielded no batch; check its dataset and drop_last (a "
+                                        "dataset smaller than one batch yields nothing)") from None
+                if again:
+                    break
+                self.it = iter(self.loader)  # an iterator gives itself: DALI's resets, a generator stays ended
+        raise DiagnoseError(f"diagnose: the loader ran out after {self.taken} batches and cannot start again; it "
+                            f"needs {self.needed}: pass a loader that can (a DataLoader), an endless generator, "
+                            "or fewer batches")
 
 
 def _call(step: Callable, batch, i: int):
