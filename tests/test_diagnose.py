@@ -201,3 +201,12 @@ def test_the_report_draws_its_period_and_saves_as_json(tmp_path):
     assert ax.get_xlabel() == "ms per batch" and len(ax.patches) >= 2
     d = json.loads(json.dumps(r.to_dict()))
     assert d["bound"] == r.bound and [f["key"] for f in d["findings"]] == [f.key for f in r.findings]
+
+
+@pytest.mark.parametrize(("wait", "words"), [(0.0, "no faster"), (0.04, "no faster"), (0.15, "at most 1.18x faster"),
+                                             (0.2, "at most 1.25x faster")])
+def test_the_loader_is_not_the_bottleneck_reads_its_own_wait(wait, words):
+    r = Report(items=8, batches=2, device="cpu", period_s=1.0, wait_s=wait, step_s=1.0 - wait, loader_rate=100.0,
+               model_rate=8.0)
+    (only,) = findings.find(r)
+    assert only.key == "loader-fine" and words in only.text

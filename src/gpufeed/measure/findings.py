@@ -95,8 +95,9 @@ def find(r) -> list[Finding]:
     """The findings a :class:`~gpufeed.measure.diagnosis.Report`'s numbers support, loader side first, then copies and syncs."""
     out = [] if r.wait_fraction > COMPUTE_BOUND else [Finding(
         "loader-fine", f"The loader is not the bottleneck: your loop waits for data {r.wait_fraction:.0%} of its "
-        f"period, and a loader that never kept it waiting would make it at most "
-        f"{times(r.best_speedup, flat=0.05)}; look at the step (the model, its precision, torch.compile).",
+        "period, and a loader that never kept it waiting would make it " + (
+            f"at most {times(r.best_speedup, flat=0.05)}" if r.best_speedup > 1.05 else "no faster")
+        + "; look at the step (the model, its precision, torch.compile).",
         {"wait_fraction": round(r.wait_fraction, 3), "best_speedup": round(r.best_speedup, 3)}, ("11",))]
     if not out:
         side = _loader_side(r)
