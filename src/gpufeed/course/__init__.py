@@ -8,7 +8,8 @@ lesson 08, and the tests of the library's CUDA paths), the prefetcher's timed ex
 lesson 08), storage formats and JPEG quality (04), a dataset larger than the memory read in two
 orders (06), DataLoader sweeps and tensors saved on one device loaded on another (07), the ladder,
 loader efficiency and the model's side (11), the distributed script, shards and the page cache (12),
-the environment check and the notebooks' setup cell.
+the environment check and the notebooks' setup cell, and what a CUDA-only cell shows without a GPU
+(:mod:`~gpufeed.course.gpucell`).
 
 It may import :mod:`gpufeed.data` and :mod:`gpufeed.measure`; they never import it.
 """
@@ -17,8 +18,8 @@ from __future__ import annotations
 
 import importlib
 
-_MODULES = {'collate', 'devicefiles', 'distributed', 'doctor', 'efficiency', 'engines', 'explorer', 'formats', 'hazards',
-            'instrument', 'knobs', 'ladder', 'launch', 'outofcore', 'overlap', 'overlap_prose', 'pagecache', 'ports',
+_MODULES = {'collate', 'devicefiles', 'distributed', 'doctor', 'efficiency', 'engines', 'explorer', 'formats', 'gpucell',
+            'hazards', 'instrument', 'knobs', 'ladder', 'launch', 'outofcore', 'overlap', 'overlap_prose', 'pagecache', 'ports',
             'prose', 'quality', 'session', 'shards', 'shuffles', 'simcuda', 'simulator', 'timeline', 'trace', 'training',
             'transfer'}
 
