@@ -359,7 +359,7 @@ say(f"Shuffling {sizes[-1]:,} indices takes {full[-1].median * 1e3:.0f} ms with 
 labels = torch.arange(1000).repeat_interleave(300)  # class order, like an image folder
 stored_shuffled = labels[permutation(len(labels), seed=123)]  # shuffled once, at build time
 
-from gpufeed.course.shuffles import classes_per_batch, plot_grouped  # distinct labels per batch
+from gpufeed.course.lesson06.shuffles import classes_per_batch, plot_grouped  # distinct labels per batch
 
 for name, lab in (("class order", labels), ("stored shuffled", stored_shuffled)):
     full_c = classes_per_batch(lab, permutation(len(lab)), B)
@@ -378,7 +378,7 @@ say(f"With data in class order, a grouped shuffle puts about **{in_order:.0f}** 
     "epoch's random order of blocks: not its neighbour in the file, and a different one each epoch).")
 
 # %% [markdown]
-# The same count for other block sizes (`gpufeed.course.shuffles.plot_grouped`, which draws the
+# The same count for other block sizes (`gpufeed.course.lesson06.shuffles.plot_grouped`, which draws the
 # deck's slide too): larger blocks mix more classes into a batch from class-ordered data.
 
 # %%
@@ -511,7 +511,7 @@ say(f"The DataLoader pays for {B} `__getitem__` calls, a collate and an inter-pr
 # (section 3; FFCV calls it `QUASI_RANDOM`; `ImageLoader(..., group_size=g)`) reads one block of
 # neighbouring rows at a time, and a block fits in memory. We write a memmap dataset **four
 # times** the limit and read it in a fresh process held to that limit, starting with none of it
-# cached (`gpufeed.course.outofcore`: a memory cgroup where one can be made, else an LRU of the
+# cached (`gpufeed.course.lesson06.outofcore`: a memory cgroup where one can be made, else an LRU of the
 # file's blocks evicted with `posix_fadvise`). First with a stand-in reader that is NumPy alone
 # (one fancy index per batch, as `FastLoader` gathers), three ways: a full shuffle; a full
 # shuffle with `madvise(MADV_RANDOM)`, which tells the kernel not to read ahead; the grouped
@@ -523,7 +523,7 @@ import shutil
 
 import numpy as np
 
-from gpufeed.course import outofcore
+from gpufeed.course.lesson06 import outofcore
 
 limit = config.pick(quick=32, full=256) << 20  # bytes the reader may use: its own memory and its page cache
 shape = config.pick(quick=(3, 128, 128), full=(3, 224, 224))  # one stored image, uint8

@@ -73,7 +73,7 @@ say(f"With {default_threads} threads the collate ran {times(one.median / many.me
 
 # %%
 from gpufeed.data.folder import ImageFolderDataset
-from gpufeed.course.knobs import worker_counts
+from gpufeed.course.lesson07.knobs import worker_counts
 from gpufeed.data.arrays import MemmapDataset
 from gpufeed.measure.machine import usable_cores
 from gpufeed.data.memmap import build_memmap, load_memmap
@@ -90,7 +90,7 @@ counts = worker_counts(cores)
 print(f"{n_images} images of {side}x{side}, batch {batch_size}; {cores} cores; num_workers in {counts}")
 
 # %% [markdown]
-# `gpufeed.course.knobs.sweep` builds one shuffled DataLoader per configuration and times it:
+# `gpufeed.course.lesson07.knobs.sweep` builds one shuffled DataLoader per configuration and times it:
 # whole epochs after an untimed one (the workers start there), or in full mode blocks of batches
 # within a time budget per configuration, so a sweep of 2,000 JPEGs takes seconds. With CUDA each
 # batch is also sent to the GPU, and the `, pinned` rows add `pin_memory=True`. Each cell of the
@@ -100,7 +100,7 @@ print(f"{n_images} images of {side}x{side}, batch {batch_size}; {cores} cores; n
 import matplotlib.pyplot as plt
 
 from gpufeed.measure import plotting
-from gpufeed.course.knobs import heatmap, sweep
+from gpufeed.course.lesson07.knobs import heatmap, sweep
 
 kw = {"batch_size": batch_size, "repeats": config.pick(quick=3, full=5), "device": S.device if S.cuda else None,
       "budget_s": config.pick(quick=None, full=0.3)}  # full mode: about 0.3 s of timing per configuration
@@ -445,10 +445,10 @@ say(f"Fastest here: {fastest.name}, {fastest.median * 1e6:.0f} us per batch; slo
 # script uses: let the loader pin the batch (`pin_memory=True`), and move it yourself with
 # `non_blocking=True` *before* calling the model. The copy is queued on the current stream and the
 # host goes on; the forward pass is queued behind it; DDP finds every tensor already on its GPU
-# and moves nothing (`gpufeed.course.collate.ddp_move` calls DDP's own function on the batch):
+# and moves nothing (`gpufeed.course.lesson07.collate.ddp_move` calls DDP's own function on the batch):
 
 # %%
-from gpufeed.course.collate import ddp_move
+from gpufeed.course.lesson07.collate import ddp_move
 
 on_device = to_device(pin(batch) if S.cuda else batch, S.device, non_blocking=S.cuda)  # queued, not waited for
 passed = ddp_move(on_device, S.device)  # what DDP's forward does to it
@@ -473,13 +473,13 @@ print(f"moved before the model: DDP handed the model the very same {len(leaves(p
 #   stream, and lists, tuples and dicts are rebuilt around the pieces. With no GPU, `DataParallel`
 #   just calls the model.
 #
-# `gpufeed.course.collate.dataparallel_split` runs torch's own `scatter` on the CPU, with only its
+# `gpufeed.course.lesson07.collate.dataparallel_split` runs torch's own `scatter` on the CPU, with only its
 # per-tensor CUDA copy replaced by the same `torch.chunk` split.
 
 # %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 from torch import nn
 
-from gpufeed.course.collate import dataparallel_split
+from gpufeed.course.lesson07.collate import dataparallel_split
 
 print(f"nn.DataParallel here uses GPUs {nn.DataParallel(nn.Identity()).device_ids} "
       f"({'it scatters over them' if S.cuda else 'none: forward just calls the model'})")
@@ -536,10 +536,10 @@ say(text + " Nested per-sample targets need DDP, or a split of your own.")
 # shows it in its IO section, with JAX's counterpart, `jax.device_put(x, device)`. It does two
 # jobs: a file saved on a GPU machine loads where there is no GPU only with it, and it loads
 # straight onto the device you compute on. First the file of a GPU machine
-# (`gpufeed.course.devicefiles.save_as_on` writes one whose tensors record `cuda:0`):
+# (`gpufeed.course.lesson07.devicefiles.save_as_on` writes one whose tensors record `cuda:0`):
 
 # %%
-from gpufeed.course.devicefiles import load_ways, save_as_on
+from gpufeed.course.lesson07.devicefiles import load_ways, save_as_on
 
 shard = load_memmap(mm_dir)  # the lesson's images, as one dataset shard would be saved
 tensors = {"images": shard.images.clone(), "targets": shard.targets.clone()}  # [N, 3, 224, 224] uint8, [N]
@@ -553,7 +553,7 @@ print("torch.load(f, map_location='cpu'):", {k: str(v.device) for k, v in torch.
 # %% [markdown]
 # Then the cost, on a file of the lesson's images (10 MB in quick mode, 300 MB in full mode), read
 # from the page cache: `torch.load(f, map_location=device)` against `torch.load(f)` then
-# `.to(device)` over the nest, timed in turns (`gpufeed.course.devicefiles.load_ways`, which first
+# `.to(device)` over the nest, timed in turns (`gpufeed.course.lesson07.devicefiles.load_ways`, which first
 # checks that both give the same tensors).
 
 # %%
@@ -581,7 +581,7 @@ say(f"Loading {shard_file.stat().st_size / 2**20:.0f} MiB to {S.device}: `map_lo
 # line does not need it.
 
 # %% [markdown] tags=["deeper"]
-# The simulator (`gpufeed.course.simcuda`, lesson 08: it models CUDA's order of events, not its
+# The simulator (`gpufeed.simcuda`, lesson 08: it models CUDA's order of events, not its
 # speed) shows the host waits of moving a loaded nest, and what pinning changes.
 # `torch.load(map_location="cuda")` itself cannot run under it (the simulator models tensors, not
 # the storages torch.load restores); it makes the same blocking copies, one per storage.
@@ -590,7 +590,7 @@ say(f"Loading {shard_file.stat().st_size / 2**20:.0f} MiB to {S.device}: `map_lo
 if S.cuda:
     print("A GPU is here: the timings above are the real copies; the simulator is for machines without one.")
 else:
-    from gpufeed.course.simcuda import simulated_cuda
+    from gpufeed.simcuda import simulated_cuda
     from gpufeed.data.movers import to_device
 
     loaded = torch.load(gpu_file, map_location="cpu", weights_only=True)  # pageable CPU tensors, as torch.load makes them
@@ -623,7 +623,7 @@ import pickle
 
 from torch.utils.data import Dataset
 
-from gpufeed.course.knobs import CudaProbe, first_batch
+from gpufeed.course.lesson07.knobs import CudaProbe, first_batch
 
 
 class NotebookDetection(Dataset):  # defined here, in __main__: a spawned worker cannot find it
@@ -676,11 +676,11 @@ if S.cuda or cuda_fork_error:
 # old processes may not release CUDA tensors"). Each piece has its reason: a forked child cannot
 # use CUDA (above); a CUDA tensor made in a worker reaches the main process through CUDA IPC, and
 # PyTorch's docs ask the process that made it to stay alive while it is in use; and the collate
-# function must be importable, so it lives in `gpufeed.course.collate.DeviceCollate`
+# function must be importable, so it lives in `gpufeed.course.lesson07.collate.DeviceCollate`
 # (`tensorclass=True` makes the talk's batch, an `ImageData` with `images` and `targets`). What it
 # costs: every worker opens a CUDA context of its own, in exchange for taking the pin copy off the
 # main process's single pin thread, and the batches the workers prefetch wait *on the GPU*.
-# `gpufeed.course.collate.worker_cuda_cost` builds both DataLoaders on the JPEG folder (same spawn
+# `gpufeed.course.lesson07.collate.worker_cuda_cost` builds both DataLoaders on the JPEG folder (same spawn
 # workers, persistent; at most 4 workers and 8 batches an epoch) and measures the time to the first
 # batch, the time per epoch, and the GPU memory in use while the workers live
 # (`torch.cuda.mem_get_info`, which sees every process).
@@ -688,7 +688,7 @@ if S.cuda or cuda_fork_error:
 # %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 from torch.utils.data import Subset
 
-from gpufeed.course.collate import DeviceCollate, worker_cuda_cost
+from gpufeed.course.lesson07.collate import DeviceCollate, worker_cuda_cost
 
 talk_collate = DeviceCollate("cuda", tensorclass=True)
 print("collate_fn:", talk_collate, "pickled as", pickle.dumps(talk_collate)[:48])
@@ -728,7 +728,7 @@ if worker_collate:
 # (lesson 10).
 
 # %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
-from gpufeed.course.collate import without_persistent_workers
+from gpufeed.course.lesson07.collate import without_persistent_workers
 
 no_persist = measured_or_reference(
     "lesson07", lambda: without_persistent_workers(few, batch_size=batch_size, num_workers=workers_here),
