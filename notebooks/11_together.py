@@ -177,13 +177,13 @@ print(f"both loops give their twins' batches: images {tuple(mine[0].shape)} {min
 # ## 4. The ladder
 #
 # Each rung adds one technique to the rung above it and is timed as a loader alone: whole epochs,
-# batches made and left on the device, no model. `gpufeed.course.ladder` builds the rungs from the pieces
+# batches made and left on the device, no model. `gpufeed.course.lesson11.ladder` builds the rungs from the pieces
 # of `gpufeed.measure.pipelines` (the DataLoader rungs' datasets and transforms live there, since workers
 # must pickle them). DALI, where installed, is a side rung: another road to the same batches.
 
 # %%
 from gpufeed.measure import dali as gdali
-from gpufeed.course import ladder
+from gpufeed.course.lesson11 import ladder
 
 HAVE_DALI = gdali.available()
 rungs = ladder.rungs(data, w, S.device, workers=cores, dali=HAVE_DALI)
@@ -289,7 +289,7 @@ say(f"Same model, data and augmentation: the course's loop trained {times(gain, 
 # if nothing overlaps, `min(1, loader rate / model rate)` if everything does.
 
 # %%
-from gpufeed.course import efficiency
+from gpufeed.course.lesson11 import efficiency
 
 eff = efficiency.efficiency({k: v for k, v in rates.items() if k != ALL_CORES})
 fig, ax = efficiency.plot(eff, S.machine, title=f"loader efficiency, ResNet-18 on {S.device} "
@@ -451,7 +451,7 @@ print("The loader-alone line is what a model that waits on its data (a fast GPU)
 # so quick mode skips it.
 
 # %%
-from gpufeed.course import engines
+from gpufeed.course.lesson11 import engines
 
 forward = engines.inference(model, S.device)  # a copy in eval mode: `model` itself is left to train
 example = ready[0][0]  # one batch already on the device, float32 [B, 3, crop, crop]
@@ -479,6 +479,31 @@ results.save_lesson("lesson11", loader_ms + train_ms + fwd_ms, workload=w.to_dic
                     threads=torch.get_num_threads(), ladder=steps, efficiency=eff, build_seconds=build_s,
                     dali=gdali.version() if HAVE_DALI else None, model_side=model_side, tensorrt=trt_note)
 torch.set_num_threads(threads)  # what this lesson measured is saved; torch gets its threads back
+
+# %% [markdown]
+# ## 10. Diagnosing the two loops
+#
+# `gpufeed.measure.diagnose(loader, step)`, which lesson 02 introduced, asks the questions of this
+# lesson of any loop: how long it waits for the next batch, what the loader makes alone, what the
+# step makes on a batch already on the device, and what to change. Here it reads the naive loop
+# (the `DataLoader` above, copied in the step) and the course's loop (its twin in
+# `gpufeed.measure.pipelines`), each run as it is.
+
+# %%
+from gpufeed.measure import diagnose
+
+n_diag = config.pick(quick=2, full=8)
+reports = {"naive": diagnose(naive_loader, lambda b: step(b[0].to(S.device), b[1].to(S.device)), batches=n_diag,
+                             warmup=1),
+           "course": diagnose(pipelines.Course(data, w, S.device, seed=0), lambda b: step(*b), batches=n_diag, warmup=1)}
+for name, r in reports.items():
+    print(f"{name}: {r.rate:,.0f} images/s, waits {r.wait_fraction:.0%}, {r.bound} bound; findings: "
+          f"{', '.join(f.key for f in r.findings)}")
+naive_r, course_r = reports["naive"], reports["course"]
+say(f"The naive loop waits for data {naive_r.wait_fraction:.0%} of its period ({naive_r.bound} bound), the course's "
+    f"{course_r.wait_fraction:.0%} ({course_r.bound} bound); measured this way the course's loop trains "
+    f"{times(course_r.rate / naive_r.rate, 'the naive one', flat=0.05)}. What the report tells the naive loop:\n\n"
+    + "\n".join(str(f) for f in naive_r.findings))
 
 # %% [markdown]
 # ## Key takeaways
