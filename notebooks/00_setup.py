@@ -321,9 +321,8 @@ say("Each published rung against this machine's reads (theirs measured on their 
 from gpufeed.measure.harness import compare
 
 everything = [ram, *h2d, *decode_ms, cold, warm]  # h2d: measured here, or empty
-saved = results.save_lesson("lesson00", everything)
 print(compare([ram, cold, warm, *([] if not S.cuda else h2d[-3:])], rate="bytes"))
-print(f"\nsaved to {saved}")
+results.save_lesson("lesson00", everything)
 
 # %% [markdown]
 # ## Key takeaways

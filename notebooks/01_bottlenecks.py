@@ -240,9 +240,8 @@ from gpufeed.measure import results
 
 naive_measured = rec.measurement("naive loop, measured", size="224x224", device=str(S.device))
 naive_predicted = Measurement("naive loop, simulated", [predicted.ms_per_batch / 1000], items=B)
-saved = results.save_lesson("lesson01", [naive_measured, naive_predicted], stage_means_ms=means,
-                            predicted_over_measured=ratio, what_if_images_per_s=what_if)
-print(f"saved to {saved}")
+results.save_lesson("lesson01", [naive_measured, naive_predicted], stage_means_ms=means,
+                    predicted_over_measured=ratio, what_if_images_per_s=what_if)
 
 # %%
 ref = None if S.cuda else results.reference("lesson01")

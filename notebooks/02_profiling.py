@@ -374,9 +374,8 @@ else:
 
 # %%
 lesson = [steady, *ours, *(sync_ms if S.cuda else [])]
-saved = results.save_lesson("lesson02", lesson, trace_summary=summary,
-                            first_step_s=first_s, first_batch_s=first_batch_s, lazy_s=lazy_s, eager_s=eager_s)
-print(f"saved to {saved}")
+results.save_lesson("lesson02", lesson, trace_summary=summary,
+                    first_step_s=first_s, first_batch_s=first_batch_s, lazy_s=lazy_s, eager_s=eager_s)
 
 # %% [markdown]
 # ## Key takeaways

@@ -363,9 +363,8 @@ else:
 # `GPUFEED_RESULTS=results` they become the reference that CPU-only learners see above.
 
 # %%
-saved = results.save_lesson("lesson03", [*order_ms, *grid_ms, *trend_ms, *probe.values()], amp=use_amp,
-                            steps_per_epoch=steps, per_pixel=per_pixel, saved_per_pixel=saved_pp)
-print(f"saved to {saved}")
+results.save_lesson("lesson03", [*order_ms, *grid_ms, *trend_ms, *probe.values()], amp=use_amp,
+                    steps_per_epoch=steps, per_pixel=per_pixel, saved_per_pixel=saved_pp)
 
 # %% [markdown]
 # ## Key takeaways

@@ -402,9 +402,8 @@ print("Here every file was in the page cache (a warm-up pass ran first): from a 
 # ## 7. Saved
 
 # %%
-saved = results.save_lesson("lesson04", [*decode_ms, *gpu_ms, *loader_ms] if S.cuda else [*decode_ms, *loader_ms],
-                            quality_sweep=[r.as_dict() for r in sweep], ffmpeg_map=ffmpeg_map)
-print(f"saved to {saved}")
+results.save_lesson("lesson04", [*decode_ms, *gpu_ms, *loader_ms] if S.cuda else [*decode_ms, *loader_ms],
+                    quality_sweep=[r.as_dict() for r in sweep], ffmpeg_map=ffmpeg_map)
 
 # %% [markdown]
 # ## Key takeaways

@@ -603,9 +603,8 @@ elif fraction < 0.5:
           "also pays for the loader's Python, per batch; a larger batch_size amortises the latter.")
 from gpufeed.measure import results
 
-saved = results.save_lesson("lesson05", [*ms, ceiling], n_images=n_images, batch_size=batch_size, cores=cores,
-                            memmap_vs_folder_warm=speedup, memmap_vs_folder_cold=cold_speedup, fraction_of_memcpy=fraction)
-print(f"saved to {saved}")
+results.save_lesson("lesson05", [*ms, ceiling], n_images=n_images, batch_size=batch_size, cores=cores,
+                    memmap_vs_folder_warm=speedup, memmap_vs_folder_cold=cold_speedup, fraction_of_memcpy=fraction)
 
 # %% [markdown]
 # How close a warm gather gets to that ceiling depends on how the loader copies, which is lesson

@@ -474,9 +474,8 @@ say(f"The DataLoader pays for {B} __getitem__ calls, a collate and an inter-proc
     + "which does one call per batch, in C.")
 from gpufeed.measure import results
 
-saved = results.save_lesson("lesson06", [*ms, *gathers, *deeper, *full, *grouped, *quiz], batch_size=B, n=N,
-                            batched_vs_per_sample=by["FastLoader"].items_per_s / by["per sample"].items_per_s)
-print(f"saved to {saved}")
+results.save_lesson("lesson06", [*ms, *gathers, *deeper, *full, *grouped, *quiz], batch_size=B, n=N,
+                    batched_vs_per_sample=by["FastLoader"].items_per_s / by["per sample"].items_per_s)
 
 # %% [markdown]
 # ## 5. A dataset larger than the memory

@@ -810,11 +810,10 @@ if no_persist:
 
 # %%
 knob_ms = [m for name in datasets for m in factors[name]] + persistence  # params say which dataset
-saved = results.save_lesson(
+results.save_lesson(
     "lesson07", [*threads_ms, *ms, *knob_ms, *nb_ms, *pin_ms, *load_ms, *movers_ms], cores=cores, batch_size=batch_size, side=side, unsafe=unsafe, start_methods=[vars(r) for r in trials],
     cuda_fork_error=cuda_fork.error if cuda_fork is not None else None, pin_blocks=pin_blocks,
     worker_collate=worker_collate, without_persistent_workers=no_persist)
-print(f"saved to {saved}")
 
 # %% [markdown]
 # ## Key takeaways

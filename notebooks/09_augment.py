@@ -432,10 +432,9 @@ say(text)
 # %%
 from gpufeed.measure import results
 
-saved = results.save_lesson("lesson09", [*ms, both, *tail], n_images=n_images, batch_size=batch_size, cores=cores,
-                            stored=list(stored_hw), out_size=list(out_size), batched_vs_workers=batched_rate / workers,
-                            both_vs_workers=both.items_per_s / workers, compile_note=compile_note, counts=counts)
-print(f"saved to {saved}")
+results.save_lesson("lesson09", [*ms, both, *tail], n_images=n_images, batch_size=batch_size, cores=cores,
+                    stored=list(stored_hw), out_size=list(out_size), batched_vs_workers=batched_rate / workers,
+                    both_vs_workers=both.items_per_s / workers, compile_note=compile_note, counts=counts)
 if S.cuda:
     print(f"Measured above on {S.machine.get('gpu')}.")
 else:

@@ -458,8 +458,7 @@ from gpufeed.measure import results
 
 extra_json = {"dali": gdali.version(), "n_images": n_images, "batch_size": batch_size, "cores": cores,
               "jpeg_size": list(jpeg_size), "out_size": list(out_size)}
-saved = results.save_lesson("lesson10", ms, **extra_json)
-print(f"saved to {saved}")
+results.save_lesson("lesson10", ms, **extra_json)
 if S.cuda:
     print(f"Measured above on {S.machine.get('gpu')}" + ("." if HAVE_DALI else ", without DALI."))
 else:

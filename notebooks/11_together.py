@@ -541,12 +541,11 @@ if not S.cuda and lesson_ref is not None and "model_side" in lesson_ref[1]:  # t
 # to make the reference that section 7 shows elsewhere), and torch gets its threads back.
 
 # %%
-saved = results.save_lesson("lesson11", loader_ms + train_ms + fwd_ms, workload=w.to_dict(), cores=cores,
-                            threads=torch.get_num_threads(), ladder=steps, efficiency=eff, build_seconds=build_s,
-                            dali=gdali.version() if HAVE_DALI else None, model_side=model_side,
-                            tensorrt=trt_note)
+results.save_lesson("lesson11", loader_ms + train_ms + fwd_ms, workload=w.to_dict(), cores=cores,
+                    threads=torch.get_num_threads(), ladder=steps, efficiency=eff, build_seconds=build_s,
+                    dali=gdali.version() if HAVE_DALI else None, model_side=model_side,
+                    tensorrt=trt_note)
 torch.set_num_threads(threads)
-print(f"saved to {saved}")
 
 # %% [markdown]
 # ## Key takeaways

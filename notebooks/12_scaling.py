@@ -391,9 +391,8 @@ else:
 for m in gpu_ms:
     print(f"{m.name} on {gpus} GPU(s): {m.items_per_s:,.0f} images/s")
 
-saved = results.save_lesson("lesson12", [*one_ms, *two_ms, *gpu_ms], n_images=mm.n, side=side, cores=cores,
-                            scaling_load=scale["load"], scaling_train=scale["train"], load_average=load_avg)
-print(f"saved to {saved}")
+results.save_lesson("lesson12", [*one_ms, *two_ms, *gpu_ms], n_images=mm.n, side=side, cores=cores,
+                    scaling_load=scale["load"], scaling_train=scale["train"], load_average=load_avg)
 
 # %% [markdown]
 # ## 7. Several machines

@@ -8,6 +8,7 @@ from gpufeed.measure import harness as bench
 from gpufeed.measure.harness import Measurement, benchmark, compare, format_rate, format_time
 
 
+@pytest.mark.timing
 def test_warmup_calls_are_not_timed_and_samples_are_kept():
     calls = []
 
