@@ -38,6 +38,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 from gpufeed.config import ENV_MEASURE_S, measure_cap  # noqa: F401  (re-exported: harness.measure_cap)
@@ -425,6 +426,7 @@ def save(path: str | Path, measurements: Iterable[Measurement], **extra) -> Path
         "format": "gpufeed-measurements",
         "version": FORMAT_VERSION,
         "machine": next((m.machine for m in ms if m.machine), None) or machine_info(),
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),  # what a reader is told, not the commit
         "measurements": [{**m.to_dict(), "machine": None} for m in ms],  # one machine per file
         **extra,
     }

@@ -84,6 +84,20 @@ def committed(name: str, keep=lambda doc: True):
                 yield ms, doc
 
 
+def measured_on(doc: dict) -> str | None:
+    """The date a saved document was measured (``YYYY-MM-DD``, :func:`gpufeed.measure.harness.save`
+    records it), or None for a file saved before it did: a learner reads a date, never the commit
+    (which stays in the file's machine record for whoever maintains the course).
+
+    Example:
+        >>> measured_on({"date": "2026-11-26T09:12:00+00:00", "machine": {"commit": "305e292"}})
+        '2026-11-26'
+        >>> measured_on({"machine": {"commit": "305e292"}}) is None
+        True
+    """
+    return str(doc["date"])[:10] if doc.get("date") else None
+
+
 def has_gpu(doc: dict) -> bool:
     """Whether a saved document was measured on a machine with a GPU."""
     return bool((doc.get("machine") or {}).get("gpu"))
