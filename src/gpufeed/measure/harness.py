@@ -321,20 +321,21 @@ class NoisyMeasurementWarning(UserWarning):
 
 
 def noisy_note(measurements: Iterable[Measurement]) -> str | None:
-    """What a :class:`NoisyMeasurementWarning` says: which measurements are noisy, by name, and how
-    much; None when none is.
+    """What a :class:`NoisyMeasurementWarning` says: which measurements are noisy, by name; None
+    when none is. The text holds no number, so that Python, which shows a warning once per text
+    and place, names a case of a sweep once however many sizes it is measured at (each one's
+    spread is in its own ``[noisy]`` mark: :meth:`Measurement.__str__`, :func:`compare`).
 
     Example:
         >>> noisy_note([Measurement("pinned", [1.0, 1.5, 2.0]), Measurement("quiet", [1.0, 1.0, 1.0])])
-        'pinned: IQR 33% of the median; close other programs or raise repeats'
+        'pinned: IQR above 10% of the median; close other programs or raise repeats'
         >>> noisy_note([Measurement("quiet", [1.0, 1.0])]) is None
         True
     """
-    noisy = [m for m in measurements if m.noisy]
+    noisy = [m.name for m in measurements if m.noisy]
     if not noisy:
         return None
-    return (", ".join(f"{m.name}: IQR {m.spread:.0%}" for m in noisy) + " of the median; close other programs "
-            "or raise repeats")
+    return f"{', '.join(noisy)}: IQR above {NOISY:.0%} of the median; close other programs or raise repeats"
 
 
 def _warn_if_noisy(ms: list[Measurement]) -> None:
@@ -347,7 +348,7 @@ def _warn_if_noisy(ms: list[Measurement]) -> None:
 
 def show_noisy_as_marks() -> None:
     """From now on, a :class:`NoisyMeasurementWarning` prints as the harness's own mark, one line on
-    stdout beside the cell's numbers (``[noisy] pinned: IQR 23% of the median; ...``), rather than
+    stdout beside the cell's numbers (``[noisy] pinned: IQR above 10% of the median; ...``), rather than
     as Python's warning on stderr, which starts with the file and line that warned (in a notebook,
     the kernel's temporary file). Other warnings show as before. :func:`gpufeed.setup` calls it;
     calling it again changes nothing.
@@ -359,7 +360,7 @@ def show_noisy_as_marks() -> None:
         >>> with warnings.catch_warnings():
         ...     warnings.simplefilter("always")
         ...     _warn_if_noisy([Measurement("pinned", [1.0, 1.5, 2.0])])
-        [noisy] pinned: IQR 33% of the median; close other programs or raise repeats
+        [noisy] pinned: IQR above 10% of the median; close other programs or raise repeats
         >>> warnings.showwarning = saved
     """
     if getattr(warnings.showwarning, "_noisy_as_marks", False):
