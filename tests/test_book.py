@@ -162,6 +162,8 @@ def test_the_output_check_flags_stderr_machine_paths_and_jargon_and_nothing_a_le
                   out("saved: lesson00.json, in this machine's results folder\n")),
              cell(shown("No CUDA here, and no GPU measurement of ours is committed (results/<gpu>/lesson00.json)")),
              cell(shown("<function f at 0x7f3a2b1c9d40>, 1234567 images, colour #1f77b4, ~/.cache/gpufeed")),
+             cell(shown("published by AWS: [EFS](https://github.com/awsdocs/efs/blob/716709cebed2988674e65a75d0c714ff14cc5b98/"
+                        "performance.md)", "text/markdown")),  # a permalink cites its source's commit
              cell(shown("**2.5x** as fast as lesson 05 (section 4); [noisy] pinned: IQR 23% of the median",
                         "text/markdown")),
              {"cell_type": "markdown", "source": "commit 305e292 in issue 29 at /tmp/x"}]  # not an output

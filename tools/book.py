@@ -160,6 +160,9 @@ JARGON = {
     "pull request": re.compile(r"\b(?:pull request|PR) ?#\d+", re.I),
     "maintainers' variable": re.compile(r"\bGPUFEED_(?!QUICK\b)[A-Z0-9_]+"),
 }
+#: A web address: a link to a published source may pin the commit it cites (a permalink); that
+#: is a citation, not the course's jargon, so :data:`JARGON` is looked for outside addresses.
+URL = re.compile(r"https?://[^\s)\]>\"']+")
 #: What of an output a learner reads: its text, in every form the page may show.
 TEXT_MIMES = ("text/plain", "text/markdown", "text/html", "text/latex")
 
@@ -226,8 +229,9 @@ def output_problems(notebook: dict, places: list[str] | None = None) -> list[tup
                 if line not in seen:  # a line naming two of this machine's folders is one path
                     seen.add(line)
                     problems.append((i, "machine path", line[:120]))
+            prose = URL.sub(" ", text)
             for kind, pattern in JARGON.items():
-                problems += [(i, kind, m.group(0)) for m in pattern.finditer(text)]
+                problems += [(i, kind, m.group(0)) for m in pattern.finditer(prose)]
     return problems
 
 
