@@ -13,9 +13,9 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from gpufeed.course.simcuda import simulated_cuda
 from gpufeed.measure import diagnose, findings
 from gpufeed.measure.diagnosis import DiagnoseError, Report
+from gpufeed.simcuda import simulated_cuda
 
 
 class Sleepy:
