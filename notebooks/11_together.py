@@ -25,7 +25,7 @@ S = gpufeed.setup()  # S.device, S.quick, S.machine
 # the GPU reference of section 7. The cell below says which reference is committed:
 
 # %%
-from gpufeed.course import efficiency
+from gpufeed.course.lesson11 import efficiency
 from gpufeed.course.prose import say, times
 from gpufeed.measure import results
 
@@ -239,13 +239,13 @@ say(f"Here, with {w.crop}x{w.crop} crops in batches of {w.batch}: a task's {GROU
 # ## 4. The ladder
 #
 # Each rung adds one technique to the rung above it and is timed as a loader alone: whole epochs,
-# batches made and left on the device, no model. `gpufeed.course.ladder` builds the rungs from the pieces
+# batches made and left on the device, no model. `gpufeed.course.lesson11.ladder` builds the rungs from the pieces
 # of `gpufeed.measure.pipelines` (the DataLoader rungs' datasets and transforms live there, since workers
 # must pickle them). DALI, where installed, is a side rung: another road to the same batches.
 
 # %%
 from gpufeed.measure import dali as gdali
-from gpufeed.course import ladder
+from gpufeed.course.lesson11 import ladder
 
 HAVE_DALI = gdali.available()
 rungs = ladder.rungs(data, w, S.device, workers=cores, dali=HAVE_DALI)
@@ -488,7 +488,7 @@ print("The loader-alone line is what a model that waits on its data (a fast GPU)
 # CPU), so quick mode skips it; full mode measures it.
 
 # %%
-from gpufeed.course import engines
+from gpufeed.course.lesson11 import engines
 
 forward = engines.inference(model, S.device)  # a copy in eval mode: `model` itself is left to train
 example = ready[0][0]  # one batch already on the device, float32 [B, 3, crop, crop]

@@ -6,8 +6,9 @@ means" cells.
 
 :func:`times` words a ratio so that it reads right either way: a sentence that compares two
 measurements must not say "0.80x faster" when the first was slower; :func:`versus` is the same
-for two rates, as words between them. Both live in :mod:`gpufeed.measure.wording` (the measure
-room words its own reports with them, and may not import the course) and are re-exported here.
+for two rates, as words between them; :func:`band` is the ``flat`` of a ratio of two measurements,
+from their spread. All three live in :mod:`gpufeed.measure.wording` (the measure room words its
+own reports with them, and may not import the course) and are re-exported here.
 
 Example:
     >>> say("Pinned memory is **2.0x** pageable.")  # outside a notebook: printed
@@ -19,9 +20,9 @@ Example:
 from __future__ import annotations
 
 from gpufeed.data.watch import in_a_notebook
-from gpufeed.measure.wording import times, versus
+from gpufeed.measure.wording import band, times, versus
 
-__all__ = ["in_notebook", "say", "times", "versus"]
+__all__ = ["band", "in_notebook", "say", "times", "versus"]
 
 
 def in_notebook() -> bool:
