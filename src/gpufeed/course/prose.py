@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import math
 
-from gpufeed.data.watch import in_a_notebook
+from gpufeed.data.progress_bar import in_a_notebook
 
 
 def in_notebook() -> bool:
     """True inside a Jupyter kernel (JupyterLab, Colab, nbmake), False in a terminal or a script
-    (:func:`gpufeed.data.watch.in_a_notebook`)."""
+    (:func:`gpufeed.data.progress_bar.in_a_notebook`)."""
     return in_a_notebook()
 
 
