@@ -549,6 +549,31 @@ torch.set_num_threads(threads)
 print(f"saved to {saved}")
 
 # %% [markdown]
+# ## 10. Diagnosing the two loops
+#
+# `gpufeed.measure.diagnose(loader, step)`, which lesson 02 introduced, asks the questions of this
+# lesson of any loop: how long it waits for the next batch, what the loader makes alone, what the
+# step makes on a batch already on the device, and what to change. Here it reads the naive loop
+# (the `DataLoader` above, copied in the step) and the course's loop (its twin in
+# `gpufeed.measure.pipelines`), each run as it is.
+
+# %%
+from gpufeed.measure import diagnose
+
+n_diag = config.pick(quick=2, full=8)
+reports = {"naive": diagnose(naive_loader, lambda b: step(b[0].to(S.device), b[1].to(S.device)), batches=n_diag,
+                             warmup=1),
+           "course": diagnose(pipelines.Course(data, w, S.device, seed=0), lambda b: step(*b), batches=n_diag, warmup=1)}
+for name, r in reports.items():
+    print(f"{name}: {r.rate:,.0f} images/s, waits {r.wait_fraction:.0%}, {r.bound} bound; findings: "
+          f"{', '.join(f.key for f in r.findings)}")
+naive_r, course_r = reports["naive"], reports["course"]
+say(f"The naive loop waits for data {naive_r.wait_fraction:.0%} of its period ({naive_r.bound} bound), the course's "
+    f"{course_r.wait_fraction:.0%} ({course_r.bound} bound); measured this way the course's loop trains "
+    f"{times(course_r.rate / naive_r.rate, 'the naive one', flat=0.05)}. What the report tells the naive loop:\n\n"
+    + "\n".join(str(f) for f in naive_r.findings))
+
+# %% [markdown]
 # ## Key takeaways
 #
 # * Measure the whole loop, not a piece: the same model, data and augmentation, timed in turns.

@@ -15,7 +15,8 @@ prints; beside them, flat, the plumbing several lessons share:
   :mod:`~gpufeed.course.trace` (a real loop's timings, a profiler trace: 01, 02, 08),
   :mod:`~gpufeed.course.transfer` and :mod:`~gpufeed.course.training` (bytes on the wire and the
   model that normalises: 00, 03, 04, 07, 12), :mod:`~gpufeed.course.doctor` and
-  :mod:`~gpufeed.course.session` (the environment check and every notebook's setup cell).
+  :mod:`~gpufeed.course.session` (the environment check and every notebook's setup cell),
+  :mod:`~gpufeed.course.gpucell` (what a CUDA-only cell shows without a GPU: 07).
 
 Each module's "Taught in" line names a lesson that imports it (``tests/test_layout.py`` checks).
 It may import :mod:`gpufeed.data`, :mod:`gpufeed.measure` and :mod:`gpufeed.simcuda`; they never
@@ -27,7 +28,7 @@ from __future__ import annotations
 import importlib
 import warnings
 
-_MODULES = {'doctor', 'instrument', 'prose', 'session', 'simulator', 'timeline', 'trace', 'training', 'transfer',
+_MODULES = {'doctor', 'gpucell', 'instrument', 'prose', 'session', 'simulator', 'timeline', 'trace', 'training', 'transfer',
             'lesson01', 'lesson04', 'lesson06', 'lesson07', 'lesson08', 'lesson11', 'lesson12'}
 
 #: modules that moved into a lesson's folder: ``gpufeed.course.<name>`` finds them, with a
