@@ -48,8 +48,9 @@ def times(ratio: float, than: str = "", *, more: str = "faster", less: str = "sl
           flat: float | None = None, digits: int = 2, bold: bool = False) -> str:
     """``ratio`` (new / old, e.g. images/s over images/s) in words, from its sign: ``"2.00x faster"``
     above 1, ``"1.25x slower"`` (the inverse) below, ``same`` when it rounds to 1 at ``digits``
-    either way (or, with ``flat``, when it is within ``flat`` of 1); with ``than``, what it is
-    compared with: ``"2.00x faster than naive"``, ``"as fast as naive"``.
+    either way (or, with ``flat``, when the larger of it and its inverse is within ``flat`` of 1: one
+    band for a win and a loss); with ``than``, what it is compared with: ``"2.00x faster than
+    naive"``, ``"as fast as naive"``.
 
     Args:
         ratio: a positive ratio (for speed: a ratio of rates, or the other's time over this one's).
@@ -69,11 +70,28 @@ def times(ratio: float, than: str = "", *, more: str = "faster", less: str = "sl
     if not (ratio > 0 and math.isfinite(ratio)):
         raise ValueError(f"times: a ratio of two positive measurements is positive and finite (got {ratio!r})")
     value = max(ratio, 1 / ratio)
-    if abs(ratio - 1) <= flat if flat is not None else round(value, digits) == 1:
+    if value - 1 <= flat if flat is not None else round(value, digits) == 1:  # the same band either way
         return f"{same} as {than}" if than else same
     mark = "**" if bold else ""
     words = f"{mark}{value:,.{digits}f}x{mark} {more if ratio > 1 else less}"
     return f"{words} than {than}" if than else words
+
+
+def band(*measurements, floor: float = 0.05) -> float:
+    """The band around 1 inside which a ratio of ``measurements`` reads as "the same" (:func:`times`'s
+    ``flat``): the largest relative spread (IQR over median) among them, and at least ``floor``. Two
+    timings whose ratio lies inside it are not told apart by this run.
+
+    Args:
+        measurements: objects with a ``spread`` (:class:`gpufeed.measure.harness.Measurement`).
+        floor: the smallest band, for runs whose spread is tiny (timers and machines vary by more).
+
+    Example:
+        >>> from types import SimpleNamespace as M
+        >>> band(M(spread=0.02), M(spread=0.3)), band(M(spread=0.01)), band(M(spread=0.01), floor=0.1)
+        (0.3, 0.05, 0.1)
+    """
+    return max([floor, *(m.spread for m in measurements)])
 
 
 def versus(a: float, b: float, bold: bool = True) -> str:
