@@ -374,8 +374,8 @@ else:
 # %% [markdown]
 # ## 7. Saved
 #
-# The measurements go to this machine's results folder; on a GPU run with
-# `GPUFEED_RESULTS=results` they become the reference that CPU-only learners see above.
+# The measurements go to this machine's results folder; a GPU run of ours, committed with the
+# course, is the reference that CPU-only learners see above.
 
 # %%
 saved = results.save_lesson("lesson03", [*order_ms, *grid_ms, *trend_ms, *probe.values()], amp=use_amp,
