@@ -448,7 +448,7 @@ say(f"Loading {shard_file.stat().st_size / 2**20:.0f} MiB to {S.device}: `map_lo
        "copies each tensor as it is read, so the host holds one tensor's bytes at a time rather than the whole file."))
 
 # %% [markdown]
-# Without a GPU, the CUDA-ordering simulator (`gpufeed.course.simcuda`, lesson 08: it models
+# Without a GPU, the CUDA-ordering simulator (`gpufeed.simcuda`, lesson 08: it models
 # CUDA's order of events, not its speed) shows the host waits of the last step, moving a loaded
 # nest, and what pinning changes. `torch.load(map_location="cuda")` itself cannot run under it (the
 # simulator models tensors, not the storages torch.load restores); it makes the same blocking copies,
@@ -458,7 +458,7 @@ say(f"Loading {shard_file.stat().st_size / 2**20:.0f} MiB to {S.device}: `map_lo
 if S.cuda:
     print("A GPU is here: the timings above are the real copies; the simulator is for machines without one.")
 else:
-    from gpufeed.course.simcuda import simulated_cuda
+    from gpufeed.simcuda import simulated_cuda
     from gpufeed.data.movers import leaves, pin, to_device
 
     loaded = torch.load(gpu_file, map_location="cpu", weights_only=True)  # pageable CPU tensors, as torch.load makes them

@@ -59,7 +59,7 @@ print(f"Simulated: overlapping the copy with the step gives {gain:.2f}x; the GPU
 
 # %% [markdown]
 # The same in CUDA's own terms. The course has a **simulator of CUDA's ordering rules**
-# (`gpufeed.course.simcuda`): inside `with simulated_cuda():` tensors on `"cuda"` live in CPU
+# (`gpufeed.simcuda`): inside `with simulated_cuda():` tensors on `"cuda"` live in CPU
 # memory, every kernel and copy is queued on its stream and runs only when the program's
 # synchronisation forces it, and memory nothing has written yet reads as poison (NaN). It keeps
 # CUDA's *rules*, not its *speed*: each step is placed on a nominal timeline (copies at 25 GB/s, a
@@ -155,7 +155,7 @@ print([(tuple(t.shape), t.dtype) for t in batch])
 # %%
 import contextlib
 
-from gpufeed.course.simcuda import simulated_cuda
+from gpufeed.simcuda import simulated_cuda
 from gpufeed.data.prefetch import CudaPrefetcher
 
 with contextlib.nullcontext() if S.cuda else simulated_cuda(seed=0) as sim:
@@ -245,7 +245,7 @@ display(Markdown("\n".join(lines)))
 # race where it happens, naming the two accesses and what it thinks is missing:
 
 # %%
-from gpufeed.course.simcuda import CudaRaceError
+from gpufeed.simcuda import CudaRaceError
 
 try:
     with simulated_cuda(seed=0):
@@ -513,7 +513,7 @@ print(f"saved to {saved}")
 #   make the compute stream wait for it (`wait_stream`/`wait_event`), and `record_stream` the
 #   tensors you hand over so the caching allocator does not reuse their memory too early.
 # * Each of those lines guards against a race that a short run on a real GPU usually hides. A
-#   simulator of CUDA's ordering rules (`gpufeed.course.simcuda`) reports it whatever the order,
+#   simulator of CUDA's ordering rules (`gpufeed.simcuda`) reports it whatever the order,
 #   and your own CUDA code can run under it in a test on any machine.
 # * Send `uint8` and convert and normalise on the GPU: 4x fewer bytes on the wire. The conversion
 #   is not free there: its kernels share the GPU with your step's.

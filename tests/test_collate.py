@@ -123,7 +123,7 @@ def test_device_collate_under_the_simulator_hands_over_batches_whose_copies_are_
     worker the batch is read by another process on another stream, which nothing orders after the
     worker's copies: so the collate waits for its stream before handing the batch over. Read here on
     a fresh side stream with no wait, a batch whose copies were not waited for is a race."""
-    from gpufeed.course.simcuda import CudaRaceError, simulated_cuda
+    from gpufeed.simcuda import CudaRaceError, simulated_cuda
 
     samples = nest_samples()
     images = [(torch.full((3, 2, 2), i, dtype=torch.uint8), i) for i in range(4)]

@@ -1,7 +1,9 @@
-"""The package's three rooms, and which way imports go between them.
+"""The package's four rooms, and which way imports go between them.
 
 ``gpufeed.data`` (the library a learner takes home) imports neither ``gpufeed.measure`` nor
-``gpufeed.course`` nor a plotting library; ``gpufeed.measure`` never imports ``gpufeed.course``.
+``gpufeed.course`` nor a plotting library; ``gpufeed.measure`` never imports ``gpufeed.course``;
+``gpufeed.simcuda`` (the CUDA-ordering simulator) imports nothing else of ``gpufeed``, and no test
+of the library runs it from ``gpufeed.course``.
 Checked on the source (every import statement, at any depth) and in a fresh interpreter (what
 importing the library actually loads).
 """
@@ -20,13 +22,15 @@ PKG = Path(__file__).resolve().parents[1] / "src" / "gpufeed"
 FORBIDDEN = {
     "data": ("gpufeed.measure", "gpufeed.course", "gpufeed.config", "gpufeed.cli", "matplotlib", "ipywidgets"),
     "measure": ("gpufeed.course", "gpufeed.cli"),
+    "simcuda": ("gpufeed.data", "gpufeed.measure", "gpufeed.course", "gpufeed.config", "gpufeed.cli", "matplotlib",
+                "ipywidgets"),
 }
 
 
 def imported_modules(path: Path) -> set[str]:
     """Every module an import statement in ``path`` names (relative imports resolved)."""
     tree = ast.parse(path.read_text())
-    package = ".".join(("gpufeed", *path.relative_to(PKG).parent.parts))
+    package = ".".join(("gpufeed", *path.relative_to(PKG).parent.parts)) if path.is_relative_to(PKG) else ""
     out = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -49,6 +53,12 @@ def violations(room: str) -> list[str]:
     return bad
 
 
+def test_simcuda_imports_nothing_else_of_gpufeed():
+    """Every sibling of simcuda is forbidden to it: a new room added beside it is too."""
+    others = {f"gpufeed.{p.stem}" for p in PKG.iterdir() if p.stem not in ("simcuda", "__init__", "__main__", "__pycache__")}
+    assert others <= set(FORBIDDEN["simcuda"]), sorted(others - set(FORBIDDEN["simcuda"]))
+
+
 @pytest.mark.parametrize("room", sorted(FORBIDDEN))
 def test_imports_go_one_way(room):
     assert violations(room) == []
@@ -66,6 +76,8 @@ def test_the_check_finds_a_forbidden_import(tmp_path, monkeypatch):
 def test_every_module_lives_in_a_room():
     loose = sorted(p.name for p in PKG.glob("*.py"))
     assert loose == ["__init__.py", "__main__.py", "cli.py", "config.py"]
+    rooms = __import__("gpufeed")._MODULES
+    assert rooms == {"data", "measure", "simcuda", "course", "cli", "config"}
     for room in ("data", "measure", "course"):
         listed = __import__(f"gpufeed.{room}", fromlist=["_MODULES"])._MODULES
         packages = {p.parent.name for p in (PKG / room).glob("*/__init__.py")}
@@ -81,6 +93,17 @@ def test_importing_the_whole_library_loads_no_other_room():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]"
+
+
+def test_no_test_of_the_library_imports_the_course():
+    """The library's tests (``test_<module>.py`` of a ``gpufeed.data`` module, and its CUDA paths)
+    run the library under ``gpufeed.simcuda``, never through the lessons' plumbing."""
+    tests = Path(__file__).resolve().parent
+    library = [tests / f"test_{p.stem}.py" for p in (PKG / "data").glob("*.py")] + [tests / "test_cuda_paths.py",
+                                                                                   tests / "conftest.py"]
+    bad = [f"{path.name} imports {name}" for path in sorted(p for p in library if p.is_file())
+           for name in sorted(imported_modules(path)) if name.startswith("gpufeed.course")]
+    assert bad == []
 
 
 def import_circles() -> list[list[str]]:
@@ -104,9 +127,5 @@ def import_circles() -> list[list[str]]:
     return sorted(sorted(c) for c in circles)
 
 
-#: the one circle left: the simulator's tensor dispatches to copies' table, which builds on tensor
-KNOWN_CIRCLES = [["gpufeed.course.simcuda.copies", "gpufeed.course.simcuda.tensor"]]
-
-
 def test_no_module_imports_one_that_imports_it_back():
-    assert import_circles() == KNOWN_CIRCLES
+    assert import_circles() == []

@@ -416,7 +416,7 @@ def test_cuda_prefetcher_overlaps_a_slow_loader_with_a_loop_that_syncs_every_ste
     ``next()``, between two steps). The loader's ``next()`` takes LOAD_S and the step STEP_S of host
     waiting, then a sync: per step it must take about max(LOAD_S, STEP_S), not their sum. A
     structural check with wide margins (sleeps, not speed), under the simulator."""
-    from gpufeed.course.simcuda import simulated_cuda
+    from gpufeed.simcuda import simulated_cuda
 
     load_s = step_s = 0.04
     n, warm = 24, 4

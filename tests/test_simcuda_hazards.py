@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from gpufeed.course import hazards
-from gpufeed.course.simcuda import CudaRaceError, simulated_cuda
+from gpufeed.simcuda import CudaRaceError, simulated_cuda
 
 pytestmark = pytest.mark.simcuda
 SEEDS = range(20)

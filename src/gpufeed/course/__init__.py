@@ -1,16 +1,16 @@
 """gpufeed.course: the lessons' plumbing (simulators, sweeps, plots, scripts).
 
 Each module points back to the notebook that teaches it: the pipeline simulator, timelines and
-sliders (lesson 01), profiler traces (02), dtypes and transfer order (03), the simulator of CUDA's
-ordering rules and its hazards (:mod:`~gpufeed.course.simcuda`, :mod:`~gpufeed.course.hazards`:
-lesson 08, and the tests of the library's CUDA paths), the prefetcher's timed experiment on a GPU
+sliders (lesson 01), profiler traces (02), dtypes and transfer order (03), the stream hazards
+played on the CUDA-ordering simulator (:mod:`~gpufeed.course.hazards`, on :mod:`gpufeed.simcuda`:
+lesson 08), the prefetcher's timed experiment on a GPU
 (:mod:`~gpufeed.course.overlap` and the sentences that read it, :mod:`~gpufeed.course.overlap_prose`:
 lesson 08), storage formats and JPEG quality (04), a dataset larger than the memory read in two
 orders (06), DataLoader sweeps and tensors saved on one device loaded on another (07), the ladder,
 loader efficiency and the model's side (11), the distributed script, shards and the page cache (12),
 the environment check and the notebooks' setup cell.
 
-It may import :mod:`gpufeed.data` and :mod:`gpufeed.measure`; they never import it.
+It may import :mod:`gpufeed.data`, :mod:`gpufeed.measure` and :mod:`gpufeed.simcuda`; they never import it.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import importlib
 
 _MODULES = {'collate', 'devicefiles', 'distributed', 'doctor', 'efficiency', 'engines', 'explorer', 'formats', 'hazards',
             'instrument', 'knobs', 'ladder', 'launch', 'outofcore', 'overlap', 'overlap_prose', 'pagecache', 'ports',
-            'prose', 'quality', 'session', 'shards', 'shuffles', 'simcuda', 'simulator', 'timeline', 'trace', 'training',
+            'prose', 'quality', 'session', 'shards', 'shuffles', 'simulator', 'timeline', 'trace', 'training',
             'transfer'}
 
 __all__ = sorted(_MODULES)

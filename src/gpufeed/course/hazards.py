@@ -1,4 +1,4 @@
-"""Lesson 08's stream hazards, played on the CUDA-ordering simulator (:mod:`gpufeed.course.simcuda`).
+"""Lesson 08's stream hazards, played on the CUDA-ordering simulator (:mod:`gpufeed.simcuda`).
 
 Each batch ``k`` is a tensor filled with the number ``k``, so whatever a batch holds when the
 consumer reads it says which batch it really was: ``k`` (right), another batch's number (its
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gpufeed.course.simcuda import simulated_cuda
+from gpufeed.simcuda import simulated_cuda
 
 HAZARDS = ("no wait", "no record_stream", "pinned buffer reused")
 SIMULATED = "simulated: CUDA's ordering rules, not its speed"
@@ -129,6 +129,7 @@ def overlap(n: int = 4, batch_mb: float = 24.0, step_ms: float = 1.0, prefetch: 
     through :class:`gpufeed.data.prefetch.CudaPrefetcher` (the next batch's copy on its side
     stream under the current step); without, copied on the default stream before each step.
     Returns the intervals (:mod:`gpufeed.course.timeline`) and the nominal ms per batch."""
+    from gpufeed.course.timeline import Interval  # matplotlib: loaded only for the drawing
     from gpufeed.data.prefetch import CudaPrefetcher
 
     size = int(batch_mb * 1e6 / 4)
@@ -139,5 +140,5 @@ def overlap(n: int = 4, batch_mb: float = 24.0, step_ms: float = 1.0, prefetch: 
             sim.busy(step_ms, "model step")
             del x
         torch.cuda.synchronize()
-        intervals = sim.timeline()
+        intervals = [Interval(s.resource, s.stage, s.start, s.end) for s in sim.timeline()]
     return intervals, max(i.end for i in intervals) / n

@@ -25,7 +25,7 @@ What makes it fair (the lesson's first GPU run, an H100 on 2026-11-26, was not):
   and picks the committed reference a machine without CUDA shows.
 
 Every function takes the device, the step and the sources as arguments: the tests run them on the
-CPU (with ``ThreadPrefetcher``) and under the CUDA-ordering simulator (:mod:`gpufeed.course.simcuda`).
+CPU (with ``ThreadPrefetcher``) and under the CUDA-ordering simulator (:mod:`gpufeed.simcuda`).
 
 Example:
     >>> round(bound(2.0, 1.0), 2), round(bound(2.0, 1.0, n=4), 2)  # copy 2 ms, step 1 ms

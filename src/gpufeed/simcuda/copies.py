@@ -18,7 +18,7 @@ As ``aten/src/ATen/native/cuda/Copy.cu`` does them:
   the copy runs and again when the host learns that it is done; any difference is the race
   ("write after read" by the host).
 * ``is_pinned()``, ``pin_memory()``, ``torch.empty(..., pin_memory=True)``: the pinned allocator's
-  (:class:`~gpufeed.course.simcuda.memory.HostAllocator`). ``record_stream(s)`` notes ``s`` on the
+  (:class:`~gpufeed.simcuda.memory.HostAllocator`). ``record_stream(s)`` notes ``s`` on the
   block, for the device allocator at the free.
 """
 
@@ -26,9 +26,19 @@ from __future__ import annotations
 
 import torch
 
-from gpufeed.course.simcuda.clocks import Access, Race
-from gpufeed.course.simcuda.memory import contiguous_strides, handout, span_bytes
-from gpufeed.course.simcuda.tensor import Ref, SimTensor, allocate, aten, is_cuda, meta, queue, wrap
+from gpufeed.simcuda.clocks import Access, Race
+from gpufeed.simcuda.memory import contiguous_strides, handout, span_bytes
+from gpufeed.simcuda.tensor import (
+    SPECIAL,
+    Ref,
+    SimTensor,
+    allocate,
+    aten,
+    is_cuda,
+    meta,
+    queue,
+    wrap,
+)
 
 
 def pinned(sim, dtype: torch.dtype, size, stride=None) -> torch.Tensor:
@@ -216,5 +226,7 @@ def to_host(sim, dst: torch.Tensor, src: SimTensor, non_blocking: bool) -> None:
     dst.copy_(source.get())
 
 
-SPECIAL = {aten.is_pinned: _is_pinned, aten._pin_memory: _pin_memory, aten.record_stream: _record_stream,
-           aten._to_copy: _to_copy, aten.copy_: _copy_, aten.set_: _set_}
+# SimTensor's dispatch sends these operators here (tensor.SPECIAL is filled once, by this import:
+# patch imports this module before any simulated tensor exists).
+SPECIAL.update({aten.is_pinned: _is_pinned, aten._pin_memory: _pin_memory, aten.record_stream: _record_stream,
+                aten._to_copy: _to_copy, aten.copy_: _copy_, aten.set_: _set_})

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from gpufeed.course.simcuda.clocks import AccessLog, Clock
+from gpufeed.simcuda.clocks import AccessLog, Clock
 
 POISON_FLOAT = 0xFF  #: every byte of unwritten floating memory: NaN
 POISON_BOOL = 0x01  #: every byte of unwritten bool memory: True (other values are not valid bools)

@@ -8,7 +8,7 @@ the seed-0 schedule. Other seeds are other legal orders: each stream gets a pace
 late as allowed), "eager" (each step as soon as the steps it waits for have run) or "lags k
 steps"; seed 1 makes every side stream eager and the default stream lazy (copies race ahead of
 the compute that still reads old data), seed 2 the reverse, and seeds from 3 on draw paces at
-random. Whatever the order, the clocks (:mod:`~gpufeed.course.simcuda.clocks`) find every pair
+random. Whatever the order, the clocks (:mod:`~gpufeed.simcuda.clocks`) find every pair
 of unordered accesses, so a race is reported the same under every seed; the seed changes which
 wrong values it produces. When the host polls ``query()``, the work it polls for moves one step.
 
@@ -19,8 +19,8 @@ wrong values it produces. When the host polls ``query()``, the work it polls for
 :attr:`Simulator.waits` (all of them, ``event.synchronize()`` and ``torch.cuda.synchronize()`` too).
 
 **The nominal timeline** places each step on its stream at a made-up, fixed speed (copies at
-:attr:`Costs.copy_gb_s`, kernels at :attr:`Costs.kernel_gb_s`, a launch every
-:attr:`Costs.launch_us`), after the steps it follows and waits for: a drawing of what may
+:attr:`NominalSpeeds.copy_gb_s`, kernels at :attr:`NominalSpeeds.kernel_gb_s`, a launch every
+:attr:`NominalSpeeds.launch_us`), after the steps it follows and waits for: a drawing of what may
 overlap what, not of CUDA's speed.
 """
 
@@ -36,9 +36,9 @@ from dataclasses import dataclass
 
 import torch
 
-from gpufeed.course.simcuda.clocks import Access, AccessLog, Race, called, joined
-from gpufeed.course.simcuda.memory import Block, DeviceAllocator, HostAllocator
-from gpufeed.course.simcuda.streams import SimEvent, SimStream, Work
+from gpufeed.simcuda.clocks import Access, AccessLog, Race, called, joined
+from gpufeed.simcuda.memory import Block, DeviceAllocator, HostAllocator
+from gpufeed.simcuda.streams import SimEvent, SimStream, Work
 
 SYNC_MESSAGE = "called a synchronizing CUDA operation"  # torch's words (c10/cuda/CUDAFunctions.cpp)
 PACES = ("lazy", "eager", "lag 1", "lag 2", "lag 3")
@@ -76,27 +76,47 @@ def explain(race: Race, memory: str) -> str:
 
 
 @dataclass
-class Costs:
-    """The nominal device that the timeline is drawn on: not CUDA's speed, only what may overlap."""
+class NominalSpeeds:
+    """The made-up, fixed speeds of the device that the nominal timeline is drawn on, and the
+    nominal duration of a step at them: not CUDA's speed, only what may overlap what."""
 
     copy_gb_s: float = 25.0  # host <-> device copies
     kernel_gb_s: float = 1500.0  # bytes a kernel reads and writes
     launch_us: float = 5.0  # the host's time to issue one step
 
     def ms(self, work: Work) -> float:
+        """How long ``work`` takes on the nominal timeline, in milliseconds.
+
+        Example:
+            >>> from gpufeed.simcuda.streams import Work
+            >>> NominalSpeeds().ms(Work(None, 0, "copy", "copy", nbytes=50_000_000))  # 50 MB at 25 GB/s
+            2.0
+        """
         if work.kind == "busy":
             return work.nbytes / 1e6  # busy steps carry their nominal nanoseconds in nbytes
         rate = self.copy_gb_s if work.kind == "copy" else self.kernel_gb_s
         return work.nbytes / (rate * 1e6) if work.kind in ("copy", "kernel") else 0.0
 
 
+@dataclass(frozen=True)
+class Span:
+    """One stream's copy or kernel on the nominal timeline, from ``start`` to ``end`` (milliseconds);
+    ``stage`` is ``"copy"`` or ``"compute"``. The fields of :class:`gpufeed.course.timeline.Interval`,
+    which draws it."""
+
+    resource: str
+    stage: str
+    start: float
+    end: float
+
+
 class Simulator:
     """One simulated CUDA device (``cuda:0``): see the module docstring. Made by :func:`simulated_cuda`."""
 
-    def __init__(self, seed: int = 0, races: str = "raise", costs: Costs | None = None):
+    def __init__(self, seed: int = 0, races: str = "raise", speeds: NominalSpeeds | None = None):
         if races not in ("raise", "record"):
             raise ValueError(f"simulated_cuda: races must be 'raise' or 'record', got {races!r}")
-        self.seed, self.on_race, self.costs = seed, races, costs or Costs()
+        self.seed, self.on_race, self.speeds = seed, races, speeds or NominalSpeeds()
         self.rng = random.Random(seed)
         self.lock = threading.RLock()
         self.tls = threading.local()
@@ -117,6 +137,7 @@ class Simulator:
         self.Stream = type("Stream", (SimStream,), {"sim": self})  # what torch.cuda.Stream becomes
         self.Event = type("Event", (SimEvent,), {"sim": self})
         self.default = SimStream(sim=self, name="default stream")
+        self.outside: dict = {}  # torch.cuda's own functions, which simulated_cuda replaced (see patch.active)
 
     # --- streams, devices, threads ------------------------------------------------------------
     def next_stream_id(self) -> int:
@@ -186,10 +207,10 @@ class Simulator:
             stream.issued += 1
             stream.clock[stream] = stream.issued
             work = Work(stream, stream.issued, kind, what, run, deps, nbytes, dict(stream.clock))
-            self.host_time += self.costs.launch_us / 1000
+            self.host_time += self.speeds.launch_us / 1000
             after = [s.ends[step - 1] for s, step in deps if step > 0]
             work.start = max([stream.last_end, self.host_time, *after])
-            work.end = work.start + self.costs.ms(work)
+            work.end = work.start + self.speeds.ms(work)
             stream.last_end = work.end
             stream.ends.append(work.end)
             stream.queue.append(work)  # queued even if it races: the program goes on (races="record")
@@ -392,12 +413,12 @@ class Simulator:
             raise CudaRaceError(race, block.label or f"{block.kind} memory")
 
     # --- what happened ---------------------------------------------------------------------------
-    def timeline(self, streams=None) -> list:
-        """The issued copies and kernels as :class:`~gpufeed.course.timeline.Interval` s on the nominal
-        timeline, one row per stream (``streams``: those only): what may overlap what.
+    def timeline(self, streams=None) -> list[Span]:
+        """The issued copies and kernels as :class:`Span` s on the nominal timeline, one row per
+        stream (``streams``: those only): what may overlap what.
 
         Example:
-            >>> from gpufeed.course.simcuda import simulated_cuda
+            >>> from gpufeed.simcuda import simulated_cuda
             >>> with simulated_cuda() as sim:
             ...     side = torch.cuda.Stream()
             ...     with torch.cuda.stream(side):
@@ -406,14 +427,12 @@ class Simulator:
             >>> [(i.resource, i.stage, round(i.end - i.start, 3)) for i in sim.timeline()]
             [('side stream 1', 'copy', 2.0), ('default stream', 'compute', 3.0)]
         """
-        from gpufeed.course.timeline import Interval
-
         rows = [s for s in self.streams.values() if streams is None or s in streams]
         out = []
         for work in sorted((w for s in rows for w in self.issued_work(s)), key=lambda w: w.start):
             if work.kind in ("copy", "kernel", "busy") and work.end > work.start:
                 stage = "copy" if work.kind == "copy" or work.what == "copy" else "compute"
-                out.append(Interval(work.stream.name, stage, work.start, work.end))
+                out.append(Span(work.stream.name, stage, work.start, work.end))
         return out
 
     def issued_work(self, stream: SimStream) -> list[Work]:

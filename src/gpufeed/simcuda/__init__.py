@@ -19,7 +19,7 @@ The rules it models, and where CUDA or PyTorch state them:
   without making the host wait; ``record``, ``query``, ``synchronize`` (PyTorch's "CUDA
   semantics" notes, *Asynchronous execution* and *CUDA streams*; ``torch/cuda/streams.py``).
   The current stream is per host thread (``torch.cuda.current_stream``). See
-  :mod:`~gpufeed.course.simcuda.streams` and :mod:`~gpufeed.course.simcuda.device`.
+  :mod:`~gpufeed.simcuda.streams` and :mod:`~gpufeed.simcuda.device`.
 * Copies (``aten/src/ATen/native/cuda/Copy.cu``): host-to-device from pinned memory with
   ``non_blocking=True`` is asynchronous and reads the host buffer when it runs; from pageable
   memory the host waits while the bytes are staged (CUDA Runtime API, *API synchronization
@@ -28,20 +28,20 @@ The rules it models, and where CUDA or PyTorch state them:
   ``non_blocking`` the host waits for the copy (``memcpy_and_sync``). Device-to-host
   ``non_blocking`` goes into pinned memory and is valid only after an event or a sync (PyTorch
   tutorial *A guide on good usage of non_blocking and pin_memory()*). See
-  :mod:`~gpufeed.course.simcuda.copies`.
+  :mod:`~gpufeed.simcuda.copies`.
 * The caching allocator reuses a freed block at once on its own stream, and after another
   stream's recorded use only once that use is done (``Tensor.record_stream`` docs;
   ``c10/cuda/CUDACachingAllocator.cpp``); the caching host allocator keeps a freed pinned block
   until the copies that used it are done, but a pinned buffer the program keeps and overwrites is
   unprotected (``aten/src/ATen/core/CachingHostAllocator.h``). See
-  :mod:`~gpufeed.course.simcuda.memory`.
+  :mod:`~gpufeed.simcuda.memory`.
 * Host waits: ``.item()``, ``bool()``, ``.cpu()``, ``.tolist()``, ``nonzero``, printing,
   blocking copies and ``stream.synchronize()`` are the syncs ``torch.cuda.set_sync_debug_mode``
   reports (``c10/cuda/CUDAFunctions.h``: ``memcpy_and_sync``, ``stream_synchronize``); counted in
   ``sim.syncs``, and raised under ``set_sync_debug_mode("error")`` with torch's own message.
 * Races are found as PyTorch's CUDA Stream Sanitizer finds them on a GPU
   (``torch/cuda/_sanitizer.py``): vector clocks over the host and the streams
-  (:mod:`~gpufeed.course.simcuda.clocks`).
+  (:mod:`~gpufeed.simcuda.clocks`).
 
 What it leaves out: timing (the timeline is nominal, a drawing aid), the number of copy engines
 and any other limit on concurrency, several devices and peer copies, CUDA graphs, IPC and CUDA in
@@ -54,8 +54,8 @@ without a meta kernel (it runs at once, after its stream's earlier work: counted
 ``sim.stats["eager"]``, never a race missed but a schedule less hostile).
 """
 
-from gpufeed.course.simcuda.device import Costs, CudaRaceError, Simulator
-from gpufeed.course.simcuda.patch import simulated_cuda
-from gpufeed.course.simcuda.tensor import SimTensor
+from gpufeed.simcuda.device import CudaRaceError, NominalSpeeds, Simulator, Span
+from gpufeed.simcuda.patch import active, simulated_cuda
+from gpufeed.simcuda.tensor import SimTensor
 
-__all__ = ["Costs", "CudaRaceError", "SimTensor", "Simulator", "simulated_cuda"]
+__all__ = ["CudaRaceError", "NominalSpeeds", "SimTensor", "Simulator", "Span", "active", "simulated_cuda"]

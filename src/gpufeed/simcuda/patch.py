@@ -25,9 +25,8 @@ import warnings
 
 import torch
 
-from gpufeed.course.simcuda import copies, tensor
-from gpufeed.course.simcuda.device import Costs, Simulator
-from gpufeed.measure.machine import machine_info
+from gpufeed.simcuda import copies, tensor
+from gpufeed.simcuda.device import NominalSpeeds, Simulator
 
 
 def _cuda_functions(sim: Simulator) -> dict:
@@ -138,20 +137,20 @@ def _python_functions(sim: Simulator) -> dict:
 
 
 @contextlib.contextmanager
-def simulated_cuda(seed: int = 0, *, races: str = "raise", costs: Costs | None = None):
+def simulated_cuda(seed: int = 0, *, races: str = "raise", speeds: NominalSpeeds | None = None):
     """A simulated CUDA device for the duration of the block (one at a time).
 
     Args:
         seed: the schedule: 0 runs every step as late as the program's synchronisation allows;
-            other seeds are other legal orders (:mod:`~gpufeed.course.simcuda.device`).
+            other seeds are other legal orders (:mod:`~gpufeed.simcuda.device`).
         races: ``"raise"`` (default): an unsynchronised access raises
-            :class:`~gpufeed.course.simcuda.device.CudaRaceError` where it is found;
+            :class:`~gpufeed.simcuda.device.CudaRaceError` where it is found;
             ``"record"``: it is only listed in ``sim.races`` and the program runs on with whatever
             values the schedule gives (how lesson 08 shows the wrong batches).
-        costs: the nominal device of the timeline (:class:`~gpufeed.course.simcuda.device.Costs`).
+        speeds: the nominal device of the timeline (:class:`~gpufeed.simcuda.device.NominalSpeeds`).
 
     Yields:
-        The :class:`~gpufeed.course.simcuda.device.Simulator`: ``sim.syncs``, ``sim.waits``,
+        The :class:`~gpufeed.simcuda.device.Simulator`: ``sim.syncs``, ``sim.waits``,
         ``sim.races``, ``sim.ran``, ``sim.busy(ms)``, ``sim.timeline()``.
 
     Example:
@@ -164,13 +163,11 @@ def simulated_cuda(seed: int = 0, *, races: str = "raise", costs: Costs | None =
     """
     if tensor.ACTIVE[0] is not None:
         raise RuntimeError("simulated_cuda: a simulated device is already in place; leave its block first")
-    # The machine record (cached once a process) is read before the simulated device appears, so
-    # that nothing measured or saved under the simulator claims a GPU this machine does not have.
-    machine_info()
-    sim = Simulator(seed, races, costs)
+    sim = Simulator(seed, races, speeds)
     swaps = {(torch.cuda, name): value for name, value in _cuda_functions(sim).items()}
     swaps.update(_python_functions(sim))
     saved = {key: getattr(*key, None) for key in swaps}
+    sim.outside = {name: saved[torch.cuda, name] for name in ("is_available", "_lazy_init", "device_count")}
     tensor.ACTIVE[0] = sim
     for (owner, name), value in swaps.items():
         setattr(owner, name, value)
@@ -188,3 +185,20 @@ def simulated_cuda(seed: int = 0, *, races: str = "raise", costs: Costs | None =
                 else:
                     setattr(owner, name, value)
             tensor.ACTIVE[0] = None
+
+
+def active() -> Simulator | None:
+    """The simulator in place of ``torch.cuda`` now (inside a ``simulated_cuda`` block), else None.
+
+    What reads this machine's hardware asks it, because the simulated device is no GPU of this
+    machine: ``sim.outside`` holds ``torch.cuda``'s own ``is_available``, ``_lazy_init`` and
+    ``device_count`` (:func:`gpufeed.measure.machine.machine_info` reads the real GPU through them).
+
+    Example:
+        >>> with simulated_cuda() as sim:
+        ...     print(active() is sim, torch.cuda.is_available())
+        True True
+        >>> active() is None
+        True
+    """
+    return tensor.ACTIVE[0]

@@ -1,7 +1,7 @@
 """Simulated CUDA tensors: every operator on one becomes work queued on the current stream.
 
 A :class:`SimTensor` says ``device="cuda:0"`` and holds a view of a simulated
-:class:`~gpufeed.course.simcuda.memory.Block`. Its ``__torch_dispatch__`` (the hook PyTorch's own
+:class:`~gpufeed.simcuda.memory.Block`. Its ``__torch_dispatch__`` (the hook PyTorch's own
 fake and sanitizer tensors use: ``torch/_subclasses/fake_tensor.py``,
 ``torch/cuda/_sanitizer.py``) sees every ATen operator on it:
 
@@ -12,7 +12,7 @@ fake and sanitizer tensors use: ``torch/_subclasses/fake_tensor.py``,
 * an operator whose result the host needs (``.item()``, ``bool()``, ``.tolist()``, ``nonzero``,
   ``masked_select``, ``torch.equal``, boolean indexing) makes the host wait for the current
   stream: a sync, as ``torch.cuda.set_sync_debug_mode`` reports it;
-* copies, pinning and ``record_stream`` are :mod:`~gpufeed.course.simcuda.copies`'.
+* copies, pinning and ``record_stream`` are :mod:`~gpufeed.simcuda.copies`'.
 
 To PyTorch's C++ side a simulated tensor is a meta tensor: the C++ bindings put a device guard
 around many methods, and a CUDA guard calls the CUDA runtime, which fails without a driver. So
@@ -26,7 +26,7 @@ import weakref
 import torch
 from torch.utils import _pytree as pytree
 
-from gpufeed.course.simcuda.memory import Block, contiguous_strides, handout, span_bytes
+from gpufeed.simcuda.memory import Block, contiguous_strides, handout, span_bytes
 
 aten = torch.ops.aten
 DEVICE = torch.device("cuda", 0)
@@ -39,6 +39,9 @@ HOST_NEEDS = {aten._local_scalar_dense, aten.equal, aten.is_nonzero, aten.nonzer
 EMPTY = {aten.empty, aten.empty_strided, aten.empty_like, aten.new_empty, aten.new_empty_strided}
 #: operators that accept CPU index tensors beside a CUDA one
 CPU_INDICES = {aten.index, aten.index_put_, aten.index_put}
+#: operators with a handler of their own (copies, pinning, ``record_stream``, ``set_``): filled by
+#: :mod:`~gpufeed.simcuda.copies`, which builds on this module, so that it need not import it back
+SPECIAL: dict = {}
 
 
 class Ref:
@@ -80,8 +83,6 @@ class SimTensor(torch.Tensor):
         if sim is None:
             raise RuntimeError(f"{func}: a simulated CUDA tensor was used outside simulated_cuda(); keep "
                                "simulated tensors inside the `with` block that made them")
-        from gpufeed.course.simcuda.copies import SPECIAL  # copies imports this module
-
         for t in pytree.arg_tree_leaves(*args, **(kwargs or {})):
             if isinstance(t, SimTensor) and t._block.sim is not sim:
                 sim.adopt(t._block)  # made under an earlier simulator (e.g. kept in a cache)

@@ -1,8 +1,8 @@
 """Simulated streams, events and the work queued on them.
 
 A :class:`SimStream` is what ``torch.cuda.Stream(...)`` returns inside
-:func:`~gpufeed.course.simcuda.simulated_cuda`: a queue of :class:`Work` that runs in order, but
-only when the simulator's scheduler runs it (see :class:`~gpufeed.course.simcuda.device.Simulator`),
+:func:`~gpufeed.simcuda.simulated_cuda`: a queue of :class:`Work` that runs in order, but
+only when the simulator's scheduler runs it (see :class:`~gpufeed.simcuda.device.Simulator`),
 never merely because the host issued it. It is a ``torch.Stream`` (device ``cuda:0``), so that
 ``tensor.record_stream(s)`` accepts it. A :class:`SimEvent` marks a point in a stream's queue.
 
@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from gpufeed.course.simcuda.clocks import Clock
+from gpufeed.simcuda.clocks import Clock
 
 CUDA_TYPE = 1  # the device type of CUDA in torch.Stream's (stream_id, device_index, device_type)
 
