@@ -499,6 +499,8 @@ with warnings.catch_warnings():  # NumPy 2 asks torch's Tensor.__array__ for a `
 for m in copy_ms:
     print(f"{m.name:>31}: {'shares' if shared[m.name] else 'copies'}, {m.median * 1e3:9.4f} ms for {big_mib} MiB"
           + ("" if shared[m.name] else f" ({m.gb_per_s:.2f} GB/s)") + (" [noisy]" if m.noisy else ""))
+
+# %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 by_copy = {m.name: m for m in copy_ms}
 views = [m for m in copy_ms if shared[m.name]]
 fresh, reused = by_copy["torch.tensor(a)"], by_copy["out.copy_(torch.from_numpy(a))"]
@@ -575,6 +577,8 @@ def steps(array):
     return rows
 
 
+
+# %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 watched = {n: steps(a_write[:n]) for n in (1000, a_write.nbytes)}
 print(f"the cache folder is on {fs}; io.DEFAULT_BUFFER_SIZE = {io.DEFAULT_BUFFER_SIZE:,} bytes")
 for n, rows in watched.items():
@@ -582,6 +586,8 @@ for n, rows in watched.items():
     for step, ms_taken, size, dirty in rows:
         print(f"  {step:<22} {ms_taken:9.2f} ms   the OS has {size:>13,} bytes"
               + ("" if dirty is None else f"   dirty page cache {dirty / 2**20:+8.1f} MiB"))
+
+# %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 small, large = watched[1000], watched[a_write.nbytes]
 grew, fell = large[0][3], (None if large[2][3] is None else large[0][3] - large[2][3])
 ours = grew is not None and grew >= a_write.nbytes / 2 and fell >= a_write.nbytes / 2  # the count moved with our write
@@ -630,6 +636,8 @@ write_ms["a.tobytes()", False] = benchmark(a_write.tobytes, name="a.tobytes() al
 target.unlink()
 for m in write_ms.values():
     print(m)
+
+# %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 fig, ax = plotting.bars(list(write_ms.values()), rate="bytes", baseline="a.tofile(f)", machine=S.machine,
                         title=f"writing {a_write.nbytes / 2**20:.0f} MiB to a new file")
 plt.show()
