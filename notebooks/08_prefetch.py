@@ -67,7 +67,7 @@ print(f"Simulated: overlapping the copy with the step gives {gain:.2f}x; the GPU
 # `CudaPrefetcher` (section 2), and then are copied on the default stream before each step.
 
 # %%
-from gpufeed.course import hazards
+from gpufeed.course.lesson08 import hazards
 
 fig, axes = plt.subplots(2, 1, figsize=(9, 3.2), sharex=True)
 per_batch = {}
@@ -181,7 +181,7 @@ print(f"{where}: the hand-written and gpufeed prefetchers give the plain loop's 
 # the race also produces a wrong batch. Batch `k` is filled with the number `k`, so what a batch
 # holds when the consumer reads it says which batch it really was. The consumer does what a
 # training loop does: it queues a model step and a read of each batch, drops the batch, and
-# looks at the results only at the end (`gpufeed.course.hazards.play`).
+# looks at the results only at the end (`gpufeed.course.lesson08.hazards.play`).
 #
 # * **no wait**: delete `current.wait_stream(stream)`. The step may read a batch before its copy
 #   has run.
@@ -367,7 +367,7 @@ plt.show()
 # %%
 import statistics
 
-from gpufeed.course import overlap_prose as reading
+from gpufeed.course.lesson08 import overlap_prose as reading
 from gpufeed.course.prose import say
 
 rate = {m.name: m.items_per_s for m in thread_ms}
@@ -434,7 +434,7 @@ print(f"after a break: prefetch threads alive: {alive}")
 # Does `CudaPrefetcher` make a training loop faster? The first time this lesson ran on a GPU (an
 # H100, November 2026, with the prefetcher of that time, which did its host work in your loop
 # between two steps) the answer was no; a machine without CUDA shows that run below until a newer
-# one is committed. So the experiment is built to favour no one (`gpufeed.course.overlap`, tested on
+# one is committed. So the experiment is built to favour no one (`gpufeed.course.lesson08.overlap`, tested on
 # the CPU and under the CUDA-ordering simulator):
 #
 # * **The batches** are a few pinned `uint8` batches in memory, used in turn, as if a perfect
@@ -454,7 +454,7 @@ print(f"after a break: prefetch threads alive: {alive}")
 #   reason; and the memory peaks (`torch.cuda.memory_stats()`).
 
 # %%
-from gpufeed.course import overlap
+from gpufeed.course.lesson08 import overlap
 from gpufeed.measure import results
 
 trace_dir = config.cache_dir() / "lesson08" / "traces"

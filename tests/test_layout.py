@@ -11,6 +11,7 @@ importing the library actually loads).
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -104,6 +105,63 @@ def test_no_test_of_the_library_imports_the_course():
     bad = [f"{path.name} imports {name}" for path in sorted(p for p in library if p.is_file())
            for name in sorted(imported_modules(path)) if name.startswith("gpufeed.course")]
     assert bad == []
+
+
+NOTEBOOKS = PKG.parents[1] / "notebooks"
+
+
+def taught_in(path: Path) -> list[str]:
+    """The lessons (``"08"``) that a module's docstring says teach it: every ``notebooks/NN_...``
+    in its sentence that starts with "Taught in"."""
+    doc = " ".join((ast.get_docstring(ast.parse(path.read_text())) or "").split())
+    at = doc.find("Taught in")
+    sentence = re.split(r"\.(?:\s|$)", doc[at:], maxsplit=1)[0] if at >= 0 else ""
+    return re.findall(r"notebooks/(\d\d)", sentence)
+
+
+def lesson_imports() -> dict[str, set[str]]:
+    """Lesson number -> every module its notebook's source imports (``from x import y``: x and x.y)."""
+    return {p.name[:2]: imported_modules(p) for p in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.py"))}
+
+
+def stale_taught_in() -> list[str]:
+    """Course modules whose "Taught in" line names a lesson that does not import them (nor, for a
+    module in a lesson's folder, anything of that folder), and lesson folders that name none."""
+    lessons, bad = lesson_imports(), []
+    for path in sorted((PKG / "course").rglob("*.py")):
+        rel = path.relative_to(PKG.parent).with_suffix("")
+        module = ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
+        folder = path.parent if path.parent.name.startswith("lesson") else None
+        named = taught_in(path) or (taught_in(folder / "__init__.py") if folder else [])
+        if folder and folder.name.removeprefix("lesson") not in named:
+            bad.append(f"{module}: in {folder.name}/ but taught in {named or 'no lesson'}")
+        scope = ".".join(rel.parts[:3]) if folder else module  # a lesson's folder, or the module itself
+        for lesson in named:
+            if not any(n == scope or n.startswith(scope + ".") for n in lessons.get(lesson, ())):
+                bad.append(f"{module}: taught in lesson {lesson}, which does not import it")
+    return bad
+
+
+def test_every_taught_in_line_names_a_lesson_that_imports_the_module():
+    assert stale_taught_in() == []
+
+
+def test_the_taught_in_check_finds_a_stale_line(tmp_path, monkeypatch):
+    fake = tmp_path / "src" / "gpufeed"
+    (fake / "course" / "lesson05").mkdir(parents=True)
+    (fake / "course" / "lesson05" / "__init__.py").write_text('"""Taught in ``notebooks/05_memmap.ipynb``."""\n')
+    (fake / "course" / "lesson05" / "helper.py").write_text('"""A helper."""\n')
+    (fake / "course" / "shared.py").write_text('"""Taught in ``notebooks/03_dtypes.ipynb``; also 05."""\n')
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "notebooks" / "05_memmap.py").write_text("from gpufeed.course.lesson05 import helper\n")
+    (tmp_path / "notebooks" / "03_dtypes.py").write_text("import torch\n")
+    monkeypatch.setattr(sys.modules[__name__], "PKG", fake)
+    monkeypatch.setattr(sys.modules[__name__], "NOTEBOOKS", tmp_path / "notebooks")
+    assert stale_taught_in() == ["gpufeed.course.shared: taught in lesson 03, which does not import it"]
+    (tmp_path / "notebooks" / "05_memmap.py").write_text("import gpufeed\n")
+    assert stale_taught_in() == ["gpufeed.course.lesson05: taught in lesson 05, which does not import it",
+                                 "gpufeed.course.lesson05.helper: taught in lesson 05, which does not import it",
+                                 "gpufeed.course.shared: taught in lesson 03, which does not import it"]
 
 
 def import_circles() -> list[list[str]]:

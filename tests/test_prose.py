@@ -57,3 +57,12 @@ def test_a_ratio_inside_the_band_reads_as_the_same_and_outside_it_does_not():
     assert prose.times(1.3, flat=flat) == "1.30x faster"
     assert prose.times(1 / 1.3, flat=flat) == "1.30x slower"  # a loss past it: the same band either way
     assert prose.times(1 / 1.25, flat=flat) == "as fast"
+
+
+def test_times_picks_its_decimals_by_size_when_asked():
+    grid = {1.004: "as fast", 1.006: "1.01x faster", 9.994: "9.99x faster", 9.996: "10.0x faster",
+            10.0: "10.0x faster", 99.94: "99.9x faster", 99.96: "100x faster", 338.68: "339x faster",
+            1 / 338.68: "339x slower", 2345.0: "2,345x faster"}
+    for ratio, words in grid.items():
+        assert prose.times(ratio, digits=None) == words, ratio
+    assert prose.times(1.04, flat=0.05, digits=None) == "as fast"  # a band still decides a tie first

@@ -20,7 +20,7 @@ DALI (lesson 10) is a side rung where it is installed. The pieces that DataLoade
 (:func:`memmap_samples`, with the library's :class:`~gpufeed.data.transforms.CropFlip`) live here;
 the rest comes from :mod:`gpufeed.measure.pipelines`.
 :func:`rows`, :func:`read` and :func:`plot` turn measured rates into the ladder's records, the
-sentences that read them and the chart; loader efficiency is in :mod:`gpufeed.course.efficiency`.
+sentences that read them and the chart; loader efficiency is in :mod:`gpufeed.course.lesson11.efficiency`.
 
 Example:
     >>> [r.label for r in LADDER][:3]

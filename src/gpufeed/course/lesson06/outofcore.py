@@ -186,15 +186,15 @@ def read_epoch(dataset: str | os.PathLike, order: np.ndarray, batch: int, limit:
             spec = {"dataset": str(dataset), "order": str(order_file), "batch": batch,
                     "limit": limit, "method": method, "cgroup": str(cgroup or ""),
                     "reader": reader, "advice": advice, "group": group, "seed": seed}
-            run = subprocess.run([sys.executable, "-m", "gpufeed.course.outofcore",
+            run = subprocess.run([sys.executable, "-m", "gpufeed.course.lesson06.outofcore",
                                   json.dumps(spec)], capture_output=True, text=True, timeout=1800,
                                  env={**os.environ, **READER_ENV})
         if run.returncode == -9 and method != "fadvise":
-            raise RuntimeError(f"gpufeed.course.outofcore: the {reader} reader was killed by the "
+            raise RuntimeError(f"gpufeed.course.lesson06.outofcore: the {reader} reader was killed by the "
                                f"kernel: its own memory and its page cache outgrew the {method} "
                                f"limit of {limit >> 20} MiB; give it a larger limit")
         if run.returncode != 0:
-            raise RuntimeError(f"gpufeed.course.outofcore: the {reader} reader failed "
+            raise RuntimeError(f"gpufeed.course.lesson06.outofcore: the {reader} reader failed "
                                f"({run.returncode}): {run.stderr[-2000:]}")
         return json.loads(run.stdout.strip().splitlines()[-1])
     finally:
@@ -387,11 +387,11 @@ def _reader(spec: dict) -> dict:
             "check": total}
 
 
-USAGE = "usage: python -m gpufeed.course.outofcore SPEC  (SPEC: the JSON that read_epoch writes)"
+USAGE = "usage: python -m gpufeed.course.lesson06.outofcore SPEC  (SPEC: the JSON that read_epoch writes)"
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m gpufeed.course.outofcore SPEC``: the reader :func:`read_epoch` starts, given its
+    """``python -m gpufeed.course.lesson06.outofcore SPEC``: the reader :func:`read_epoch` starts, given its
     JSON spec; one JSON line on stdout."""
     a = sys.argv[1:] if argv is None else argv
     try:

@@ -1,6 +1,6 @@
 """Where the ranks on one machine meet: the loopback interface and a free port.
 
-Both :mod:`gpufeed.course.launch` (which starts torchrun) and :mod:`gpufeed.course.distributed` (the
+Both :mod:`gpufeed.course.lesson12.launch` (which starts torchrun) and :mod:`gpufeed.course.lesson12.distributed` (the
 program it starts) need these; here, below both, neither has to import the other. Taught in
 ``notebooks/12_scaling.ipynb``.
 

@@ -3,14 +3,14 @@
 ``torchrun`` may not be on the ``PATH`` of a Jupyter kernel, but ``python -m
 torch.distributed.run`` (the same program) always runs with the kernel's own interpreter. On one
 machine the ranks meet on the loopback address at a free port: no network beyond ``127.0.0.1``.
-:func:`launch` runs :mod:`gpufeed.course.distributed` and returns its JSON. Taught in
+:func:`launch` runs :mod:`gpufeed.course.lesson12.distributed` and returns its JSON. Taught in
 ``notebooks/12_scaling.ipynb``.
 
 Example:
     >>> cmd = torchrun_command(2, ["--data", "DIR"], port=29500, python="python")
     >>> " ".join(cmd)  # doctest: +NORMALIZE_WHITESPACE
     'python -m torch.distributed.run --nnodes 1 --nproc-per-node 2 --master-addr 127.0.0.1
-     --master-port 29500 -m gpufeed.course.distributed --data DIR'
+     --master-port 29500 -m gpufeed.course.lesson12.distributed --data DIR'
     >>> 1024 <= free_port() < 65536
     True
 """
@@ -24,14 +24,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpufeed.course.ports import free_port, loopback_ifname  # noqa: F401  (re-exported)
+from gpufeed.course.lesson12.ports import free_port, loopback_ifname  # noqa: F401  (re-exported)
 
 #: What a failed launch shows of the processes' output (their last lines hold the error).
 TAIL_LINES = 25
 
 
 
-def torchrun_command(nproc: int, script_args, *, module: str = "gpufeed.course.distributed", port: int | None = None,
+def torchrun_command(nproc: int, script_args, *, module: str = "gpufeed.course.lesson12.distributed", port: int | None = None,
                      python: str = sys.executable, log_dir: str | os.PathLike | None = None) -> list[str]:
     """The command that starts ``nproc`` processes of ``module`` on this machine with torchrun.
 
@@ -84,8 +84,8 @@ def crashed_ranks(torchrun_output: str) -> dict[int, str]:
 
 def launch(nproc: int, script_args, out: str | os.PathLike, *, threads: int = 1, timeout: float = 600,
            env: dict | None = None, verbose: bool = True, retries: int = 1,
-           module: str = "gpufeed.course.distributed") -> tuple[list, dict]:
-    """Runs ``module`` (:mod:`gpufeed.course.distributed`) with ``nproc`` processes, ``--out out``; returns
+           module: str = "gpufeed.course.lesson12.distributed") -> tuple[list, dict]:
+    """Runs ``module`` (:mod:`gpufeed.course.lesson12.distributed`) with ``nproc`` processes, ``--out out``; returns
     ``(measurements, document)`` of its JSON (:func:`gpufeed.measure.harness.load`).
 
     Each process writes its output to its own file (:func:`rank_logs`); a failure shows the end of
@@ -157,16 +157,16 @@ def _failure(nproc: int, code: int, report: str, errors: dict[int, str], crashed
 
 
 def run_here(script_args, out: str | os.PathLike, *, threads: int = 1) -> tuple[list, dict]:
-    """Runs :mod:`gpufeed.course.distributed` in this process, alone (rank 0 of 1): no launcher, and no
+    """Runs :mod:`gpufeed.course.lesson12.distributed` in this process, alone (rank 0 of 1): no launcher, and no
     start-up cost, since torch is already imported. Returns ``(measurements, document)``.
 
     Raises:
         RuntimeError: the script failed (its one-line error went to stderr).
     """
-    from gpufeed.course.distributed import main
+    from gpufeed.course.lesson12.distributed import main
     from gpufeed.measure.harness import load
 
     code = main([*map(str, script_args), "--out", str(out), "--threads", str(threads)])
     if code != 0:
-        raise RuntimeError(f"gpufeed.course.distributed failed (exit {code}); its error is printed above")
+        raise RuntimeError(f"gpufeed.course.lesson12.distributed failed (exit {code}); its error is printed above")
     return load(out)

@@ -5,7 +5,7 @@ next process on the same machine finds its pages in RAM, and a dataset memory-ma
 ranks takes its size in RAM once, not eight times. :func:`resident` asks the kernel which pages of
 a file are cached (``mincore``, on Linux), :func:`touch` reads one byte per page of a file through
 a fresh mapping and counts the page faults that cost. Run as a script, it does that in a new
-process and prints JSON (``python -m gpufeed.course.pagecache FILE...``), which is how
+process and prints JSON (``python -m gpufeed.course.lesson12.pagecache FILE...``), which is how
 ``notebooks/12_scaling.ipynb`` shows a second process finding the file warm.
 
 Example:
@@ -122,16 +122,16 @@ def touch(paths) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m gpufeed.course.pagecache FILE_OR_FOLDER...``: in this (new) process, how much of the
+    """``python -m gpufeed.course.lesson12.pagecache FILE_OR_FOLDER...``: in this (new) process, how much of the
     files the page cache held, then what touching every page cost; one JSON line on stdout."""
     args = sys.argv[1:] if argv is None else argv
     if not args:
-        print("usage: python -m gpufeed.course.pagecache FILE_OR_MEMMAP_FOLDER...", file=sys.stderr)
+        print("usage: python -m gpufeed.course.lesson12.pagecache FILE_OR_MEMMAP_FOLDER...", file=sys.stderr)
         return 2
     paths: list[Path] = []
     for a in map(Path, args):
         if not a.exists():
-            print(f"gpufeed.course.pagecache: {a} does not exist; give a file or a memmap dataset folder", file=sys.stderr)
+            print(f"gpufeed.course.lesson12.pagecache: {a} does not exist; give a file or a memmap dataset folder", file=sys.stderr)
             return 2
         paths += memmap_files(a) if a.is_dir() else [a]
     before = resident(paths)

@@ -13,6 +13,8 @@ Example:
     >>> rows = efficiency({"naive": 50.0, "course": 95.0, "resident": 100.0})
     >>> [(r["pipeline"], r["efficiency"], r["ratio_to_naive"]) for r in rows]
     [('naive', 0.5, 1.0), ('course', 0.95, 1.9)]
+    >>> bounds(loader_rate=50.0, model_rate=100.0)  # nothing overlapping, everything overlapping
+    (0.333, 0.5)
     >>> break_even(build_s=30.0, before_s=10.0, after_s=4.0)  # 6 s saved per epoch pays 30 s back in 5
     5.0
 """
@@ -21,6 +23,8 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+
+from gpufeed.measure.findings import efficiency_bounds as bounds  # noqa: F401  (the two bounds; diagnose reads them too)
 
 #: The loader efficiency the course pipeline should reach on a GPU: the bar is set for
 #: ``gpufeed bench``'s full-size GPU workload (a ResNet-50 in bfloat16 autocast, 224x224 crops in
@@ -38,22 +42,6 @@ def efficiency(rates: dict[str, float], ceiling: str = "resident") -> list[dict]
     return [{"pipeline": name, "images_per_s": rate, "efficiency": round(rate / rates[ceiling], 3),
              "ratio_to_naive": round(rate / base, 3) if base else None}
             for name, rate in rates.items() if name != ceiling]
-
-
-def bounds(loader_rate: float, model_rate: float) -> tuple[float, float]:
-    """The loader efficiency to expect from two rates alone (images/s): the loader timed alone and
-    the model on resident batches. Returns ``(serial, overlapped)``:
-
-    * serial, ``1 / (1 + model_rate / loader_rate)``: the loader's work adds to the model's (they
-      share one processor and nothing overlaps: the CPU-only worst case);
-    * overlapped, ``min(1, loader_rate / model_rate)``: the two run at the same time (the CPU
-      loads while the GPU computes: the best case), and only a loader slower than the model costs.
-
-    Example:
-        >>> bounds(loader_rate=1000.0, model_rate=100.0), bounds(loader_rate=50.0, model_rate=100.0)
-        ((0.909, 1.0), (0.333, 0.5))
-    """
-    return round(1 / (1 + model_rate / loader_rate), 3), round(min(1.0, loader_rate / model_rate), 3)
 
 
 def from_bench(doc: dict) -> dict[str, float]:

@@ -5,7 +5,7 @@ not overlap (no sample twice per epoch), must together cover the epoch, and must
 epoch in the same way on every rank, which a shared seed gives without any communication.
 :func:`make_loader` builds a rank's loader, :func:`shard` lists what it reads, :func:`check_shards`
 says whether a set of shards is disjoint and complete, :func:`plot_shards` draws who reads what
-(lesson 12 and the deck, ``tools/deck_plots.py``). Used by :mod:`gpufeed.course.distributed`; taught
+(lesson 12 and the deck, ``tools/deck_plots.py``). Used by :mod:`gpufeed.course.lesson12.distributed`; taught
 in ``notebooks/12_scaling.ipynb``.
 
 The two ways cut an epoch differently (here 10 samples, 3 ranks, no shuffle): the fast loader
@@ -117,7 +117,7 @@ def check_shards(shards, n: int) -> dict:
 
 def coverage(counts: torch.Tensor) -> dict:
     """The summary of :func:`check_shards` from how many times each sample was read (``[n]``):
-    what :mod:`gpufeed.course.distributed` computes after summing every rank's counts with an all-reduce."""
+    what :mod:`gpufeed.course.lesson12.distributed` computes after summing every rank's counts with an all-reduce."""
     read, covered = int(counts.sum()), int((counts > 0).sum())
     return {"n": len(counts), "read": read, "covered": covered, "duplicates": read - covered,
             "disjoint": read == covered, "complete": covered == len(counts)}

@@ -41,7 +41,7 @@ def _as_float(x: torch.Tensor, name: str) -> torch.Tensor:
     if not isinstance(x, torch.Tensor) or x.dim() not in (3, 4):
         got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
         raise ValueError(f"{name} must be an image tensor [C, H, W] or [N, C, H, W] (got {got}); "
-                         "turn a PIL image into one with gpufeed.course.quality.to_tensor(img)")
+                         "turn a PIL image into one with gpufeed.course.lesson04.quality.to_tensor(img)")
     x = x.to(torch.float64)
     return x.unsqueeze(0) if x.dim() == 3 else x
 

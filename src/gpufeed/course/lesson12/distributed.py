@@ -2,16 +2,16 @@
 
 Run it with two processes on the CPU (gloo), or one per GPU (nccl), unchanged::
 
-    torchrun --nproc-per-node 2 -m gpufeed.course.distributed --data DIR --out run.json [--train]
-    python -m torch.distributed.run --nproc-per-node 2 -m gpufeed.course.distributed --data DIR ...
+    torchrun --nproc-per-node 2 -m gpufeed.course.lesson12.distributed --data DIR --out run.json [--train]
+    python -m torch.distributed.run --nproc-per-node 2 -m gpufeed.course.lesson12.distributed --data DIR ...
 
 Every process (*rank*) maps the same memmap dataset (built once: ``python -m gpufeed data memmap
-SRC DIR``), reads its shard of every epoch (:mod:`gpufeed.course.shards`: ``--loader fast`` or
+SRC DIR``), reads its shard of every epoch (:mod:`gpufeed.course.lesson12.shards`: ``--loader fast`` or
 ``sampler``), optionally trains a small CNN in ``DistributedDataParallel`` (``--train``), and times
 its epochs with :func:`gpufeed.measure.harness.benchmark` (warm-up epochs untimed, CUDA synchronised). Rank 0
 gathers every rank's numbers, checks that the shards of every epoch were disjoint and complete (an
 all-reduce of per-sample read counts), and writes one JSON (:func:`gpufeed.measure.harness.save`) to
-``--out``. Without torchrun it runs as one process. :mod:`gpufeed.course.launch` starts it from Python.
+``--out``. Without torchrun it runs as one process. :mod:`gpufeed.course.lesson12.launch` starts it from Python.
 Taught in ``notebooks/12_scaling.ipynb``.
 
 Example:
@@ -35,8 +35,8 @@ from datetime import timedelta
 
 import torch
 
-from gpufeed.course import pagecache
-from gpufeed.course.ports import free_port, loopback_ifname
+from gpufeed.course.lesson12 import pagecache
+from gpufeed.course.lesson12.ports import free_port, loopback_ifname
 from gpufeed.measure.harness import Measurement, benchmark, save
 
 #: Up to this many samples, the JSON lists each rank's indices per epoch (beyond: digests only).
@@ -201,7 +201,7 @@ def run(args: argparse.Namespace, env: dict, backend: str, device: torch.device)
     """This rank's part of the run; returns what rank 0 writes (every rank gets the same)."""
     import torch.distributed as dist
 
-    from gpufeed.course.shards import coverage, digest, make_loader
+    from gpufeed.course.lesson12.shards import coverage, digest, make_loader
     from gpufeed.data.arrays import open_arrays
 
     rank, world = env["RANK"], env["WORLD_SIZE"]
@@ -254,7 +254,7 @@ def measurements(doc: dict) -> list[Measurement]:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="torchrun --nproc-per-node N -m gpufeed.course.distributed",
+    p = argparse.ArgumentParser(prog="torchrun --nproc-per-node N -m gpufeed.course.lesson12.distributed",
                                 description="Data-parallel loading (and training) over one memmap dataset; "
                                             "rank 0 writes the per-rank numbers as JSON.")
     p.add_argument("--data", required=True, help="a memmap dataset folder (python -m gpufeed data memmap SRC DIR)")
@@ -307,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
         open_arrays(args.data)  # checked before the rendezvous: a bad folder is one line here, not a hang there
     except ValueError as e:  # gpufeed.data.memmap.MemmapError is a ValueError; its message names the folder
         if env["LOCAL_RANK"] == 0:  # one line per machine, not one per process
-            print(f"gpufeed.course.distributed: {e}", file=sys.stderr)
+            print(f"gpufeed.course.lesson12.distributed: {e}", file=sys.stderr)
         return 2
     device = torch.device("cuda", env["LOCAL_RANK"]) if device_type == "cuda" else torch.device("cpu")
     with process_group(backend, env, device, args.threads, args.timeout):
@@ -315,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
             doc = run(args, env, backend, device)
         except ValueError as e:
             if env["RANK"] == 0:
-                print(f"gpufeed.course.distributed: {e}", file=sys.stderr)
+                print(f"gpufeed.course.lesson12.distributed: {e}", file=sys.stderr)
             return 2
         threads = torch.get_num_threads()
     if env["RANK"] == 0:

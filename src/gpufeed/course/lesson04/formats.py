@@ -129,7 +129,7 @@ class ImageFiles(torch.utils.data.Dataset):
         self.root = Path(root)
         if not self.root.is_dir():
             raise FileNotFoundError(f"ImageFiles: {self.root} is not a folder; generate one with "
-                                    "gpufeed.measure.synth.synth_folder or gpufeed.course.formats.export_folder")
+                                    "gpufeed.measure.synth.synth_folder or gpufeed.course.lesson04.formats.export_folder")
         files = sorted(p for p in self.root.glob("*/*") if p.suffix.lower() in SUFFIXES)
         found = {SUFFIXES[p.suffix.lower()] for p in files}
         if fmt is None:

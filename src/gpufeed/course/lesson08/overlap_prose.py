@@ -1,11 +1,11 @@
-"""Sentences that read lesson 08's overlap experiment (:mod:`gpufeed.course.overlap`), whichever
+"""Sentences that read lesson 08's overlap experiment (:mod:`gpufeed.course.lesson08.overlap`), whichever
 way its numbers point.
 
 A sentence comparing two measured things is built here from them: "faster" or "slower" from the
 side of 1 the ratio falls on (:func:`times`: never "0.86x" where slower is meant); a measurement
 above its bound is explained by what the bound leaves out; a prefetcher that loses is explained
 by its trace (:func:`trace_reading`). :func:`read` reads a result of
-:func:`gpufeed.course.overlap.measure`; :func:`read_old` reads a reference in the format the lesson
+:func:`gpufeed.course.lesson08.overlap.measure`; :func:`read_old` reads a reference in the format the lesson
 saved before issue 29 (one profiled run of each variant, no timing in turns); :func:`reference`
 picks the committed reference a machine without CUDA shows, the new format first.
 ``notebooks/08_prefetch.ipynb``, sections 4 and 5.
@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 
 from gpufeed.course import prose
-from gpufeed.course.overlap import PLAIN, REGIMES, between_steps, bound
+from gpufeed.course.lesson08.overlap import PLAIN, REGIMES, between_steps, bound
 from gpufeed.measure import harness, results
 
 #: Ratios within this of 1 read as "the same".
@@ -70,7 +70,7 @@ def trace_reading(summaries: dict, other: str, syncs: bool = True,
 
 
 def against_bound(result: dict, regime: str) -> str:
-    """What a regime's gain says against the bound of :func:`gpufeed.course.overlap.plan`."""
+    """What a regime's gain says against the bound of :func:`gpufeed.course.lesson08.overlap.plan`."""
     other, runs = result["prefetcher"], result["regimes"][regime]
     plain_ms, pre_ms = runs[PLAIN]["median_ms"], runs[other]["median_ms"]
     x, top, feed, work = plain_ms / pre_ms, result["bound"], result["feed_ms"], result["work_ms"]
@@ -118,7 +118,7 @@ def memory_reading(result: dict, regime: str = SYNCED) -> str:
 
 
 def read(result: dict) -> str:
-    """The sentences of section 5 for a result of :func:`gpufeed.course.overlap.measure`."""
+    """The sentences of section 5 for a result of :func:`gpufeed.course.lesson08.overlap.measure`."""
     other, paragraphs = result["prefetcher"], []
     for regime, runs in result["regimes"].items():
         a, b = runs[PLAIN], runs[other]
@@ -188,7 +188,7 @@ def chart_data(doc: dict) -> tuple[dict, dict]:
 
 def reference(name: str = "lesson08"):
     """The committed GPU reference ``(measurements, document)``: one with the experiment of
-    :func:`gpufeed.course.overlap.measure` (field ``overlap``) first, else one of the old format,
+    :func:`gpufeed.course.lesson08.overlap.measure` (field ``overlap``) first, else one of the old format,
     else None."""
     found = list(results.committed(name, results.has_gpu))
     return next((r for r in found if "overlap" in r[1]), found[0] if found else None)

@@ -21,7 +21,7 @@ What makes it fair (the lesson's first GPU run, an H100 on 2026-11-26, was not):
   variants in turns (ABABAB, :func:`alternate`), the device synchronised at both ends of each timed
   run (:func:`run_once`), with the memory peaks of each run; then a profiler trace of a few steps of
   each, the first left out, for the picture and the why (:func:`profile_steps`);
-* :mod:`gpufeed.course.overlap_prose` turns the result into sentences that follow the numbers,
+* :mod:`gpufeed.course.lesson08.overlap_prose` turns the result into sentences that follow the numbers,
   and picks the committed reference a machine without CUDA shows.
 
 Every function takes the device, the step and the sources as arguments: the tests run them on the
