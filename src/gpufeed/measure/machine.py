@@ -74,6 +74,28 @@ def cache_bytes(level: int = 3, root: str | Path = "/sys/devices/system/cpu/cpu0
         return None
 
 
+#: File systems that store their files on a block device of this machine: an ``os.fsync`` there
+#: writes to a disk. Lesson 05 names a write-back rate "the disk's" only on one of these; tmpfs
+#: keeps files in RAM, and overlay, network and FUSE file systems pass writes to what lies below.
+DISK_FILE_SYSTEMS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "f2fs", "zfs", "jfs", "reiserfs",
+                               "apfs", "hfs", "ntfs", "vfat", "exfat"})
+
+
+def file_system(path: str | Path) -> str:
+    """The type of the file system holding ``path`` (``"ext4"``, ``"tmpfs"``, ``"overlay"``, ...), from
+    the mount point nearest above it; ``"unknown"`` where the OS lists none.
+
+    Example:
+        >>> isinstance(file_system("."), str)
+        True
+    """
+    import psutil
+
+    path = Path(path).resolve()
+    mounts = [m for m in psutil.disk_partitions(all=True) if Path(m.mountpoint) in (path, *path.parents)]
+    return max(mounts, key=lambda m: len(m.mountpoint)).fstype if mounts else "unknown"
+
+
 def _memory_gib() -> float:
     import psutil
 
