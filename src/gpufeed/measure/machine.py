@@ -199,11 +199,11 @@ def _real_cuda() -> dict:
     import torch
 
     real = {name: getattr(torch.cuda, name) for name in ("is_available", "_lazy_init", "device_count")}
-    if "gpufeed.simcuda" in sys.modules:  # the simulator can be in place only once it was imported
-        from gpufeed.simcuda import active
-
-        if (sim := active()) is not None:
-            real.update(sim.outside)
+    # Looked up, not imported: the simulator can be in place only if someone imported it, and the
+    # machine record need not load it (nor depend on it) otherwise.
+    simcuda = sys.modules.get("gpufeed.simcuda")
+    if simcuda is not None and (sim := simcuda.active()) is not None:
+        real.update(sim.outside)
     return real
 
 
