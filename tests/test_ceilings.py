@@ -93,7 +93,7 @@ def test_committed_reads_a_gpu_reference_and_skips_quick_mode_files(monkeypatch,
     ref = ceilings.committed(lambda m: m.name.startswith("H2D"))
     assert [m.name for m in ref.measurements] == ["H2D pageable", "H2D pinned"]  # the quick lesson00.json was skipped
     assert ref.hardware == "NVIDIA H100 80GB HBM3"
-    # one line for a learner: the file, the mode, the date (of the commit, where this checkout has it), no hash
+    # one line for a learner: the file, the mode, the date save() recorded, no hash
     assert ref.source.startswith("our reference, `results/h100-80gb-hbm3/ceilings.json`, full mode")
     assert "305e292" not in ref.source and "commit" not in ref.source
     from datetime import datetime, timezone

@@ -7,7 +7,7 @@
 * :mod:`~gpufeed.measure.ceilings`: the fastest any pipeline on this machine can go.
 * :mod:`~gpufeed.measure.synth` and :mod:`~gpufeed.measure.photos`: the generated datasets every
   measurement reads; :mod:`~gpufeed.measure.datasets`: every one the lessons and the bench use,
-  listed once and built at once.
+  built at once; :mod:`~gpufeed.measure.lessons`: the lessons, listed once (for the tools too).
 * :mod:`~gpufeed.measure.pipelines`, :mod:`~gpufeed.measure.suite` and :mod:`~gpufeed.measure.dali`:
   ``python -m gpufeed bench``, every input pipeline side by side.
 * :mod:`~gpufeed.measure.memory` and :mod:`~gpufeed.measure.cpu`: what a pipeline costs beside its
@@ -28,7 +28,7 @@ import importlib
 
 _MODULES = {'ceilings', 'pipelines', 'suite', 'synth', 'machine', 'harness', 'plotting', 'dali', 'results', 'photos',
             'memory', 'peers', 'cpu', 'published', 'progress', 'datasets', 'wording', 'traces', 'diagnosis',
-            'findings'}
+            'findings', 'lessons'}
 
 __all__ = sorted(_MODULES | {"diagnose"})
 

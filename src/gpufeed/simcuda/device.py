@@ -93,7 +93,7 @@ class NominalSpeeds:
             2.0
         """
         if work.kind == "busy":
-            return work.nbytes / 1e6  # busy steps carry their nominal nanoseconds in nbytes
+            return work.busy_ms
         rate = self.copy_gb_s if work.kind == "copy" else self.kernel_gb_s
         return work.nbytes / (rate * 1e6) if work.kind in ("copy", "kernel") else 0.0
 
@@ -198,7 +198,7 @@ class Simulator:
 
     # --- issuing and running work -------------------------------------------------------------
     def issue(self, stream: SimStream, kind: str, what: str, run=None, *, reads=(), writes=(), nbytes: int = 0,
-              deps: tuple = ()) -> Work:
+              busy_ms: float = 0.0, deps: tuple = ()) -> Work:
         """Queues one step on ``stream``: the clocks check its reads and writes, the nominal timeline
         places it, and the stream's pace may run it (and any other step that may run) at once."""
         with self.lock:
@@ -206,7 +206,7 @@ class Simulator:
             stream.clock = joined(stream.clock, self.host_clock)
             stream.issued += 1
             stream.clock[stream] = stream.issued
-            work = Work(stream, stream.issued, kind, what, run, deps, nbytes, dict(stream.clock))
+            work = Work(stream, stream.issued, kind, what, run, deps, nbytes, dict(stream.clock), busy_ms=busy_ms)
             self.host_time += self.speeds.launch_us / 1000
             after = [s.ends[step - 1] for s, step in deps if step > 0]
             work.start = max([stream.last_end, self.host_time, *after])
@@ -280,11 +280,11 @@ class Simulator:
 
     def sleep(self, cycles: int) -> None:
         """``torch.cuda._sleep(cycles)``: a step that only takes time (1 cycle = 1 nominal ns)."""
-        self.issue(self.current_stream(), "busy", "sleep", nbytes=int(cycles))
+        self.issue(self.current_stream(), "busy", "sleep", busy_ms=int(cycles) / 1e6)
 
     def busy(self, ms: float, what: str = "compute") -> Work:
         """A step of ``ms`` nominal milliseconds on the current stream, standing for a kernel."""
-        return self.issue(self.current_stream(), "busy", what, nbytes=int(ms * 1e6))
+        return self.issue(self.current_stream(), "busy", what, busy_ms=ms)
 
     def _run_until(self, stream: SimStream, step: int) -> None:
         while stream.done < step:
