@@ -455,8 +455,8 @@ class CudaPrefetcher(_Closable):
     before ``iter()`` on the stream current there (your loop's): for those the side stream waits,
     once a pass, for an event recorded at ``iter()``, not for your latest step at every batch
     (which would put every copy behind the step before it: no overlap at all). They are marked as
-    used by the side stream (``record_stream``). ``"cuda"`` without an index is the current device when the
-    prefetcher is made (build it after ``torch.cuda.set_device(local_rank)``).
+    used by the side stream (``record_stream``). ``"cuda"`` without an index is the current device
+    when the prefetcher is made (build it after ``torch.cuda.set_device(local_rank)``).
 
     Raises:
         RuntimeError: torch sees no CUDA GPU (use :func:`prefetch`, which falls back to threads).
