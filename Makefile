@@ -3,9 +3,10 @@
 #   make test    lint, unit tests, doctests, notebook checks, every notebook in quick mode
 #   make bench   this machine's ceilings: JSON + plots under the results folder
 #   make test-oldest  the unit tests, doctests and quick notebooks with the oldest torch pyproject allows
-#   make test-gpu  one run on a CUDA GPU in GPU_BUDGET_S seconds (540): the cuda tests, the same under
-#                  the CUDA Stream Sanitizer, every notebook in full mode, the bench; run.json names each
-#                  test and notebook; offline with the wheelhouse when there is one (tools/gpurun.py)
+#   make test-gpu  one GPU slot in GPU_BUDGET_S seconds (460, make node-env included): preflight, the cuda
+#                  tests, the same under the CUDA Stream Sanitizer, every notebook in quick mode (nbmake),
+#                  then the stale full-mode references that fit; run.json names each step, test, notebook
+#                  and reference with its status and the plan; offline with the wheelhouse (tools/gpurun/)
 #   make wheelhouse  (with internet) the wheels an offline GPU node lacks, into wheelhouse/
 #   make notebooks  regenerate notebooks/*.ipynb from their .py sources
 #   make book    the course as a static site in build/book/html, every lesson executed (quick mode) here
@@ -119,17 +120,23 @@ NODE_PYTHON ?= python3
 NODE_VENV ?= $(CURDIR)/.venv-node
 node-env: $(NODE_VENV)/.installed
 $(NODE_VENV)/.installed: $(WHEELHOUSE)/requirements.txt
-	$(NODE_PYTHON) tools/wheelhouse.py node-env --venv $(NODE_VENV) --wheelhouse $(WHEELHOUSE)
+	set -o pipefail; $(NODE_PYTHON) tools/wheelhouse.py node-env --venv $(NODE_VENV) --wheelhouse $(WHEELHOUSE) \
+		2>&1 | tee $(NODE_VENV).log
 	touch $@
 
-# make test-gpu: one run that fits a short GPU slot (tools/gpurun.py): doctor, the cuda tests, the
-# same under the CUDA Stream Sanitizer, every notebook in full mode, the bench, in that order, each
-# step limited by what is left of GPU_BUDGET_S. It writes GPU_RUN (run.json, junit, results, logs,
-# executed notebooks) and packs it into GPU_ARCHIVE after every step ($OUT/gpu-run.tar.gz where OUT
-# is set), so a run cut off keeps what it did. LESSONS="tests 03 08 bench" runs only those parts.
-# GPUFEED_GPU_STANDIN=cpu checks the run on a CPU (the simulator for CUDA, quick mode).
-# With wheelhouse/ present, offline in the node's venv; else with uv and .venv.
-GPU_BUDGET_S ?= 540
+# make test-gpu: one run that fits a short GPU slot (tools/gpurun/, its steps one row each in
+# tools/gpurun/steps.py): preflight (stops at once, one line, if the node lacks something), the cuda
+# tests with pytest-xdist, the same under the CUDA Stream Sanitizer, every notebook in quick mode with
+# nbmake several at a time, then full-mode references one at a time, stale ones first
+# (results/<gpu>/references.json), as many as fit. GPU_BUDGET_S counts from make's start
+# (GPU_STARTED), so `make node-env` is inside it: 460 s returns within 480 s on one H100 node; a
+# large budget (CI) does everything. It prints its plan first, writes GPU_RUN (run.json with the plan,
+# junit, references, logs, executed notebooks with their figures) and packs it into GPU_ARCHIVE after
+# every step ($OUT/gpu-run.tar.gz where OUT is set). LESSONS="tests 03 08 bench" runs only those parts.
+# `not run (budget)` is no failure: the next slot runs it. GPUFEED_GPU_STANDIN=cpu checks the run on a
+# CPU (the simulator for CUDA, quick mode). With wheelhouse/ present, offline in the node's venv.
+GPU_BUDGET_S ?= 460
+GPU_STARTED := $(shell date +%s)
 LESSONS ?= all
 GPU_RUN ?= $(CURDIR)/build/gpu-run
 GPU_ARCHIVE ?= $(if $(OUT),$(OUT),$(CURDIR)/build)/gpu-run.tar.gz
@@ -142,8 +149,8 @@ GPU_ENV := env
 GPU_PYTHON := $(RUN) python
 endif
 test-gpu: $(GPU_ENV)
-	$(GPU_PYTHON) tools/gpurun.py run --budget $(GPU_BUDGET_S) --lessons "$(LESSONS)" --run-dir $(GPU_RUN) \
-		--archive $(GPU_ARCHIVE) $(GPU_ARGS)
+	GPURUN_NODE_ENV_LOG=$(NODE_VENV).log $(GPU_PYTHON) tools/gpurun run --budget $(GPU_BUDGET_S) --started $(GPU_STARTED) \
+		--lessons "$(LESSONS)" --run-dir $(GPU_RUN) --archive $(GPU_ARCHIVE) $(GPU_ARGS)
 
 # The course as a static site (Sphinx + MyST-NB, tools/book.py): the lessons the cache lacks run in
 # quick mode, offline like `make test` (BOOK_JOBS=2: two at a time, sharing the cores they measure),

@@ -136,7 +136,7 @@ say(f"Pinning alone makes the loop only **{times(pinned_gain)}**: the copy is {c
 # float32 images): when does GPU prefetch start to matter?
 
 # %%
-from gpufeed.course.explorer import explorer, show
+from gpufeed.course.lesson01.explorer import explorer, show
 
 print(show(preset("GPU prefetch")))
 explorer(preset("GPU prefetch"))

@@ -379,6 +379,33 @@ saved = results.save_lesson("lesson02", lesson, trace_summary=summary,
 print(f"saved to {saved}")
 
 # %% [markdown]
+# ## 10. Your own loop: `diagnose`
+#
+# Everything above, pointed at a loop you bring: `gpufeed.measure.diagnose(loader, step)` runs your
+# loader and your training step unchanged and splits the period into waiting inside `next()` and the
+# step. It watches a few steps for copies from pageable memory and host syncs (on a GPU it profiles
+# them and reads the trace as above), and measures two what-ifs: the loader alone, and the
+# step on a batch already on the device. Each finding names the numbers behind it and the lesson
+# that fixes it; nothing measured, nothing said. Here lesson 01's naive loading is the loader.
+
+# %%
+import itertools
+
+from gpufeed.measure import diagnose
+
+
+def naive_batches():  # lesson 01's loading, on the main thread: read, decode, stack
+    for b in itertools.count():
+        idx = [(b * B + k) % n for k in range(B)]
+        yield torch.stack([decode_pil(files[k].read_bytes()) for k in idx]), torch.tensor([labels[k] for k in idx])
+
+
+report = diagnose(naive_batches(), lambda b: step(b[0].to(S.device), b[1].to(S.device)),
+                  batches=config.pick(quick=3, full=10), warmup=1)
+print(report.table())
+say(report.sentences())
+
+# %% [markdown]
 # ## Key takeaways
 #
 # * Name your stages with `record_function` and profile a few steps chosen by `schedule`, after a

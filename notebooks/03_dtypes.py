@@ -65,7 +65,7 @@ print(f"A batch of {top} images of {transfer.size_name(big)} is {u8 / 1e6:.0f} M
 # reads the buffer *when it runs*, so `non_blocking` has a hazard in each direction: refilling a
 # pinned source before its copy has run, and reading a device-to-host result on the CPU before a
 # sync (lesson 07). The next cell shows both on the course's simulator of CUDA's ordering rules
-# (`gpufeed.course.simcuda`, lesson 08), which runs on any machine.
+# (`gpufeed.simcuda`, lesson 08), which runs on any machine.
 #
 # Where does `x.to(dev, torch.float16)` convert? In recent PyTorch releases, the CUDA copy kernel
 # (`Copy.cu` in ATen) converts on the **CPU** when the host-to-device copy is blocking, and copies
@@ -74,7 +74,7 @@ print(f"A batch of {top} images of {transfer.size_name(big)} is {u8 / 1e6:.0f} M
 # what your version does.
 
 # %%
-from gpufeed.course.simcuda import simulated_cuda
+from gpufeed.simcuda import simulated_cuda
 
 with simulated_cuda(seed=0, races="record") as sim:  # simulated: CUDA's ordering rules, not its speed
     host = torch.full((4,), 1.0).pin_memory()  # batch 1, in a pinned buffer

@@ -34,10 +34,10 @@ S = gpufeed.setup()  # S.device, S.quick, S.machine
 # * **PSNR** = `10 log10(255² / MSE)` in dB: the mean squared error on a log scale. 40 dB and
 #   above is usually invisible; below 30 dB artefacts show.
 # * **SSIM** (Wang et al., 2004) compares local means, contrasts and correlations in an 11x11
-#   Gaussian window (sigma 1.5). 1 means identical. `gpufeed.course.quality.ssim` computes it **per RGB
+#   Gaussian window (sigma 1.5). 1 means identical. `gpufeed.course.lesson04.quality.ssim` computes it **per RGB
 #   channel and averages**; `luma=True` compares the brightness channel only.
 #
-# Both are plain torch (see `src/gpufeed/course/quality.py`); the tests check them against closed forms
+# Both are plain torch (see `src/gpufeed/course/lesson04/quality.py`); the tests check them against closed forms
 # and a window-by-window numpy version. A check you can do by hand: Gaussian noise of standard
 # deviation 5 grey levels has an MSE of about 25, so PSNR = 10 log10(255² / 25) = 34.2 dB.
 
@@ -50,7 +50,7 @@ from gpufeed import config
 
 from gpufeed.data import jpeg
 
-from gpufeed.course import quality
+from gpufeed.course.lesson04 import quality
 from gpufeed.measure.synth import SynthSpec, encode_jpeg, render
 
 img = render(SynthSpec(n=1, width=384, height=384), 0)  # the uncompressed original (PIL)
@@ -364,10 +364,10 @@ else:
 #
 # Same images, same labels, same DataLoader and workers, four ways to store them: lossless PNG,
 # JPEG at quality 95 and at quality 75, and raw `uint8` arrays (`.npy`, no decoding at all, but
-# the most bytes). The folders are built once in the cache (`gpufeed.course.formats`) and reused.
+# the most bytes). The folders are built once in the cache (`gpufeed.course.lesson04.formats`) and reused.
 
 # %%
-from gpufeed.course import formats as folders
+from gpufeed.course.lesson04 import formats as folders
 from gpufeed.measure.machine import usable_cores
 
 ds_size, ds_n = config.pick(quick=((384, 384), 32), full=((640, 480), 256))

@@ -3,9 +3,9 @@
 #
 # **What you will learn:** what one Python call per sample costs; how to fetch a whole batch in
 # one call (`__getitems__`, a `BatchSampler` as the sampler, a minimal fast loader); what
-# shuffling a large index array costs each epoch, and the trade-off of a grouped shuffle; as a
-# quiz, which of three loops finishes 1000 epochs first; and what a dataset four times larger
-# than the memory costs to read in each order.
+# shuffling a large index array costs each epoch, and the trade-off of a grouped shuffle; and, as
+# a quiz, which of three loops finishes 1000 epochs first. Folded deep dives go further (the
+# kernel behind `index_select`, a ring of buffers, a dataset four times larger than the memory).
 #
 # **Time:** about 20 minutes (1 minute in quick mode). **Prerequisites:** [05 · Memory-mapped
 # datasets](05_memmap.ipynb).
@@ -21,7 +21,9 @@ S = gpufeed.setup()  # S.device, S.quick, S.machine
 # A `DataLoader` with `batch_size=B` asks its sampler for B indices, calls `dataset[i]` B times,
 # then `collate_fn` stacks the B small results into a batch. Each call runs Python: a function
 # call, a tuple, two tiny tensors. When the data is already a tensor in memory (a memmap, lesson 05),
-# that overhead *is* the loader. First, the talk's measurement: 100 calls against one batched call.
+# that overhead *is* the loader. First, a measurement from Nasy's talk "The fast train loops"
+# (lesson 00's Sources; the talk does not say on what hardware): 100 calls took 122 us, one
+# batched call of the same 100 samples 3.4 us, 36x less. Here, the same two:
 
 # %%
 import torch
@@ -29,7 +31,7 @@ from torch.utils.data import TensorDataset
 
 from gpufeed import config
 from gpufeed.measure.harness import benchmark
-from gpufeed.course.prose import say, times
+from gpufeed.course.prose import band, say, times
 from gpufeed.data.loader import BatchTensorDataset
 
 # One torch thread in this process throughout: the comparisons are per core, a loader's main process
@@ -45,8 +47,8 @@ calls = benchmark(lambda: [per_sample[i] for i in idx_list], name="100 __getitem
 one = benchmark(lambda: batched[idx], name="1 batched call", repeats=50, number=10)
 assert all(torch.equal(batched[idx][0][k], per_sample[i][0]) for k, i in enumerate(idx_list))  # same data
 print(calls, one, sep="\n")
-print(f"100 samples: {calls.median * 1e6:.0f} us one by one, {one.median * 1e6:.1f} us in one call: the call is "
-      f"{times(calls.median / one.median)} (the talk named in lesson 00's Sources measured 122 us vs 3.4 us, 36x).")
+say(f"100 samples: {calls.median * 1e6:.0f} us one by one, {one.median * 1e6:.1f} us in one call: the batched call "
+    f"was **{times(calls.median / one.median, flat=band(calls, one), digits=None)}** (the talk's: 36x).")
 
 # %% [markdown]
 # Now whole epochs at batch 300 (over all 300,000 samples; quick mode takes the first 30,000, so
@@ -97,17 +99,23 @@ for m in ms:
 # %%
 import matplotlib.pyplot as plt
 
-from gpufeed.measure import plotting
+from gpufeed.measure import plotting, results
 
 fig, ax = plotting.bars(ms, baseline="per sample", unit="samples/s", machine=S.machine,
                         title=f"one epoch of {n_epoch:,} in-memory samples, batch {B}")
 plt.show()
 by = {m.name: m for m in ms}
 vs_per_sample = {name: m.items_per_s / by["per sample"].items_per_s for name, m in by.items()}
-say(f"Fetching each batch in one call (`FastLoader`) ran **{times(vs_per_sample['FastLoader'], 'one __getitem__ per sample')}** "
+
+
+def than_per_sample(name, than=""):  # a loader's rate against the per-sample one's, worded within their spread
+    return times(vs_per_sample[name], than, flat=band(by[name], by["per sample"]), digits=None)
+
+
+say(f"Fetching each batch in one call (`FastLoader`) ran **{than_per_sample('FastLoader', 'one `__getitem__` per sample')}** "
     f"({by['FastLoader'].items_per_s:,.0f} vs {by['per sample'].items_per_s:,.0f} samples/s); inside the DataLoader, "
-    f"`__getitems__` ran {times(vs_per_sample['__getitems__'])} and the BatchSampler "
-    f"{times(vs_per_sample['BatchSampler, batch_size=None'])}.")
+    f"`__getitems__` ran {than_per_sample('__getitems__')} and the BatchSampler "
+    f"{than_per_sample('BatchSampler, batch_size=None')}.")
 
 # %% [markdown]
 # ## 2. A minimal fast loader
@@ -183,8 +191,8 @@ deeper = []  # what the optional deep dives below measure, saved with the rest (
 fig, ax = plotting.bars(gathers, rate="bytes", machine=S.machine, title="gathering 64 images of 224x224 (uint8)")
 plt.show()
 g = {m.name: m for m in gathers}
-say(f"`index_select` ran **{times(g['t[idx]'].median / g['index_select'].median, '`t[idx]`')}**; into a reused "
-    f"buffer, {times(g['t[idx]'].median / g['index_select into a buffer'].median, '`t[idx]`')} "
+say(f"`index_select` ran **{times(g['t[idx]'].median / g['index_select'].median, '`t[idx]`', flat=band(*gathers[:2]), digits=None)}**; "
+    f"into a reused buffer, {times(g['t[idx]'].median / g['index_select into a buffer'].median, '`t[idx]`', flat=band(gathers[0], gathers[2]), digits=None)} "
     f"({g['index_select into a buffer'].gb_per_s:.1f} GB/s).")
 
 # %% [markdown]
@@ -244,9 +252,10 @@ for one, whole in zip(pieces[::2], pieces[1::2]):
 # %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 def pieces_sentence(one, whole):
     """One sentence on the pieces' speed-up at one thread count, as measured."""
+    flat = band(one, whole)
     x = one.median / whole.median
-    verdict = (f"**{times(x, 'one image at a time')}**" if abs(x - 1) > 0.05 else
-               "within 5% of one image at a time, no difference this run can show")
+    verdict = times(x, "one image at a time", flat=flat) + (f" (within the samples' spread, {flat:.0%})"
+                                                            if max(x, 1 / x) - 1 <= flat else "")
     return f"on {one.params['threads']} thread(s), whole images per thread ran {verdict}"
 
 
@@ -298,19 +307,11 @@ ratio = small.items_per_s / large.items_per_s
 say(f"L3 {'of this CPU' if l3_known else '(not reported by this OS; assumed)'}: {l3 / 2**20:g} MiB. Batches of "
     f"{ring_batch} images ({ring_batch * IMAGE_BYTES / 2**20:.1f} MiB): a ring of 2 ({2 * ring_batch * IMAGE_BYTES / 2**20:.1f} MiB) "
     f"ran at {small.items_per_s:,.0f} images/s, a ring of {big_ring} ({big_ring * ring_batch * IMAGE_BYTES / 2**20:.0f} MiB) at "
-    f"{large.items_per_s:,.0f}: the small ring ran "
-    + (f"**{times(ratio, 'the large one')}**, the writes that stay in cache." if ratio > 1.05 else
-       ("within 5% of the large one: no difference this run can show (the gather's reads from the source, which "
-        "miss the cache either way, may dominate; or the run was noisy: re-run to see the spread)." if ratio >= 0.95 else
-        f"**{times(ratio, 'the large one')}**, which the cache does not explain; a noisy run most likely, re-run to "
-        "see the spread.")))
-
-# %% [markdown]
-# **Sorting the indices within a batch** (`sort_indices=True`) keeps each batch's samples, so the
-# mean loss and its gradient do not change, and a cold read moves forward through the file
-# instead of jumping around. The catch: a batch is no longer in random order, so code that cuts
-# it into parts (gradient-accumulation micro-batches, `DataParallel`'s split across GPUs) gets
-# parts ordered by index, which in a folder-ordered dataset means ordered by class.
+    f"{large.items_per_s:,.0f}: the small ring ran **{times(ratio, 'the large one', flat=band(small, large))}**"
+    + (", the writes that stay in cache." if ratio > 1 + band(small, large) else
+       f", within the samples' spread ({band(small, large):.0%}): the gather's reads from the source, which miss the "
+       "cache either way, may dominate." if ratio >= 1 / (1 + band(small, large)) else
+       ", which the cache does not explain: compare the spreads, and re-run."))
 
 # %% [markdown]
 # ## 3. Shuffling a large index array each epoch
@@ -342,10 +343,10 @@ plt.show()
 at_n = benchmark(lambda: permutation(N), name=f"randperm {N:,}", repeats=5)
 epoch_s = by["FastLoader"].median * N / n_epoch  # section 1's fastest epoch, scaled to N samples
 say(f"Shuffling {sizes[-1]:,} indices takes {full[-1].median * 1e3:.0f} ms with randperm and "
-    f"{grouped[-1].median * 1e3:.0f} ms grouped ({times(full[-1].median / grouped[-1].median, 'randperm')}); at "
-    f"{N:,} samples randperm costs {at_n.median * 1e3:.1f} ms, "
-    + ("little" if at_n.median < 0.2 * epoch_s else "not little")
-    + f" next to the {epoch_s * 1e3:.0f} ms of a FastLoader epoch over as many (section 1's rate).")
+    f"{grouped[-1].median * 1e3:.0f} ms grouped "
+    f"({times(full[-1].median / grouped[-1].median, 'randperm', flat=band(full[-1], grouped[-1]), digits=None)}); at "
+    f"{N:,} samples randperm costs {at_n.median * 1e3:.1f} ms, **{at_n.median / epoch_s:.0%}** of the "
+    f"{epoch_s * 1e3:.0f} ms of a FastLoader epoch over as many (section 1's rate), paid once per epoch.")
 
 # %% [markdown]
 # The price of the grouped shuffle is randomness. A batch of 300 now comes from one or two blocks
@@ -358,7 +359,7 @@ say(f"Shuffling {sizes[-1]:,} indices takes {full[-1].median * 1e3:.0f} ms with 
 labels = torch.arange(1000).repeat_interleave(300)  # class order, like an image folder
 stored_shuffled = labels[permutation(len(labels), seed=123)]  # shuffled once, at build time
 
-from gpufeed.course.shuffles import classes_per_batch, plot_grouped  # distinct labels per batch
+from gpufeed.course.lesson06.shuffles import classes_per_batch, plot_grouped  # distinct labels per batch
 
 for name, lab in (("class order", labels), ("stored shuffled", stored_shuffled)):
     full_c = classes_per_batch(lab, permutation(len(lab)), B)
@@ -377,11 +378,28 @@ say(f"With data in class order, a grouped shuffle puts about **{in_order:.0f}** 
     "epoch's random order of blocks: not its neighbour in the file, and a different one each epoch).")
 
 # %% [markdown]
-# The same count for other block sizes (`gpufeed.course.shuffles.plot_grouped`, which draws the
+# The same count for other block sizes (`gpufeed.course.lesson06.shuffles.plot_grouped`, which draws the
 # deck's slide too): larger blocks mix more classes into a batch from class-ordered data.
 
 # %%
 fig = plot_grouped(labels, batch=B, groups=[256, 1024, 4096, 16384, 65536])
+
+# %% [markdown]
+# **Sorting the indices within a batch** (`FastLoader(..., sort_indices=True)`) keeps each batch's
+# samples, so the mean loss and its gradient do not change, and a cold read moves forward through
+# the file instead of jumping back and forth. The catch: the batch is no longer in random order, so
+# code that cuts it into parts (gradient-accumulation micro-batches, `DataParallel`'s split across
+# GPUs) gets parts ordered by index: by class, in a folder-ordered dataset. One batch of the
+# class-ordered labels, as drawn and sorted, cut in 4 parts:
+
+# %%
+drawn, ordered = (next(iter(FastLoader(torch.arange(len(labels)), B, seed=0, sort_indices=sort))) for sort in (False, True))
+assert torch.equal(drawn.sort().values, ordered)  # the same samples
+for name, idx in (("as drawn", drawn), ("sorted", ordered)):
+    parts = labels[idx].view(4, -1)  # 4 micro-batches of 75
+    backward = int((idx.diff() < 0).sum())  # reads that jump back in the file
+    print(f"{name:>8}: {backward:3d} of {B - 1} steps go back in the file; the 4 parts hold classes "
+          + ", ".join(f"{lo}-{hi}" for lo, hi in zip(parts.min(1).values.tolist(), parts.max(1).values.tolist())))
 
 # %% [markdown]
 # ## 4. Quiz: which loop finishes first?
@@ -457,7 +475,8 @@ epochs_1000 = {m.name: 1000 * N / m.items_per_s for m in quiz}  # seconds for 10
 for m in quiz:
     print(f"{m.name:>24}: {m.items_per_s:12,.0f} samples/s -> 1000 epochs in {epochs_1000[m.name] / 60:8.1f} min")
 order = sorted(epochs_1000, key=epochs_1000.get)
-print(f"\nFastest: {order[0]}, {times(epochs_1000[order[-1]] / epochs_1000[order[0]], f'the slowest, {order[-1]}')}. "
+q = {m.name: m for m in quiz}
+print(f"\nFastest: {order[0]}, {times(epochs_1000[order[-1]] / epochs_1000[order[0]], f'the slowest, {order[-1]}', flat=band(q[order[0]], q[order[-1]]), digits=None)}. "
       f"Your answer: {guess.value if guess.value != '-' else '(none given)'}.")
 if S.quick:
     print("(Quick mode timed a fraction of an epoch for each and scaled up; full mode times more.)")
@@ -467,39 +486,44 @@ fig, ax = plotting.bars(quiz, baseline=order[-1], unit="samples/s", machine=S.ma
                         title=f"the quiz: epochs of {N:,} samples at batch {B} ({cores} workers)")
 ax.set_xscale("log")
 plt.show()
-dl, np_rate = (next(m for m in quiz if m.name == n).items_per_s for n in ("DataLoader with workers", "NumPy"))
-say(f"The DataLoader pays for {B} __getitem__ calls, a collate and an inter-process transfer per batch; "
-    + (f"its {cores} workers, which at best divide that by {cores}, leave it **{times(dl / np_rate, 'NumPy')}**, "
-       if dl < np_rate else f"with {cores} workers it still kept up with NumPy here ({times(dl / np_rate, 'NumPy')}), ")
-    + "which does one call per batch, in C.")
-from gpufeed.measure import results
-
-saved = results.save_lesson("lesson06", [*ms, *gathers, *deeper, *full, *grouped, *quiz], batch_size=B, n=N,
-                            batched_vs_per_sample=by["FastLoader"].items_per_s / by["per sample"].items_per_s)
-print(f"saved to {saved}")
+results.save_lesson("lesson06", [*ms, *gathers, *deeper, *full, *grouped, *quiz], batch_size=B, n=N,
+                    batched_vs_per_sample=by["FastLoader"].items_per_s / by["per sample"].items_per_s)
+dl, none = q["DataLoader with workers"], by["per sample"]  # with workers here; with none in section 1
+vs_none = dl.items_per_s / none.items_per_s
+say(f"The DataLoader pays for {B} `__getitem__` calls, a collate and an inter-process transfer per batch; NumPy makes "
+    f"one call per batch, in C, and ran **{times(q['NumPy'].items_per_s / dl.items_per_s, 'the DataLoader', flat=band(q['NumPy'], dl), digits=None)}**. "
+    f"{cores} workers at best divide the per-sample cost by {cores}: with them the DataLoader delivered "
+    f"{dl.items_per_s:,.0f} samples/s, {times(vs_none, 'section 1', flat=band(dl, none), digits=None)}'s per-sample "
+    f"DataLoader with no workers ({none.items_per_s:,.0f} samples/s, though its samples were 16 numbers and a label)"
+    + (": their hand-over and their share of the cores cost more than they saved." if vs_none < 1 / (1 + band(dl, none))
+       else "."))
 
 # %% [markdown]
-# ## 5. A dataset larger than the memory
+# ### Deeper (optional): a dataset larger than the memory
 #
+# What each order costs when the memmap is four times the memory allowed, read cold in a process
+# held to that limit; the lesson's takeaways follow without it.
+
+# %% [markdown] tags=["deeper"]
 # When the memmap is larger than the memory the process may use, the page cache cannot hold it,
 # and every read that misses waits for the disk. A full shuffle jumps all over the file: the pages
 # one batch brings in are evicted before their neighbours are asked for. The grouped shuffle
 # (section 3; FFCV calls it `QUASI_RANDOM`; `ImageLoader(..., group_size=g)`) reads one block of
 # neighbouring rows at a time, and a block fits in memory. We write a memmap dataset **four
 # times** the limit and read it in a fresh process held to that limit, starting with none of it
-# cached (`gpufeed.course.outofcore`: a memory cgroup where one can be made, else an LRU of the
+# cached (`gpufeed.course.lesson06.outofcore`: a memory cgroup where one can be made, else an LRU of the
 # file's blocks evicted with `posix_fadvise`). First with a stand-in reader that is NumPy alone
 # (one fancy index per batch, as `FastLoader` gathers), three ways: a full shuffle; a full
 # shuffle with `madvise(MADV_RANDOM)`, which tells the kernel not to read ahead; the grouped
 # shuffle. Then `gpufeed.data.ImageLoader` itself, on one thread, in the same two orders. We count
 # images/s and the bytes the process read from the disk (psutil's `io_counters().read_bytes`).
 
-# %%
+# %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 import shutil
 
 import numpy as np
 
-from gpufeed.course import outofcore
+from gpufeed.course.lesson06 import outofcore
 
 limit = config.pick(quick=32, full=256) << 20  # bytes the reader may use: its own memory and its page cache
 shape = config.pick(quick=(3, 128, 128), full=(3, 224, 224))  # one stored image, uint8
@@ -519,7 +543,7 @@ for name, r in ooc.items():
 print(f"file {4 * limit // row * row / 2**20:.0f} MiB, limit {limit / 2**20:.0f} MiB ({method}), "
       f"read_ahead_kb {ahead}, {first} images of {shape} in batches of 32, blocks of {group_rows}")
 
-# %%
+# %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
 names = list(ooc)
 colors = [plotting.COLORS["baseline"], plotting.COLORS["compute"], plotting.COLORS["copy"],
@@ -540,7 +564,7 @@ fig.suptitle(f"{first} images from a file 4x the memory allowed ({limit >> 20} M
 plotting.caption(fig, S.machine)
 plt.show()
 
-# %%
+# %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 full_r, rnd_r, grp_r = ooc["full shuffle"], ooc["full shuffle, MADV_RANDOM"], ooc["grouped"]
 il_full, il_grp = ooc["ImageLoader, full shuffle"], ooc["ImageLoader, grouped"]
 used = first * row / 2**20
@@ -548,22 +572,22 @@ held = (f"a memory cgroup ({method}) held the reader to {limit >> 20} MiB" if me
         f"no memory cgroup could be made here, so the reader evicted its own pages past {limit >> 20} MiB "
         "(posix_fadvise)")
 if full_r["read_bytes"] == 0:
-    say(f"Nothing was read from a disk: the folder {ooc_dir.parent} is kept in memory by its file system "
-        "(tmpfs), so no limit applies to it; set GPUFEED_CACHE to a folder on a disk and re-run this section.")
+    say("Nothing was read from a disk: the course's cache folder is kept in memory by its file system (tmpfs), so no "
+        "limit applies to it; point `GPUFEED_CACHE` at a folder on a disk (see the README) and re-run this section.")
 say(f"Here {held}. Reading {first} images ({used:.0f} MiB), the stand-in's full shuffle read "
     f"**{full_r['read_bytes'] / 2**20:,.0f} MiB** from the disk at {full_r['images_per_s']:,.0f} images/s; the grouped "
     f"one read {grp_r['read_bytes'] / 2**20:,.0f} MiB at {grp_r['images_per_s']:,.0f} images/s, "
-    f"**{times(grp_r['images_per_s'] / full_r['images_per_s'])}**. "
+    f"**{times(grp_r['images_per_s'] / full_r['images_per_s'], digits=None)}**. "
     + (f"Most of the full shuffle's bytes are read-ahead: a page fault on a plain mapping reads up to {ahead} KiB "
        f"around the page on this disk, and those pages are evicted before they are used. " if ahead and
        full_r["read_bytes"] > 2 * rnd_r["read_bytes"] else "")
     + f"With `MADV_RANDOM` the full shuffle reads {rnd_r['read_bytes'] / 2**20:,.0f} MiB at "
-    f"{rnd_r['images_per_s']:,.0f} images/s, {times(rnd_r['images_per_s'] / grp_r['images_per_s'], 'the grouped order')}. "
+    f"{rnd_r['images_per_s']:,.0f} images/s, {times(rnd_r['images_per_s'] / grp_r['images_per_s'], 'the grouped order', digits=None)}. "
     f"`ImageLoader` itself, under the same limit: {il_full['images_per_s']:,.0f} images/s and "
     f"{il_full['read_bytes'] / 2**20:,.0f} MiB read with a full shuffle, {il_grp['images_per_s']:,.0f} images/s and "
     f"{il_grp['read_bytes'] / 2**20:,.0f} MiB with `group_size={group_rows}`: "
-    f"**{times(il_grp['images_per_s'] / il_full['images_per_s'])}**, reading "
-    f"{times(max(1, il_full['read_bytes']) / max(1, il_grp['read_bytes']), more='fewer', less='more', same='as many')} "
+    f"**{times(il_grp['images_per_s'] / il_full['images_per_s'], digits=None)}**, reading "
+    f"{times(max(1, il_full['read_bytes']) / max(1, il_grp['read_bytes']), more='fewer', less='more', same='as many', digits=None)} "
     "bytes. "
     + ((f"Its own memory (its batches, its thread) grew by {il_grp['own_bytes'] / 2**20:.0f} MiB inside the same "
         f"limit, the stand-in's by {grp_r['own_bytes'] / 2**20:.0f} MiB"
@@ -588,7 +612,7 @@ say(f"Here {held}. Reading {first} images ({used:.0f} MiB), the stand-in's full 
 # * A dataset larger than the memory wants blocks: the grouped shuffle (`group_size=g`, on a
 #   memmap built with `order_seed` so a block is not one class) keeps its reads inside a block
 #   that fits; a full shuffle over a plain mapping pays the kernel's read-ahead on every miss
-#   (section 5 measured how much on this machine, with a NumPy reader and `ImageLoader` itself).
+#   (the last deep dive measures how much on this machine, with a NumPy reader and `ImageLoader`).
 # * Workers do not remove per-sample overhead; at best they divide it by the number of workers
 #   (each pays it for its own samples), and they add their own: a collate and an inter-process
 #   transfer per batch.
@@ -626,10 +650,17 @@ runs = {(name, b): benchmark(lambda ld=ld: epoch(ld), name=f"{name}, batch {b}",
 for m in runs.values():
     print(m)
 growth = {name: runs[name, 1024].items_per_s / runs[name, 32].items_per_s for name in ("per sample", "FastLoader")}
-say(f"From batch 32 to 1024, the per-sample DataLoader got **{times(growth['per sample'])}** and "
-    f"FastLoader **{times(growth['FastLoader'])}**: the "
-    + ("FastLoader's rate depends on the batch size, because its cost is per batch." if growth["FastLoader"] > growth["per sample"]
-       else "per-sample loader moved more here, against the prediction: re-run, this machine is busy."))
+flat = {name: band(runs[name, 32], runs[name, 1024]) for name in growth}  # what each pair's spread explains
+moved = {name: max(growth[name], 1 / growth[name]) - 1 > flat[name] for name in growth}
+say(f"From batch 32 to 1024, the per-sample DataLoader got **{times(growth['per sample'], flat=flat['per sample'])}** "
+    f"and FastLoader **{times(growth['FastLoader'], flat=flat['FastLoader'], digits=None)}**. "
+    + ("FastLoader's rate depends on the batch size: its cost is per batch. " if moved["FastLoader"] and growth["FastLoader"] > 1
+       else "FastLoader did not gain beyond its spread, against the prediction: re-run on a quieter machine. ")
+    + (f"The per-sample loader stayed within its spread ({flat['per sample']:.0%}): its cost is per sample."
+       if not moved["per sample"] else
+       "The per-sample loader gained too: besides a call per sample it pays per batch (the sampler's and the "
+       "fetcher's Python, one collate call), a share that 32 samples a batch leave visible." if growth["per sample"] > 1
+       else "The per-sample loader lost beyond its spread, which its cost per sample does not explain: re-run."))
 
 # %% tags=["solution", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution to exercise 2: the group size for 100 classes per batch
@@ -668,8 +699,8 @@ fast_m, numpy_m = beside
 for m in beside:
     print(f"{m.name:>10}: {m.items_per_s:12,.0f} samples/s -> 1000 epochs in {1000 * N / m.items_per_s / 60:6.1f} min")
 slowest_quiz = min(quiz, key=lambda m: m.items_per_s)
-say(f"FastLoader ran **{times(fast_m.items_per_s / numpy_m.items_per_s, 'NumPy')}** and "
-    f"{times(fast_m.items_per_s / slowest_quiz.items_per_s, f'the quiz slowest ({slowest_quiz.name})')}.")
+say(f"FastLoader ran **{times(fast_m.items_per_s / numpy_m.items_per_s, 'NumPy', flat=band(fast_m, numpy_m))}** and "
+    f"{times(fast_m.items_per_s / slowest_quiz.items_per_s, f'the quiz slowest ({slowest_quiz.name})', digits=None)}.")
 
 # %% [markdown]
 # ## Further reading

@@ -2,14 +2,12 @@
 # # 07 · DataLoader knobs and moving structures
 #
 # **What you will learn:** what `num_workers`, `prefetch_factor`, `persistent_workers` and
-# `pin_memory` do, measured as sweeps on a JPEG folder and on a memmap dataset, and where each
-# stops helping; what `non_blocking=True` really does, and why the GPU-to-CPU direction is unsafe
-# without a sync; how to move nested batches (dicts and lists of tensors) with a recursive
-# function, pytrees, optree and `TensorDict`; how `torch.load(f, map_location=device)` loads
-# tensors saved on one device straight onto another; and why start methods (fork, spawn,
-# forkserver) decide where your dataset code must live. Optional "Deeper" sections, folded, show
-# internals (the pinned-memory cache, DDP's and DataParallel's moves, workers that exit holding
-# CUDA tensors); the main line reads on without them.
+# `pin_memory` do, measured as sweeps on a JPEG folder and on a memmap dataset; what
+# `non_blocking=True` really does, and why the GPU-to-CPU direction is unsafe without a sync; how
+# to move nested batches (a recursive function, pytrees, optree, `TensorDict`, and
+# `torch.load(f, map_location=device)` from a file); and why start methods decide where your
+# dataset code must live. Folded "Deeper" sections show internals; the main line reads on
+# without them.
 #
 # **Time:** about 30 minutes (2 in quick mode). **Prerequisites:** [05 · Memory-mapped
 # datasets](05_memmap.ipynb), [06 · Batched fetching](06_batched.ipynb).
@@ -32,7 +30,7 @@ S = gpufeed.setup()  # S.device, S.quick, S.machine
 # | `prefetch_factor` | each worker keeps this many batches in flight (W x factor in total) | memory |
 # | `persistent_workers` | keep the workers alive between epochs | memory held between epochs |
 # | `pin_memory` | one thread in the main process copies every batch into pinned (page-locked) memory | a copy of every batch, on one core; needs a GPU |
-# | `multiprocessing_context` | how workers start: fork, spawn, forkserver (section 4) | seconds per worker for spawn |
+# | `multiprocessing_context` | how workers start: fork, spawn, forkserver (section 5) | seconds per worker for spawn |
 #
 # **Threads first.** A worker runs torch with *one* intra-op thread: `_worker_loop` calls
 # `torch.set_num_threads(1)`, because W workers each running as many threads as there are cores
@@ -40,15 +38,12 @@ S = gpufeed.setup()  # S.device, S.quick, S.machine
 # collate (a `torch.stack` of 64 images of 224x224)?
 
 # %%
-import warnings
-
 import torch
 
 from gpufeed import config
-from gpufeed.course.prose import versus
-from gpufeed.measure.harness import NoisyMeasurementWarning, benchmark
+from gpufeed.course.prose import band, say, times, versus
+from gpufeed.measure.harness import benchmark
 
-warnings.simplefilter("once", NoisyMeasurementWarning)  # say it once; the [noisy] marks show which
 default_threads = torch.get_num_threads()
 samples = list(torch.randint(0, 256, (64, 3, 224, 224), dtype=torch.uint8))  # what a collate receives
 threads_ms = []
@@ -56,24 +51,19 @@ for threads in sorted({1, default_threads}):
     torch.set_num_threads(threads)
     threads_ms.append(benchmark(lambda: torch.stack(samples), name=f"collate, {threads} torch thread(s)",
                                 nbytes=64 * 3 * 224 * 224, repeats=config.pick(quick=20, full=50), number=3, warmup=3))
+    print(threads_ms[-1])
 torch.set_num_threads(1)  # for the rest of this lesson: see below
 one, many = threads_ms[0], threads_ms[-1]
-for m in threads_ms:
-    print(m)
-if default_threads > 1:
-    print(f"With {default_threads} threads the collate is {versus(1 / many.median, 1 / one.median, bold=False)} with one "
-          f"({many.median * 1e3:.2f} vs {one.median * 1e3:.2f} ms).")
-else:
-    print("torch already runs one thread per process here: nothing to compare.")
+say(f"With {default_threads} threads the collate ran {times(one.median / many.median, 'with one', flat=band(one, many))} "
+    f"({many.median * 1e3:.2f} vs {one.median * 1e3:.2f} ms; the samples spread by up to {band(one, many):.0%})."
+    if default_threads > 1 else "torch already runs one thread per process here: nothing to compare.")
 
 # %% [markdown]
-# On a machine whose cores are all busy (other programs, or our own workers), extra threads wait
-# for a core and the work takes longer, not shorter; on an idle many-core machine they help. So this
-# lesson runs its main process with **one torch thread**, like each worker, whatever the cell above
-# found at this moment: once workers run, the main process's threads compete with them for the same
-# cores, and with one thread everywhere `num_workers=0` means one core and `num_workers=W` means W
-# cores plus the main process, a fair comparison. The knobs: `torch.set_num_threads` in the main
-# process, and a `worker_init_fn` (in a module, not the notebook) if a worker should use more.
+# On busy cores (other programs, or our own workers) extra threads wait for a core; on an idle
+# many-core machine they help. This lesson runs its main process with **one torch thread**, like
+# each worker, whatever the cell above found: once workers run, the main process's threads compete
+# with them, and with one thread everywhere `num_workers=W` means W cores plus the main process, a
+# fair comparison. (A worker that should use more threads sets them in a `worker_init_fn`.)
 #
 # ## 2. Sweeps: `num_workers`, then the others
 #
@@ -83,15 +73,14 @@ else:
 
 # %%
 from gpufeed.data.folder import ImageFolderDataset
-from gpufeed.course.knobs import worker_counts
+from gpufeed.course.lesson07.knobs import worker_counts
 from gpufeed.data.arrays import MemmapDataset
 from gpufeed.measure.machine import usable_cores
-from gpufeed.data.memmap import build_memmap
+from gpufeed.data.memmap import build_memmap, load_memmap
 from gpufeed.measure.synth import synth_folder
 
-cores = usable_cores()
-side, n_images = 224, config.pick(quick=64, full=2000)
-batch_size = config.pick(quick=16, full=64)
+cores, side = usable_cores(), 224
+n_images, batch_size = config.pick(quick=64, full=2000), config.pick(quick=16, full=64)
 here = config.cache_dir() / "lesson07"
 jpeg_dir = synth_folder(here / f"jpeg-{side}-{n_images}", n=n_images, size=(side, side),
                         workers=config.pick(quick=1, full=cores), progress=False).path  # quick: no process pool
@@ -101,21 +90,17 @@ counts = worker_counts(cores)
 print(f"{n_images} images of {side}x{side}, batch {batch_size}; {cores} cores; num_workers in {counts}")
 
 # %% [markdown]
-# `gpufeed.course.knobs.sweep` builds one DataLoader per configuration (`gpufeed.course.knobs.loader`: shuffled,
-# and the knobs that need workers dropped at `num_workers=0`). In quick mode it runs one untimed
-# epoch (the workers start there), then times whole epochs. In full mode it gives each
-# configuration a time budget instead (`budget_s`): after a short warm-up, the loader runs as one
-# stream of epochs and each sample is a block of batches sized to fit the budget, so a sweep of 2,000
-# JPEGs on 16 cores takes seconds, not minutes. With CUDA each batch is also sent to the GPU, and
-# the `, pinned` rows add `pin_memory=True` (at no workers, at the cores and past them). Each cell
-# of the heatmap is images/s and its ratio to `num_workers=0`; the dashed line marks the number of
-# cores.
+# `gpufeed.course.lesson07.knobs.sweep` builds one shuffled DataLoader per configuration and times it:
+# whole epochs after an untimed one (the workers start there), or in full mode blocks of batches
+# within a time budget per configuration, so a sweep of 2,000 JPEGs takes seconds. With CUDA each
+# batch is also sent to the GPU, and the `, pinned` rows add `pin_memory=True`. Each cell of the
+# heatmap is images/s and its ratio to `num_workers=0`; the dashed line marks the cores.
 
 # %%
 import matplotlib.pyplot as plt
 
 from gpufeed.measure import plotting
-from gpufeed.course.knobs import heatmap, sweep
+from gpufeed.course.lesson07.knobs import heatmap, sweep
 
 kw = {"batch_size": batch_size, "repeats": config.pick(quick=3, full=5), "device": S.device if S.cuda else None,
       "budget_s": config.pick(quick=None, full=0.3)}  # full mode: about 0.3 s of timing per configuration
@@ -130,55 +115,51 @@ fig, ax = heatmap(ms, cores=cores, machine=S.machine, title=f"images/s, batch {b
 plt.show()
 
 # %%
-by_dataset = {}
-for m in ms:
-    by_dataset.setdefault(m.params["dataset"], {})[m.params["num_workers"]] = m.items_per_s
-for name, row in by_dataset.items():
-    best, most = max(row, key=row.get), max(row)
-    print(f"{name}: best at num_workers={best} ({row[best]:,.0f} images/s, {row[best] / row[0]:.2f}x num_workers=0); "
-          f"{most} workers are {versus(row[most], row[cores], bold=False)} {cores}.")
-folder, memmap = by_dataset["JPEG folder"], by_dataset["memmap"]
-gain, most = folder[cores] / folder[0], max(folder)
-if gain > 1.2:
-    print(f"The JPEG folder gains {gain:.1f}x from {cores} workers: decoding is CPU work that splits by sample. "
-          f"{most} workers are {versus(folder[most], folder[cores], bold=False)} {cores}: past the cores there is no free "
-          "core.")
-else:
-    print(f"The JPEG folder gains little or nothing from workers here ({cores} are {versus(folder[cores], folder[0], bold=False)} "
-          f"none): on {cores} busy cores a worker competes for a core with the main process and everything else "
-          "running, and still hands each batch over.")
-in_place, via_worker = batch_size / memmap[0] * 1e3, batch_size / memmap[1] * 1e3  # ms per batch
-print(f"The memmap with no workers is {versus(memmap[0], folder[0], bold=False)} the folder with none. Through one worker a "
-      f"batch arrives every {via_worker:.1f} ms; gathering it in place takes {in_place:.2f} ms. "
-      + ("The difference is the hand-over: a copy into shared memory, fresh pages on both sides, messages between "
-         "processes." if via_worker > in_place else "Here the worker kept up: the hand-over cost less than the "
-         "gather it took off the main process."))
+runs = {(m.params["dataset"], m.params["num_workers"]): m for m in ms}  # (dataset, workers) -> its measurement
+folder, memmap = ({w: runs[name, w].items_per_s for w in counts} for name in datasets)  # images/s by num_workers
+
+
+def rate_vs(a, b):  # (dataset, workers) against another: the ratio of their rates, and the band their spread explains
+    return runs[a].items_per_s / runs[b].items_per_s, band(runs[a], runs[b])
+
+
+most = counts[-1]
+(gain, g_band), (past, p_band) = rate_vs(("JPEG folder", cores), ("JPEG folder", 0)), rate_vs(("JPEG folder", most), ("JPEG folder", cores))
+(hand, h_band), (mm, mm_band) = rate_vs(("memmap", 1), ("memmap", 0)), rate_vs(("memmap", 0), ("JPEG folder", 0))
+say(f"The JPEG folder with {cores} workers ran **{times(gain, 'with none', flat=g_band)}**"
+    + (": decoding is CPU work that splits by sample. " if gain > 1 + g_band else
+       ": on busy cores a worker competes with the main process and everything else running, and still hands "
+       "each batch over. ")
+    + f"With {most} workers it ran {times(past, f'with {cores}', flat=p_band)}"
+    + (": past the cores, no core is free for them. " if past < 1 / (1 + p_band) else
+       ": past the cores, the extra workers still found idle moments of a core. " if past > 1 + p_band else ". ")
+    + f"The memmap with no workers ran {times(mm, 'the folder with none', flat=mm_band, digits=None)}. Through one "
+    f"worker its batches came {times(hand, 'gathered in place', flat=h_band)}"
+    + (": the difference is the hand-over (a copy into shared memory, fresh pages on both sides, messages between "
+       "processes)." if hand < 1 / (1 + h_band) else ": the worker kept up, its hand-over cost no more than the gather it "
+       "took off the main process."))
 for name in datasets if S.cuda else []:  # the pin-memory thread, where there is a GPU
-    pinned_row = by_dataset[f"{name}, pinned"]
-    print(f"{name}, pin_memory=True is {versus(pinned_row[cores], by_dataset[name][cores], bold=False)} False at {cores} "
-          f"workers, {versus(max(pinned_row.values()), max(by_dataset[name].values()), bold=False)} it at the best of "
-          "each.")
+    pinned_vs, pinned_band = rate_vs((f"{name}, pinned", cores), (name, cores))
+    say(f"{name}, `pin_memory=True` at {cores} workers ran {times(pinned_vs, 'without', flat=pinned_band)}.")
 
 # %% [markdown]
-# **`pin_memory`** (GPU only; without an accelerator torch turns it off with a warning). The pin
-# thread copies every batch once more, into pinned memory, so that the copy to the GPU is faster and
-# asynchronous. It is *one* thread for all workers: once workers deliver batches faster than one
-# core copies them, it is the bottleneck. Compare the `, pinned` rows above when you have a GPU.
+# **`pin_memory`** (GPU only) copies every batch once more, into pinned memory, so that the copy
+# to the GPU is faster and asynchronous. It is *one* thread for all workers: once they deliver
+# batches faster than one core copies them, it is the bottleneck.
 #
 # **`prefetch_factor` and `persistent_workers`.** Prefetching matters when the loop does work of
-# its own: while the GPU computes, workers fill the queue. We stand in for a GPU step with a sleep
-# as long as each dataset's time per batch at `num_workers=cores` (a CPU waiting on a GPU leaves
-# the cores to the workers, as a sleep does), and try factors 1, 2 and 4. Then we time whole epochs
-# with and without persistent workers: without, every epoch starts `num_workers` processes again.
-# That start-up is the same whatever the dataset; it shows against an epoch that is short, so we
-# time it on the memmap.
+# its own: while the GPU computes, workers fill the queue. A sleep as long as each dataset's time
+# per batch at `num_workers=cores` stands in for the GPU step (a CPU waiting on a GPU leaves the
+# cores to the workers, as a sleep does); we try factors 1, 2 and 4. Then whole epochs with and
+# without persistent workers (without, every epoch starts its workers again), on the memmap, whose
+# short epochs show the start-up.
 
 # %%
 import time
 
 factors, step_s = {}, {}
 for name, ds in datasets.items():
-    step_s[name] = batch_size / by_dataset[name][cores]  # its loading time per batch at `cores` workers
+    step_s[name] = batch_size / runs[name, cores].items_per_s  # its loading time per batch at `cores` workers
     factors[name] = sweep({name: ds}, [{"num_workers": cores, "persistent_workers": True, "prefetch_factor": f}
                                        for f in (1, 2, 4)], **kw, step=lambda batch, s=step_s[name]: time.sleep(s))
     for m in factors[name]:  # short labels for the plots
@@ -199,19 +180,15 @@ plt.show()
 for name in datasets:
     pf = {m.params["prefetch_factor"]: m for m in factors[name]}
     bound = n_images / (step_s[name] * -(-n_images // batch_size))  # one step per batch, nothing else
-    print(f"{name}: prefetch_factor 4 is {versus(pf[4].items_per_s, pf[1].items_per_s, bold=False)} factor 1 "
-          f"({pf[4].items_per_s:,.0f} images/s; the step alone allows {bound:,.0f}).")
+    say(f"{name}: `prefetch_factor=4` ran {times(pf[4].items_per_s / pf[1].items_per_s, 'factor 1', flat=band(pf[4], pf[1]))} "
+        f"({pf[4].items_per_s:,.0f} images/s; the step alone allows {bound:,.0f}).")
 no_keep, keep = persistence
-print(f"memmap: without persistent workers an epoch takes {no_keep.median * 1e3:.0f} ms instead of "
-      f"{keep.median * 1e3:.0f} ms.")
-startup = no_keep.median - keep.median
-if startup > 0:
-    share = startup / keep.median
-    print(f"Starting {cores} workers ({torch.multiprocessing.get_start_method()}) costs about {startup * 1e3:.0f} ms per "
-          "epoch: " + (f"{share:.1f}x a whole epoch" if share >= 1 else f"{share:.0%} of a whole epoch")
-          + " of the memmap, which is why short epochs want persistent_workers=True.")
-else:
-    print("Here the start-up of the workers is lost in the noise of the epochs; rerun to see it.")
+share = (no_keep.median - keep.median) / keep.median  # the workers' start-up, in whole epochs
+say(f"memmap: without persistent workers an epoch took {no_keep.median * 1e3:.0f} ms instead of {keep.median * 1e3:.0f} ms"
+    + (f": starting {cores} workers ({torch.multiprocessing.get_start_method()}) costs about "
+       + (f"{share:.1f}x" if share >= 1 else f"{share:.0%} of") + " a whole epoch, which is why short epochs want "
+       "`persistent_workers=True`." if share > band(no_keep, keep) else
+       ", a difference within the epochs' spread: the start-up is lost in their noise here; rerun to see it."))
 
 # %% [markdown]
 # ## 3. What `non_blocking=True` really does
@@ -228,93 +205,78 @@ else:
 #   This is the unsafe direction: no error, just garbage.
 #
 # The cells below time the first two with CUDA. Without it they show our committed reference from
-# a GPU: lesson 07's own where it is committed, else the H100's host-to-device ceilings (pageable,
-# pinned, pin then copy), beside what NVIDIA published, each labelled with its hardware and source.
+# a GPU (`gpufeed.course.gpucell.measured_or_reference` makes that choice in each GPU cell): lesson
+# 07's own where it is committed, else the H100's host-to-device ceilings, beside what NVIDIA
+# published, each labelled with its hardware and source.
 
 # %%
 from gpufeed.course import transfer
+from gpufeed.course.gpucell import measured_or_reference
 from gpufeed.measure import ceilings, published, results
 from gpufeed.measure.harness import Measurement
-from gpufeed.course.prose import say
 
-nb_ms, unsafe = [], {}
 x = torch.randint(0, 256, (64, 3, 224, 224), dtype=torch.uint8)  # 9.6 MB: one batch of 224x224 uint8
 
 
-def h2d_times(src, non_blocking, repeats=20):
-    """Time until .to() returns, and until the copy is done."""
-    returns, done = [], []
-    for _ in range(repeats + 2):
-        t0 = time.perf_counter()
-        src.to("cuda", non_blocking=non_blocking)
-        t1 = time.perf_counter()
-        torch.cuda.synchronize()
-        returns.append(t1 - t0)
-        done.append(time.perf_counter() - t0)
-    return returns[2:], done[2:]  # the first two are warm-up
-
-# %%
-if S.cuda:
-    pinned = x.pin_memory()
-    for memory, src in (("pageable", x), ("pinned", pinned)):
+def copies(repeats=20):  # the four host-to-device copies of x, each timed until .to() returns and until it is done
+    out = []
+    for memory, src in (("pageable", x), ("pinned", x.pin_memory())):
         for nb in (False, True):
-            returns, done = h2d_times(src, nb)
-            name = f"{memory}, non_blocking={nb}"
-            nb_ms += [Measurement(f"{name}: call returns", returns, nbytes=x.numel()),
-                      Measurement(f"{name}: copy done", done, nbytes=x.numel())]
-    for m in nb_ms:
-        print(f"{m.name:>40}: {m.median * 1e3:7.3f} ms ({m.gb_per_s:6.1f} GB/s)")
-else:
-    print("No CUDA here: non_blocking copies need a GPU; below, our reference from one, beside published figures.")
+            returns, done = [], []
+            for _ in range(repeats + 2):  # the first two are warm-up
+                t0 = time.perf_counter()
+                src.to("cuda", non_blocking=nb)
+                returns.append(time.perf_counter() - t0)
+                torch.cuda.synchronize()
+                done.append(time.perf_counter() - t0)
+            out += [Measurement(f"{memory}, non_blocking={nb}: call returns", returns[2:], nbytes=x.numel()),
+                    Measurement(f"{memory}, non_blocking={nb}: copy done", done[2:], nbytes=x.numel())]
+    return out
+
+
+nb_ms = measured_or_reference("lesson07", copies, lambda ms, doc: [m for m in ms if "non_blocking" in m.name],
+                              cuda=S.cuda, shows="how long each copy takes to return and to finish") or []
+for m in nb_ms:
+    print(f"{m.name:>40}: {m.median * 1e3:7.3f} ms ({m.gb_per_s:6.1f} GB/s)")
 
 # %% [markdown]
 # The unsafe direction, shown on purpose: a long matrix product is queued first, then a fill of
 # `src`, then the copy back. The CPU reads `y` at once, and once more after a sync.
 
 # %%
-if S.cuda:
-    a = torch.randn(8192, 8192, device="cuda")
-    src = torch.empty(1 << 24, device="cuda")
-    for trial in range(5):
+def unsafe_reads(trials=5):  # the share of wrong values in y, read before and after a sync
+    a, src, before, after = torch.randn(8192, 8192, device="cuda"), torch.empty(1 << 24, device="cuda"), [], []
+    for trial in range(trials):
         for _ in range(3):
             a = a @ a / 8192  # keeps the GPU busy for a while (scaled to stay finite)
         src.fill_(trial + 1.0)
         y = src.to("cpu", non_blocking=True)  # returns before the bytes arrive
-        early = (y != trial + 1.0).float().mean().item()  # read on the CPU, no sync: a race
+        before.append((y != trial + 1.0).float().mean().item())  # read on the CPU with no sync: a race
         torch.cuda.synchronize()
-        late = (y != trial + 1.0).float().mean().item()
-        unsafe.setdefault("wrong_before_sync", []).append(early)
-        unsafe.setdefault("wrong_after_sync", []).append(late)
-    print(f"wrong values read before the sync: {unsafe['wrong_before_sync']}; after: {unsafe['wrong_after_sync']}")
-    del a, src, y
+        after.append((y != trial + 1.0).float().mean().item())
+    return {"wrong_before_sync": before, "wrong_after_sync": after}
+
+
+unsafe = measured_or_reference("lesson07", unsafe_reads, "unsafe", cuda=S.cuda,
+                               shows="the share of wrong values read before a sync, and after it")
+if unsafe:
+    say(f"Read before a sync, **{max(unsafe['wrong_before_sync']):.0%}** of the values were wrong in the worst of "
+        f"{len(unsafe['wrong_before_sync'])} trials; after it, {max(unsafe['wrong_after_sync']):.0%}.")
 
 # %%
-ref = None if S.cuda else results.reference("lesson07")  # lesson 07's own GPU run, where committed
-if S.cuda or ref is not None:
-    nb_show = nb_ms if S.cuda else [m for m in ref[0] if "non_blocking" in m.name]
-    gpu = S.machine.get("gpu") if S.cuda else ref[1]["machine"].get("gpu")
-    if ref is not None:
-        unsafe = ref[1].get("unsafe", {})
-        print(f"No CUDA here: the reference, measured on {gpu}:")
-        for m in nb_show:
-            print(f"{m.name:>40}: {m.median * 1e3:7.3f} ms ({m.gb_per_s:6.1f} GB/s)")
-    t = {m.name: m.median for m in nb_show}
-    returns, done = t["pinned, non_blocking=True: call returns"], t["pinned, non_blocking=True: copy done"]
-    say(f"On {gpu}: from pinned memory, non_blocking returns after {returns * 1e6:.0f} us of a {done * 1e3:.2f} ms "
-        f"copy ({returns / done:.0%} of it); from pageable memory after "
-        f"{t['pageable, non_blocking=True: call returns'] * 1e3:.2f} ms of "
-        f"{t['pageable, non_blocking=True: copy done'] * 1e3:.2f}. The pinned copy is "
-        f"{versus(1 / done, 1 / t['pageable, non_blocking=True: copy done'])} the pageable one.")
+if nb_ms:
+    t = {m.name: m for m in nb_ms}
+    pinned_done, pageable_done, returns = (t[k] for k in ("pinned, non_blocking=True: copy done", "pageable, non_blocking=True: copy done", "pinned, non_blocking=True: call returns"))
+    say(f"From pinned memory, `non_blocking=True` returned after {returns.median * 1e6:.0f} us of a "
+        f"{pinned_done.median * 1e3:.2f} ms copy ({returns.median / pinned_done.median:.0%} of it); from pageable memory after "
+        f"{t['pageable, non_blocking=True: call returns'].median * 1e3:.2f} ms of {pageable_done.median * 1e3:.2f}. "
+        f"The pinned copy was {times(pageable_done.median / pinned_done.median, 'the pageable one', flat=band(pinned_done, pageable_done))}.")
 else:
     h100 = ceilings.committed(lambda m: m.name.startswith("H2D"))  # the ceilings of a real GPU, if committed
-    print("No CUDA here, and lesson 07's own GPU measurement is not committed (results/<gpu>/lesson07.json): "
-          "pageable against pinned from our ceilings reference, where there is one, and as NVIDIA published it.")
+    print("Pageable against pinned instead from our ceilings reference, where there is one, and as NVIDIA published it:")
     if h100 is not None:
         say(transfer.h2d_sentence(h100))
     say(transfer.h2d_table([h100] if h100 else [], published.for_lesson("lesson07")))
-if unsafe:
-    print(f"Read before a sync, {max(unsafe['wrong_before_sync']):.0%} of the values were wrong in the worst trial; "
-          f"after it, {max(unsafe['wrong_after_sync']):.0%}.")
 
 # %% [markdown]
 # ### Deeper (optional): what `pin_memory()` itself costs
@@ -331,144 +293,69 @@ if unsafe:
 # counting the allocator's new blocks to show which was hit) against a plain pageable copy.
 
 # %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
-pin_ms, pin_blocks = [], {}
-
-
 def pin_times(src, fresh, repeats=10):
     """Seconds per src.pin_memory(), and the pinned blocks the host allocator had to create."""
     blocks = getattr(torch.cuda, "host_memory_stats", dict)  # older torch: no host statistics, counts read 0
-    times, allocs = [], blocks().get("num_host_alloc", 0)
+    taken, allocs = [], blocks().get("num_host_alloc", 0)
     for _ in range(repeats + 1):
         if fresh:  # free the cached pinned blocks (private API): the next call must allocate and lock pages
             torch.cuda.synchronize()
             torch._C._host_emptyCache()
         t0 = time.perf_counter()
         y = src.pin_memory()
-        times.append(time.perf_counter() - t0)
+        taken.append(time.perf_counter() - t0)
         del y  # back to the cache, ready for the next call
-    return times[1:], blocks().get("num_host_alloc", 0) - allocs
+    return taken[1:], blocks().get("num_host_alloc", 0) - allocs
 
 
-if S.cuda:
+def pins():  # x pinned into a cached block and into a fresh one, beside a plain copy; and the blocks each made
+    ms, blocks = [], {}
     for fresh in (False, True):
         if fresh and not hasattr(torch._C, "_host_emptyCache"):
             print("this torch cannot empty its pinned-memory cache: only the cached case is timed")
             continue
         name = f"x.pin_memory(), {'fresh' if fresh else 'cached'} block"
-        times, pin_blocks[name] = pin_times(x, fresh)
-        pin_ms.append(Measurement(name, times, nbytes=x.numel()))
-    pin_ms.append(benchmark(lambda: x.clone(), name="x.clone() (pageable copy)", nbytes=x.numel(), repeats=20))
-elif ref is not None and ref[1].get("pin_blocks"):
-    pin_ms = [m for m in ref[0] if "pin_memory()" in m.name or "clone()" in m.name]
-    pin_blocks = ref[1]["pin_blocks"]
+        taken, blocks[name] = pin_times(x, fresh)
+        ms.append(Measurement(name, taken, nbytes=x.numel()))
+    return ms + [benchmark(lambda: x.clone(), name="x.clone() (pageable copy)", nbytes=x.numel(), repeats=20)], blocks
+
+
+def pins_in(ms, doc):  # the same, from a reference that holds them
+    return ([m for m in ms if "pin_memory()" in m.name or "clone()" in m.name], doc["pin_blocks"]) if doc.get("pin_blocks") else None
+
+
+pin_ms, pin_blocks = measured_or_reference("lesson07", pins, pins_in, cuda=S.cuda,
+                                           shows="each pin's time and the pinned blocks it made") or ([], {})
 for m in pin_ms:
     print(f"{m.name:>40}: {m.median * 1e3:7.3f} ms ({m.gb_per_s:6.1f} GB/s)")
 
 # %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 if pin_ms:
-    p = {m.name: m.median for m in pin_ms}
+    p = {m.name: m for m in pin_ms}
     plain = p["x.clone() (pageable copy)"]
     text = []
     for kind in ("cached", "fresh"):
         if f"x.pin_memory(), {kind} block" in p:
             took = p[f"x.pin_memory(), {kind} block"]
-            text.append(f"into a {kind} block, {took * 1e3:.2f} ms, {versus(1 / took, 1 / plain)} a plain copy "
+            text.append(f"into a {kind} block, {took.median * 1e3:.2f} ms, "
+                        f"{times(plain.median / took.median, 'a plain copy', flat=band(took, plain))} "
                         f"({pin_blocks.get(f'x.pin_memory(), {kind} block', '?')} new pinned blocks in the series)")
     say("`pin_memory()` of one 9.6 MB batch: " + "; ".join(text) + ".")
 else:
     h100 = ceilings.committed(lambda m: m.name.startswith("H2D"))
     if h100 is None:
-        print("No CUDA here, and no reference of ours holds a pin: timing pin_memory() needs a GPU.")
+        print("No reference of ours holds a pin: timing pin_memory() needs a GPU.")
     else:
         at = ceilings.h2d_at(h100.measurements, 1 << 30)  # the largest copy of each source
         pin_s = at["pin+copy"].median - at["pinned"].median  # the pin alone, by difference
         size = at["pinned"].params["nbytes"]
-        say(f"No CUDA here. On {h100.hardware} ({h100.source}), pinning then copying {size >> 20} MiB took "
+        say(f"On {h100.hardware} ({h100.source}), pinning then copying {size >> 20} MiB took "
             f"{at['pin+copy'].median * 1e3:.2f} ms against {at['pinned'].median * 1e3:.2f} ms for the copy from memory "
             "pinned beforehand: "
             + (f"the pin alone, by difference, took about {pin_s * 1e3:.1f} ms ({size / pin_s / 1e9:.0f} GB/s), a copy "
                "in RAM into a block the caching host allocator kept from the warm-up. Fresh blocks, locked anew "
-               "each time, need a GPU to time." if pin_s > 0 else
-               "the difference is within the noise, so this reference cannot say what the pin cost."))
-
-# %% [markdown]
-# ### From a file straight to the device: `torch.load(f, map_location=device)`
-#
-# `torch.save` writes, beside each tensor's bytes, the device it was on (`"cpu"`, `"cuda:0"`), and
-# `torch.load` puts it back there. `map_location` says otherwise: a device (`"cpu"`, `"cuda:1"`),
-# a mapping (`{"cuda:0": "cpu"}`) or a function. It does two jobs ("The fast train loops", named in
-# lesson 00's Sources, shows it in its IO section, with JAX's counterpart, `jax.device_put(x,
-# device)`): a file saved on a GPU machine loads on one without a GPU only with it, and it loads
-# straight onto the device you compute on instead of loading, then moving. First the file of a
-# GPU machine: where there is no GPU, `gpufeed.course.devicefiles.save_as_on` writes one whose
-# tensors record `cuda:0`, the one thing in a file that says where a tensor was.
-
-# %%
-from gpufeed.course.devicefiles import load_ways, save_as_on
-from gpufeed.data.memmap import load_memmap
-
-shard = load_memmap(mm_dir)  # the lesson's images, as one dataset shard would be saved
-tensors = {"images": shard.images.clone(), "targets": shard.targets.clone()}  # [N, 3, 224, 224] uint8, [N]
-gpu_file = save_as_on({"images": tensors["images"][:2], "targets": tensors["targets"][:2]}, here / "on-cuda.pt", "cuda:0")
-try:
-    print("torch.load(f):", {k: str(v.device) for k, v in torch.load(gpu_file, weights_only=True).items()})
-except RuntimeError as e:
-    print(f"torch.load(f) fails: {type(e).__name__}: {e}")
-print("torch.load(f, map_location='cpu'):", {k: str(v.device) for k, v in torch.load(gpu_file, map_location="cpu", weights_only=True).items()})
-
-# %% [markdown]
-# Then the cost, on a file of the lesson's images (`tensors`: 10 MB in quick mode, 300 MB in full
-# mode), read from the page cache: `torch.load(f, map_location=device)` against `torch.load(f)`
-# then `.to(device)` over the nest, timed in turns (`gpufeed.course.devicefiles.load_ways`, which
-# first checks that both give the same tensors).
-
-# %%
-shard_file = here / f"shard-{n_images}.pt"
-torch.save(tensors, shard_file)
-load_ms, same_tensors = load_ways(shard_file, S.device, repeats=config.pick(quick=15, full=5))
-for m in load_ms:
-    print(m)
-by_map, then_move = load_ms
-agree = abs(by_map.median - then_move.median) < max(by_map.iqr, then_move.iqr)  # within the samples' spread
-say(f"Loading {shard_file.stat().st_size / 2**20:.0f} MiB to {S.device}: `map_location` took {by_map.median * 1e3:.1f} ms, "
-    f"loading then moving {then_move.median * 1e3:.1f} ms; `map_location` was "
-    f"{versus(1 / by_map.median, 1 / then_move.median)} load-then-move"
-    + (", within the spread of the samples. " if agree else ", more than the spread of the samples. ")
-    + (f"On a GPU both read the file into pageable host memory and copy it to {S.device} with blocking copies "
-       "(torch.load restores each storage with `storage.to(device)`); `map_location` copies each tensor as it is "
-       "read, so the host holds one tensor's bytes at a time rather than the whole file. Neither pins, so neither "
-       "copy overlaps anything (pin, then copy with `non_blocking=True`, lesson 08, for that)."
-       if S.cuda else
-       "On the CPU the two run the same code: the file is read into CPU memory either way, and `.to('cpu')` "
-       f"returned the very tensors it was given ({same_tensors}), so "
-       + ("they should agree, and they do. " if agree else
-          "a gap this size is this machine's noise (see the [noisy] marks, and rerun), not the code. ")
-       + "What this cannot show is the copy to a GPU: there, both read the file into pageable host memory and then "
-       "make blocking copies (torch.load restores each storage with `storage.to(device)`), and `map_location` "
-       "copies each tensor as it is read, so the host holds one tensor's bytes at a time rather than the whole file."))
-
-# %% [markdown]
-# Without a GPU, the CUDA-ordering simulator (`gpufeed.course.simcuda`, lesson 08: it models
-# CUDA's order of events, not its speed) shows the host waits of the last step, moving a loaded
-# nest, and what pinning changes. `torch.load(map_location="cuda")` itself cannot run under it (the
-# simulator models tensors, not the storages torch.load restores); it makes the same blocking copies,
-# one per storage.
-
-# %%
-if S.cuda:
-    print("A GPU is here: the timings above are the real copies; the simulator is for machines without one.")
-else:
-    from gpufeed.course.simcuda import simulated_cuda
-    from gpufeed.data.movers import leaves, pin, to_device
-
-    loaded = torch.load(gpu_file, map_location="cpu", weights_only=True)  # pageable CPU tensors, as torch.load makes them
-    with simulated_cuda(seed=0) as sim:
-        to_device(loaded, "cuda")  # load, then move
-        plain_waits = len(sim.syncs)
-        to_device(pin(loaded), "cuda", non_blocking=True)  # load, pin, then move without waiting
-        pinned_waits = len(sim.syncs) - plain_waits
-    say(f"Under the simulator, moving the {len(leaves(loaded))} loaded tensors with `.to('cuda')` made the host wait "
-        f"**{plain_waits}** time(s); pinned first and moved with `non_blocking=True`, **{pinned_waits}**.")
+               "each time, need a GPU to time." if pin_s > band(at["pin+copy"], at["pinned"]) * at["pinned"].median else
+               "the difference is within the samples' spread, so this reference cannot say what the pin cost."))
 
 # %% [markdown]
 # ## 4. Moving nested structures
@@ -511,7 +398,7 @@ import importlib.util
 
 from torch.utils import _pytree
 
-from gpufeed.data.movers import as_tensordict, equal, leaves, pin
+from gpufeed.data.movers import as_tensordict, equal, leaves, pin, to_device
 
 
 def on(x):
@@ -520,12 +407,10 @@ def on(x):
 
 ways = {"hand-written recursive": lambda: move(batch, S.device, S.cuda),
         "torch.utils._pytree.tree_map": lambda: _pytree.tree_map(on, batch)}
-if importlib.util.find_spec("optree") is not None:
+if importlib.util.find_spec("optree") is not None:  # optional: pip install optree
     import optree
 
     ways["optree.tree_map"] = lambda: optree.tree_map(on, batch, none_is_leaf=True)
-else:
-    print("optree is not installed: skipping it (pip install optree to add it)")
 td = as_tensordict(batch)  # a dataset would yield this directly: not timed
 packed = td.consolidate()  # one buffer holding every leaf
 ways["TensorDict.to"] = lambda: td.to(S.device, non_blocking=S.cuda)
@@ -544,13 +429,12 @@ movers_ms = [benchmark(way, name=name, items=1, repeats=config.pick(quick=10, fu
 fig, ax = plotting.bars(movers_ms, baseline="hand-written recursive", unit="batches/s", machine=S.machine,
                         title=f"moving a detection batch ({len(leaves(batch))} tensors) to {S.device}")
 plt.show()
-mv = {m.name: m.median for m in movers_ms}
-fastest, slowest = min(mv, key=mv.get), max(mv, key=mv.get)
-print(f"Fastest here: {fastest}, {mv[fastest] * 1e6:.0f} us per batch; slowest: {slowest}, "
-      f"{mv[slowest] / mv[fastest]:.1f}x as long. The hand-written mover takes {mv['hand-written recursive'] * 1e6:.0f} us.")
-if not S.cuda:
-    print("On the CPU nothing is copied (.to('cpu') returns the tensor itself): these times are the cost of "
-          "walking the structure, in Python or C++. With a GPU, the copies and their number count too.")
+ranked = sorted(movers_ms, key=lambda m: m.median)
+fastest, slowest = ranked[0], ranked[-1]
+say(f"Fastest here: {fastest.name}, {fastest.median * 1e6:.0f} us per batch; slowest: {slowest.name}, "
+    f"{times(slowest.median / fastest.median, more='longer', less='shorter', same='as long', flat=band(fastest, slowest), digits=None)}. "
+    + ("On the CPU nothing is copied (`.to('cpu')` returns the tensor itself): these times are the cost of walking "
+       "the structure, in Python or C++." if not S.cuda else "On a GPU, the copies and their number count too."))
 
 # %% [markdown]
 # **Or let the model's wrapper move it.** `DistributedDataParallel(model, device_ids=[local_rank])`
@@ -561,11 +445,10 @@ if not S.cuda:
 # script uses: let the loader pin the batch (`pin_memory=True`), and move it yourself with
 # `non_blocking=True` *before* calling the model. The copy is queued on the current stream and the
 # host goes on; the forward pass is queued behind it; DDP finds every tensor already on its GPU
-# and moves nothing (`gpufeed.course.collate.ddp_move` calls DDP's own function on the batch):
+# and moves nothing (`gpufeed.course.lesson07.collate.ddp_move` calls DDP's own function on the batch):
 
 # %%
-from gpufeed.course.collate import ddp_move
-from gpufeed.data.movers import pin, to_device
+from gpufeed.course.lesson07.collate import ddp_move
 
 on_device = to_device(pin(batch) if S.cuda else batch, S.device, non_blocking=S.cuda)  # queued, not waited for
 passed = ddp_move(on_device, S.device)  # what DDP's forward does to it
@@ -590,13 +473,13 @@ print(f"moved before the model: DDP handed the model the very same {len(leaves(p
 #   stream, and lists, tuples and dicts are rebuilt around the pieces. With no GPU, `DataParallel`
 #   just calls the model.
 #
-# `gpufeed.course.collate.dataparallel_split` runs torch's own `scatter` on the CPU, with only its
+# `gpufeed.course.lesson07.collate.dataparallel_split` runs torch's own `scatter` on the CPU, with only its
 # per-tensor CUDA copy replaced by the same `torch.chunk` split.
 
 # %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 from torch import nn
 
-from gpufeed.course.collate import dataparallel_split
+from gpufeed.course.lesson07.collate import dataparallel_split
 
 print(f"nn.DataParallel here uses GPUs {nn.DataParallel(nn.Identity()).device_ids} "
       f"({'it scatters over them' if S.cuda else 'none: forward just calls the model'})")
@@ -617,7 +500,7 @@ lines, first = inspect.getsourcelines(dist_utils._recursive_to)
 cpu_branch = [i for i, line in enumerate(lines) if 'device.type == "cpu"' in line]
 if cpu_branch:  # the branch that gives CPU tensors a plain .to(), in torch releases that have it
     i = cpu_branch[0]
-    print(f"{inspect.getsourcefile(dist_utils._recursive_to)}, line {first + i}:")
+    print(f"torch/distributed/utils.py, line {first + i}:")
     print("".join(lines[max(0, i - 6):i + 2]))
 else:
     print("This torch's _recursive_to has no separate CPU branch; read it whole:")
@@ -645,6 +528,81 @@ if len(parts) < 2:
 say(text + " Nested per-sample targets need DDP, or a split of your own.")
 
 # %% [markdown]
+# ### From a file straight to the device: `torch.load(f, map_location=device)`
+#
+# `torch.save` writes, beside each tensor's bytes, the device it was on (`"cpu"`, `"cuda:0"`), and
+# `torch.load` puts it back there. `map_location` says otherwise: a device, a mapping
+# (`{"cuda:0": "cpu"}`) or a function. Nasy's talk "The fast train loops" (lesson 00's Sources)
+# shows it in its IO section, with JAX's counterpart, `jax.device_put(x, device)`. It does two
+# jobs: a file saved on a GPU machine loads where there is no GPU only with it, and it loads
+# straight onto the device you compute on. First the file of a GPU machine
+# (`gpufeed.course.lesson07.devicefiles.save_as_on` writes one whose tensors record `cuda:0`):
+
+# %%
+from gpufeed.course.lesson07.devicefiles import load_ways, save_as_on
+
+shard = load_memmap(mm_dir)  # the lesson's images, as one dataset shard would be saved
+tensors = {"images": shard.images.clone(), "targets": shard.targets.clone()}  # [N, 3, 224, 224] uint8, [N]
+gpu_file = save_as_on({"images": tensors["images"][:2], "targets": tensors["targets"][:2]}, here / "on-cuda.pt", "cuda:0")
+try:
+    print("torch.load(f):", {k: str(v.device) for k, v in torch.load(gpu_file, weights_only=True).items()})
+except RuntimeError as e:  # no GPU here: the error's first line says why
+    print(f"torch.load(f) fails: {str(e).strip().splitlines()[0]}")
+print("torch.load(f, map_location='cpu'):", {k: str(v.device) for k, v in torch.load(gpu_file, map_location="cpu", weights_only=True).items()})
+
+# %% [markdown]
+# Then the cost, on a file of the lesson's images (10 MB in quick mode, 300 MB in full mode), read
+# from the page cache: `torch.load(f, map_location=device)` against `torch.load(f)` then
+# `.to(device)` over the nest, timed in turns (`gpufeed.course.lesson07.devicefiles.load_ways`, which first
+# checks that both give the same tensors).
+
+# %%
+shard_file = here / f"shard-{n_images}.pt"
+torch.save(tensors, shard_file)
+load_ms, same_tensors = load_ways(shard_file, S.device, repeats=config.pick(quick=15, full=5))
+for m in load_ms:
+    print(m)
+by_map, then_move = load_ms
+flat = band(by_map, then_move)
+say(f"Loading {shard_file.stat().st_size / 2**20:.0f} MiB to {S.device}: `map_location` took {by_map.median * 1e3:.1f} ms, "
+    f"loading then moving {then_move.median * 1e3:.1f} ms: `map_location` was "
+    f"**{times(then_move.median / by_map.median, 'load-then-move', flat=flat)}** (the samples' band: {flat:.0%}). "
+    + ("Both read the file into pageable host memory and make blocking copies; `map_location` copies each tensor "
+       "as it is read, so the host holds one tensor at a time rather than the whole file." if S.cuda else
+       f"On the CPU both run the same code (`.to('cpu')` returned the very tensors it was given: {same_tensors}), "
+       + ("so they agree. " if max(then_move.median, by_map.median) / min(then_move.median, by_map.median) - 1 <= flat else
+          "so the gap is this machine's noise, not the code: rerun. ")
+       + "Where they differ is the copy to a GPU, which needs one to time."))
+
+# %% [markdown]
+# ### Deeper (optional): moving a loaded nest, simulated
+#
+# Without a GPU, the CUDA-ordering simulator counts the host's waits of the last step; the main
+# line does not need it.
+
+# %% [markdown] tags=["deeper"]
+# The simulator (`gpufeed.simcuda`, lesson 08: it models CUDA's order of events, not its
+# speed) shows the host waits of moving a loaded nest, and what pinning changes.
+# `torch.load(map_location="cuda")` itself cannot run under it (the simulator models tensors, not
+# the storages torch.load restores); it makes the same blocking copies, one per storage.
+
+# %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+if S.cuda:
+    print("A GPU is here: the timings above are the real copies; the simulator is for machines without one.")
+else:
+    from gpufeed.simcuda import simulated_cuda
+    from gpufeed.data.movers import to_device
+
+    loaded = torch.load(gpu_file, map_location="cpu", weights_only=True)  # pageable CPU tensors, as torch.load makes them
+    with simulated_cuda(seed=0) as sim:
+        to_device(loaded, "cuda")  # load, then move
+        plain_waits = len(sim.syncs)
+        to_device(pin(loaded), "cuda", non_blocking=True)  # load, pin, then move without waiting
+        pinned_waits = len(sim.syncs) - plain_waits
+    say(f"Under the simulator, moving the {len(leaves(loaded))} loaded tensors with `.to('cuda')` made the host wait "
+        f"**{plain_waits}** time(s); pinned first and moved with `non_blocking=True`, **{pinned_waits}**.")
+
+# %% [markdown]
 # ## 5. Start methods, CUDA, and why datasets live in `src/`
 #
 # A worker is a new process, started one of three ways (`multiprocessing_context=` on the DataLoader):
@@ -665,7 +623,7 @@ import pickle
 
 from torch.utils.data import Dataset
 
-from gpufeed.course.knobs import first_batch
+from gpufeed.course.lesson07.knobs import CudaProbe, first_batch
 
 
 class NotebookDetection(Dataset):  # defined here, in __main__: a spawned worker cannot find it
@@ -677,16 +635,12 @@ class NotebookDetection(Dataset):  # defined here, in __main__: a spawned worker
 
 
 print("pickled as:", pickle.dumps(NotebookDetection())[:60])
-trials = [first_batch(NotebookDetection(), "spawn", collate_fn=detection_collate),
-          first_batch(DetectionDataset(4, size=16), "spawn", collate_fn=detection_collate),
-          first_batch(NotebookDetection(), "fork", collate_fn=detection_collate)]
+trials = bad, good, forked = [first_batch(NotebookDetection(), "spawn", collate_fn=detection_collate),
+                              first_batch(DetectionDataset(4, size=16), "spawn", collate_fn=detection_collate),
+                              first_batch(NotebookDetection(), "fork", collate_fn=detection_collate)]
 for r, what in zip(trials, ("notebook class, spawn", "gpufeed class, spawn", "notebook class, fork")):
-    print(f"{what:>22}: {'a batch' if r.ok else 'failed'} after {r.seconds:.1f} s")
-    if not r.ok:
-        print(f"{'':>24}in this process: {r.error}\n{'':>24}in the worker:   {r.worker_error}")
-
-# %%
-bad, good, forked = trials
+    print(f"{what:>22}: {'a batch' if r.ok else 'failed'} after {r.seconds:.1f} s"
+          + ("" if r.ok else f"\n{'':>24}in this process: {r.error}\n{'':>24}in the worker:   {r.worker_error}"))
 print(f"Under spawn the worker imports torch, then fails to find NotebookDetection in its own __main__ "
       f"({bad.worker_error.split(':')[0] or 'see above'}). The same class from gpufeed works; starting that one "
       f"spawned worker took {good.seconds:.1f} s, against {forked.seconds:.2f} s to fork one.")
@@ -699,41 +653,42 @@ print(f"Start method here: {torch.multiprocessing.get_start_method()}. On Python
 # can, but the usual advice stands: keep workers on the CPU and move batches in the main process.
 
 # %%
-cuda_fork = None
-if S.cuda:
-    torch.zeros(1, device="cuda")  # CUDA is initialised in the parent
-    from gpufeed.course.knobs import CudaProbe
+def fork_after_cuda():  # CUDA initialised here, then a forked worker asked to touch the GPU: its error, if any
+    torch.zeros(1, device="cuda")
+    return first_batch(CudaProbe(), "fork").error
 
-    cuda_fork = first_batch(CudaProbe(), "fork")
-    print(f"a forked worker touching CUDA: {'worked' if cuda_fork.ok else cuda_fork.error}")
-elif ref is not None and ref[1].get("cuda_fork_error"):
-    print(f"No CUDA here. On {ref[1]['machine'].get('gpu')} a forked worker touching CUDA said: {ref[1]['cuda_fork_error']}")
-else:
-    print("No CUDA here: a forked worker would fail with 'Cannot re-initialize CUDA in forked subprocess'.")
+
+cuda_fork_error = measured_or_reference("lesson07", fork_after_cuda, "cuda_fork_error", cuda=S.cuda,
+                                        shows="the error of a forked worker that touches CUDA")
+if S.cuda or cuda_fork_error:
+    print(f"a forked worker touching CUDA: {cuda_fork_error or 'it worked'}")
 
 # %% [markdown]
-# ## 6. Copying to the GPU in the workers: the seed talk's `Collate("cuda")`
+# ### Deeper (optional): copying to the GPU in the workers, `Collate("cuda")`
 #
-# One talk pins and copies each batch *inside the workers*: a collate function that stacks the
-# samples into a tensorclass batch, pins it and calls `.to("cuda")`, with
-# `multiprocessing_context="spawn"` and `persistent_workers=True` ("otherwise old processes may not
-# release CUDA tensors"). Each piece has its reason: a forked child cannot use CUDA (above); a CUDA
-# tensor made in a worker reaches the main process through CUDA IPC, and PyTorch's docs ask the
-# process that made it to stay alive while it is in use (the deep dive below shows what happens
-# when it does not); and the collate function must be importable, so it lives in
-# `gpufeed.course.collate.DeviceCollate` (`tensorclass=True` makes the talk's batch, an `ImageData`
-# with `images` and `targets`). What it costs: every worker opens a CUDA context of its own, in
-# exchange for taking the pin copy off the main process's single pin thread, and the batches the
-# workers prefetch wait *on the GPU*. `gpufeed.course.collate.worker_cuda_cost` builds both
-# DataLoaders on the JPEG folder (same spawn workers, persistent; at most 4 workers and 8 batches
-# an epoch, enough to see each cost) and measures the time to the first batch, the time per epoch,
-# and the GPU memory in use while the workers live (`torch.cuda.mem_get_info`, which sees every
-# process).
+# One of the talks in lesson 00's Sources copies each batch to the GPU inside the workers; this
+# dive measures what that costs, and what goes wrong when those workers exit. The main line does
+# not need it.
 
-# %%
+# %% [markdown] tags=["deeper"]
+# The talk's collate function stacks the samples into a tensorclass batch, pins it and calls
+# `.to("cuda")`, with `multiprocessing_context="spawn"` and `persistent_workers=True` ("otherwise
+# old processes may not release CUDA tensors"). Each piece has its reason: a forked child cannot
+# use CUDA (above); a CUDA tensor made in a worker reaches the main process through CUDA IPC, and
+# PyTorch's docs ask the process that made it to stay alive while it is in use; and the collate
+# function must be importable, so it lives in `gpufeed.course.lesson07.collate.DeviceCollate`
+# (`tensorclass=True` makes the talk's batch, an `ImageData` with `images` and `targets`). What it
+# costs: every worker opens a CUDA context of its own, in exchange for taking the pin copy off the
+# main process's single pin thread, and the batches the workers prefetch wait *on the GPU*.
+# `gpufeed.course.lesson07.collate.worker_cuda_cost` builds both DataLoaders on the JPEG folder (same spawn
+# workers, persistent; at most 4 workers and 8 batches an epoch) and measures the time to the first
+# batch, the time per epoch, and the GPU memory in use while the workers live
+# (`torch.cuda.mem_get_info`, which sees every process).
+
+# %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 from torch.utils.data import Subset
 
-from gpufeed.course.collate import DeviceCollate, worker_cuda_cost
+from gpufeed.course.lesson07.collate import DeviceCollate, worker_cuda_cost
 
 talk_collate = DeviceCollate("cuda", tensorclass=True)
 print("collate_fn:", talk_collate, "pickled as", pickle.dumps(talk_collate)[:48])
@@ -745,16 +700,10 @@ say(f"With the copy in the workers, up to prefetch_factor x num_workers = {prefe
     f"{prefetch * workers_here} batches wait on the GPU before the loop asks for them: {held / 2**20:.0f} MiB for "
     f"batches of {batch_size} uint8 {side}x{side} images, beside the model (with the copy in the main process "
     "they wait in host memory).")
-worker_collate = None
-if S.cuda:
-    worker_collate = worker_cuda_cost(few, batch_size=batch_size, num_workers=workers_here, epochs=2)
-elif ref is not None and ref[1].get("worker_collate"):
-    worker_collate = ref[1]["worker_collate"]
-    print(f"No CUDA here: the reference, measured on {ref[1]['machine'].get('gpu')}:")
-else:
-    print("No CUDA here, and no GPU measurement of ours with these numbers is committed (results/<gpu>/lesson07.json), "
-          "nor a figure published elsewhere. On a GPU this cell measures, for both DataLoaders: seconds to the first "
-          "batch, seconds per epoch, and MiB of GPU memory per worker.")
+worker_collate = measured_or_reference(
+    "lesson07", lambda: worker_cuda_cost(few, batch_size=batch_size, num_workers=workers_here, epochs=2),
+    "worker_collate", cuda=S.cuda, shows="for both DataLoaders the seconds to the first batch, the seconds per epoch "
+    "and the MiB of GPU memory per worker")
 if worker_collate:
     main, inside = worker_collate["main process"], worker_collate["in the workers"]
     epoch = {k: sorted(v["epoch_s"])[len(v["epoch_s"]) // 2] for k, v in worker_collate.items()}  # median
@@ -763,37 +712,28 @@ if worker_collate:
         f"with the copy in the main process, and {inside['gpu_mib_per_worker']:.0f} MiB of GPU memory per worker "
         f"against {main['gpu_mib_per_worker']:.0f} (the CUDA contexts).")
 
-# %% [markdown]
-# ### Deeper (optional): `Collate("cuda")` without `persistent_workers`
-#
-# What goes wrong when workers that made CUDA tensors exit every epoch; the main line does not
-# need it.
-
 # %% [markdown] tags=["deeper"]
-# A DataLoader that does not keep its workers ends them when an
+# **Without `persistent_workers`.** A DataLoader that does not keep its workers ends them when an
 # epoch's iterator is exhausted, and starts new ones for the next epoch. With the copy in the
 # workers, that means a CUDA context per worker started again every epoch, and workers that exit
 # while the main process still holds a batch they made: PyTorch's own C++ then prints
 # *"Producer process has been terminated before all shared CUDA tensors released"* (on the
-# terminal that started Jupyter, not in the notebook). The start-up part shows on any machine:
-# section 2 timed whole epochs with and without persistent workers. The CUDA part needs a GPU:
-# `without_persistent_workers` runs two such epochs, keeps each epoch's last batch, captures what
-# the workers print, and checks the kept batches afterwards.
+# terminal that started Jupyter, not in the notebook). `without_persistent_workers` runs two such
+# epochs, keeps each epoch's last batch, captures what the workers print, and checks the kept
+# batches afterwards.
+#
+# DALI 1.47 added a third way, the *DALI proxy* (`nvidia.dali.plugin.pytorch.experimental.proxy`):
+# the DataLoader's workers keep the dataset's Python logic and hand each sample to a DALI pipeline
+# that runs in the main process, so the GPU work happens in one process with one CUDA context
+# (lesson 10).
 
 # %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
-from gpufeed.course.collate import without_persistent_workers
+from gpufeed.course.lesson07.collate import without_persistent_workers
 
-no_persist = None
-if S.cuda:
-    no_persist = without_persistent_workers(few, batch_size=batch_size, num_workers=workers_here)
-elif ref is not None and ref[1].get("without_persistent_workers"):
-    no_persist = ref[1]["without_persistent_workers"]
-    print(f"No CUDA here: the reference, measured on {ref[1]['machine'].get('gpu')}:")
-else:
-    print("No CUDA here, and no GPU measurement of ours with this is committed (results/<gpu>/lesson07.json), nor "
-          "a figure published elsewhere. On a GPU this cell shows the first-batch time of each epoch, how many times "
-          "the exiting workers printed the producer warning, and whether the batches kept across their exit still "
-          "hold their values.")
+no_persist = measured_or_reference(
+    "lesson07", lambda: without_persistent_workers(few, batch_size=batch_size, num_workers=workers_here),
+    "without_persistent_workers", cuda=S.cuda, shows="the first-batch time of each epoch, how many times the exiting "
+    "workers printed the producer warning, and whether the batches kept across their exit still hold their values")
 if no_persist:
     say("Without persistent workers, each epoch's first batch came after "
         + ", ".join(f"{t:.1f} s" for t in no_persist["first_batch_s"])
@@ -802,25 +742,20 @@ if no_persist:
         + ("still held their values." if no_persist["held_batches_intact"] else "**no longer held their values**.")
         + (f" Their last lines:\n\n```\n{no_persist['stderr_tail']}\n```" if no_persist["stderr_tail"] else ""))
 
-# %% [markdown]
-# DALI 1.47 added a third way, the *DALI proxy* (`nvidia.dali.plugin.pytorch.experimental.proxy`):
-# the DataLoader's workers keep the dataset's Python logic and hand each sample to a DALI pipeline
-# that runs in the main process, so the GPU work happens in one process with one CUDA context
-# (lesson 10).
-
 # %%
-knob_ms = [m for name in datasets for m in factors[name]] + persistence  # params say which dataset
-saved = results.save_lesson(
-    "lesson07", [*threads_ms, *ms, *knob_ms, *nb_ms, *pin_ms, *load_ms, *movers_ms], cores=cores, batch_size=batch_size, side=side, unsafe=unsafe, start_methods=[vars(r) for r in trials],
-    cuda_fork_error=cuda_fork.error if cuda_fork is not None else None, pin_blocks=pin_blocks,
-    worker_collate=worker_collate, without_persistent_workers=no_persist)
-print(f"saved to {saved}")
+on_gpu = {"unsafe": unsafe, "cuda_fork_error": cuda_fork_error, "pin_blocks": pin_blocks, "worker_collate": worker_collate,
+          "without_persistent_workers": no_persist} if S.cuda else {}  # measured here, never a reference's
+saved = results.save_lesson("lesson07", [*threads_ms, *ms, *factors["JPEG folder"], *factors["memmap"], *persistence,
+                                         *(nb_ms + pin_ms if S.cuda else []), *load_ms, *movers_ms],
+                            cores=cores, batch_size=batch_size, side=side, start_methods=[vars(r) for r in trials], **on_gpu)
 
 # %% [markdown]
 # ## Key takeaways
 #
-# * `num_workers` helps datasets whose samples cost CPU (decoding), up to the number of cores; for a
-#   memmap, a batch is a copy and workers add a hand-over that costs as much. Measure, don't guess.
+# * `num_workers` helps datasets whose samples cost CPU (decoding), at most up to the number of
+#   free cores; for a memmap, a batch is a copy, and a worker adds a hand-over (a copy into shared
+#   memory, messages between processes) that section 2 weighed against the gather on this machine.
+#   Measure, don't guess.
 # * Workers run one torch thread each; on a busy machine the main process should too.
 # * `persistent_workers=True` saves the worker start-up of every epoch; `prefetch_factor` helps when
 #   loading is uneven; `pin_memory` adds a copy on one thread and pays off only with a GPU.
@@ -829,13 +764,14 @@ print(f"saved to {saved}")
 #   values have not arrived yet. Time `pin_memory()` knowing whether the host cache served it.
 # * DDP (`device_ids=[i]`) moves a nested input whole, but a CPU tensor with a plain, blocking
 #   `.to()`: pin the batch and move it yourself, `non_blocking`, before the model. DataParallel
-#   cuts every tensor in it along dim 0, per-image targets included. Copying in the workers (`Collate("cuda")`) costs a CUDA
-#   context per worker: measure it before you adopt it.
+#   cuts every tensor in it along dim 0, per-image targets included. Copying in the workers
+#   (`Collate("cuda")`, a deep dive) costs a CUDA context per worker: measure it before you adopt it.
 # * Move nested batches with one walker (pytree, optree, or your own); a consolidated TensorDict
 #   moves them in one copy.
 # * `torch.load(f, map_location=device)` loads a GPU machine's file where there is no GPU, and
-#   loads straight onto your device holding one tensor at a time in host memory; it is no faster
-#   a copy than load-then-move (both pageable and blocking). JAX's counterpart is `jax.device_put`.
+#   loads straight onto your device holding one tensor at a time in host memory. Its copies, like
+#   load-then-move's, are from pageable memory and blocking; whether it is faster on your GPU, the
+#   cell in section 4 measures there. JAX's counterpart is `jax.device_put`.
 # * Datasets and collate functions live in an importable module: under spawn and forkserver
 #   (Python 3.14's default) a notebook class cannot be found by the worker.
 #

@@ -59,7 +59,7 @@ print(f"Simulated: overlapping the copy with the step gives {gain:.2f}x; the GPU
 
 # %% [markdown]
 # The same in CUDA's own terms. The course has a **simulator of CUDA's ordering rules**
-# (`gpufeed.course.simcuda`): inside `with simulated_cuda():` tensors on `"cuda"` live in CPU
+# (`gpufeed.simcuda`): inside `with simulated_cuda():` tensors on `"cuda"` live in CPU
 # memory, every kernel and copy is queued on its stream and runs only when the program's
 # synchronisation forces it, and memory nothing has written yet reads as poison (NaN). It keeps
 # CUDA's *rules*, not its *speed*: each step is placed on a nominal timeline (copies at 25 GB/s, a
@@ -67,7 +67,7 @@ print(f"Simulated: overlapping the copy with the step gives {gain:.2f}x; the GPU
 # `CudaPrefetcher` (section 2), and then are copied on the default stream before each step.
 
 # %%
-from gpufeed.course import hazards
+from gpufeed.course.lesson08 import hazards
 
 fig, axes = plt.subplots(2, 1, figsize=(9, 3.2), sharex=True)
 per_batch = {}
@@ -89,7 +89,7 @@ print(f"On the simulator's nominal timeline ({hazards.SIMULATED}): with the copi
 # The classic one (from NVIDIA's apex ImageNet example) keeps one batch ahead: it issues the copy of
 # the next batch on a side stream, then hands over the current one. Before the consumer uses a
 # batch, the current stream waits for its copy; `record_stream` protects its memory. The course
-# keeps it as `gpufeed.course.hazards.hand_prefetch` (two of its lines can be switched off, for
+# keeps it as `gpufeed.course.lesson08.hazards.hand_prefetch` (two of its lines can be switched off, for
 # section 3); here is its code.
 
 # %%
@@ -98,7 +98,7 @@ import torch
 
 import inspect
 
-from gpufeed.course.hazards import hand_prefetch
+from gpufeed.course.lesson08.hazards import hand_prefetch
 
 print(inspect.getsource(hand_prefetch))  # the whole prefetcher: about 15 lines of code
 
@@ -145,7 +145,7 @@ print([(tuple(t.shape), t.dtype) for t in batch])
 # %%
 import contextlib
 
-from gpufeed.course.simcuda import simulated_cuda
+from gpufeed.simcuda import simulated_cuda
 from gpufeed.data.prefetch import CudaPrefetcher
 
 with contextlib.nullcontext() if S.cuda else simulated_cuda(seed=0) as sim:
@@ -171,7 +171,7 @@ print(f"{where}: the hand-written and gpufeed prefetchers give the plain loop's 
 # the race also produces a wrong batch. Batch `k` is filled with the number `k`, so what a batch
 # holds when the consumer reads it says which batch it really was. The consumer does what a
 # training loop does: it queues a model step and a read of each batch, drops the batch, and
-# looks at the results only at the end (`gpufeed.course.hazards.play`).
+# looks at the results only at the end (`gpufeed.course.lesson08.hazards.play`).
 #
 # * **no wait**: delete `current.wait_stream(stream)`. The step may read a batch before its copy
 #   has run.
@@ -235,7 +235,7 @@ display(Markdown("\n".join(lines)))
 # race where it happens, naming the two accesses and what it thinks is missing:
 
 # %%
-from gpufeed.course.simcuda import CudaRaceError
+from gpufeed.simcuda import CudaRaceError
 
 try:
     with simulated_cuda(seed=0):
@@ -357,7 +357,7 @@ plt.show()
 # %%
 import statistics
 
-from gpufeed.course import overlap_prose as reading
+from gpufeed.course.lesson08 import overlap_prose as reading
 from gpufeed.course.prose import say
 
 rate = {m.name: m.items_per_s for m in thread_ms}
@@ -424,7 +424,7 @@ print(f"after a break: prefetch threads alive: {alive}")
 # Does `CudaPrefetcher` make a training loop faster? The first time this lesson ran on a GPU (an
 # H100, November 2026, with the prefetcher of that time, which did its host work in your loop
 # between two steps) the answer was no; a machine without CUDA shows that run below until a newer
-# one is committed. So the experiment is built to favour no one (`gpufeed.course.overlap`, tested on
+# one is committed. So the experiment is built to favour no one (`gpufeed.course.lesson08.overlap`, tested on
 # the CPU and under the CUDA-ordering simulator):
 #
 # * **The batches** are a few pinned `uint8` batches in memory, used in turn, as if a perfect
@@ -444,7 +444,7 @@ print(f"after a break: prefetch threads alive: {alive}")
 #   reason; and the memory peaks (`torch.cuda.memory_stats()`).
 
 # %%
-from gpufeed.course import overlap
+from gpufeed.course.lesson08 import overlap
 from gpufeed.measure import results
 
 trace_dir = config.cache_dir() / "lesson08" / "traces"
@@ -503,7 +503,7 @@ print(f"saved to {saved}")
 #   make the compute stream wait for it (`wait_stream`/`wait_event`), and `record_stream` the
 #   tensors you hand over so the caching allocator does not reuse their memory too early.
 # * Each of those lines guards against a race that a short run on a real GPU usually hides. A
-#   simulator of CUDA's ordering rules (`gpufeed.course.simcuda`) reports it whatever the order,
+#   simulator of CUDA's ordering rules (`gpufeed.simcuda`) reports it whatever the order,
 #   and your own CUDA code can run under it in a test on any machine.
 # * Send `uint8` and convert and normalise on the GPU: 4x fewer bytes on the wire. The conversion
 #   is not free there: its kernels share the GPU with your step's.

@@ -106,9 +106,8 @@ def loop_epoch():  # per-sample randomness the naive way: a Python loop over the
 
 # %% [markdown]
 # The workers get all the cores. The in-process versions run on **one** torch thread, like lessons
-# 05 and 06: while the workers keep the cores busy, torch's parallel kernels in this process can
-# lose more to waiting threads than they gain. The cell after the chart times the batched version
-# on all threads too, to show what that choice does on this machine.
+# 05 and 06, so that each compares with one worker's core; on a CPU the batched version is timed on
+# all of torch's threads too, where it may use every core the workers had.
 
 # %%
 from gpufeed.measure.harness import benchmark
@@ -122,50 +121,51 @@ torch.set_num_threads(1)
 ms += [benchmark(loop_epoch, name=f"per-sample loop, {where}", **kw),
        benchmark(batched_epoch, name=f"batched, {where}", **kw)]
 torch.set_num_threads(threads)
+if not S.cuda and threads > 1:  # the batched version on every core, as the workers had
+    ms.append(benchmark(batched_epoch, name=f"batched, CPU, {threads} threads", **kw))
 for m in ms:
     print(m)
 
 # %%
 import matplotlib.pyplot as plt
 
-from gpufeed.course.prose import say, times
+from gpufeed.course.prose import band, say, times
 from gpufeed.measure import plotting
 
 fig, ax = plotting.bars(ms, baseline=ms[0].name, machine=S.machine,
                         title=f"augmenting one epoch: crop {out_size[0]}x{out_size[1]} + flip + normalise, batch {batch_size}")
 plt.show()
 by = {m.name: m for m in ms}
-workers, batched_rate, loop = (by[n].items_per_s for n in (ms[0].name, f"batched, {where}", f"per-sample loop, {where}"))
-text = (f"Batched on the {'GPU' if S.cuda else 'CPU'}: {batched_rate:,.0f} images/s, "
-        f"{times(batched_rate / workers, f'the {cores} CPU workers')} ({workers:,.0f} images/s, "
-        f"{workers / cores:,.0f} per core), and {times(batched_rate / loop)} than a Python loop over the batch on the "
-        f"same device ({loop:,.0f} images/s).")
-if S.cuda:  # the loop ran on the GPU: a per-core comparison with the workers would mean nothing
-    text += (f" Image by image, the GPU's loop is {times(loop / workers, f'the {cores} workers')}: " + (
-        "each worker crops and resizes on one CPU core, and its float32 batch is then copied to this process."
-        if loop > workers else f"{cores} cores in parallel outrun the loop's one set of kernel launches per image."))
-elif loop > workers / cores:  # both on CPU cores: per core, like for like
-    text += (f" The workers do less per core than the in-process loop on its one core ({workers / cores:,.0f} vs "
-             f"{loop:,.0f} images/s): each float32 batch is collated, then copied from a worker process to this one "
-             "(4 bytes a value), and the workers share the cores with this process.")
-if batched_rate < loop:
-    text += (" Here the batched version loses to the loop: its dense resampling matrices make every output pixel "
-             "weigh a whole input row, work that torch's per-image resize skips. " + (
-                 "On a GPU that work is what one large matrix product does best (section 4), yet here the loop won; "
-                 "exercise 2 times a larger batch, over which the batched version's costs per batch (drawing the "
-                 "parameters, building the matrices) are spread." if S.cuda else
-                 "That pays off where one large matrix product is what the hardware does best, a GPU (section 4), "
-                 "not on a CPU core."))
-say(text)
+usual_m, loop_m, batched_m = ms[0], by[f"per-sample loop, {where}"], by[f"batched, {where}"]
+workers, batched_rate, loop = usual_m.items_per_s, batched_m.items_per_s, loop_m.items_per_s
 
-# %%
-if not S.cuda and threads > 1:  # the one-thread choice above, checked: the batched version on every thread
-    all_threads = benchmark(batched_epoch, name=f"batched, CPU, {threads} threads", **kw)
-    ratio = all_threads.items_per_s / batched_rate
-    say(f"The batched version on {threads} threads: {all_threads.items_per_s:,.0f} images/s, "
-        f"**{times(ratio, 'on one thread')}**" + (": more threads help here." if ratio > 1.05 else
-                                 ": no gain from more threads here." if ratio >= 0.95 else
-                                 ": the threads wait on each other more than they work."))
+
+def vs(a, b, than):  # a's rate against b's, worded within the band their spread explains
+    return times(a.items_per_s / b.items_per_s, than, flat=band(a, b), digits=None)
+
+
+text = (f"Batched on the {'GPU' if S.cuda else 'CPU'}: {batched_rate:,.0f} images/s, "
+        f"**{vs(batched_m, usual_m, f'the {cores} CPU workers')}** ({workers:,.0f} images/s, {workers / cores:,.0f} per "
+        f"core), and {vs(batched_m, loop_m, 'a Python loop over the batch on the same device')} ({loop:,.0f} images/s). ")
+if S.cuda:  # the loop ran on the GPU: a per-core comparison with the workers would mean nothing
+    text += f"Image by image, the GPU's loop ran {vs(loop_m, usual_m, f'the {cores} workers')}. "
+else:  # every version on CPU cores: the best one in this process against the workers
+    best = max(ms[1:], key=lambda m: m.items_per_s)
+    edge = best.items_per_s / workers
+    if threads > 1:  # the last row: the batched version on every core
+        text += f"On {threads} threads the batched version ran {vs(ms[-1], batched_m, 'on one')}. "
+    text += (f"The fastest version in this process was {best.name}, {vs(best, usual_m, f'the {cores} workers')}: "
+             + (f"on this CPU, one process did more than {cores} workers, which each collate a float32 batch and "
+                "hand it over to this process (4 bytes a value), sharing the cores with it. " if edge > 1 + band(best, usual_m) else
+                f"on this CPU the {cores} workers were the better fit: per-sample work splits over the cores. "
+                if edge < 1 / (1 + band(best, usual_m)) else "on this CPU neither way is ahead beyond the samples' spread. "))
+if batched_rate * (1 + band(batched_m, loop_m)) < loop:
+    text += ("The batched version lost to the loop beyond the spread: its dense resampling matrices make every "
+             "output pixel weigh a whole input row, work that torch's per-image resize skips. " + (
+                 "Exercise 2 times a larger batch, over which its costs per batch (drawing the parameters, building "
+                 "the matrices) are spread." if S.cuda else
+                 "That work is what a GPU does best (section 4), not a CPU core."))
+say(text)
 
 # %% [markdown]
 # ## 2. The trap: one random draw for the whole batch
@@ -197,17 +197,9 @@ for call in range(5):
 # * **colour jitter by per-sample factors**: torchvision's formulas, with a factor tensor
 #   `[N, 1, 1, 1]` that broadcasts instead of one number.
 #
-# The first two are the heart of the lesson, in `gpufeed.data.augment`; here they are:
-
-# %%
-import inspect
-
-from IPython.display import Markdown, display
-
-from gpufeed.data import augment as augment_module
-
-display(Markdown("```python\n" + inspect.getsource(augment_module.resample_weights)
-                 + "\n\n" + inspect.getsource(augment_module.crop_resize) + "```"))
+# The first two are the heart of the lesson, in `gpufeed.data.augment` (`resample_weights`,
+# `crop_resize`; the deep dive below prints them). Eight samples' parameters, and the column
+# matrices of the first two:
 
 # %%
 from gpufeed.data.augment import resample_weights
@@ -226,6 +218,22 @@ for ax, w, box in zip(axes, wx, p.boxes[:2].tolist()):
     ax.set_xlabel("input column")
     ax.set_ylabel("output column")
 plt.show()
+
+# %% [markdown]
+# ### Deeper (optional): the code of `resample_weights` and `crop_resize`
+#
+# About 60 lines of `gpufeed.data.augment`, printed from the installed package; the lesson goes on
+# without them.
+
+# %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+import inspect
+
+from IPython.display import Markdown, display
+
+from gpufeed.data import augment as augment_module
+
+display(Markdown("```python\n" + inspect.getsource(augment_module.resample_weights)
+                 + "\n\n" + inspect.getsource(augment_module.crop_resize) + "```"))
 
 # %% [markdown]
 # The same 8 images three ways: as stored, through the v2 pipeline called once on the batch, and
@@ -301,30 +309,24 @@ def both_epoch():
 
 both = benchmark(both_epoch, name=f"uint8 from {cores} CPU workers, finish on {S.device.type}", **kw)
 loaders.clear()
-print(both)
 text = (f"Converting at the last step: {both.items_per_s:,.0f} images/s, "
-        f"{times(both.items_per_s / workers, 'the usual pipeline')} ({workers:,.0f} images/s, section 1).")
-if both.items_per_s < workers:
+        f"{times(both.items_per_s / workers, 'the usual pipeline', flat=band(both, usual_m))} ({workers:,.0f} images/s, "
+        "section 1).")
+if both.items_per_s * (1 + band(both, usual_m)) < workers:
     text += (" Slower here: without a GPU the 'device' is this process, on the same cores as the workers, so the "
              "conversion moved out of the workers competes with them. With a GPU, the last step runs there."
-             if not S.cuda else " Slower here, although the last step ran on the GPU: both pipelines crop and "
-             "resize in the same workers, so compare the spreads above (a noisy pair of measurements can swap "
-             "a small difference) before reading more into it.")
+             if not S.cuda else " Slower beyond the spread, although the last step ran on the GPU: rerun before reading more.")
 say(text)
 
 # %% [markdown]
 # That last step is a chain of cheap **pointwise** steps: to float, divide by 255, brightness,
 # contrast, saturation, normalise. In eager mode each one reads and writes the whole batch in
-# `float32`. `torch.compile` generates code for this machine (Triton kernels on a GPU, C++ on a
-# CPU, which needs a C++ compiler) that can fuse them into far fewer passes; how many kernels each
-# version launches is counted below with the profiler rather than assumed. Fusion is not the only
-# thing compiling can remove: an eager tail that builds its constants on every call (say
-# `torch.tensor(mean, device="cuda")` inside a normalise) makes a blocking copy from pageable memory,
-# a host-device round trip, on every batch, which compiled code bakes in as constants. The library's
-# `normalize` (`gpufeed.data.transforms`) makes its constants once per device and dtype, and the
-# parameters were moved to the device above, so this tail should make none: the counts below say
-# whether any sync is left, and what a gain then comes from. Compiling takes tens of seconds the first time, so quick mode skips it on a CPU; a
-# failure is reported, not raised.
+# `float32`; `torch.compile` generates code for this machine (Triton kernels on a GPU, C++ on a
+# CPU, which needs a compiler) that can fuse them into far fewer passes. An eager tail that builds
+# its constants on every call (`torch.tensor(mean, device="cuda")`) also makes a blocking copy, a
+# sync, per batch; the library's `normalize` builds them once per device, so this one should make
+# none. The profiler counts both below rather than assume. The first compile takes tens of
+# seconds, so quick mode skips it on a CPU; a failure is reported, not raised.
 
 # %%
 import time
@@ -402,13 +404,13 @@ batch_mb = crops.numel() * 4 / 1e6  # the float32 batch each eager pass reads an
 text = "; ".join(f"{name}: " + ", ".join(f"{v} {k}" for k, v in c.items()) for name, c in counts.items())
 if compiled is not None:
     gain = tail[0].median / tail[1].median
-    text += (f". The compiled tail is **{times(gain, 'the eager one')}** ({tail[0].items_per_s:,.0f} -> "
+    text += (f". The compiled tail is **{times(gain, 'the eager one', flat=band(*tail))}** ({tail[0].items_per_s:,.0f} -> "
              f"{tail[1].items_per_s:,.0f} images/s), on a float32 batch of {batch_mb:.1f} MB per eager pass. ")
     for what in counts["eager"]:  # the same keys for both: kernels and waits on a GPU, operators on a CPU
         before, after = counts["eager"][what], counts["torch.compile"][what]
         text += f"{what}: {before} -> {after} ({change(before, after)}). "
     fewer = [k for k in counts["eager"] if counts["torch.compile"][k] < counts["eager"][k]]
-    if gain < 1.1:
+    if gain <= 1 + band(*tail):
         text += "Not faster here" + (", despite the fewer launches." if fewer else ".")
     elif not S.cuda:
         text += "Faster, with the counts above saying where it comes from."
@@ -432,10 +434,9 @@ say(text)
 # %%
 from gpufeed.measure import results
 
-saved = results.save_lesson("lesson09", [*ms, both, *tail], n_images=n_images, batch_size=batch_size, cores=cores,
-                            stored=list(stored_hw), out_size=list(out_size), batched_vs_workers=batched_rate / workers,
-                            both_vs_workers=both.items_per_s / workers, compile_note=compile_note, counts=counts)
-print(f"saved to {saved}")
+results.save_lesson("lesson09", [*ms, both, *tail], n_images=n_images, batch_size=batch_size, cores=cores,
+                    stored=list(stored_hw), out_size=list(out_size), batched_vs_workers=batched_rate / workers,
+                    both_vs_workers=both.items_per_s / workers, compile_note=compile_note, counts=counts)
 if S.cuda:
     print(f"Measured above on {S.machine.get('gpu')}.")
 else:
@@ -447,18 +448,17 @@ else:
         fig, ax = plotting.bars([named[k] for k in ("per sample,", "per-sample loop", "batched,", "uint8 from")],
                                 machine=doc["machine"], title="reference: one epoch")
         plt.show()
-        ref_workers, ref_batched, ref_cores = named["per sample,"].items_per_s, named["batched,"].items_per_s, doc["cores"]
+        ref_workers, ref_cores = named["per sample,"], doc["cores"]
         text = (f"On {doc['machine']['gpu']} ({ref_cores} CPU cores, {doc['n_images']} images of "
-                f"{doc['stored'][0]}x{doc['stored'][1]} to {doc['out_size'][0]}x{doc['out_size'][1]}, commit "
-                f"{str(doc['machine'].get('commit'))[:7]}): batched on the GPU {ref_batched:,.0f} images/s, "
-                f"{times(ref_batched / ref_workers, f'the {ref_cores} CPU workers')} ({ref_workers:,.0f} images/s) "
-                f"and {times(ref_batched / named['per-sample loop'].items_per_s, 'a per-sample loop on the GPU')}; "
+                f"{doc['stored'][0]}x{doc['stored'][1]} to {doc['out_size'][0]}x{doc['out_size'][1]}): batched on the "
+                f"GPU {named['batched,'].items_per_s:,.0f} images/s, "
+                f"{vs(named['batched,'], ref_workers, f'the {ref_cores} CPU workers')} ({ref_workers.items_per_s:,.0f} "
+                f"images/s) and {vs(named['batched,'], named['per-sample loop'], 'a per-sample loop on the GPU')}; "
                 f"uint8 from the workers, finished on the GPU: {named['uint8 from'].items_per_s:,.0f} images/s, "
-                f"{times(named['uint8 from'].items_per_s / ref_workers, 'the usual pipeline')}.")
+                f"{vs(named['uint8 from'], ref_workers, 'the usual pipeline')}.")
         ref_compiled = next((m for m in ref_ms if m.name == "tail, torch.compile"), None)
         if ref_compiled is not None:
-            text += (f" The torch.compile'd tail ran "
-                     f"{times(named['tail, eager'].median / ref_compiled.median, 'the eager one')}")
+            text += (f" The torch.compile'd tail ran {vs(ref_compiled, named['tail, eager'], 'the eager one')}")
             kernels = {name: c["GPU kernels and copies"] for name, c in doc.get("counts", {}).items()}
             text += (f", {kernels['eager']} GPU kernels and copies per call to {kernels['torch.compile']}."
                      if len(kernels) == 2 else ".")
@@ -471,9 +471,10 @@ else:
 # * Crop + resize is linear: per-sample resampling matrices do every sample's own box in two batched
 #   matrix products, and fold a flip in for free. Check the batched version against the per-image
 #   torchvision ops with the same parameters before timing it.
-# * On a GPU, batched augmentation frees the CPU workers; on a CPU, per-sample transforms in workers
-#   are the better fit (the dense matrices cost more than torch's per-image resize). Both at once:
-#   random steps in the workers on `uint8`, conversion and normalisation on the device.
+# * On a GPU, batched augmentation frees the CPU workers. On a CPU it depends on the machine, and
+#   section 1 measured this one: workers split per-sample work over the cores but hand over float32
+#   batches; the batched version's dense matrices do more arithmetic than a per-image resize. Both
+#   at once: random steps in the workers on `uint8`, conversion and normalisation on the device.
 # * The front door does both for you: `ImageLoader(path, batch, crop=224, scale=(0.08, 1.0))` draws
 #   RandomResizedCrop's boxes per sample on the CPU, then resamples them with these matrices on a
 #   GPU and with one `interpolate` per image on a CPU (`gpufeed.data.resized`; its tests check both

@@ -25,7 +25,7 @@ S = gpufeed.setup()  # S.device, S.quick, S.machine
 # the GPU reference of section 7. The cell below says which reference is committed:
 
 # %%
-from gpufeed.course import efficiency
+from gpufeed.course.lesson11 import efficiency
 from gpufeed.course.prose import say, times
 from gpufeed.measure import results
 
@@ -239,13 +239,13 @@ say(f"Here, with {w.crop}x{w.crop} crops in batches of {w.batch}: a task's {GROU
 # ## 4. The ladder
 #
 # Each rung adds one technique to the rung above it and is timed as a loader alone: whole epochs,
-# batches made and left on the device, no model. `gpufeed.course.ladder` builds the rungs from the pieces
+# batches made and left on the device, no model. `gpufeed.course.lesson11.ladder` builds the rungs from the pieces
 # of `gpufeed.measure.pipelines` (the DataLoader rungs' datasets and transforms live there, since workers
 # must pickle them). DALI, where installed, is a side rung: another road to the same batches.
 
 # %%
 from gpufeed.measure import dali as gdali
-from gpufeed.course import ladder
+from gpufeed.course.lesson11 import ladder
 
 HAVE_DALI = gdali.available()
 rungs = ladder.rungs(data, w, S.device, workers=cores, dali=HAVE_DALI)
@@ -488,7 +488,7 @@ print("The loader-alone line is what a model that waits on its data (a fast GPU)
 # CPU), so quick mode skips it; full mode measures it.
 
 # %%
-from gpufeed.course import engines
+from gpufeed.course.lesson11 import engines
 
 forward = engines.inference(model, S.device)  # a copy in eval mode: `model` itself is left to train
 example = ready[0][0]  # one batch already on the device, float32 [B, 3, crop, crop]
@@ -547,6 +547,31 @@ saved = results.save_lesson("lesson11", loader_ms + train_ms + fwd_ms, workload=
                             tensorrt=trt_note)
 torch.set_num_threads(threads)
 print(f"saved to {saved}")
+
+# %% [markdown]
+# ## 10. Diagnosing the two loops
+#
+# `gpufeed.measure.diagnose(loader, step)`, which lesson 02 introduced, asks the questions of this
+# lesson of any loop: how long it waits for the next batch, what the loader makes alone, what the
+# step makes on a batch already on the device, and what to change. Here it reads the naive loop
+# (the `DataLoader` above, copied in the step) and the course's loop (its twin in
+# `gpufeed.measure.pipelines`), each run as it is.
+
+# %%
+from gpufeed.measure import diagnose
+
+n_diag = config.pick(quick=2, full=8)
+reports = {"naive": diagnose(naive_loader, lambda b: step(b[0].to(S.device), b[1].to(S.device)), batches=n_diag,
+                             warmup=1),
+           "course": diagnose(pipelines.Course(data, w, S.device, seed=0), lambda b: step(*b), batches=n_diag, warmup=1)}
+for name, r in reports.items():
+    print(f"{name}: {r.rate:,.0f} images/s, waits {r.wait_fraction:.0%}, {r.bound} bound; findings: "
+          f"{', '.join(f.key for f in r.findings)}")
+naive_r, course_r = reports["naive"], reports["course"]
+say(f"The naive loop waits for data {naive_r.wait_fraction:.0%} of its period ({naive_r.bound} bound), the course's "
+    f"{course_r.wait_fraction:.0%} ({course_r.bound} bound); measured this way the course's loop trains "
+    f"{times(course_r.rate / naive_r.rate, 'the naive one', flat=0.05)}. What the report tells the naive loop:\n\n"
+    + "\n".join(str(f) for f in naive_r.findings))
 
 # %% [markdown]
 # ## Key takeaways

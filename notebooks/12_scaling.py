@@ -65,7 +65,7 @@ S = gpufeed.setup()  # S.device, S.quick, S.machine
 # ```
 #
 # The rest of this lesson looks at the data side of it: the shards, the steps per rank, the page
-# cache, and what `gpufeed.course.distributed` measures with the same pieces.
+# cache, and what `gpufeed.course.lesson12.distributed` measures with the same pieces.
 
 # %% [markdown]
 # ## 2. Shards: who reads what
@@ -83,7 +83,7 @@ S = gpufeed.setup()  # S.device, S.quick, S.machine
 import matplotlib.pyplot as plt
 import numpy as np
 
-from gpufeed.course.shards import check_shards, plot_shards, shard
+from gpufeed.course.lesson12.shards import check_shards, plot_shards, shard
 from gpufeed.measure import plotting
 
 n_demo, world_demo, epochs_demo = 10, 3, 3
@@ -122,7 +122,7 @@ display(Markdown(f"{imagenet:,} images over 8 ranks: {per_rank:,} per rank, so {
 # samples, and so `(n // w) // B` full batches (`B` the batch size): the same number on every rank.
 
 # %%
-from gpufeed.course.shards import make_loader
+from gpufeed.course.lesson12.shards import make_loader
 
 for kind in ("fast", "sampler"):
     for drop_last in (False, True):
@@ -137,11 +137,11 @@ for kind in ("fast", "sampler"):
 # `torch.distributed.algorithms.join.Join` lets the ranks finish at different steps: inside
 # `with Join([model]):`, a rank that has run out of batches keeps answering the others'
 # all-reduces with zero gradients until all are done. Two CPU processes (gloo) below, rank 0 with
-# one step and rank 1 with two, first without `Join`, then with it (`gpufeed.course.distributed.uneven_inputs`;
+# one step and rank 1 with two, first without `Join`, then with it (`gpufeed.course.lesson12.distributed.uneven_inputs`;
 # each run starts two fresh interpreters, a few seconds, and the first waits out a 3 s timeout):
 
 # %%
-from gpufeed.course.distributed import uneven_inputs
+from gpufeed.course.lesson12.distributed import uneven_inputs
 
 for use_join in (False, True):
     ranks = uneven_inputs((1, 2), join=use_join, timeout=3)
@@ -174,7 +174,7 @@ print(f"without set_epoch, {len({tuple(o) for o in forgot})} distinct order(s) i
 # ## 3. The dataset and the script
 #
 # The ranks share one memmap dataset (lesson 05), built once. The script is
-# `gpufeed/course/distributed.py`, run as `torchrun --nproc-per-node N -m gpufeed.course.distributed --data DIR`.
+# `gpufeed/course/lesson12/distributed.py`, run as `torchrun --nproc-per-node N -m gpufeed.course.lesson12.distributed --data DIR`.
 # Each rank: reads `RANK`/`LOCAL_RANK`/`WORLD_SIZE`, calls `init_process_group` (nccl with one GPU
 # per process where CUDA exists, else gloo), maps the dataset, loops over its shard per epoch (with
 # `--train`: a small CNN in DDP), and times its epochs with the course's harness (a warm-up epoch
@@ -188,7 +188,7 @@ import inspect
 
 from pathlib import Path
 
-from gpufeed.course import distributed
+from gpufeed.course.lesson12 import distributed
 
 script = inspect.getsourcefile(distributed)
 key_lines = ("init_process_group(", "make_loader(", "DistributedDataParallel(", "set_epoch(", "non_blocking=True")
@@ -212,11 +212,11 @@ print(f"{mm.n} images of {side}x{side} in {mm.path} ({mm.nbytes / 2**20:.1f} MiB
 # %% [markdown]
 # In a terminal you would type `torchrun ...`. A notebook's kernel may not have `torchrun` on its
 # `PATH`, but `python -m torch.distributed.run` is the same program, run with the kernel's own
-# Python. `gpufeed.course.launch` builds that command with everything on one machine: the processes meet
+# Python. `gpufeed.course.lesson12.launch` builds that command with everything on one machine: the processes meet
 # at `127.0.0.1` on a free port, and no network is needed.
 
 # %%
-from gpufeed.course.launch import torchrun_command
+from gpufeed.course.lesson12.launch import torchrun_command
 
 script_args = ["--data", mm.path, "--batch-size", "32", "--epochs", str(config.pick(quick=3, full=5)), "--train",
                "--backend", "gloo"]  # the CPU, also on a machine with GPUs (section 6 uses them)
@@ -229,7 +229,7 @@ print(" ".join(["python", *torchrun_command(2, script_args)[1:]]))
 # machine map the same dataset file, the file sits in RAM once, and a page one rank has read is
 # there for the seven others. Each rank's *RSS* still counts every page it has touched, so adding
 # up the ranks' memory use overstates it eightfold. To see it, we drop the file from the cache, then
-# let two separate processes read every page in turn (`python -m gpufeed.course.pagecache`, which also asks
+# let two separate processes read every page in turn (`python -m gpufeed.course.lesson12.pagecache`, which also asks
 # the kernel with `mincore` how much of the file was cached before it started).
 
 # %%
@@ -238,11 +238,11 @@ import subprocess
 import sys
 
 from gpufeed.data.folder import drop_cached
-from gpufeed.course.pagecache import memmap_files
+from gpufeed.course.lesson12.pagecache import memmap_files
 
 
 def read_in_new_process(folder):
-    r = subprocess.run([sys.executable, "-m", "gpufeed.course.pagecache", str(folder)], capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-m", "gpufeed.course.lesson12.pagecache", str(folder)], capture_output=True, text=True,
                        check=True)
     return json.loads(r.stdout)
 
@@ -283,7 +283,7 @@ else:
 # run, to see who pays for the reads.
 
 # %%
-from gpufeed.course.launch import launch, run_here
+from gpufeed.course.lesson12.launch import launch, run_here
 
 one_ms, one = run_here(script_args, work / "run-1.json", threads=1)
 drop_cached(memmap_files(mm.path))
@@ -351,14 +351,14 @@ if noisy or max(scale.values()) > 2.1:
 # ## 6. The same script on GPUs, with nccl
 #
 # Nothing changes but the count: `torchrun --nproc-per-node $(nvidia-smi -L | wc -l) -m
-# gpufeed.course.distributed ...`. Each rank takes GPU `LOCAL_RANK`, the backend is nccl, `FastLoader`
+# gpufeed.course.lesson12.distributed ...`. Each rank takes GPU `LOCAL_RANK`, the backend is nccl, `FastLoader`
 # gathers each batch into pinned memory and copies it to the rank's GPU without blocking, and the
 # model (ResNet-18 here) trains in bfloat16. This cell needs CUDA; without it, it shows our committed
 # reference from a GPU machine if there is one, else NVIDIA's published ResNet-50 throughput on one
 # and on eight A100s (their recipe, not this script). On a machine with one GPU it runs as world size 1: one rank, no
 # all-reduce, so it measures one GPU's feed, not scaling. The batch per rank is 128, or less where
 # the dataset gives a rank fewer samples than that (quick mode: 256 images, so 85 on 3 GPUs):
-# training takes full batches only (`gpufeed.course.distributed.batch_per_rank`).
+# training takes full batches only (`gpufeed.course.lesson12.distributed.batch_per_rank`).
 
 # %%
 from gpufeed.measure import published, results
@@ -367,7 +367,7 @@ gpu_ms = []
 if S.cuda:
     import torch
 
-    from gpufeed.course.distributed import batch_per_rank
+    from gpufeed.course.lesson12.distributed import batch_per_rank
 
     gpus = torch.cuda.device_count()
     gpu_args = ["--data", mm.path, "--batch-size", str(batch_per_rank(mm.n, gpus, 128)), "--epochs", str(config.pick(quick=3, full=5)),
@@ -406,7 +406,7 @@ print(f"saved to {saved}")
 # # on each of the 2 nodes, 8 GPUs each: 16 ranks
 # torchrun --nnodes 2 --nproc-per-node 8 \
 #     --rdzv-backend c10d --rdzv-endpoint node0.cluster:29400 --rdzv-id job42 \
-#     -m gpufeed.course.distributed --data /local/nvme/mm --out run.json --train --model resnet18
+#     -m gpufeed.course.lesson12.distributed --data /local/nvme/mm --out run.json --train --model resnet18
 # ```
 #
 # * `RANK` now runs from 0 to 15, `LOCAL_RANK` from 0 to 7 on each node. Each rank still reads

@@ -14,7 +14,7 @@ also a race it reported where the exception was swallowed (a generator closed by
 collector, a ``try``/``except`` in a thread): every error CSAN found while the body ran is kept
 and reported. CSAN watches the thread that enabled it (PyTorch's dispatch modes are per thread):
 kernels a prefetcher's own thread launches are not seen; the simulator's tests
-(``gpufeed.course.simcuda``, marker ``simcuda``) are what order those.
+(``gpufeed.simcuda``, marker ``simcuda``) are what order those.
 
 Loaded by the root ``conftest.py``; the option is for a CUDA machine and stops pytest elsewhere.
 """

@@ -46,3 +46,22 @@ def test_data_prepare_only_a_lesson_without_datasets_builds_nothing(tmp_path, mo
     assert "preparing 0 datasets" in capsys.readouterr().out and not any(tmp_path.iterdir())
     assert main(["data", "prepare", "--only", "lesson3", "--device", "cpu"]) == 2
     assert "lesson3 is not a lesson (lesson00 to lesson12) or the bench" in capsys.readouterr().err
+
+
+def test_diagnose_reports_on_the_usual_torchvision_loop(tmp_path, capsys):
+    from gpufeed.measure.synth import synth_folder
+
+    folder = synth_folder(tmp_path / "jpegs", n=12, size=(48, 40), classes=2, progress=False).path
+    assert main(["diagnose", "--folder", str(folder), "--batch-size", "4", "--crop", "32", "--batches", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "waiting for the next batch" in out
+    assert "DataLoader(num_workers=0)" in out or "not the bottleneck" in out  # which: this machine's load decides
+
+
+@pytest.mark.parametrize(("argv", "words"), [(["--folder", "/nonexistent/gpufeed"], "error: "),
+                                             (["--model", "nosuchnet"], "no such model")])
+def test_diagnose_bad_input_is_one_line(tmp_path, capsys, argv, words):
+    args = ["diagnose", "--folder", str(tmp_path), *argv] if argv[0] == "--model" else ["diagnose", *argv]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert words in err and "\n" not in err

@@ -1,4 +1,4 @@
-"""gpufeed.course.collate: the worker-side DeviceCollate, DataParallel's split and DDP's move of nests (lesson 07)."""
+"""gpufeed.course.lesson07.collate: the worker-side DeviceCollate, DataParallel's split and DDP's move of nests (lesson 07)."""
 
 import pickle
 
@@ -7,7 +7,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data._utils.collate import default_collate
 
-from gpufeed.course.collate import (
+from gpufeed.course.lesson07.collate import (
     DeviceCollate,
     dataparallel_split,
     ddp_move,
@@ -25,7 +25,7 @@ def nest_samples(n=4):
 def test_device_collate_pickles_by_reference_and_collates_like_default_collate():
     c = pickle.loads(pickle.dumps(DeviceCollate("cuda:1", non_blocking=False)))  # what a spawn worker receives
     assert (c.device, c.non_blocking) == ("cuda:1", False)
-    assert b"gpufeed.course.collate" in pickle.dumps(DeviceCollate())  # importable by module and name
+    assert b"gpufeed.course.lesson07.collate" in pickle.dumps(DeviceCollate())  # importable by module and name
     samples = nest_samples()
     assert equal(DeviceCollate("cpu")(samples), default_collate(samples))
 
@@ -123,7 +123,7 @@ def test_device_collate_under_the_simulator_hands_over_batches_whose_copies_are_
     worker the batch is read by another process on another stream, which nothing orders after the
     worker's copies: so the collate waits for its stream before handing the batch over. Read here on
     a fresh side stream with no wait, a batch whose copies were not waited for is a race."""
-    from gpufeed.course.simcuda import CudaRaceError, simulated_cuda
+    from gpufeed.simcuda import CudaRaceError, simulated_cuda
 
     samples = nest_samples()
     images = [(torch.full((3, 2, 2), i, dtype=torch.uint8), i) for i in range(4)]

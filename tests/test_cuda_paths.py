@@ -197,6 +197,17 @@ def test_fast_loader_on_cuda_copies_on_its_own_side_stream(on_cuda):
             assert copies and current.name not in copies, copies
 
 
+def test_a_loader_keeps_one_side_stream_per_device(on_cuda):
+    """FastLoader and ImageLoader share one helper: a device's stream is made once, whichever way
+    the device is named, so every epoch's blocks come back to one stream's pool."""
+    from gpufeed.data.loader import SideStreams
+
+    streams = SideStreams()
+    first = streams.on()
+    assert first is streams.on(torch.device("cuda")) is streams.on(torch.device("cuda", 0))
+    assert first is not SideStreams().on() and first is not torch.cuda.current_stream()
+
+
 def test_cuda_prefetcher_batches_kept_together_never_share_memory(on_cuda):
     """A loader that reuses one pinned buffer for every batch: each batch the prefetcher yields is
     new device memory, so a list of them holds every batch (as ``list(loader)`` must)."""

@@ -1,9 +1,9 @@
-"""gpufeed.course.devicefiles: a GPU machine's file on any machine, and torch.load's two ways (lesson 07)."""
+"""gpufeed.course.lesson07.devicefiles: a GPU machine's file on any machine, and torch.load's two ways (lesson 07)."""
 
 import pytest
 import torch
 
-from gpufeed.course.devicefiles import load_ways, save_as_on
+from gpufeed.course.lesson07.devicefiles import load_ways, save_as_on
 from gpufeed.data.movers import equal
 
 

@@ -1,5 +1,5 @@
-"""Shards (gpufeed.course.shards), the torchrun script (gpufeed.course.distributed), its launcher (gpufeed.course.launch),
-the tensordict-free memmap reader (gpufeed.data.arrays) and the page-cache probes (gpufeed.course.pagecache)."""
+"""Shards (gpufeed.course.lesson12.shards), the torchrun script (gpufeed.course.lesson12.distributed), its launcher (gpufeed.course.lesson12.launch),
+the tensordict-free memmap reader (gpufeed.data.arrays) and the page-cache probes (gpufeed.course.lesson12.pagecache)."""
 
 import json
 import os
@@ -9,8 +9,8 @@ import sys
 import pytest
 import torch
 
-from gpufeed.course import distributed, launch, pagecache
-from gpufeed.course.shards import KINDS, check_shards, digest, make_loader, shard
+from gpufeed.course.lesson12 import distributed, launch, pagecache
+from gpufeed.course.lesson12.shards import KINDS, check_shards, digest, make_loader, shard
 from gpufeed.data.arrays import open_arrays
 from gpufeed.data.folder import drop_cached
 from gpufeed.data.loader import permutation
@@ -138,7 +138,7 @@ def test_touch_and_resident(mm):
 
 
 def test_pagecache_script_prints_json_and_rejects_a_missing_path(mm, tmp_path):
-    r = subprocess.run([sys.executable, "-m", "gpufeed.course.pagecache", str(mm)], capture_output=True, text=True, timeout=60)
+    r = subprocess.run([sys.executable, "-m", "gpufeed.course.lesson12.pagecache", str(mm)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["pages"] >= 1 and (doc["resident_before"] is None or 0 <= doc["resident_before"] <= 1)
@@ -152,7 +152,7 @@ def test_torchrun_command_is_local_and_checks_nproc():
     cmd = launch.torchrun_command(3, ["--data", "D"], port=1234)
     assert cmd[:3] == [sys.executable, "-m", "torch.distributed.run"]
     assert cmd[cmd.index("--master-addr") + 1] == "127.0.0.1" and cmd[cmd.index("--nproc-per-node") + 1] == "3"
-    assert cmd[-4:] == ["-m", "gpufeed.course.distributed", "--data", "D"]
+    assert cmd[-4:] == ["-m", "gpufeed.course.lesson12.distributed", "--data", "D"]
     with pytest.raises(ValueError, match="nproc"):
         launch.torchrun_command(0, [])
 
@@ -236,7 +236,7 @@ def test_plot_shards_draws_what_each_rank_reads():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from gpufeed.course.shards import plot_shards, shard
+    from gpufeed.course.lesson12.shards import plot_shards, shard
 
     fig, axes = plot_shards(10, 3, 2)
     assert [ax.get_title() for ax in axes] == ["FastLoader", "DistributedSampler"]
@@ -314,6 +314,6 @@ def test_launch_runs_again_after_a_crashed_rank_and_shows_its_stderr(tmp_path, c
 
 
 def test_launch_does_not_retry_bad_input_and_shows_the_one_line_error(tmp_path, capsys):
-    with pytest.raises(RuntimeError, match="(?s)failed.*rank 0's stderr.*gpufeed.course.distributed: .*nope"):
+    with pytest.raises(RuntimeError, match="(?s)failed.*rank 0's stderr.*gpufeed.course.lesson12.distributed: .*nope"):
         launch.launch(2, ["--data", str(tmp_path / "nope")], tmp_path / "c.json", timeout=120, verbose=False)
     assert "running it again" not in capsys.readouterr().err

@@ -5,7 +5,7 @@ import math
 import matplotlib.pyplot as plt
 import pytest
 
-from gpufeed.course import efficiency
+from gpufeed.course.lesson11 import efficiency
 from gpufeed.measure import harness as bench
 from gpufeed.measure import results
 from gpufeed.measure import suite as pipeline_bench

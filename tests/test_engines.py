@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from gpufeed.course import engines
+from gpufeed.course.lesson11 import engines
 
 
 def tiny():

@@ -3,7 +3,7 @@
 import matplotlib.pyplot as plt
 import pytest
 
-from gpufeed.course.explorer import RANGES, explorer, show
+from gpufeed.course.lesson01.explorer import RANGES, explorer, show
 from gpufeed.course.simulator import Costs, preset
 
 ipywidgets = pytest.importorskip("ipywidgets")

@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 import torch
 
-from gpufeed.course import formats as folders
-from gpufeed.course import quality
+from gpufeed.course.lesson04 import formats as folders
+from gpufeed.course.lesson04 import quality
 from gpufeed.measure.synth import SynthSpec, render, synth_folder
 
 N, SIZE = 6, (40, 24)

@@ -1,5 +1,5 @@
-"""``make test-gpu`` (tools/gpurun.py) checked on a CPU: the budget with fake steps that sleep, the
-report by name, the archive; the notebook runner; the per-test records; the sanitizer's wiring
+"""``make test-gpu`` (tools/gpurun/) checked on a CPU: the planner on made-up estimates, the run with
+fake steps that sleep (its budget, statuses, plan, references.json, the archive); the notebook runner; the per-test records; the sanitizer's wiring
 (tests/cudasan.py) with a stand-in for CSAN; the commit of a checkout without ``.git``; the time cap
 of the harness; the bench's partial results; the shared dataset builds."""
 
@@ -17,12 +17,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
-import gpurun  # noqa: E402  (tools/gpurun.py)
+from gpurun import notebook, plan, preflight, procs, references, report, runner, steps  # noqa: E402  (tools/gpurun/)
+from gpurun.report import Entry  # noqa: E402
 
 PY = sys.executable
 
 
-def sleeper(seconds: float, rc: int = 0, write: str | None = None, grandchild: Path | None = None) -> list[str]:
+def sleeper(seconds: float, rc: int = 0, write: Path | None = None, grandchild: Path | None = None) -> list[str]:
     """A command that sleeps, maybe writes a file or leaves a grandchild in a session of its own
     (as a Jupyter kernel is), then exits with ``rc``."""
     code = "import os, subprocess, sys, time\n"
@@ -30,77 +31,172 @@ def sleeper(seconds: float, rc: int = 0, write: str | None = None, grandchild: P
         code += (f"p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], start_new_session=True)\n"
                  f"open({str(grandchild)!r}, 'w').write(str(p.pid))\n")
     if write:
-        code += f"open({write!r}, 'w').write({json.dumps({'commit': 'abc123', 'slug': 'fake-gpu', 'gpu': 'Fake'})!r})\n"
+        code += f"os.makedirs({str(write.parent)!r}, exist_ok=True); open({str(write)!r}, 'w').write('{{}}')\n"
     code += f"time.sleep({seconds}); sys.exit({rc})\n"
     return [PY, "-c", code]
 
 
-class FakeRun(gpurun.Run):
-    """The run with every step replaced by a sleep: doctor 0.2 s, data 0.5 s in the background,
-    the cuda tests 0.3 s, the sanitizer 30 s (stopped at its cap of 2 s), the lessons run alone
-    1 s each but 11, which fails, and 03, stopped at its cap; the others 1.5 s two at a time, more
-    than the budget leaves them; the bench needs a minute."""
+@pytest.mark.parametrize("module", [notebook, plan, preflight, references, report, runner, steps], ids=lambda m: m.__name__)
+def test_the_examples_in_the_docstrings_hold(module):
+    """tools/ is outside make test's doctest paths: its examples run here."""
+    import doctest
 
+    assert doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE).failed == 0
+
+
+# --- the planner on made-up estimates ---------------------------------------------------------
+
+
+def test_the_plan_runs_what_fits_and_the_rest_is_not_run_budget():
+    rows = [Entry("cuda", "cuda", 50), Entry("csan", "csan", 50),
+            *(Entry(f"{n:02d}_x", "quick", 30) for n in range(6)),  # 3 lanes: 60 s
+            Entry("lesson03", "references", 100, stale=True), Entry("lesson08", "references", 30, stale=True),
+            Entry("lesson09", "references", 30, stale=False)]
+    planned = plan.fit(rows, 230, {"quick": 3})
+    assert [e.name for e in planned if not e.fits] == ["lesson03"], "too long for the 70 s left; later ones fit"
+    assert [e.name for e in plan.fit(rows, 160, {"quick": 3}) if e.fits] == ["cuda", "csan", *(f"{n:02d}_x" for n in range(6))]
+    assert [e.name for e in plan.fit(rows, 150, {"quick": 3}) if e.fits] == ["cuda", "csan", "00_x", "01_x", "02_x"]
+    assert [e.name for e in plan.fit(rows, 70, {"quick": 3}) if e.fits] == ["cuda"], "nothing else fits after cuda"
+
+
+def test_stale_references_come_before_fresh_ones_the_oldest_first():
+    refs = [Entry("lesson03", "references", 90, stale=False), Entry("lesson08", "references", 50, stale=True),
+            Entry("lesson09", "references", 60, stale=True), Entry("bench", "references", 150, stale=True)]
+    made = {"lesson03": {"when": "2026-11-20"}, "lesson08": {"when": "2026-11-26"}, "lesson09": {"when": "2026-11-25"}}
+    ordered = plan.order_references(refs, made)
+    assert [e.name for e in ordered] == ["bench", "lesson09", "lesson08", "lesson03"], "none made is oldest"
+    fitted = plan.fit(ordered, 220)
+    assert [(e.name, e.fits) for e in fitted] == [("bench", True), ("lesson09", True), ("lesson08", False),
+                                                  ("lesson03", False)]
+
+
+def test_estimates_come_from_the_last_passed_run_on_that_gpu(tmp_path):
+    old, new = tmp_path / "a.json", tmp_path / "b.json"
+    old.write_text(json.dumps({"finished": "2026-11-26T10:00:00", "steps": [], "items": [
+        {"step": "quick", "name": "08_prefetch", "status": "passed", "seconds": 40}]}))
+    new.write_text(json.dumps({"finished": "2026-11-27T10:00:00", "steps": [{"name": "cuda", "status": "passed", "seconds": 55}],
+                               "items": [{"step": "quick", "name": "08_prefetch", "status": "passed", "seconds": 21},
+                                         {"step": "quick", "name": "11_together", "status": "cut", "seconds": 99}]}))
+    known = plan.estimates(plan.last_run([old, new, tmp_path / "missing.json"]))
+    assert known == {("cuda", "cuda"): 55, ("quick", "08_prefetch"): 21, ("quick", "11_together"): 148.5}, (
+        "a cut one takes longer than it ran")
+
+
+def test_a_reference_is_stale_when_the_lesson_or_the_package_changed():
+    files = {"src/gpufeed/a.py": b"A = 1\n", "notebooks/08_x.py": b"x = 1\n"}
+    tree = (["src/gpufeed/a.py"], files.__getitem__)
+    ref = references.record("notebooks/08_x.py", ["lesson08.json"], "abc", 50.0, "2026-11-26", tree)
+    assert references.staleness(ref, "notebooks/08_x.py", tree) == (False, "fresh: made at abc, nothing changed since")
+    files["src/gpufeed/a.py"] = b"A = 2\n"
+    assert references.staleness(ref, "notebooks/08_x.py", tree) == (True, "stale: the package changed since abc")
+
+
+def test_the_committed_h100_references_are_indexed_at_the_commit_they_name():
+    folder = ROOT / "results" / "h100-80gb-hbm3"
+    made = references.load(folder)
+    assert set(made) == {"lesson08", "lesson09", "ceilings"}
+    for name, entry in made.items():
+        doc = json.loads((folder / f"{name}.json").read_text())
+        assert entry["commit"] == doc["machine"]["commit"], f"{name}: hashed at the commit its machine record names"
+        assert entry["mode"] == "full" and entry["seconds"] > 0 and all((folder / f).is_file() for f in entry["files"])
+    if subprocess.run(["git", "cat-file", "-e", made["lesson08"]["commit"]], cwd=ROOT).returncode == 0:
+        tree = references.commit_files(made["lesson08"]["commit"])
+        assert references.record(made["lesson08"]["source"], [], None, None, "", tree)["package_sha256"] == \
+            made["lesson08"]["package_sha256"]
+
+
+# --- the whole run, every command a sleep -----------------------------------------------------
+
+#: The table of a run a test can wait for: the same kinds with caps of seconds.
+FAKE_STEPS = (
+    steps.Step("preflight", "preflight", "", 0, 15, 1),
+    steps.Step("data", "data", "", 0.5, 5, 1),
+    steps.Step("cuda", "tests", "", 0.5, 3, 0.3, ("-m", "cuda")),
+    steps.Step("csan", "tests", "", 0.5, 1.5, 0.5, ("-m", "cuda", "--cuda-sanitizer")),  # sleeps 30 s: cut
+    steps.Step("quick", "notebooks", "", 0.5, 60, 5),
+    steps.Step("references", "references", "", 0.5, 10_000, 0),
+)
+
+
+class FakeRun(runner.Run):
+    """The run with every command a sleep: the sanitizer's tests outlive their cap (cut), quick
+    notebooks take 0.4 s (11 fails when ``fail``), references 0.4 s (lesson 08 writes its JSON)."""
+
+    fail = False
     kept: Path
-    LEAST = {**gpurun.Run.LEAST, "data": 0.5, "cuda": 0.5, "csan": 0.5, "notebooks": 0.5, "notebook": 0.8}
 
-    def doctor_command(self, record):
-        return sleeper(0.2, write=str(record))
+    def preflight(self):
+        self.machine = {"slug": "fake-gpu", "gpu": "Fake", "commit": "abc123"}
+        self.steps.append(Entry("preflight", "preflight", 1, "default", status=report.PASSED, seconds=0.1))
+        return True
 
     def data_command(self, owners):
-        return sleeper(0.5)
+        return sleeper(0.3)
 
-    def test_command(self, name, extra):
-        return sleeper(30 if name == "csan" else 0.3)
+    def test_command(self, name, args):
+        return sleeper(30, grandchild=self.kept) if name == "csan" else sleeper(0.3)
 
-    def notebook_command(self, nb):
-        if nb.name.startswith("03"):
-            return sleeper(30, grandchild=self.kept)  # stopped at the alone cap, its kernel with it
-        return sleeper(1.0 if nb.alone else 1.5, rc=1 if nb.name.startswith("11") else 0)
+    def quick_command(self, i, copy):
+        return sleeper(0.4, rc=1 if self.fail and i.name.startswith("11") else 0)
 
-
-def fake_args(tmp_path, budget: float, **kw) -> SimpleNamespace:
-    args = dict(budget=budget, run_dir=tmp_path / "run", archive=tmp_path / "out" / "gpu-run.tar.gz", standin=None,
-                alone="08 11 03", jobs=2, measure_s=5.0, tests_cap=2.0, test_workers=4, alone_cap=2.5,
-                notebook_cap=10.0, bench_cap=240.0, cache=tmp_path / "cache")
-    return SimpleNamespace(**{**args, **kw})
+    def reference_command(self, i, p):
+        return sleeper(0.4, write=self.results() / "lesson08.json" if p.name == "lesson08" else None)
 
 
-def test_the_budget_limits_each_step_and_the_report_names_every_one(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(gpurun, "RESERVE_S", 1.0)
-    run = FakeRun(fake_args(tmp_path, budget=14.0))
-    run.budget = gpurun.Budget(14.0, reserve=1.0)
-    run.kept = tmp_path / "kernel.pid"
+def fake_args(tmp_path, budget: float) -> SimpleNamespace:
+    return SimpleNamespace(budget=budget, started=None, run_dir=tmp_path / "run", archive=tmp_path / "out" / "gpu-run.tar.gz",
+                           standin=None, jobs=3, measure_s=5.0, cache=tmp_path / "cache", lessons="all")
+
+
+def earlier_run(tmp_path, quick_s: float, reference_s: dict) -> None:
+    """A run.json of an earlier run on the fake GPU: where the plan takes its estimates."""
+    from gpufeed.measure.lessons import LESSONS
+
+    items = [{"step": "quick", "name": x.stem, "status": "passed", "seconds": quick_s} for x in LESSONS]
+    items += [{"step": "references", "name": n, "status": "passed", "seconds": s} for n, s in reference_s.items()]
+    path = tmp_path / "run-20261126-100000" / "results" / "fake-gpu" / "run.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"finished": "2026-11-26T10:00:00", "steps": [], "items": items}))
+
+
+@pytest.mark.parametrize("fail", [False, True], ids=["all-passed", "a-notebook-fails"])
+def test_the_run_keeps_to_its_budget_and_names_every_step_and_lesson(tmp_path, monkeypatch, capsys, fail):
+    from gpufeed.measure.lessons import LESSONS
+
+    monkeypatch.setattr(runner, "STEPS", FAKE_STEPS)
+    earlier_run(tmp_path, 0.5, {**{p.name: 0.5 for p in steps.producers()}, "lesson03": 500, "ceilings": 400})
+    run = FakeRun(fake_args(tmp_path, budget=120.0))
+    run.fail, run.kept = fail, tmp_path / "kernel.pid"
     start = time.monotonic()
-    rc = run.main("all")
-    elapsed = time.monotonic() - start
-    assert elapsed < 14.0 + 3, "the run ends within its budget (and the last pack)"
-    assert rc == 1  # a failure and a timeout
+    rc = run.main(*runner.selection("all"))
+    assert time.monotonic() - start < 120, "the run ends within its budget"
+    assert rc == (1 if fail else 0), "a cut step and lessons not run (budget) are no failure; a failed notebook is"
     doc = json.loads((tmp_path / "run" / "results" / "fake-gpu" / "run.json").read_text())
-    steps = {s["name"]: s for s in doc["steps"]}
-    assert list(steps) == ["doctor", "data", "cuda", "csan", "notebooks", "bench"]
-    assert [steps[n]["status"] for n in ("doctor", "data", "cuda", "csan")] == ["passed", "passed", "passed", "timeout"]
-    assert steps["csan"]["limit_s"] == 2.0 and steps["csan"]["seconds"] < 6
-    assert steps["bench"]["status"] == "skipped" and "needs at least 60 s" in steps["bench"]["reason"]
-    nbs = {nb["name"]: nb for nb in doc["notebooks"]}
-    assert set(nbs) == set(gpurun.lesson_names()), "every notebook is named"
-    assert nbs["08_prefetch"]["status"] == "passed" and nbs["08_prefetch"]["alone"]
-    assert nbs["11_together"]["status"] == "failed" and nbs["03_dtypes"]["status"] == "timeout"
-    assert nbs["03_dtypes"]["limit_s"] == 2.5
-    kernel = int(run.kept.read_text())
-    assert not _alive(kernel), "the notebook's kernel (its own session) is killed with it"
-    together = [nb for nb in doc["notebooks"] if not nb["alone"] and nb["status"] == "passed"]
-    assert together and all(nb["alongside"] for nb in together), "run.json says which ran alongside which"
-    assert all(not nb["alongside"] for nb in doc["notebooks"] if nb["alone"])
-    skipped = [nb for nb in doc["notebooks"] if nb["status"] == "skipped"]
-    assert skipped and all("needs at least 1 s" in nb["reason"] for nb in skipped)
-    assert doc["commit"] == "abc123" and doc["budget_s"] == 14.0
+    st = {s["name"]: s for s in doc["steps"]}
+    assert list(st) == [s.name for s in FAKE_STEPS], "every step, in the table's order"
+    assert {n: s["status"] for n, s in st.items()} == {
+        "preflight": "passed", "data": "passed", "cuda": "passed", "csan": "cut", "quick": "failed" if fail else "passed",
+        "references": "passed"}
+    assert not _alive(int(run.kept.read_text())), "a cut step's process tree is killed, its kernel's session too"
+    quick = {e["name"]: e for e in doc["items"] if e["step"] == "quick"}
+    assert list(quick) == [x.stem for x in LESSONS]
+    assert all(e["status"] == ("failed" if fail and n.startswith("11") else "passed") for n, e in quick.items())
+    refs = {e["name"]: e for e in doc["items"] if e["step"] == "references"}
+    assert [n for n, e in refs.items() if e["status"] == "not run (budget)"] == ["lesson03", "ceilings"], (
+        "what does not fit is not run; what does fits after it")
+    assert list(doc["lessons"]) == [x.number for x in LESSONS] + ["bench", "ceilings"]
+    assert doc["lessons"]["08"] == {"quick": "passed", "references": "passed"} and doc["lessons"]["06"] == {"quick": "passed"}
+    assert [p["name"] for p in doc["plan"]][:3] == ["cuda", "csan", "00_setup"] and "lesson03" in [p["name"] for p in doc["plan"]]
+    assert next(p for p in doc["plan"] if p["name"] == "lesson03")["fits"] is False
+    assert next(p for p in doc["plan"] if p["name"] == "08_prefetch")["basis"] == "last run on fake-gpu"
+    made = references.load(tmp_path / "run" / "results" / "fake-gpu")
+    assert made["lesson08"]["files"] == ["lesson08.json"] and made["lesson08"]["commit"] == "abc123"
     with tarfile.open(tmp_path / "out" / "gpu-run.tar.gz") as tar:
         names = tar.getnames()
-    assert "run/results/fake-gpu/run.json" in names and "run/junit/notebooks.xml" in names
-    assert "run/logs/csan.log" in names
-    table = capsys.readouterr().out
-    assert "csan         timeout" in table and "03_dtypes  timeout" in table
+    assert {"run/results/fake-gpu/run.json", "run/junit/quick.xml", "run/junit/references.xml", "run/logs/csan.log"} <= set(names)
+    out = capsys.readouterr().out
+    assert out.index("plan for") < out.index("cuda: started"), "the plan is printed before anything runs"
+    assert out.strip().splitlines()[-1].startswith(f"test-gpu: {'FAILED' if fail else 'passed'}; steps: ")
 
 
 def _alive(pid: int) -> bool:
@@ -112,17 +208,17 @@ def _alive(pid: int) -> bool:
         return f.read().split()[2] != "Z"
 
 
-def test_without_cuda_the_run_stops_after_the_doctor(tmp_path):
-    class NoCuda(FakeRun):
-        def doctor_command(self, record):
-            return sleeper(0.1, rc=3)
+def test_a_preflight_that_fails_stops_the_run_with_one_line(tmp_path, monkeypatch, capsys):
+    from gpurun import preflight
 
-    run = NoCuda(fake_args(tmp_path, budget=30.0))
-    assert run.main("all") == 1
-    doc = json.loads((tmp_path / "run" / "results" / "gpu" / "run.json").read_text())
-    assert [(s["name"], s["status"]) for s in doc["steps"]] == [
-        ("doctor", "failed"), ("data", "skipped"), ("cuda", "skipped"), ("csan", "skipped"), ("notebooks", "skipped"),
-        ("bench", "skipped")]
+    monkeypatch.setattr(preflight, "problems", lambda *a, **k: ["torch sees no CUDA GPU: this runs on a GPU node"])
+    run = runner.Run(fake_args(tmp_path, budget=30.0))
+    assert run.main(*runner.selection("all")) == 3
+    doc = json.loads(next((tmp_path / "run" / "results").glob("*/run.json")).read_text())
+    assert [(s["name"], s["status"]) for s in doc["steps"]] == [("preflight", "failed")] + [
+        (s.name, "not run") for s in steps.STEPS[1:]]
+    assert capsys.readouterr().err.strip() == "test-gpu: preflight failed: torch sees no CUDA GPU: this runs on a GPU node"
+    assert (tmp_path / "run" / "logs" / "pip-freeze.txt").read_text().count("==") > 20
 
 
 def test_a_step_that_ends_leaves_no_process_behind(tmp_path):
@@ -131,8 +227,8 @@ def test_a_step_that_ends_leaves_no_process_behind(tmp_path):
     import psutil
 
     pid_file = tmp_path / "orphan.pid"
-    child = gpurun.Child(["bash", "-c", f"sleep 300 & echo $! > {pid_file}; exit 0"], tmp_path / "log", dict(os.environ), 60)
-    assert child.wait() == 0 and not child.timed_out
+    child = procs.Child(["bash", "-c", f"sleep 300 & echo $! > {pid_file}; exit 0"], tmp_path / "log", dict(os.environ), 60)
+    assert child.wait() == 0 and not child.cut
     try:  # SIGKILL is sent by then; give the kernel a moment to deliver it
         orphan = psutil.Process(int(pid_file.read_text()))
         psutil.wait_procs([orphan], timeout=5)
@@ -142,13 +238,13 @@ def test_a_step_that_ends_leaves_no_process_behind(tmp_path):
 
 
 def test_lessons_chooses_the_parts():
-    assert gpurun.plan("tests")[0] == {"doctor", "cuda", "csan"}
-    steps, names = gpurun.plan("03 bench")
-    assert steps == {"doctor", "data", "notebooks", "bench"} and names == ["03_dtypes"]
-    with pytest.raises(SystemExit, match="give all, tests, bench or lesson numbers"):
-        gpurun.plan("everything")
-    with pytest.raises(SystemExit, match="no notebooks/99_"):
-        gpurun.plan("99")
+    assert runner.selection("tests")[0] == {"preflight", "cuda", "csan"}
+    chosen, numbers = runner.selection("03 bench")
+    assert chosen == {"preflight", "data", "quick", "references", "bench"} and numbers == ["03"]
+    with pytest.raises(SystemExit, match="give all, tests, step names"):
+        runner.selection("everything")
+    with pytest.raises(SystemExit, match="99"):
+        runner.selection("99")
 
 
 def test_each_test_is_recorded_as_it_finishes(tmp_path):
@@ -174,14 +270,14 @@ def test_each_test_is_recorded_as_it_finishes(tmp_path):
         """))
     records = tmp_path / "tests.jsonl"
     env = {**os.environ, "GPURUN_TESTS": str(records), "PYTHONPATH": str(ROOT / "tools")}
-    subprocess.run([PY, "-m", "pytest", "-p", "gpurun", "-p", "no:cacheprovider", "-q", "-o", "addopts=",
+    subprocess.run([PY, "-m", "pytest", "-p", "gpurun.plugin", "-p", "no:cacheprovider", "-q", "-o", "addopts=",
                     "--rootdir", str(tmp_path), str(tmp_path / "test_some.py")], env=env, cwd=tmp_path,
                    capture_output=True, timeout=120)
-    tests = {t["name"].split("::")[1]: t for t in gpurun.read_tests(records)}
+    tests = {t["name"].split("::")[1]: t for t in report.read_tests(records)}
     assert {n: t["status"] for n, t in tests.items()} == {
         "test_ok": "passed", "test_bad": "failed", "test_error": "error", "test_skip": "skipped"}
     assert "one is not two" in tests["test_bad"]["message"] and "fixture broke" in tests["test_error"]["message"]
-    assert gpurun.count(list(tests.values())) == "1 passed, 1 failed, 1 error, 1 skipped"
+    assert report.count(list(tests.values())) == "1 passed, 1 failed, 1 error, 1 skipped"
 
 
 @pytest.mark.slow
@@ -193,7 +289,7 @@ def test_a_notebook_run_names_the_failing_cell_and_keeps_what_it_did(tmp_path):
                 nbformat.v4.new_code_cell("# the failing cell\nprint(x)\n1 / 0"), nbformat.v4.new_code_cell("y = 2")]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, tmp_path / "t.ipynb")
-    rc = gpurun.run_notebook(tmp_path / "t.ipynb", tmp_path / "ex" / "t.ipynb", tmp_path / "ex" / "t.json", 60)
+    rc = notebook.run_notebook(tmp_path / "t.ipynb", tmp_path / "ex" / "t.ipynb", tmp_path / "ex" / "t.json", 60)
     doc = json.loads((tmp_path / "ex" / "t.json").read_text())
     assert rc == 1 and doc["status"] == "failed"
     assert doc["cell"] == {"index": 2, "code_cell": 2, "first_line": "print(x)"}
@@ -202,13 +298,13 @@ def test_a_notebook_run_names_the_failing_cell_and_keeps_what_it_did(tmp_path):
     assert executed.cells[2].outputs[0]["text"] == "1\n"  # the outputs up to the failure are kept
 
 
-def test_junit_of_the_notebooks_has_the_cell_and_the_error(tmp_path):
-    nbs = [gpurun.Notebook("01_a", "passed", 3.0), gpurun.Notebook("02_b", "skipped", reason="no time"),
-           gpurun.Notebook("03_c", "failed", 4.0, cell={"index": 5, "first_line": "f()"}, error="Traceback\nValueError: v")]
-    gpurun.junit_notebooks(nbs, tmp_path / "nb.xml")
-    text = (tmp_path / "nb.xml").read_text()
+def test_junit_names_each_notebook_a_failure_with_its_cell_and_what_was_not_run():
+    nbs = [Entry("01_a", "quick", status="passed", seconds=3.0), Entry("02_b", "quick", status="not run (budget)", reason="no time"),
+           Entry("03_c", "quick", status="failed", seconds=4.0, cell={"index": 5, "first_line": "f()"}, error="Traceback\nValueError: v")]
+    report.junit(nbs, Path(os.environ.get("TMPDIR", "/tmp")) / "gpurun-nb.xml", "quick")
+    text = (Path(os.environ.get("TMPDIR", "/tmp")) / "gpurun-nb.xml").read_text()
     assert 'tests="3" failures="1" skipped="1"' in text and 'message="failed cell 5: f()"' in text
-    assert "ValueError: v" in text
+    assert "ValueError: v" in text and 'message="not run (budget): no time"' in text
 
 
 # --- the sanitizer's wiring, with a stand-in for CSAN -----------------------------------------
@@ -288,10 +384,10 @@ def test_the_sanitizer_is_on_for_test_bodies_only_and_its_report_fails_the_test(
     records = tmp_path / "tests.jsonl"
     env = {**os.environ, "GPURUN_TESTS": str(records), "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT / "tools")])}
     env.pop("TORCH_CUDA_SANITIZER", None)
-    out = subprocess.run([PY, "-m", "pytest", "-p", "cudasan", "-p", "gpurun", "-p", "no:cacheprovider", "-o", "addopts=",
+    out = subprocess.run([PY, "-m", "pytest", "-p", "cudasan", "-p", "gpurun.plugin", "-p", "no:cacheprovider", "-o", "addopts=",
                           "--rootdir", str(tmp_path), "--cuda-sanitizer", "-q", "test_fake.py"],
                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    tests = {t["name"].split("::")[1]: t for t in gpurun.read_tests(records)}
+    tests = {t["name"].split("::")[1]: t for t in report.read_tests(records)}
     assert {n: t["status"] for n, t in tests.items()} == {
         "test_body_runs_with_it_on": "passed", "test_memmap_builds_pause_it": "passed",
         "test_a_race_swallowed_still_fails": "failed", "test_a_race_raised_fails": "failed"}, out.stdout[-3000:]
@@ -392,7 +488,7 @@ def test_the_bench_keeps_each_pipeline_as_it_finishes(tmp_path, monkeypatch):
 def test_prepare_builds_what_pipelines_prepare_would_find(tmp_path):
     from gpufeed.measure import datasets, pipelines
 
-    spec = datasets._workload_dataset("bench", "bench", pipelines.TINY)
+    spec = datasets.workload_dataset("bench", "bench", pipelines.TINY)
     extra = datasets.Dataset("lesson99", "lesson99/jpeg", 6, (48, 40), classes=2, memmaps=(("lesson99/mm", (24, 20)),))
     done = datasets.prepare(tmp_path, [spec, extra], workers=2, log=lambda s: None)
     assert [d["reused"] for d in done] == [False] * 4
@@ -444,7 +540,7 @@ def lesson11_workloads(cuda: bool):
 
 
 def test_every_lesson_and_the_bench_have_their_datasets_listed_in_both_modes():
-    from gpufeed.measure.datasets import _workload_dataset, datasets
+    from gpufeed.measure.datasets import datasets, workload_dataset
 
     for quick, cuda in ((True, True), (False, True), (False, False)):
         specs = datasets(quick=quick, cuda=cuda)
@@ -454,7 +550,7 @@ def test_every_lesson_and_the_bench_have_their_datasets_listed_in_both_modes():
         assert len(folders) == len(set(folders)), "no folder built twice"
         for d in specs:
             if d.owner == "lesson11":  # named by pipelines.prepare from the lesson's workload
-                want = _workload_dataset("lesson11", "lesson11", quick11 if quick else full11)
+                want = workload_dataset("lesson11", "lesson11", quick11 if quick else full11)
                 assert (d.folder, d.memmaps) == (want.folder, want.memmaps), "lesson 11's workload changed"
             elif d.owner.startswith("lesson"):  # each part of each path is a string or f-string of the lesson
                 pats = name_patterns(lesson_source(d.owner))

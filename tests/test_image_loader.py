@@ -408,7 +408,7 @@ def test_cuda_is_the_current_device_at_iter_not_at_construction(mm, on_cuda, mon
             return iter([])
 
     monkeypatch.setattr(il, "CudaPrefetcher", Recorder)
-    monkeypatch.setattr(ImageLoader, "_stream", lambda self, device: None, raising=False)
+    monkeypatch.setattr(il.SideStreams, "on", lambda self, device=None: None)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)  # set_device(1) after the loader was made
     list(loader)
     assert seen == [torch.device("cuda", 1)]

@@ -58,33 +58,29 @@ def _mean_difference(a: torch.Tensor, b: torch.Tensor) -> float:
 def test_replicated_chroma_is_libjpeg_turbo_without_fancy_upsampling(data):
     from PIL import Image
 
-    from gpufeed.course.quality import decode_replicated_chroma
-
-    nearest, fancy = decode_replicated_chroma(data), jpeg.decode_pil(data)
+    nearest, fancy = jpeg.decode_replicated_chroma(data), jpeg.decode_pil(data)
     assert nearest.shape == fancy.shape == (3, 64, 96) and nearest.dtype == torch.uint8
     # libjpeg-turbo's own decode with do_fancy_upsampling off (simplejpeg, fastupsample=True) differs
     # from Pillow's by 2.0062 grey levels on this image; the H100's nvJPEG did too (2.0062).
     assert _mean_difference(nearest, fancy) == pytest.approx(2.0062, abs=0.005)
     grey = encode_jpeg(Image.new("RGB", (48, 32), (90, 90, 90)), quality=92)  # no colour: nothing to upsample
-    assert torch.equal(decode_replicated_chroma(grey), jpeg.decode_pil(grey))
+    assert torch.equal(jpeg.decode_replicated_chroma(grey), jpeg.decode_pil(grey))
     with pytest.raises(ValueError, match="4:2:0"):
-        decode_replicated_chroma(encode_jpeg(render(SynthSpec(n=1, width=32, height=32), 0), 92, "4:4:4"))
+        jpeg.decode_replicated_chroma(encode_jpeg(render(SynthSpec(n=1, width=32, height=32), 0), 92, "4:4:4"))
 
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_decode_batch_on_cuda_is_close_to_the_cpu(data):
-    from gpufeed.course.quality import decode_replicated_chroma
-
     out = jpeg.decode_batch([data, data], device="cuda")
     assert all(t.device.type == "cuda" and t.shape == (3, 64, 96) for t in out)
     # nvJPEG and libjpeg-turbo differ in how they bring the half-size colour planes (4:2:0) to full
     # size: Pillow interpolates ("fancy upsampling"), nvJPEG as torchvision calls it repeats each
-    # sample (NVJPEG_FLAGS_DEFAULT, quality.decode_replicated_chroma). On this small, detailed image
+    # sample (NVJPEG_FLAGS_DEFAULT, jpeg.decode_replicated_chroma). On this small, detailed image
     # the two upsamplings differ by 2.0062 grey levels on average: exactly what the H100 measured
     # against Pillow, where the old bound (< 2.0, "a grey level or two") failed. So the GPU's image
     # must match one of the two upsamplings, within what IDCTs of different rounding add (libjpeg-
     # turbo's own fast IDCT, a cruder one, adds 1.22 on this image; an accurate one well under 0.5).
     gpu = out[0]
-    to_nearest, to_fancy = (_mean_difference(gpu, ref) for ref in (decode_replicated_chroma(data), jpeg.decode_pil(data)))
+    to_nearest, to_fancy = (_mean_difference(gpu, ref) for ref in (jpeg.decode_replicated_chroma(data), jpeg.decode_pil(data)))
     assert min(to_nearest, to_fancy) < 0.5, (to_nearest, to_fancy)

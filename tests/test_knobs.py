@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch.utils.data import Dataset
 
-from gpufeed.course.knobs import (
+from gpufeed.course.lesson07.knobs import (
     first_batch,
     grid,
     heatmap,
@@ -85,7 +85,7 @@ def test_a_budget_bounds_the_sweep_and_times_blocks_of_batches(workers):
 
 
 def test_a_stream_goes_on_past_the_end_of_an_epoch():
-    from gpufeed.course.knobs import _Stream
+    from gpufeed.course.lesson07.knobs import _Stream
 
     stream = _Stream(loader(Slow(), 5), device=None, step=None)  # 12 samples: batches of 5, 5, 2
     assert stream.take(4) == 5 + 5 + 2 + 5

@@ -8,7 +8,7 @@ import pytest
 import torch
 from test_pipelines import SQUARE, grey_levels, match_epoch, normalised, reference
 
-from gpufeed.course import ladder
+from gpufeed.course.lesson11 import ladder
 from gpufeed.data import transforms as T
 from gpufeed.data.memmap import load_memmap
 from gpufeed.measure import dali as gdali

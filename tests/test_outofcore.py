@@ -1,4 +1,4 @@
-"""gpufeed.course.outofcore: a dataset larger than the memory allowed, read cold in two orders."""
+"""gpufeed.course.lesson06.outofcore: a dataset larger than the memory allowed, read cold in two orders."""
 
 import json
 import os
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from gpufeed.course import outofcore
-from gpufeed.course.pagecache import resident
+from gpufeed.course.lesson06 import outofcore
+from gpufeed.course.lesson12.pagecache import resident
 from gpufeed.data.arrays import open_arrays
 
 pytestmark = pytest.mark.skipif(
@@ -108,7 +108,7 @@ def test_read_bytes_counts_what_the_disk_gave(dataset):
 def test_a_bad_command_line_says_how_to_call_it(capsys):
     assert outofcore.main(["only-one"]) == 2
     assert outofcore.main([json.dumps([1]), "two"]) == 2
-    assert "usage: python -m gpufeed.course.outofcore" in capsys.readouterr().err
+    assert "usage: python -m gpufeed.course.lesson06.outofcore" in capsys.readouterr().err
     with pytest.raises(ValueError, match="reader must be one of"):
         outofcore.read_epoch(".", [0], 1, 1 << 20, reader="torch")
 

@@ -1,4 +1,4 @@
-"""Lesson 08's overlap experiment (gpufeed.course.overlap) and its sentences (overlap_prose): the
+"""Lesson 08's overlap experiment (gpufeed.course.lesson08.overlap) and its sentences (overlap_prose): the
 structure of the timing on the CPU and under the CUDA-ordering simulator (on a GPU, on CUDA), and
 sentences that follow the numbers in both directions."""
 
@@ -9,9 +9,9 @@ import re
 import pytest
 import torch
 
-from gpufeed.course import overlap
-from gpufeed.course import overlap_prose as prose
-from gpufeed.course.overlap import IN_LOOP, PLAIN
+from gpufeed.course.lesson08 import overlap
+from gpufeed.course.lesson08 import overlap_prose as prose
+from gpufeed.course.lesson08.overlap import IN_LOOP, PLAIN
 from gpufeed.data.transforms import IMAGENET_MEAN, IMAGENET_STD
 from gpufeed.measure import results
 from gpufeed.measure.harness import Measurement, save

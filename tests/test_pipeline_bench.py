@@ -96,7 +96,7 @@ def test_the_readme_quotes_the_committed_results():
     """The README's benchmark table is `markdown()` of each committed results.json, word for word."""
     from pathlib import Path
 
-    from gpufeed.course.efficiency import committed_bench
+    from gpufeed.course.lesson11.efficiency import committed_bench
 
     root = Path(__file__).resolve().parents[1]
     readme = (root / "README.md").read_text()

@@ -436,10 +436,10 @@ def test_cuda_prefetcher_overlaps_a_slow_loader_with_a_loop_that_syncs_every_ste
     ``next()``, between two steps). The loader's ``next()`` takes LOAD_S and the step STEP_S of host
     waiting, then a sync: per step it must take about max(LOAD_S, STEP_S), not their sum. A
     structural check with wide margins (sleeps, not speed), under the simulator."""
-    from gpufeed.course.simcuda import simulated_cuda
+    from gpufeed.simcuda import simulated_cuda
 
-    load_s = step_s = 0.04
-    n, warm = 24, 4
+    load_s = step_s = 0.1  # long beside the simulator's own host time a step (tens of ms, loaded)
+    n, warm = 16, 3
 
     def slow_loader():
         for k in range(n):
@@ -492,7 +492,7 @@ def test_device_memory_stays_bounded_in_a_loop_that_never_syncs(seed):
     of it) and the same working memory (the uint8 copy, the float tensor ``normalize`` makes
     before its multiply-add, the step's scalars): the prefetcher may reserve at most depth + 1
     batches more (and the labels' small blocks). Before the ring: 41.3 batches against 3.3."""
-    from gpufeed.course.simcuda import simulated_cuda
+    from gpufeed.simcuda import simulated_cuda
 
     data, depth = [(torch.randint(0, 256, (8, 3, 32, 32), dtype=torch.uint8), torch.arange(8)) for _ in range(40)], 1
     per_batch = rounded(prepare(data[0], torch.float32))
@@ -516,7 +516,7 @@ def test_the_loop_never_waits_on_the_host_the_producer_thread_does(seed):
     """A consumer that waited for a batch's event on the host (``event.synchronize()``) would pass
     a sync-debug check on a GPU (it does not report event syncs): here every host wait is counted
     by thread. The loop's thread never waits; the producer's waits for the ring's releases."""
-    from gpufeed.course.simcuda import simulated_cuda
+    from gpufeed.simcuda import simulated_cuda
 
     with simulated_cuda(seed) as sim:
         data = [(torch.randint(0, 256, (4, 3, 8, 8), dtype=torch.uint8).pin_memory(), torch.arange(4)) for _ in range(12)]
@@ -533,13 +533,13 @@ def test_the_copys_host_work_runs_on_the_thread_beside_a_syncing_step():
     """The batches are not pinned, and pinning them takes COPY_S of the host's real time (the
     simulator's ``host_gb_s``): done on the producer thread it overlaps the step, which waits
     STEP_S and syncs; moved into ``next()`` (between two steps) it would add to every step."""
-    from gpufeed.course.simcuda import Costs, simulated_cuda
+    from gpufeed.simcuda import NominalSpeeds, simulated_cuda
 
     copy_s = step_s = 0.15  # long beside the simulator's own host time a step (tens of ms, loaded)
     n, warm, shape = 12, 3, (2, 3, 64, 64)
     nbytes = torch.empty(shape, dtype=torch.uint8).nbytes
     data = [(torch.full(shape, k, dtype=torch.uint8), torch.tensor([k])) for k in range(n)]
-    with simulated_cuda(seed=0, costs=Costs(host_gb_s=nbytes / copy_s / 1e9)):
+    with simulated_cuda(seed=0, speeds=NominalSpeeds(host_gb_s=nbytes / copy_s / 1e9)):
         ends, seen = [], []
         with CudaPrefetcher(data, "cuda", dtype=torch.float32, depth=2) as p:
             for images, labels in p:
@@ -664,7 +664,7 @@ def test_inputs_already_on_the_gpu_wait_once_a_pass_not_for_every_step():
     """Inputs on the GPU made before iter(): the side stream waits for an event recorded then,
     once a pass; waiting for the consumer's stream at every batch would put every copy behind
     the step before it (no overlap at all)."""
-    from gpufeed.course.simcuda import simulated_cuda
+    from gpufeed.simcuda import simulated_cuda
 
     with simulated_cuda(seed=0) as sim:
         gpu = [(torch.full((2, 3, 8, 8), k, dtype=torch.uint8, device="cuda"), torch.tensor([k], device="cuda"))

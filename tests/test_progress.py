@@ -94,7 +94,7 @@ def test_the_knobs_sweep_names_the_configuration_it_times(terminal):
     watched = terminal()
     from torch.utils.data import TensorDataset
 
-    from gpufeed.course.knobs import sweep
+    from gpufeed.course.lesson07.knobs import sweep
 
     ds = TensorDataset(torch.zeros(8, 3), torch.zeros(8))
     ms = sweep({"tiny": ds}, [{"num_workers": 0}], batch_size=4, repeats=1, warmup=0)

@@ -36,3 +36,33 @@ def test_times_refuses_a_ratio_that_is_not_positive():
     for bad in (0.0, -1.0, float("nan")):
         with pytest.raises(ValueError, match="positive"):
             prose.times(bad)
+
+
+def test_band_is_the_widest_spread_and_at_least_the_floor():
+    from types import SimpleNamespace as M
+
+    assert prose.band() == 0.05  # nothing measured: the floor
+    assert prose.band(M(spread=0.0), M(spread=0.0)) == 0.05  # a perfect tie still has a floor
+    assert prose.band(M(spread=0.05)) == 0.05  # at the floor exactly
+    assert prose.band(M(spread=0.2), M(spread=0.07)) == 0.2  # the noisier of the two decides
+    assert prose.band(M(spread=0.07), floor=0.1) == 0.1
+
+
+def test_a_ratio_inside_the_band_reads_as_the_same_and_outside_it_does_not():
+    from types import SimpleNamespace as M
+
+    flat = prose.band(M(spread=0.25), M(spread=0.03))  # 0.25: exact in binary, so the edge is testable
+    assert prose.times(1.2, flat=flat) == prose.times(1 / 1.2, flat=flat) == "as fast"  # a win inside the spread
+    assert prose.times(1.25, flat=flat) == "as fast"  # at the threshold: still inside
+    assert prose.times(1.3, flat=flat) == "1.30x faster"
+    assert prose.times(1 / 1.3, flat=flat) == "1.30x slower"  # a loss past it: the same band either way
+    assert prose.times(1 / 1.25, flat=flat) == "as fast"
+
+
+def test_times_picks_its_decimals_by_size_when_asked():
+    grid = {1.004: "as fast", 1.006: "1.01x faster", 9.994: "9.99x faster", 9.996: "10.0x faster",
+            10.0: "10.0x faster", 99.94: "99.9x faster", 99.96: "100x faster", 338.68: "339x faster",
+            1 / 338.68: "339x slower", 2345.0: "2,345x faster"}
+    for ratio, words in grid.items():
+        assert prose.times(ratio, digits=None) == words, ratio
+    assert prose.times(1.04, flat=0.05, digits=None) == "as fast"  # a band still decides a tie first

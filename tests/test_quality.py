@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from gpufeed.course import quality
-from gpufeed.course.quality import psnr, ssim
+from gpufeed.course.lesson04 import quality
+from gpufeed.course.lesson04.quality import psnr, ssim
 from gpufeed.measure.synth import SynthSpec, render
 
 C1, C2 = (0.01 * 255) ** 2, (0.03 * 255) ** 2

@@ -1,10 +1,10 @@
-"""gpufeed.course.shuffles: distinct classes per batch, checked against a by-hand count."""
+"""gpufeed.course.lesson06.shuffles: distinct classes per batch, checked against a by-hand count."""
 
 import math
 
 import torch
 
-from gpufeed.course.shuffles import classes_per_batch, plot_grouped
+from gpufeed.course.lesson06.shuffles import classes_per_batch, plot_grouped
 from gpufeed.data.loader import grouped_permutation, permutation
 
 

@@ -1,6 +1,6 @@
 """Planted bugs the CUDA-ordering simulator must catch, and their correct versions, which it must
 pass under 20 schedules (it does not cry wolf). Lesson 08 plays three of them
-(gpufeed.course.hazards); the fourth and fifth are the other direction of non_blocking and a
+(gpufeed.course.lesson08.hazards); the fourth and fifth are the other direction of non_blocking and a
 hidden sync."""
 
 import math
@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from gpufeed.course import hazards
-from gpufeed.course.simcuda import CudaRaceError, simulated_cuda
+from gpufeed.course.lesson08 import hazards
+from gpufeed.simcuda import CudaRaceError, simulated_cuda
 
 pytestmark = pytest.mark.simcuda
 SEEDS = range(20)

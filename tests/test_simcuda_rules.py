@@ -1,4 +1,4 @@
-"""The CUDA-ordering simulator's rules, one by one (gpufeed.course.simcuda): what runs when, what
+"""The CUDA-ordering simulator's rules, one by one (gpufeed.simcuda): what runs when, what
 memory is reused when, what reads as poison, what counts as a sync, and what it reports as a race."""
 
 import math
@@ -7,7 +7,7 @@ import threading
 import pytest
 import torch
 
-from gpufeed.course.simcuda import CudaRaceError, SimTensor, simulated_cuda
+from gpufeed.simcuda import CudaRaceError, SimTensor, simulated_cuda
 
 pytestmark = pytest.mark.simcuda
 

@@ -70,7 +70,7 @@ def test_the_four_wires_of_lesson_03_deliver_the_batch_epoch_after_epoch_on_cuda
 def test_a_pinned_buffer_is_refilled_only_after_its_copy_ran():
     # Why train_epoch syncs before refilling pinned buffers: a non_blocking copy reads its source
     # when it runs, so a host write before then changes what the GPU receives.
-    from gpufeed.course.simcuda import CudaRaceError, simulated_cuda
+    from gpufeed.simcuda import CudaRaceError, simulated_cuda
 
     first, second = (torch.full((1, 3, 2, 2), v, dtype=torch.uint8) for v in (1, 2))
     with simulated_cuda(seed=0):  # copies run as late as the rules allow

@@ -59,6 +59,7 @@ def test_the_real_lock_leaves_torch_out_and_brings_what_the_node_lacks():
     node_has = {"torch", "torchvision", "numpy", "pillow", "matplotlib", "triton", "sympy", "filelock"}
     assert not node_has & set(wheels) and not any(n.startswith("nvidia-") for n in wheels)
     assert {"tensordict", "ipywidgets", "tqdm", "imageio-ffmpeg", "nbmake", "pytest", "ipykernel", "jupytext"} <= set(wheels)
+    assert {"pytest-xdist", "execnet"} <= set(wheels), "the cuda tests run on every core of the node"
     assert not {"gpufeed", "jupyterlab", "playwright", "ruff"} & set(wheels)
     assert "nvidia-dali-cuda130" in select(dali=True)
 
@@ -75,7 +76,9 @@ def test_the_download_is_binary_only_for_the_nodes_python_and_platform():
 def test_make_test_gpu_runs_offline_from_the_wheelhouse():
     makefile = (ROOT / "Makefile").read_text()
     assert "tools/wheelhouse.py node-env --venv $(NODE_VENV) --wheelhouse $(WHEELHOUSE)" in makefile
-    assert "tools/wheelhouse.py collect" in makefile and "tools/gpurun.py" in makefile
+    assert "tools/wheelhouse.py collect" in makefile and "tools/gpurun run" in makefile
+    assert "| tee $(NODE_VENV).log" in makefile and "GPURUN_NODE_ENV_LOG=$(NODE_VENV).log" in makefile, (
+        "the node-env log goes into the run's archive")
 
 
 def tiny_wheel(folder: Path, name: str, requires: list[str]) -> Path:

@@ -55,6 +55,7 @@ WIDGET_REPR = re.compile(r"^(interactive|VBox|HBox|Box)\(children=\(")
 TAG = re.compile(r"<[^>]*>")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpufeed.measure.lessons import LESSONS  # noqa: E402  (the one list of lessons)
 from notebooks import DEEPER_TAG, SETUP_TAGS, repo_url  # noqa: E402  (tools/notebooks.py: the layout's names)
 
 #: The class a deep dive's markdown cells get on the page (MyST-NB passes markdown cells through
@@ -66,8 +67,8 @@ DEEPER_PROMPTS = ("Show the deep dive", "Hide the deep dive")
 
 
 def lessons() -> list[Path]:
-    """The generated lesson notebooks, in course order."""
-    return sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+    """The generated lesson notebooks, in course order (the registry's, :mod:`gpufeed.measure.lessons`)."""
+    return [path for x in LESSONS if (path := ROOT / x.notebook).is_file()]
 
 
 def cache_key() -> str:

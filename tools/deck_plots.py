@@ -129,7 +129,7 @@ def lesson03_wire():
 
 def lesson04_quality():
     """Mean JPEG size and PSNR against Pillow's quality, on 640x480 images cut from the course's photos."""
-    from gpufeed.course import quality
+    from gpufeed.course.lesson04 import quality
     from gpufeed.measure.synth import SynthSpec, render
 
     spec = SynthSpec(n=4, width=640, height=480, classes=4)
@@ -157,7 +157,7 @@ def lesson04_quality():
 
 def lesson06_grouped():
     """Distinct classes per batch of 300: full vs grouped shuffles, data stored in class order or shuffled."""
-    from gpufeed.course.shuffles import plot_grouped
+    from gpufeed.course.lesson06.shuffles import plot_grouped
 
     labels = torch.arange(1000).repeat_interleave(300)  # 1000 classes x 300 samples, in class order
     return plot_grouped(labels, batch=300, groups=[256, 1024, 4096, 16384, 65536])
@@ -208,7 +208,7 @@ def lesson09_trap():
     """
     import dataclasses
 
-    from gpufeed.course.quality import to_tensor
+    from gpufeed.course.lesson04.quality import to_tensor
     from gpufeed.data.augment import augment, draw_params
     from gpufeed.data.transforms import IMAGENET_MEAN, IMAGENET_STD
     from gpufeed.measure.synth import SynthSpec, render
@@ -256,7 +256,7 @@ def lesson11_efficiency():
 
 def lesson12_shards():
     """Which rank gets which sample: FastLoader(rank, world_size) over 24 samples, two epochs (lesson 12's plot)."""
-    from gpufeed.course.shards import plot_shards
+    from gpufeed.course.lesson12.shards import plot_shards
 
     n, world, batch = 24, 3, 4
     fig, (ax,) = plot_shards(n, world, 2, kinds=("fast",), batch_size=batch, figsize=(10, 2.2), titles={"fast": ""})

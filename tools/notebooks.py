@@ -33,25 +33,14 @@ from pathlib import Path
 import jupytext
 import nbformat
 
+from gpufeed.measure import lessons as registry
+
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 
-#: The course outline (DESIGN.md): number to title, for the "next lesson" footer.
-LESSONS = {
-    "00": "Setup and your machine",
-    "01": "Bottlenecks",
-    "02": "Profiling and benchmarking",
-    "03": "Dtypes and transfer order",
-    "04": "JPEG quality and decoding",
-    "05": "Memory-mapped datasets",
-    "06": "Batched fetching",
-    "07": "DataLoader knobs and moving structures",
-    "08": "GPU prefetching",
-    "09": "Augmentations: CPU, GPU or both",
-    "10": "NVIDIA DALI",
-    "11": "Putting it together",
-    "12": "Scaling out",
-}
+#: The course outline, number to title, for the "next lesson" footer: the registry's
+#: (:data:`gpufeed.measure.lessons.LESSONS`, the one list of lessons).
+LESSONS = {x.number: x.title for x in registry.LESSONS}
 
 #: Extra packages a notebook's Colab setup installs ("dali": the wheel matching Colab's CUDA).
 COLAB_EXTRAS = {"10": ["dali"], "11": ["dali"]}  # 11: DALI as a side rung of the ladder

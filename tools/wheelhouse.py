@@ -44,8 +44,9 @@ PROJECT = "gpufeed"
 
 #: What the reference GPU node has installed (with all their dependencies): not collected.
 HAVE = ("torch", "torchvision", "numpy", "pillow", "matplotlib")
-#: Of the dev group, what the node needs: run the tests and notebooks (no JupyterLab, browser, lint).
-TOOLS = ("pytest", "nbmake", "jupytext", "pyyaml")
+#: Of the dev group, what the node needs: run the tests (on every core: pytest-xdist) and notebooks
+#: (no JupyterLab, browser, lint).
+TOOLS = ("pytest", "pytest-xdist", "nbmake", "jupytext", "pyyaml")
 #: Versions that differ from uv.lock on the node, within pyproject's range: imageio-ffmpeg 0.8's
 #: wheel bundles a 65 MiB ffmpeg, 0.6.0's 28 MiB (lesson 04 only calls `ffmpeg -q:v`, which both have).
 PINS = ("imageio-ffmpeg==0.6.0",)

@@ -1,4 +1,4 @@
-"""The command line: ``python -m gpufeed doctor | data synth | data memmap | data prepare | bench``.
+"""The command line: ``python -m gpufeed doctor | data synth | data memmap | data prepare | bench | diagnose``.
 
 Bad arguments give one line on stderr that says what is wrong and what to do, and exit status 2.
 
@@ -85,7 +85,56 @@ def _parser() -> argparse.ArgumentParser:
                         "each in its own process, timed in turns with the loader alone")
     b.add_argument("--ceilings", action="store_true",
                    help="measure this machine's ceilings instead (memcpy, copies, JPEG decode, disk): ceilings.json")
+    d = sub.add_parser("diagnose", help="where the usual torchvision training loop over your image folder spends "
+                       "its time, and what to change (gpufeed.measure.diagnose)")
+    d.add_argument("--folder", required=True, help="images in the ImageFolder layout: class_a/*.jpg, class_b/*.jpg")
+    d.add_argument("--workers", type=int, default=0, help="DataLoader num_workers (default 0, torch's)")
+    d.add_argument("--batch-size", type=int, default=32)
+    d.add_argument("--pin-memory", action="store_true", help="DataLoader pin_memory=True, copies non_blocking")
+    d.add_argument("--model", default="resnet18", help="a torchvision classification model, random weights")
+    d.add_argument("--crop", type=int, default=224, help="RandomResizedCrop's size")
+    d.add_argument("--batches", type=int, default=10, help="timed batches of each measurement")
     return p
+
+
+def _diagnose(args) -> int:
+    """The usual pipeline (ImageFolder, RandomResizedCrop, flip, ToTensor, Normalize; a DataLoader; a
+    torchvision model, SGD, the loss read every step) on ``--folder``, diagnosed."""
+    import torch
+    import torchvision
+    from torch.utils.data import DataLoader
+    from torchvision import transforms as T
+
+    from gpufeed.data.transforms import IMAGENET_MEAN, IMAGENET_STD
+    from gpufeed.measure.diagnosis import DiagnoseError, diagnose
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+
+    def run():
+        if not hasattr(torchvision.models, args.model):
+            raise DiagnoseError(f"--model {args.model}: torchvision.models has no such model (try resnet18)")
+        tf = T.Compose([T.RandomResizedCrop(args.crop), T.RandomHorizontalFlip(), T.ToTensor(),
+                        T.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+        dataset = torchvision.datasets.ImageFolder(args.folder, transform=tf)
+        loader = DataLoader(dataset, batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
+                            pin_memory=args.pin_memory, drop_last=True)
+        model = getattr(torchvision.models, args.model)(num_classes=len(dataset.classes)).to(device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+        def step(batch):
+            x, y = (t.to(device, non_blocking=args.pin_memory) for t in batch)
+            opt.zero_grad(set_to_none=True)
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            return loss.item()  # as a loop that logs every step
+
+        return diagnose(loader, step, batches=args.batches)
+
+    report, status = _guarded(run, (DiagnoseError, FileNotFoundError))
+    if not status:
+        print(report)
+    return status
 
 
 def _guarded(work, errors):
@@ -254,6 +303,8 @@ def main(argv: list[str] | None = None) -> int:
         return _prepare(args)
     if args.command == "bench":
         return _bench(args)
+    if args.command == "diagnose":
+        return _diagnose(args)
     raise AssertionError(args)
 
 

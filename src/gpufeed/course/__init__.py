@@ -1,26 +1,43 @@
 """gpufeed.course: the lessons' plumbing (simulators, sweeps, plots, scripts).
 
-Each module points back to the notebook that teaches it: the pipeline simulator, timelines and
-sliders (lesson 01), profiler traces (02), dtypes and transfer order (03), the simulator of CUDA's
-ordering rules and its hazards (:mod:`~gpufeed.course.simcuda`, :mod:`~gpufeed.course.hazards`:
-lesson 08, and the tests of the library's CUDA paths), the prefetcher's timed experiment on a GPU
-(:mod:`~gpufeed.course.overlap` and the sentences that read it, :mod:`~gpufeed.course.overlap_prose`:
-lesson 08), storage formats and JPEG quality (04), a dataset larger than the memory read in two
-orders (06), DataLoader sweeps and tensors saved on one device loaded on another (07), the ladder,
-loader efficiency and the model's side (11), the distributed script, shards and the page cache (12),
-the environment check and the notebooks' setup cell.
+One folder per lesson that has helpers of its own, holding its sweeps, plots and the sentences it
+prints; beside them, flat, the plumbing several lessons share:
 
-It may import :mod:`gpufeed.data` and :mod:`gpufeed.measure`; they never import it.
+* ``lesson01/``: the sliders over the pipeline simulator; ``lesson04/``: JPEG quality and storage
+  formats; ``lesson06/``: a dataset larger than the memory, shuffles; ``lesson07/``: DataLoader
+  sweeps, moving batches in workers and DataParallel, tensors saved on one device loaded on
+  another; ``lesson08/``: the stream hazards on :mod:`gpufeed.simcuda`, the prefetcher's timed
+  experiment and the sentences that read it; ``lesson11/``: the ladder, loader efficiency, the
+  engines; ``lesson12/``: the distributed script, its launcher, shards, the page cache, ports.
+* shared: :mod:`~gpufeed.course.prose` (the wording of every measured comparison),
+  :mod:`~gpufeed.course.timeline` and :mod:`~gpufeed.course.simulator` (the pipeline simulator and
+  its Gantt charts, lessons 01 and 08), :mod:`~gpufeed.course.instrument` and
+  :mod:`~gpufeed.course.trace` (a real loop's timings, a profiler trace: 01, 02, 08),
+  :mod:`~gpufeed.course.transfer` and :mod:`~gpufeed.course.training` (bytes on the wire and the
+  model that normalises: 00, 03, 04, 07, 12), :mod:`~gpufeed.course.doctor` and
+  :mod:`~gpufeed.course.session` (the environment check and every notebook's setup cell),
+  :mod:`~gpufeed.course.gpucell` (what a CUDA-only cell shows without a GPU: 07).
+
+Each module's "Taught in" line names a lesson that imports it (``tests/test_layout.py`` checks).
+It may import :mod:`gpufeed.data`, :mod:`gpufeed.measure` and :mod:`gpufeed.simcuda`; they never
+import it.
 """
 
 from __future__ import annotations
 
 import importlib
+import warnings
 
-_MODULES = {'collate', 'devicefiles', 'distributed', 'doctor', 'efficiency', 'engines', 'explorer', 'formats', 'hazards',
-            'instrument', 'knobs', 'ladder', 'launch', 'outofcore', 'overlap', 'overlap_prose', 'pagecache', 'ports',
-            'prose', 'quality', 'session', 'shards', 'shuffles', 'simcuda', 'simulator', 'timeline', 'trace', 'training',
-            'transfer'}
+_MODULES = {'doctor', 'gpucell', 'instrument', 'prose', 'session', 'simulator', 'timeline', 'trace', 'training', 'transfer',
+            'lesson01', 'lesson04', 'lesson06', 'lesson07', 'lesson08', 'lesson11', 'lesson12'}
+
+#: modules that moved into a lesson's folder: ``gpufeed.course.<name>`` finds them, with a
+#: DeprecationWarning, for one release (``from gpufeed.course import quality`` keeps working)
+_MOVED = {'explorer': 'lesson01', 'quality': 'lesson04', 'formats': 'lesson04', 'outofcore': 'lesson06',
+          'shuffles': 'lesson06', 'knobs': 'lesson07', 'collate': 'lesson07', 'devicefiles': 'lesson07',
+          'hazards': 'lesson08', 'overlap': 'lesson08', 'overlap_prose': 'lesson08', 'ladder': 'lesson11',
+          'efficiency': 'lesson11', 'engines': 'lesson11', 'distributed': 'lesson12', 'launch': 'lesson12',
+          'shards': 'lesson12', 'pagecache': 'lesson12', 'ports': 'lesson12'}
 
 __all__ = sorted(_MODULES)
 
@@ -28,4 +45,8 @@ __all__ = sorted(_MODULES)
 def __getattr__(name: str):
     if name in _MODULES:
         return importlib.import_module(f"{__name__}.{name}")
+    if name in _MOVED:
+        new = f"{__name__}.{_MOVED[name]}.{name}"
+        warnings.warn(f"{__name__}.{name} is now {new}", DeprecationWarning, stacklevel=2)
+        return importlib.import_module(new)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -6,22 +6,23 @@ means" cells.
 
 :func:`times` words a ratio so that it reads right either way: a sentence that compares two
 measurements must not say "0.80x faster" when the first was slower; :func:`versus` is the same
-for two rates, as words between them.
+for two rates, as words between them; :func:`band` is the ``flat`` of a ratio of two measurements,
+from their spread. All three live in :mod:`gpufeed.measure.wording` (the measure room words its
+own reports with them, and may not import the course) and are re-exported here.
 
 Example:
     >>> say("Pinned memory is **2.0x** pageable.")  # outside a notebook: printed
     Pinned memory is **2.0x** pageable.
-    >>> times(2.0), times(0.8), times(0.999)
-    ('2.00x faster', '1.25x slower', 'as fast')
-    >>> times(0.5, "naive"), times(1.0, "naive"), times(4.0, "eager", more="more", less="fewer")
-    ('2.00x slower than naive', 'as fast as naive', '4.00x more than eager')
+    >>> times(0.8, "pageable")
+    '1.25x slower than pageable'
 """
 
 from __future__ import annotations
 
-import math
-
 from gpufeed.data.watch import in_a_notebook
+from gpufeed.measure.wording import band, times, versus
+
+__all__ = ["band", "in_notebook", "say", "times", "versus"]
 
 
 def in_notebook() -> bool:
@@ -42,47 +43,3 @@ def say(text: str) -> None:
         display(Markdown(text))
     else:
         print(text)
-
-
-def times(ratio: float, than: str = "", *, more: str = "faster", less: str = "slower", same: str = "as fast",
-          flat: float | None = None, digits: int = 2, bold: bool = False) -> str:
-    """``ratio`` (new / old, e.g. images/s over images/s) in words, from its sign: ``"2.00x faster"``
-    above 1, ``"1.25x slower"`` (the inverse) below, ``same`` when it rounds to 1 at ``digits``
-    either way (or, with ``flat``, when it is within ``flat`` of 1); with ``than``, what it is
-    compared with: ``"2.00x faster than naive"``, ``"as fast as naive"``.
-
-    Args:
-        ratio: a positive ratio (for speed: a ratio of rates, or the other's time over this one's).
-        than: the thing compared with, or "" for the bare words.
-        more, less, same: the words for above 1, below 1, and equal (e.g. "smaller", "larger",
-            "the same size" for file sizes; "longer", "shorter", "as long" for durations).
-        flat: the band around 1 read as ``same`` (e.g. 0.02 for noisy timings); None: rounding only.
-        digits: decimals of the ratio shown (thousands are grouped: ``"2,345x shorter"``).
-        bold: the ratio in Markdown bold (``"**6.3x** as fast as"``).
-
-    Example:
-        >>> times(1.015, flat=0.02), times(1.03, flat=0.02)
-        ('as fast', '1.03x faster')
-        >>> times(4.0, more="smaller", less="larger", digits=1), times(1 / 2345, more="longer", less="shorter", digits=0)
-        ('4.0x smaller', '2,345x shorter')
-    """
-    if not (ratio > 0 and math.isfinite(ratio)):
-        raise ValueError(f"times: a ratio of two positive measurements is positive and finite (got {ratio!r})")
-    value = max(ratio, 1 / ratio)
-    if abs(ratio - 1) <= flat if flat is not None else round(value, digits) == 1:
-        return f"{same} as {than}" if than else same
-    mark = "**" if bold else ""
-    words = f"{mark}{value:,.{digits}f}x{mark} {more if ratio > 1 else less}"
-    return f"{words} than {than}" if than else words
-
-
-def versus(a: float, b: float, bold: bool = True) -> str:
-    """How rate ``a`` compares with rate ``b``, as words to put between the two: "about as fast as"
-    within 5%, else the ratio (:func:`times`), in Markdown bold unless ``bold=False``.
-
-    Example:
-        >>> versus(54.5, 8.7), versus(8.7, 54.5, bold=False), versus(10.0, 10.3)
-        ('**6.3x** as fast as', '6.3x slower than', 'about as fast as')
-    """
-    return times(a / b, more="as fast as", less="slower than", same="about as fast as", flat=0.05, digits=1,
-                 bold=bold)

@@ -29,6 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from gpufeed.measure.plotting import COLORS, caption
+from gpufeed.measure.traces import union_length  # noqa: F401  (moved: the measure room reads traces too)
 
 #: The stages in pipeline order; the legend lists them in this order.
 STAGES = ("read", "decode", "collate", "pin", "copy", "compute")
@@ -63,26 +64,6 @@ class Interval:
     @property
     def duration(self) -> float:
         return self.end - self.start
-
-
-def union_length(spans: Iterable[tuple[float, float]]) -> float:
-    """Total length covered by ``(start, end)`` spans, time covered twice counted once.
-
-    Example:
-        >>> union_length([(0, 10), (5, 15), (30, 40)])
-        25.0
-    """
-    total, cur_start, cur_end = 0.0, None, None
-    for start, end in sorted(spans):
-        if cur_end is None or start > cur_end:
-            if cur_end is not None:
-                total += cur_end - cur_start
-            cur_start, cur_end = start, end
-        else:
-            cur_end = max(cur_end, end)
-    if cur_end is not None:
-        total += cur_end - cur_start
-    return float(total)
 
 
 def busy(intervals: Iterable[Interval], resource: str, start: float = -math.inf,

@@ -29,23 +29,21 @@ Example:
 
 from __future__ import annotations
 
-import gzip
-import json
-import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
-from gpufeed.course.timeline import Interval, union_length
-
-#: Categories of ``record_function`` ranges on the CPU (``cpu_op`` only for stages named).
-USER = "user_annotation"
-LEGACY_USER = ("cpu_op",)
-#: GPU categories: kernels (compute) and copies/memsets.
-KERNEL = ("kernel",)
-GPU_COPY = ("gpu_memcpy", "gpu_memset")
-
-_STEP = re.compile(r"^ProfilerStep#\d+$")
+from gpufeed.course.timeline import Interval
+from gpufeed.measure.traces import (  # noqa: F401
+    GPU_COPY,
+    KERNEL,
+    LEGACY_USER,
+    STEP,
+    USER,
+    complete_events,
+    gpu_idle_fraction,  # moved: the measure room reads traces too
+    load,
+    window_us,
+)
 
 
 @dataclass(frozen=True)
@@ -83,43 +81,9 @@ def cpu_rows(averages) -> dict:
     return {e.key: e for e in averages if getattr(e, "device_type", DeviceType.CPU) == DeviceType.CPU}
 
 
-def load(trace) -> dict:
-    """The trace document from a path (``.json`` or ``.json.gz``) or an already loaded dict."""
-    if isinstance(trace, dict):
-        doc = trace
-    else:
-        path = Path(trace)
-        try:
-            with (gzip.open(path, "rt") if path.suffix == ".gz" else path.open()) as f:  # noqa: SIM115
-                doc = json.load(f)
-        except (OSError, json.JSONDecodeError) as e:
-            raise ValueError(f"cannot read a chrome trace from {path}: {e}. Write one with "
-                             "prof.export_chrome_trace(path) after profiling") from e
-    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
-        raise ValueError("not a chrome trace: no 'traceEvents' list (export it with prof.export_chrome_trace)")
-    return doc
-
-
-def complete_events(trace, cats: Iterable[str] | None = None) -> list[dict]:
-    """The complete (``"ph": "X"``) events, of the categories ``cats`` if given."""
-    cats = None if cats is None else set(cats)
-    return [e for e in load(trace)["traceEvents"]
-            if e.get("ph") == "X" and "dur" in e and (cats is None or e.get("cat") in cats)]
-
-
-def window_us(trace) -> tuple[float, float]:
-    """The profiled window in µs: the ``ProfilerStep#N`` ranges if any, else all events."""
-    events = complete_events(trace)
-    steps = [e for e in events if _STEP.match(str(e.get("name", "")))]
-    spans = [(e["ts"], e["ts"] + e["dur"]) for e in (steps or events)]
-    if not spans:
-        raise ValueError("the trace has no complete events: was anything profiled (schedule's active steps)?")
-    return min(s for s, _ in spans), max(e for _, e in spans)
-
-
 def _stage_events(trace, names: Iterable[str] | None) -> list[dict]:
     if names is None:
-        return [e for e in complete_events(trace, [USER]) if not _STEP.match(e["name"])]
+        return [e for e in complete_events(trace, [USER]) if not STEP.match(e["name"])]
     wanted = set(names)
     seen, out = set(), []
     for e in complete_events(trace, [USER, *LEGACY_USER]):
@@ -147,24 +111,13 @@ def stage_times(trace, names: Iterable[str] | None = None) -> dict[str, StageTim
             for name, d in totals.items()}
 
 
-def gpu_idle_fraction(trace, cats: Iterable[str] = KERNEL) -> float | None:
-    """Share of the profiled window in which no GPU kernel ran; None if the trace has none (CPU)."""
-    kernels = complete_events(trace, cats)
-    if not kernels:
-        return None
-    start, end = window_us(trace)
-    spans = [(max(e["ts"], start), min(e["ts"] + e["dur"], end)) for e in kernels]
-    busy = union_length((a, b) for a, b in spans if b > a)
-    return round(1.0 - busy / (end - start), 6) if end > start else None
-
-
 def summary(trace, names: Iterable[str] | None = None) -> dict:
     """A JSON-ready summary: window, stages, kernel count and the GPU idle fraction."""
     doc = load(trace)
     start, end = window_us(doc)
     return {
         "window_ms": round((end - start) / 1000.0, 6),
-        "steps": sum(1 for e in complete_events(doc, [USER]) if _STEP.match(e["name"])),
+        "steps": sum(1 for e in complete_events(doc, [USER]) if STEP.match(e["name"])),
         "stages": {k: asdict(v) for k, v in stage_times(doc, names).items()},
         "kernels": len(complete_events(doc, KERNEL)),
         "gpu_idle_fraction": gpu_idle_fraction(doc),

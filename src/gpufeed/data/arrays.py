@@ -13,7 +13,8 @@ pays that on every start. This module needs only NumPy and torch:
   wrong and how to fix it;
 * :class:`MemmapDataset`: the dataset for DataLoader workers, per sample or a batch per call.
 
-Used by :mod:`gpufeed.course.distributed` (``notebooks/12_scaling.ipynb``) and lessons 07, 09-11.
+Used by :mod:`gpufeed.course.lesson12.distributed` (``notebooks/12_scaling.ipynb``) and lessons
+07, 09-11.
 
 Example:
     >>> import tempfile, torch

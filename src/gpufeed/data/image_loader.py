@@ -101,7 +101,7 @@ from concurrent.futures import Future, wait
 import torch
 
 from gpufeed.data.arrays import open_arrays
-from gpufeed.data.loader import FastLoader, seeded_generator
+from gpufeed.data.loader import FastLoader, SideStreams, seeded_generator
 from gpufeed.data.prefetch import CudaPrefetcher, ThreadPrefetcher
 from gpufeed.data.resized import RATIO, ResizedCropAugment, check_range
 from gpufeed.data.transforms import (
@@ -314,8 +314,9 @@ class ImageLoader:
                                       if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
         self.reuse_buffers = reuse_buffers if self.device.type != "cuda" else 0
         self.cuda = self.device.type == "cuda"
-        # CUDA: the loader's one side stream per device
-        self._streams: dict[int, torch.cuda.Stream] = {}
+        self._streams = SideStreams()  # CUDA: the loader's one side stream per device
+        # plain read-only views of the memmap: the CPU path reads them
+        self._images, self._targets = images, targets
         # CUDA: gathered into fresh pinned memory from torch's caching host allocator, which keeps
         # each block until the copy out of it is done. The CPU path only takes its indices
         # (_on_cpu).
@@ -396,7 +397,7 @@ class ImageLoader:
             augment = DeviceAugment(self.crop, **common)
         else:
             augment = ResizedCropAugment(self.crop, self.scale, self.ratio, **common)
-        stored = self.loader.fields.tensors["0"].shape[1:]
+        stored = self._images.shape[1:]
         for idx in self.loader.indices(epoch)[:skip]:  # draws in batch order; only shapes read
             augment.params(torch.empty((len(idx), *stored), dtype=torch.uint8, device="meta"))
         return augment
@@ -411,8 +412,8 @@ class ImageLoader:
         """Epoch ``epoch``'s batches from batch ``start`` on."""
         if self.cuda:
             augment, device = self.augmentation(epoch, start), self._cuda_device()
-            fetch = self.loader._fetch  # the gather into fresh pinned memory
-            batches = (fetch(idx) for idx in self.loader.indices(epoch)[start:])
+            # each gathered into fresh pinned memory (the loader's pin_memory)
+            batches = (self.loader.gather(idx) for idx in self.loader.indices(epoch)[start:])
             host = ThreadPrefetcher(self._gathered(batches, device), depth=self.depth)
 
             def on_gpu(batch):  # on the side stream, after the copy
@@ -421,7 +422,7 @@ class ImageLoader:
 
             # A new prefetcher per epoch, on the loader's one stream (see CudaPrefetcher's stream)
             return iter(CudaPrefetcher(host, device, depth=self.depth, pin_memory=False,
-                                       transform=on_gpu, stream=self._stream(device)))
+                                       transform=on_gpu, stream=self._streams.on(device)))
         if self.device.type == "cpu":
             return self._on_cpu(epoch, start)
         return self._to_device(self._on_cpu(epoch, start))  # e.g. mps: made here, copied there
@@ -436,13 +437,6 @@ class ImageLoader:
         still lands on its rank's GPU."""
         return (self.device if self.device.index is not None
                 else torch.device("cuda", torch.cuda.current_device()))
-
-    def _stream(self, device: torch.device) -> torch.cuda.Stream:
-        """The loader's side stream on ``device``, made at its first epoch there and kept: every
-        epoch's blocks come back to the same stream's pool of the caching allocator."""
-        if device.index not in self._streams:
-            self._streams[device.index] = torch.cuda.Stream(device)
-        return self._streams[device.index]
 
     @staticmethod
     def _gathered(batches: Iterator,
@@ -461,8 +455,7 @@ class ImageLoader:
         crops, in the same order, as the other devices' path (one generator, drawn in batch order,
         here)."""
         augment = self.augmentation(epoch, start)
-        # plain views of the memmap
-        images, targets = self.loader.fields.tensors["0"], self.loader.fields.tensors["1"]
+        images, targets = self._images, self._targets
         shape = (self.batch_size, images.shape[1], self.crop, self.crop)
         # Reused outputs: the promise is "overwritten reuse_buffers batches after you got it", and
         # depth more are queued behind the one you hold. Kept for the next epochs (fresh memory

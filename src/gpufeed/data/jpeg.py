@@ -133,3 +133,51 @@ def pillow_uses_turbo() -> bool | None:
         return bool(features.check_feature("libjpeg_turbo"))
     except (ValueError, KeyError):  # Pillow < 9 does not know the feature
         return None
+
+
+def decode_replicated_chroma(data: bytes) -> torch.Tensor:
+    """A 4:2:0 JPEG decoded as libjpeg-turbo does with fancy upsampling off: ``uint8 [3, H, W]``.
+
+    Pillow (libjpeg-turbo) interpolates the half-resolution colour planes ("fancy upsampling", a
+    triangle filter: 3/4 of the nearer chroma sample, 1/4 of the farther, in each direction).
+    Without it each chroma sample is repeated over its 2x2 pixels. nvJPEG does that too unless
+    its handle is created with ``NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION`` (DALI turns it on,
+    NVIDIA/DALI#4662; torchvision's ``decode_jpeg(device="cuda")`` passes
+    ``NVJPEG_FLAGS_DEFAULT``), so this is what the GPU's image is expected to be. Built from
+    libjpeg-turbo's own planes: luma at full size, the chroma planes at their native half size
+    (a 1/2-scale decode gives them with no upsampling, ``Image.draft``), repeated, then libjpeg's
+    fixed-point YCbCr to RGB (``jdcolor.c``, 16 fraction bits). It matches libjpeg-turbo's
+    ``do_fancy_upsampling = FALSE`` bit for bit (checked with simplejpeg's ``fastupsample=True``
+    on four sizes, 17x33 to 640x480).
+
+    Raises:
+        ValueError: the JPEG is not 4:2:0 (Pillow's default): other layouts are not modelled.
+
+    Example:
+        >>> from gpufeed.measure.synth import SynthSpec, encode_jpeg, render
+        >>> data = encode_jpeg(render(SynthSpec(n=1, width=32, height=24), 0), 90)
+        >>> nearest, fancy = decode_replicated_chroma(data), decode_pil(data)
+        >>> difference = (nearest.float() - fancy.float()).abs().mean().item()
+        >>> nearest.shape == fancy.shape and 0 < difference < 5
+        True
+    """
+    from PIL import Image, JpegImagePlugin
+
+    def planes(size):  # int64 [H, W, 3]: Y, Cb, Cr as libjpeg-turbo decodes them, not converted
+        im = Image.open(io.BytesIO(data))
+        if JpegImagePlugin.get_sampling(im) != 2:
+            raise ValueError("decode_replicated_chroma models 4:2:0 JPEGs only (Pillow's default "
+                             "subsampling); this one is not")
+        im.draft("YCbCr", size)
+        return np.asarray(im).astype(np.int64)
+
+    y = planes(None)[..., 0]
+    h, w = y.shape
+    chroma = planes((w // 2, h // 2))[..., 1:]  # native half-size planes (1/2-scale decode)
+    cb, cr = np.moveaxis(chroma.repeat(2, 0).repeat(2, 1)[:h, :w] - 128, -1, 0)
+    fix = lambda v: int(v * (1 << 16) + 0.5)  # noqa: E731  libjpeg's FIX(), SCALEBITS = 16
+    half = 1 << 15
+    rgb = [y + ((fix(1.40200) * cr + half) >> 16),
+           y + ((-fix(0.34414) * cb - fix(0.71414) * cr + half) >> 16),
+           y + ((fix(1.77200) * cb + half) >> 16)]
+    return torch.from_numpy(np.clip(np.stack(rgb), 0, 255).astype(np.uint8))

@@ -341,8 +341,7 @@ class FastLoader:
                              "stay on the CPU")
         self.epoch = 0
         self._spare: list[BufferRing] = []  # rings of finished iterators, for the next ones
-        # device="cuda": the copies' side stream per device
-        self._streams: dict[int, torch.cuda.Stream] = {}
+        self._streams = SideStreams()  # device="cuda": the copies' side stream per device
 
     def set_epoch(self, epoch: int) -> None:
         """The epoch the next iteration uses (each iteration then moves on by one)."""
@@ -426,7 +425,7 @@ class FastLoader:
                 ring = self._spare.pop() if self._spare else BufferRing(self, self.reuse_buffers)
         try:
             for idx in self._index_batches(epoch):
-                yield self._fetch(idx.sort().values if self.sort_indices else idx, ring)
+                yield self.gather(idx.sort().values if self.sort_indices else idx, ring)
             if ring is not None:
                 # the caller asked past the last batch: its copies out of it are issued
                 ring.asked()
@@ -435,15 +434,18 @@ class FastLoader:
             if own:
                 self._spare.append(ring)
 
-    def _side_stream(self) -> torch.cuda.Stream:
-        """The loader's side stream on the current device (``_on_device``), made once: one owner,
-        so the caching allocator's blocks come back to the same stream's pool every epoch."""
-        index = torch.cuda.current_device()
-        if index not in self._streams:
-            self._streams[index] = torch.cuda.Stream(index)
-        return self._streams[index]
+    def gather(self, idx: torch.Tensor, ring: BufferRing | None = None):
+        """One batch made as this loader makes its batches: rows ``idx`` (``int64 [B]``) of every
+        field, on the CPU, or in pinned memory (``pin_memory``), or copied to ``device`` on the
+        loader's side stream (ordered before your current stream's later work, as an epoch's
+        batches are). Into new memory, or into ``ring``'s next slot (:meth:`epoch_batches` passes
+        its own).
 
-    def _fetch(self, idx: torch.Tensor, ring: BufferRing | None = None):
+        Example:
+            >>> loader = FastLoader((torch.arange(5) * 2, torch.arange(5)), batch_size=2)
+            >>> loader.gather(torch.tensor([4, 0]))
+            (tensor([8, 0]), tensor([4, 0]))
+        """
         b, tensors, cuda = idx.shape[0], self.fields.tensors, self._cuda
         if not cuda and not self.pin_memory:  # the CPU paths: as little Python per batch as can be
             if ring is None:
@@ -462,7 +464,7 @@ class FastLoader:
                 # Whole batch, one copy per field; from pinned memory it is asynchronous (lesson 03,
                 # 08), on the side stream: it need not wait for the compute already queued on the
                 # caller's.
-                current, side = torch.cuda.current_stream(), self._side_stream()
+                current, side = torch.cuda.current_stream(), self._streams.on()
                 with torch.cuda.stream(side):
                     got = {k: v.to(side.device, non_blocking=True) for k, v in got.items()}
                     if ring is not None:
@@ -472,6 +474,23 @@ class FastLoader:
                     # its memory is not the side stream's again before that work is done
                     v.record_stream(current)
         return self.fields.build(got, b)
+
+
+class SideStreams:
+    """A loader's own CUDA side stream per device, made at its first use there and kept: one owner,
+    so every epoch's blocks come back to the same stream's pool of the caching allocator. Used by
+    :class:`FastLoader` (``device="cuda"``) and :class:`gpufeed.data.ImageLoader`."""
+
+    def __init__(self):
+        self._streams: dict[int, torch.cuda.Stream] = {}
+
+    def on(self, device: torch.device | None = None) -> torch.cuda.Stream:
+        """The side stream on ``device``; None, or ``"cuda"`` without an index: the current one."""
+        index = (device.index if device is not None and device.index is not None
+                 else torch.cuda.current_device())
+        if index not in self._streams:
+            self._streams[index] = torch.cuda.Stream(index)
+        return self._streams[index]
 
 
 class BufferRing:

@@ -11,7 +11,7 @@ processes, so on storage shared between machines another host's staging folder i
 folder at once (the ranks of one job) take turns: the first builds, the next find it built.
 :func:`read_manifest` reads a manifest back (every writer's format and version checked the same
 way). Used by :mod:`gpufeed.measure.synth` and :mod:`gpufeed.data.memmap` and
-:mod:`gpufeed.course.formats` (``notebooks/05_memmap.ipynb`` explains it).
+:mod:`gpufeed.course.lesson04.formats` (``notebooks/05_memmap.ipynb`` explains it).
 
 Example:
     >>> import tempfile, pathlib

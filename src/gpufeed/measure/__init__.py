@@ -7,14 +7,17 @@
 * :mod:`~gpufeed.measure.ceilings`: the fastest any pipeline on this machine can go.
 * :mod:`~gpufeed.measure.synth` and :mod:`~gpufeed.measure.photos`: the generated datasets every
   measurement reads; :mod:`~gpufeed.measure.datasets`: every one the lessons and the bench use,
-  listed once and built at once.
+  built at once; :mod:`~gpufeed.measure.lessons`: the lessons, listed once (for the tools too).
 * :mod:`~gpufeed.measure.pipelines`, :mod:`~gpufeed.measure.suite` and :mod:`~gpufeed.measure.dali`:
   ``python -m gpufeed bench``, every input pipeline side by side.
 * :mod:`~gpufeed.measure.memory` and :mod:`~gpufeed.measure.cpu`: what a pipeline costs beside its
   speed, the peak memory and the cores busy of its process and workers; :mod:`~gpufeed.measure.peers`:
   other loaders (FFCV, SPDL, torchdata.nodes) doing the same work, each in its own process.
 * :mod:`~gpufeed.measure.progress`: the progress bars of the long loops, and when they show.
-* :mod:`~gpufeed.measure.plotting`: the plot style of every result (units, ratios, "measured on").
+* :mod:`~gpufeed.measure.plotting`: the plot style of every result (units, ratios, "measured on");
+  :mod:`~gpufeed.measure.wording`: ratios in words; :mod:`~gpufeed.measure.traces`: a profiler trace read.
+* :func:`diagnose` (:mod:`~gpufeed.measure.diagnosis`, :mod:`~gpufeed.measure.findings`): the course's
+  measurements pointed at your own loader and training step.
 
 It may import :mod:`gpufeed.data`, never :mod:`gpufeed.course`.
 """
@@ -24,12 +27,15 @@ from __future__ import annotations
 import importlib
 
 _MODULES = {'ceilings', 'pipelines', 'suite', 'synth', 'machine', 'harness', 'plotting', 'dali', 'results', 'photos',
-            'memory', 'peers', 'cpu', 'published', 'progress', 'datasets'}
+            'memory', 'peers', 'cpu', 'published', 'progress', 'datasets', 'wording', 'traces', 'diagnosis',
+            'findings', 'lessons'}
 
-__all__ = sorted(_MODULES)
+__all__ = sorted(_MODULES | {"diagnose"})
 
 
 def __getattr__(name: str):
+    if name == "diagnose":  # the one entry point, as a function: gpufeed.measure.diagnose(loader, step)
+        return importlib.import_module(f"{__name__}.diagnosis").diagnose
     if name in _MODULES:
         return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

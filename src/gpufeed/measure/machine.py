@@ -170,10 +170,27 @@ def _commit_from_file(root: Path | None) -> str | None:
         return None
 
 
+def _real_cuda() -> dict:
+    """``torch.cuda``'s ``is_available``, ``_lazy_init`` and ``device_count``: its own ones, also inside
+    ``gpufeed.simcuda.simulated_cuda()``, whose simulated device is no GPU of this machine (nothing
+    measured or saved under it may claim one)."""
+    import torch
+
+    real = {name: getattr(torch.cuda, name) for name in ("is_available", "_lazy_init", "device_count")}
+    if "gpufeed.simcuda" in sys.modules:  # the simulator can be in place only once it was imported
+        from gpufeed.simcuda import active
+
+        if (sim := active()) is not None:
+            real.update(sim.outside)
+    return real
+
+
 @lru_cache(maxsize=1)
 def _static_info() -> dict:
     import torch
 
+    cuda = _real_cuda()
+    has_gpu = cuda["is_available"]()
     info = {
         "cpu": _cpu_name(),
         "cores": usable_cores(),
@@ -184,16 +201,17 @@ def _static_info() -> dict:
         "torchvision": version_of("torchvision"),
         "numpy": version_of("numpy"),
         "pillow": version_of("pillow"),
-        "cuda": torch.version.cuda if torch.cuda.is_available() else None,
+        "cuda": torch.version.cuda if has_gpu else None,
         "gpu": None,
         "gpu_memory_gib": None,
         "gpu_count": 0,
     }
-    if torch.cuda.is_available():
+    if has_gpu:
+        cuda["_lazy_init"]()
         props = torch.cuda.get_device_properties(0)
         info["gpu"] = props.name
         info["gpu_memory_gib"] = round(props.total_memory / 2**30, 1)
-        info["gpu_count"] = torch.cuda.device_count()
+        info["gpu_count"] = cuda["device_count"]()
     return info
 
 

@@ -1,0 +1,442 @@
+"""Lesson 08's fair test of a GPU prefetcher: is the training loop faster with it, and why (not)?
+
+``notebooks/08_prefetch.ipynb``, section 5. Three ways to feed a training step from pinned
+batches already in memory (what a perfect DataLoader with ``pin_memory=True`` would deliver):
+
+* **the copy on the default stream** (:func:`copied`): each batch is copied and converted on the
+  stream the step runs on, just before the step, so copy, conversion and step take turns;
+* **a side stream in the loop** (:func:`gpufeed.course.lesson08.hazards.hand_prefetch`, apex's
+  ``data_prefetcher``; on CUDA only): the next batch's copy on a side stream, its host work in the
+  loop between two steps;
+* **a prefetcher** (:func:`gpufeed.data.prefetch.prefetch`: ``CudaPrefetcher`` on a GPU,
+  ``ThreadPrefetcher`` elsewhere): the same side stream, its host work on a thread of its own.
+
+Each arm is built once, with its one side stream, and iterated for every run (:func:`sources`):
+a new stream per run would keep each run's cached blocks in a pool of their own.
+
+And two kinds of step (:func:`gpufeed.course.instrument.train_step`): one that reads its loss every
+step (``loss.item()``, as loops that log do), so the host waits for the GPU each step and what the
+host does between two steps is time the GPU sits idle; and one that never waits.
+
+What makes it fair (the lesson's first GPU run, an H100 on 2026-11-26, was not):
+
+* :func:`plan`: copy, conversion and step are timed alone, the model's width is chosen so that the
+  step takes about as long as the copy (:func:`balance`), and the best gain the overlap allows is
+  computed before the loops are timed (:func:`bound`);
+* :func:`measure`: each variant runs ``steps`` timed steps after ``warmup`` untimed ones, the
+  variants in turns (ABABAB, :func:`alternate`), the device synchronised at both ends of each timed
+  run (:func:`run_once`), with the memory peaks of each run; then a profiler trace of a few steps of
+  each, the first left out, for the picture and the why (:func:`profile_steps`);
+* :mod:`gpufeed.course.lesson08.overlap_prose` turns the result into sentences that follow the numbers,
+  and picks the committed reference a machine without CUDA shows.
+
+Every function takes the device, the step and the sources as arguments: the tests run them on the
+CPU (with ``ThreadPrefetcher``) and under the CUDA-ordering simulator (:mod:`gpufeed.simcuda`).
+
+Example:
+    >>> round(bound(2.0, 1.0), 2), round(bound(2.0, 1.0, n=4), 2)  # copy 2 ms, step 1 ms
+    (1.5, 1.33)
+    >>> balance(2.0, lambda width: 0.5 * width)  # step times 0.5, 1, 2 ms: width 4 matches the copy
+    (4, {1: 0.5, 2: 1.0, 4: 2.0})
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import time
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from gpufeed.course import trace
+from gpufeed.course.instrument import train_step
+from gpufeed.course.lesson08.hazards import hand_prefetch
+from gpufeed.data.movers import leaves, to_device
+from gpufeed.data.prefetch import prefetch, prepare
+from gpufeed.measure.harness import Measurement, benchmark
+
+#: The variant without a prefetcher.
+PLAIN = "copy on the default stream"
+#: apex's prefetcher: the side stream, its host work in the loop.
+IN_LOOP = "side stream in the loop"
+#: The two kinds of step: does it read its loss (and so wait for the device) every step?
+REGIMES = {"syncs every step": True, "never syncs": False}
+#: Model widths tried, narrowest first.
+WIDTHS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+#: Steps of each trace drawn in the lesson's chart.
+SHOWN_STEPS = 3
+#: How ``CudaPrefetcher`` works, saved with a GPU's results (the old format's say theirs).
+PREFETCHER = ("host work (asking the loader, pinning, issuing the copy and the conversion) on a "
+              "producer thread with its own side stream, and GPU memory bounded by a ring of "
+              "depth + 2 batches")
+
+
+def convnet(width: int, num_classes: int = 10) -> nn.Module:
+    """The section's model, on normalised float images ``[B, 3, H, W]``: the wider, the slower."""
+    return nn.Sequential(nn.Conv2d(3, width, 3, stride=2, padding=1), nn.ReLU(),  # [B, w, H/2, W/2]
+                         nn.Conv2d(width, width, 3, padding=1), nn.ReLU(),
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(width, num_classes))
+
+
+def model_steps(device, num_classes: int = 10) -> Callable[[int, bool], Callable]:
+    """``make_step(width, sync)`` for :func:`plan`: a fresh :func:`convnet` on ``device`` and its
+    SGD step (:func:`gpufeed.course.instrument.train_step`), reading its loss every step if ``sync``."""
+    return lambda width, sync: train_step(convnet(width, num_classes).to(device), sync=sync)
+
+
+def prefetched_name(device) -> str:
+    """The prefetcher :func:`gpufeed.data.prefetch.prefetch` picks for ``device``."""
+    return "CudaPrefetcher" if torch.device(device).type == "cuda" else "ThreadPrefetcher"
+
+
+def synchronizer(device) -> Callable[[], None]:
+    """A function that waits for everything queued on ``device`` (nothing to wait for on a CPU)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return lambda: torch.cuda.synchronize(device)
+    return lambda: None
+
+
+def nbytes(batch) -> int:
+    """Bytes in the tensors of a batch of any structure."""
+    return sum(t.numel() * t.element_size() for t in leaves(batch))
+
+
+def copied(batches: Sequence, device, dtype=None, mean=None, std=None):
+    """The plain loop's feed: ``batches`` cycled, each copied to ``device`` on the current stream
+    (``non_blocking``: from pinned memory the host does not wait) and converted there."""
+    for batch in itertools.cycle(batches):
+        yield prepare(to_device(batch, device, non_blocking=True), dtype, mean, std)
+
+
+def sources(batches: Sequence, device, dtype=None, mean=None, std=None,
+            depth: int = 1) -> dict[str, Callable[[], Iterable]]:
+    """The arms (:data:`PLAIN`, :data:`IN_LOOP` on CUDA, the prefetcher), each a function that
+    starts a new pass of an endless feed of converted batches. Each arm is made once here, with its
+    one side stream, and every pass reuses it."""
+    device = torch.device(device)
+
+    def convert(batch):
+        return prepare(batch, dtype, mean, std)
+
+    feeds = {PLAIN: lambda: copied(batches, device, dtype, mean, std)}
+    if device.type == "cuda":
+        side = torch.cuda.Stream(device)  # the in-loop prefetcher's one side stream, every run
+        feeds[IN_LOOP] = lambda: hand_prefetch(itertools.cycle(batches), device, convert=convert,
+                                               stream=side)
+    prefetcher = prefetch(itertools.cycle(batches), device, dtype, mean, std, depth=depth)
+    feeds[prefetched_name(device)] = lambda: iter(prefetcher)  # one prefetcher, a pass a run
+    return feeds
+
+
+def bound(feed: float, work: float, n: int | None = None) -> float:
+    """The most overlap can gain: ``feed + work`` a batch in turns against ``max(feed, work)``.
+
+    With ``n`` batches, the first batch's feed is not hidden: ``n (feed + work)`` against
+    ``feed + work + (n - 1) max(feed, work)``. Any unit, the same for both.
+    """
+    if n is None:
+        return (feed + work) / max(feed, work)
+    return n * (feed + work) / (feed + work + (n - 1) * max(feed, work))
+
+
+def balance(copy_s: float, time_step: Callable[[int], float],
+            widths: Sequence[int] = WIDTHS) -> tuple[int, dict[int, float]]:
+    """The width whose step time is nearest the copy's (by ratio), and every time tried.
+
+    Widths are tried narrowest first, up to the first whose step takes at least as long as the
+    copy; ``time_step(width)`` returns the step's time in the copy's unit.
+    """
+    tried: dict[int, float] = {}
+    for width in widths:
+        tried[width] = time_step(width)
+        if tried[width] >= copy_s:
+            break
+    return min(tried, key=lambda w: abs(math.log(tried[w] / copy_s))), tried
+
+
+def run_once(source: Iterable, step: Callable, *, warmup: int, steps: int,
+             sync: Callable[[], None]) -> float:
+    """Seconds a step over ``steps`` steps fed by ``source``, after ``warmup`` untimed ones; the
+    device is synchronised before the clock starts and before it stops. The feed is closed after."""
+    it = iter(source)
+    try:
+        for _ in range(warmup):
+            step(*next(it))
+        sync()
+        start = time.perf_counter()
+        for _ in range(steps):
+            step(*next(it))
+        sync()
+        return (time.perf_counter() - start) / steps
+    finally:
+        if hasattr(it, "close"):
+            it.close()  # a prefetcher's thread stops, its batches in flight are dropped
+
+
+def allocator(device) -> dict:
+    """The caching allocator's counters now: bytes ``reserved`` and ``alloc_retries`` (allocations
+    that failed, freed the cache and tried again: a flush inside a timed run); {} on a CPU."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return {}
+    stats = torch.cuda.memory_stats(device)
+    return {"reserved": torch.cuda.memory_reserved(device),
+            "alloc_retries": stats.get("num_alloc_retries", 0)}
+
+
+def memory_peaks(device, before: int) -> dict:
+    """The peaks since the last reset (``torch.cuda.memory_stats``), in bytes; {} on a CPU.
+
+    ``in_flight_peak`` is the allocated peak less ``before`` (what was allocated when the run
+    began): the batches in flight and the step's activations.
+    """
+    device = torch.device(device)
+    if device.type != "cuda":
+        return {}
+    stats = torch.cuda.memory_stats(device)
+    peak = stats["allocated_bytes.all.peak"]
+    return {"allocated_peak": peak, "reserved_peak": stats["reserved_bytes.all.peak"],
+            "in_flight_peak": peak - before}
+
+
+def alternate(feeds: dict[str, Callable[[], Iterable]], step: Callable, device, *, repeats: int = 3,
+              warmup: int = 10, steps: int = 100, label: str = "",
+              items: int | None = None) -> list[Measurement]:
+    """Times each feed with ``step`` in turns (ABCABC for three): one :class:`Measurement` a feed.
+
+    Each run starts a new pass of its feed (:func:`run_once`), so each pays its own warm-up. A
+    sample is the seconds a step of one run; ``params`` hold the variant, the regime ``label``, the
+    runs' places in the order (0 first), the memory peaks, the highest of its runs
+    (:func:`memory_peaks`), and on CUDA the allocator's counters (:func:`allocator`): reserved
+    before the arm's first run and after its last, and the retries in its runs.
+    """
+    if repeats < 1 or steps < 1 or warmup < 0:
+        raise ValueError("alternate: repeats and steps must be at least 1, warmup at least 0")
+    from gpufeed.measure.machine import machine_info
+
+    device, sync = torch.device(device), synchronizer(device)
+    samples: dict[str, list[float]] = {name: [] for name in feeds}
+    places: dict[str, list[int]] = {name: [] for name in feeds}
+    memory: dict[str, dict] = {name: {} for name in feeds}
+    for place, name in enumerate(n for _ in range(repeats) for n in feeds):
+        before = 0
+        if device.type == "cuda":  # the last run ended synchronised: its batches are freed
+            torch.cuda.reset_peak_memory_stats(device)
+            before = torch.cuda.memory_allocated(device)
+        counted = allocator(device)
+        samples[name].append(run_once(feeds[name](), step, warmup=warmup, steps=steps, sync=sync))
+        places[name].append(place)
+        for key, value in memory_peaks(device, before).items():
+            memory[name][key] = max(value, memory[name].get(key, value))
+        if counted:  # reserved before the arm's first run and after its last; retries in its runs
+            after = allocator(device)
+            memory[name].setdefault("reserved_before", counted["reserved"])
+            memory[name]["reserved_after"] = after["reserved"]
+            memory[name]["alloc_retries"] = (memory[name].get("alloc_retries", 0)
+                                             + after["alloc_retries"] - counted["alloc_retries"])
+    machine = machine_info()
+    return [Measurement(f"{name}, {label}" if label else name, samples[name], items=items,
+                        params={"variant": name, "regime": label, "warmup": warmup, "steps": steps,
+                                "places": places[name], "memory": memory[name]}, machine=machine)
+            for name in feeds]
+
+
+def profile_steps(source: Iterable, step: Callable, path: str | Path, device, *, skip: int = 1,
+                  wait: int = 1, warmup: int = 2, active: int = 12) -> Path:
+    """A chrome trace of ``active`` steps fed by ``source``, each in a ``record_function("step")``
+    range (the batch is fetched outside it); the first ``skip + wait`` steps are left out and the
+    next ``warmup`` run the profiler without recording. CUDA activity is traced on a GPU, and the
+    last step ends with a synchronisation, so that the window holds the device's work of a step
+    that never waits for it."""
+    os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # hides the profiler's C++ log lines
+    from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+    path, sync = Path(path), synchronizer(device)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    activities = [ProfilerActivity.CPU]
+    if torch.device(device).type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    plan = schedule(skip_first=skip, wait=wait, warmup=warmup, active=active, repeat=1)
+    it = iter(source)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*clears events at the end of each cycle")
+            with profile(activities=activities, schedule=plan,
+                         on_trace_ready=lambda p: p.export_chrome_trace(str(path))) as prof:
+                for left in reversed(range(skip + wait + warmup + active)):
+                    batch = next(it)  # outside the step's range: the host's time between steps
+                    with record_function("step"):
+                        step(*batch)
+                    if left == 0:
+                        sync()
+                    prof.step()
+    finally:
+        if hasattr(it, "close"):
+            it.close()
+    return path
+
+
+def picture(path: str | Path, shown: int = SHOWN_STEPS) -> list[dict]:
+    """The first ``shown`` steps of a trace from :func:`profile_steps`, as JSON-ready intervals:
+    the steps' ranges on a ``host`` row, the device's work on a row per stream."""
+    s = trace.summary(path, names=["step"])
+    until = s["window_ms"] / max(s["steps"], 1) * shown
+    return [{**vars(i), "resource": "host" if i.resource.startswith("thread") else i.resource}
+            for i in trace.intervals(path, names=["step"]) if i.start < until]
+
+
+def between_steps(summary: dict, stage: str = "step") -> dict:
+    """What a trace summary (:func:`gpufeed.course.trace.summary`) says about the time between steps.
+
+    Returns ``steps`` profiled, ``per_step_ms`` (the window over the steps), ``host_ms`` (the
+    window less the ``stage`` ranges: the host's time outside the steps), ``gpu_busy_ms`` (the time
+    a kernel ran; None without any) and ``gpu_idle`` (a fraction, or None).
+
+    Example:
+        >>> s = {"window_ms": 100.0, "steps": 8, "gpu_idle_fraction": 0.25,
+        ...      "stages": {"step": {"total_ms": 90.0}}}
+        >>> between_steps(s)["host_ms"], between_steps(s)["gpu_busy_ms"]
+        (10.0, 75.0)
+    """
+    window, idle = summary["window_ms"], summary.get("gpu_idle_fraction")
+    in_steps = summary["stages"].get(stage, {}).get("total_ms", 0.0)
+    return {"steps": summary["steps"], "per_step_ms": window / max(summary["steps"], 1),
+            "host_ms": window - in_steps, "gpu_busy_ms": None if idle is None else (1 - idle) * window,
+            "gpu_idle": idle}
+
+
+@dataclass
+class Plan:
+    """What :func:`plan` measured and chose: the costs alone, the width and the bound."""
+
+    batches: Sequence
+    device: torch.device
+    make_step: Callable[[int, bool], Callable]
+    dtype: torch.dtype | None
+    mean: object
+    std: object
+    copy: Measurement
+    convert: Measurement
+    steps: dict[int, Measurement] = field(default_factory=dict)
+    width: int = 0
+
+    @property
+    def convert_with_step(self) -> bool:
+        """On a GPU the conversion's kernels and the step's share the compute units: they take
+        turns, and the copy is what overlap hides. On a CPU the prefetch thread converts."""
+        return self.device.type == "cuda"
+
+    @property
+    def feed_s(self) -> float:
+        """What the prefetcher can hide: the copy (and the conversion, off a GPU)."""
+        return self.copy.median + (0.0 if self.convert_with_step else self.convert.median)
+
+    @property
+    def work_s(self) -> float:
+        """What it cannot: the step (and the conversion, on a GPU)."""
+        return self.steps[self.width].median + (self.convert.median if self.convert_with_step else 0.0)
+
+    @property
+    def bound(self) -> float:
+        return bound(self.feed_s, self.work_s)
+
+    def describe(self) -> str:
+        """A sentence: the costs alone, the width chosen and the bound, before measuring."""
+        c, w = self.feed_s * 1e3, self.work_s * 1e3
+        tried = ", ".join(f"{k}: {m.median * 1e3:.2f}" for k, m in self.steps.items())
+        return (f"A batch of {self.copy.nbytes / 1e6:.0f} MB: the copy takes {self.copy.median * 1e3:.2f} ms "
+                f"({self.copy.gb_per_s:.1f} GB/s), the conversion {self.convert.median * 1e3:.2f} ms; "
+                f"a step of width {self.width} takes {self.steps[self.width].median * 1e3:.2f} ms (ms a "
+                f"step by width: {tried}). In turns a step costs {c + w:.2f} ms; overlapped, the "
+                f"{'copy' if self.convert_with_step else 'copy and conversion'} beside the "
+                f"{'conversion and step' if self.convert_with_step else 'step'}, at best "
+                f"{max(c, w):.2f} ms: the bound is {self.bound:.2f}x.")
+
+    def to_dict(self) -> dict:
+        return {"batch_bytes": self.copy.nbytes, "converted_bytes": self.convert.nbytes,
+                "copy_ms": self.copy.median * 1e3, "convert_ms": self.convert.median * 1e3,
+                "widths_ms": {str(k): m.median * 1e3 for k, m in self.steps.items()},
+                "width": self.width, "step_ms": self.steps[self.width].median * 1e3,
+                "feed_ms": self.feed_s * 1e3, "work_ms": self.work_s * 1e3,
+                "convert_with_step": self.convert_with_step, "bound": self.bound}
+
+
+def plan(batches: Sequence, device, make_step: Callable[[int, bool], Callable], *, dtype=None,
+         mean=None, std=None, widths: Sequence[int] = WIDTHS, repeats: int = 5,
+         items: int | None = None) -> Plan:
+    """Times the copy of ``batches[0]``, its conversion and the step alone; chooses the width.
+
+    Args:
+        batches: a few batches ``(images, labels)`` on the host (pinned, for a GPU).
+        device: where the step runs.
+        make_step: ``make_step(width, sync)`` returns a training step ``step(images, labels)``
+            whose model has that width and which reads its loss every step if ``sync``.
+        dtype, mean, std: the conversion on the device (:func:`gpufeed.data.prefetch.prepare`).
+        widths: tried narrowest first (:func:`balance`).
+        repeats: timed calls of each.
+        items: images a batch, for the steps' images/s.
+    """
+    device, first = torch.device(device), batches[0]
+    copy = benchmark(lambda: to_device(first, device, non_blocking=True), name="copy of a batch",
+                     nbytes=nbytes(first), repeats=max(repeats, 10))
+    on_device = to_device(first, device)
+    ready = prepare(on_device, dtype, mean, std)
+    convert = benchmark(lambda: prepare(on_device, dtype, mean, std), name="conversion of a batch",
+                        nbytes=nbytes(ready), repeats=max(repeats, 10))
+    p = Plan(batches, device, make_step, dtype, mean, std, copy, convert)
+
+    def time_step(width: int) -> float:
+        step = make_step(width, True)
+        p.steps[width] = benchmark(lambda: step(*ready), name=f"step, width {width}", items=items,
+                                   repeats=repeats)
+        return p.steps[width].median
+
+    p.width, _ = balance(p.feed_s, time_step, widths)  # the step about as long as what it hides
+    return p
+
+
+def measure(p: Plan, *, trace_dir: str | Path | None = None, repeats: int = 3, warmup: int = 10,
+            steps: int = 100, active: int = 12, depth: int = 1,
+            items: int | None = None) -> tuple[dict, list[Measurement]]:
+    """Times the arms in turns with a step of each regime; profiles each if ``trace_dir``.
+
+    Returns:
+        ``(result, measurements)``: ``result`` is JSON-ready (what :func:`plan` found, ``regimes``
+        with each variant's runs, median, spread and memory, ``bounds`` with each regime's bound
+        from its own step timed alone, ``traces`` with each trace's summary, ``picture`` with the
+        first steps of each variant's trace with a syncing step);
+        ``measurements`` are the raw samples, the plan's first.
+    """
+    feeds = sources(p.batches, p.device, p.dtype, p.mean, p.std, depth)
+    result = {**p.to_dict(), "prefetcher": prefetched_name(p.device), "depth": depth,
+              "arms": list(feeds), "repeats": repeats, "warmup": warmup, "steps": steps,
+              "regimes": {}, "bounds": {}, "traces": {}, "picture": {}}
+    timed = []
+    ready = prepare(to_device(p.batches[0], p.device), p.dtype, p.mean, p.std)
+    for regime, sync in REGIMES.items():
+        step = p.make_step(p.width, sync)
+        alone = benchmark(lambda step=step: step(*ready), name=f"step alone, {regime}", repeats=5)
+        extra = p.convert.median if p.convert_with_step else 0.0
+        result["bounds"][regime] = bound(p.feed_s, alone.median + extra)  # this regime's own step
+        ms = alternate(feeds, step, p.device, repeats=repeats, warmup=warmup, steps=steps,
+                       label=regime, items=items)
+        timed += ms
+        result["regimes"][regime] = {m.params["variant"]: {
+            "runs_ms": [s * 1e3 for s in m.samples], "median_ms": m.median * 1e3,
+            "places": m.params["places"], "memory": m.params["memory"]} for m in ms}
+        if trace_dir is None:
+            continue
+        for name, start in feeds.items():
+            path = Path(trace_dir) / f"{regime.replace(' ', '-')}-{name.replace(' ', '-')}.json"
+            profile_steps(start(), step, path, p.device, active=active)
+            result["traces"].setdefault(regime, {})[name] = trace.summary(path, names=["step"])
+            if sync:
+                result["picture"][name] = picture(path)
+    return result, [p.copy, p.convert, *p.steps.values(), *timed]
