@@ -16,7 +16,9 @@ wrong values it produces. When the host polls ``query()``, the work it polls for
 ``torch.cuda.set_sync_debug_mode`` reports: copies without ``non_blocking``, ``.item()``,
 ``bool()``, ``.cpu()``, ``nonzero``, printing, ``stream.synchronize()``; under
 ``set_sync_debug_mode("error")`` they raise torch's own ``RuntimeError``) and in
-:attr:`Simulator.waits` (all of them, ``event.synchronize()`` and ``torch.cuda.synchronize()`` too).
+:attr:`Simulator.waits` (all of them, ``event.synchronize()`` and ``torch.cuda.synchronize()`` too;
+:attr:`Simulator.waits_by_thread` says which thread waited, since a wait on a helper thread costs
+the training loop nothing).
 
 **The nominal timeline** places each step on its stream at a made-up, fixed speed (copies at
 :attr:`NominalSpeeds.copy_gb_s`, kernels at :attr:`NominalSpeeds.kernel_gb_s`, a launch every
@@ -30,6 +32,7 @@ import contextlib
 import random
 import sys
 import threading
+import time
 import warnings
 from collections import Counter, deque
 from dataclasses import dataclass
@@ -83,6 +86,11 @@ class NominalSpeeds:
     copy_gb_s: float = 25.0  # host <-> device copies
     kernel_gb_s: float = 1500.0  # bytes a kernel reads and writes
     launch_us: float = 5.0  # the host's time to issue one step
+    #: the host's own memcpy, in *real* time: when set, pinning a tensor and staging a copy from
+    #: pageable memory make the thread that does it sleep ``nbytes / host_gb_s`` (a sleep releases
+    #: the GIL, as torch's copies do), so that a test can see on which thread that host work runs.
+    #: None: they take only the CPU's own (tiny) time.
+    host_gb_s: float | None = None
 
     def ms(self, work: Work) -> float:
         """How long ``work`` takes on the nominal timeline, in milliseconds.
@@ -129,6 +137,7 @@ class Simulator:
         self.debug_mode = 0
         self.syncs: list[str] = []  # what set_sync_debug_mode would report
         self.waits: list[str] = []  # every time the host waited
+        self.waits_by_thread: dict[str, list[str]] = {}  # the same, by the name of the thread that waited
         self.races: list[Race] = []
         self.ran: list[Work] = []  # the steps in the order they ran
         self.pending: list = []  # copies to and from pinned memory the host has not yet learnt are done
@@ -262,6 +271,7 @@ class Simulator:
             self.report_sync(what)
         with self.lock:
             self.waits.append(what)
+            self.waits_by_thread.setdefault(threading.current_thread().name, []).append(what)
             for stream, step in targets:
                 self._run_until(stream, step)
                 self._learn(clock if clock is not None else stream.clock)
@@ -281,6 +291,12 @@ class Simulator:
     def sleep(self, cycles: int) -> None:
         """``torch.cuda._sleep(cycles)``: a step that only takes time (1 cycle = 1 nominal ns)."""
         self.issue(self.current_stream(), "busy", "sleep", busy_ms=int(cycles) / 1e6)
+
+    def host_copy(self, nbytes: int) -> None:
+        """The host copies ``nbytes`` itself (pinning, staging): real time if
+        :attr:`NominalSpeeds.host_gb_s`."""
+        if self.speeds.host_gb_s:
+            time.sleep(nbytes / (self.speeds.host_gb_s * 1e9))
 
     def busy(self, ms: float, what: str = "compute") -> Work:
         """A step of ``ms`` nominal milliseconds on the current stream, standing for a kernel."""
