@@ -1,6 +1,6 @@
 # The course's commands. Each one installs what it needs first (uv, then .venv from uv.lock).
 #   make lab     JupyterLab on notebooks/ (LAB_ARGS=--no-browser to run headless)
-#   make test    lint, unit tests, doctests, notebook checks, every notebook in quick mode
+#   make test    lint, unit tests, doctests, notebook checks, every notebook in quick mode, on every core
 #   make bench   this machine's ceilings: JSON + plots under the results folder
 #   make test-oldest  the unit tests, doctests and quick notebooks with the oldest torch pyproject allows
 #   make test-gpu  one GPU slot in GPU_BUDGET_S seconds (460, make node-env included): preflight, the cuda
@@ -48,8 +48,16 @@ ifeq ($(OFFLINE),yes)
 IN_NETNS := GPUFEED_OFFLINE=1 unshare -rn sh -c 'ip link set lo up && exec "$$@"' sh
 endif
 
+# make test: the datasets the lessons generate are built first, once, with every core (`gpufeed data
+# prepare`: the lessons then find them, rather than two notebooks building one at the same time);
+# then the tests, doctests and notebooks on every core (pytest-xdist, TEST_JOBS workers): a lesson
+# runs in a worker of its own while tests fill the other workers. What must not share the machine
+# with its own kind keeps to one worker (--dist loadgroup; the groups are set in conftest.py).
+TEST_JOBS ?= auto
 test: lint
-	GPUFEED_QUICK=1 $(IN_NETNS) $(RUN) pytest --nbmake --nbmake-timeout=900 -m "not browser" $(PYTEST_ARGS)
+	GPUFEED_QUICK=1 $(RUN) python -m gpufeed data prepare
+	GPUFEED_QUICK=1 $(IN_NETNS) $(RUN) pytest -n $(TEST_JOBS) --dist loadgroup --nbmake --nbmake-timeout=900 \
+		-m "not browser" $(PYTEST_ARGS)
 
 # Tests in a real browser (Debian's chromium, driven headless): the slide deck, JupyterLab and the
 # site (run `make book` first: tests/test_book.py opens build/book/html).

@@ -1,6 +1,8 @@
 """Test-wide fixtures: the environment restored after every test (doctests included), and no
-network beyond localhost, so that no test can download anything; and ``--cuda-sanitizer``
-(``tests/cudasan.py``: each test's body under PyTorch's CUDA Stream Sanitizer)."""
+network beyond localhost, so that no test can download anything; ``--cuda-sanitizer``
+(``tests/cudasan.py``: each test's body under PyTorch's CUDA Stream Sanitizer); and the order and
+groups `make test` runs the suite in on every core (pytest-xdist, ``--dist loadgroup``):
+:func:`pytest_collection_modifyitems`."""
 
 import ipaddress
 import os
@@ -53,3 +55,26 @@ def _restore_environ():
     yield
     os.environ.clear()
     os.environ.update(saved)
+
+
+#: The xdist group of the tests marked ``timing``: they assert on wall-clock time, so they keep to
+#: one worker and never time each other (with ``--dist loadgroup``; without xdist the mark is inert).
+TIMING_GROUP = "timing"
+
+
+def _is_notebook(item) -> bool:
+    return item.nodeid.endswith(".ipynb")  # nbmake's items: one per lesson
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups off the items
+def pytest_collection_modifyitems(config, items):
+    """The lessons first, then the tests marked ``slow``, then the rest, each in collection order:
+    xdist hands out work in this order as workers free up, so the longest items (a lesson takes a
+    minute or more; a test, seconds) start first and the short ones fill the gaps at the end,
+    rather than one lesson running alone on one core at the end. Tests marked ``timing`` join
+    :data:`TIMING_GROUP`."""
+    rank = {id(item): 0 if _is_notebook(item) else 1 if item.get_closest_marker("slow") else 2 for item in items}
+    items.sort(key=lambda item: rank[id(item)])  # stable: collection order within each rank
+    for item in items:
+        if item.get_closest_marker("timing"):
+            item.add_marker(pytest.mark.xdist_group(TIMING_GROUP))

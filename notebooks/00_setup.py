@@ -32,10 +32,11 @@ print(doctor.report())
 #
 # Before a training step can use an image, its bytes climb a ladder: from the network or a disk
 # (HDD, SATA SSD, NVMe) into RAM (the page cache), through the CPU (decode), across the bus into
-# GPU memory. Each rung is faster than the one below, and a pipeline runs at the speed of its
-# slowest rung. We measure the rungs this machine has, and set beside them what others published
-# for the rungs it may lack (a GPU, NVMe, RAID, network storage), each labelled with its hardware
-# and its source, never as ours:
+# GPU memory. A pipeline runs at the speed of its slowest rung, and that is not always the lowest
+# one: decoding JPEGs on one core (section 5) is often slower than the disk they come from. We
+# measure the rungs this machine has, and set beside them what others published for the rungs it
+# may lack (a GPU, NVMe, RAID, network storage), each labelled with its hardware and its source,
+# never as ours:
 #
 # | rung | measured below as |
 # |---|---|
@@ -246,7 +247,9 @@ say("\n".join(lines))
 # (the *page cache*), so the second read comes from memory. To measure a cold read without
 # rebooting, we ask the OS to drop this file's pages with `posix_fadvise(DONTNEED)` before each
 # read. Some file systems (network shares, container overlays, virtual machine disks) keep the
-# data anyway: then "cold" is no slower than "warm", and the cell says so.
+# data anyway, so the cell also asks the OS how many bytes each read fetched from storage (Linux
+# counts them) and says whether the "cold" read reached the disk. Both reads are one thread's
+# `read()` into a buffer of ours: a copy, so the page-cache rate is a copy's rate, not the RAM's.
 
 # %%
 read_bytes = config.pick(quick=32 << 20, full=1 << 30)  # 32 MiB or 1 GiB
@@ -255,36 +258,40 @@ cold = ceilings.file_read(path, cold=True, repeats=3 if S.quick else 5)
 warm = ceilings.file_read(path, cold=False, repeats=3 if S.quick else 5)
 fig, ax = plotting.bars([cold, warm], rate="bytes", machine=S.machine, title="reading one file")
 plt.show()
-speedup = warm.gb_per_s / cold.gb_per_s
+on_disk = ceilings.reached_disk(cold, warm)  # fetched from storage (where the OS counts), else 1.5x slower
+share = cold.params["from_storage"]  # the fraction of the file each cold read fetched from storage, or None
 if not cold.params["fadvise"]:  # macOS, Windows: no posix_fadvise, so nothing asked the OS to drop the pages
     why = (" This OS has no `posix_fadvise`, so no drop was requested: the 'cold' reads came from the page "
            "cache as well, and this number does not show the disk. Clear the cache by hand (macOS: `sudo purge`) "
            "to see it.")
-elif speedup < 1.5:
-    why = (" Cold is barely slower than warm: this file system kept the file cached despite the request "
-           "(or the disk is as fast as RAM), so this 'cold' number does not show the disk.")
+elif not on_disk:
+    why = (f" Each 'cold' read fetched {share:.0%} of the file from storage: this file system kept it cached "
+           "despite the request, so this number does not show the disk." if share is not None else
+           " Cold is barely slower than warm, and this OS does not say what came from storage: the file system "
+           "may have kept the file cached despite the request, so this number may not show the disk.")
 else:
-    why = ""
-say(f"Cold {cold.gb_per_s:.2f} GB/s, warm {warm.gb_per_s:.2f} GB/s: the page cache is "
-    f"{versus(warm.gb_per_s, cold.gb_per_s)} the disk." + why)
+    why = ("" if share is None else f" Each cold read fetched {share:.0%} of the file from storage: it reached the disk.")
+say(f"Cold {cold.gb_per_s:.2f} GB/s, warm {warm.gb_per_s:.2f} GB/s: the page cache read "
+    f"{versus(warm.gb_per_s, cold.gb_per_s)} the cold read." + why)
 
 # %% [markdown]
 # ### The storage ladder: this machine beside NVMe, RAID and network storage
 #
-# "Fast storage" in the talks means RAM (the page cache), NVMe SSDs, and several of them striped
-# together (RAID-0); a dataset on network storage comes slower. This machine has one of these
-# rungs at most, so the ladder below sets its two reads beside the H100 node's, from our committed
-# ceilings, and beside read rates others published, each with its hardware and its source
-# (`results/published.json`). Theirs are not measured here: a vendor's or a blog's number on its
-# own hardware, a RAID-0 read into GPU memory, a network service's documented limit. Read them as
-# orders of magnitude, not as a race.
+# "Fast storage" in the sources of this course means RAM (the page cache), NVMe SSDs, and several
+# of them striped together (RAID-0); a dataset on network storage comes slower. This machine reads
+# from its own disk through its page cache, so the ladder below sets those two reads beside the
+# H100 node's, from our committed ceilings, and beside read rates others published, each with its
+# hardware and its source (`results/published.json`). Theirs are not measured here: a vendor's or
+# a blog's number on its own hardware, many threads or a RAID-0 read straight into GPU memory, a
+# network service's documented limit. Ours are one thread's `read()`. Read them as orders of
+# magnitude, not as a race.
 
 # %%
 import textwrap
 
 node = ceilings.committed(lambda m: m.name.startswith("read "), names=["ceilings"])  # the H100 node's reads
 fast_storage = [f for f in published.for_lesson("lesson00") if not f.id.startswith("h2d-")]  # NVMe, RAID, network
-honest_cold = cold if not why else None  # a "cold" read the file system served from RAM is not the disk
+honest_cold = cold if on_disk else None  # a "cold" read the file system served from RAM is not the disk
 ladder = ceilings.storage_ladder(honest_cold, warm, fast_storage, node)
 rows = ["| read from | GB/s | as published | whose number |", "|---|---|---|---|"]
 rows += [f"| {r.what} | {r.gb_per_s:.2f} | {r.published or '-'} | {r.source} |" for r in ladder]
@@ -302,14 +309,13 @@ plotting.caption(fig, S.machine, note="dark blue: measured here; light blue: our
 plt.show()
 
 # %%
-lines = []
-for f in fast_storage:
-    rate = ceilings.published_gb_per_s(f)
-    line = f"- {f.hardware}: {f.number()} {f.unit} ({rate:.2f} GB/s), {versus(rate, warm.gb_per_s)} the page cache here"
-    lines.append(line + (f", {versus(rate, honest_cold.gb_per_s)} the disk here." if honest_cold else "."))
-say("Each published rung against this machine's reads (theirs measured on their hardware, ours here):\n\n"
-    + "\n".join(lines)
-    + ("" if honest_cold else "\n\nThe cold read here did not reach the disk (see above), so no rung is set against it."))
+if honest_cold:  # storage against storage: each published rung beside this machine's disk
+    say("Each published rung against this machine's disk (theirs measured on their hardware, with their "
+        "threads; ours here, one thread):\n\n" + "\n".join(
+            f"- {f.hardware}: {f.number()} {f.unit} ({ceilings.published_gb_per_s(f):.2f} GB/s), "
+            f"{versus(ceilings.published_gb_per_s(f), honest_cold.gb_per_s)} the disk here." for f in fast_storage))
+else:
+    say("The cold read here did not reach the disk (see above), so no published rung is set against it.")
 
 # %% [markdown]
 # ## 7. This machine's ceilings, saved
@@ -321,22 +327,23 @@ say("Each published rung against this machine's reads (theirs measured on their 
 from gpufeed.measure.harness import compare
 
 everything = [ram, *h2d, *decode_ms, cold, warm]  # h2d: measured here, or empty
-saved = results.save_lesson("lesson00", everything)
+results.save_lesson("lesson00", everything)
 print(compare([ram, cold, warm, *([] if not S.cuda else h2d[-3:])], rate="bytes"))
-print(f"\nsaved to {saved}")
 
 # %% [markdown]
 # ## Key takeaways
 #
 # * Every pipeline has ceilings: RAM copy rate, host-to-device rate, decode rate per core, disk
 #   rate. Measure them first; they tell you which optimisation can possibly pay off.
-# * On a GPU, a copy from pinned memory is faster and can be asynchronous; pinning itself costs
-#   time, so it pays when the pin runs off the critical path (a pin-memory thread, lesson 07).
+# * On a GPU, a copy from pinned memory is faster and can be asynchronous. Pinning a batch first
+#   is a copy in RAM of its own: section 4 shows whether pin-then-copy still beats pageable on the
+#   GPU measured; it costs the loop least when it runs off the critical path (lesson 07).
 # * JPEG decode is usually the lowest ceiling of a folder of images: images/s per core times the
 #   number of cores. Lessons 04-06 show how to lift it (smaller JPEGs, or decode once and memmap).
 # * Storage is a ladder: the page cache, then the disk, which may be one NVMe SSD, several in
-#   RAID-0, or network storage. Section 6 sets this machine's two rungs beside published ones:
-#   know which rung your dataset is read from, cold, in the first epoch.
+#   RAID-0 (read in parallel, they can outrun one thread reading the page cache), or network
+#   storage. Section 6 sets this machine's reads beside published ones: know which rung your
+#   dataset is read from, cold, in the first epoch.
 #
 # ## Exercises
 #
@@ -356,7 +363,8 @@ my_estimate = None
 best640 = max((m for m in decode_ms if m.name.endswith("640x480")), key=lambda m: m.items_per_s)
 answer = (ram.gb_per_s * 1e9 / (3 * 640 * 480)) / (best640.items_per_s * S.machine["cores"])
 if my_estimate is not None:
-    print("close enough!" if abs(my_estimate / answer - 1) < 0.25 else f"not quite: recompute (hint: {answer:.0f} is in the right decade)")
+    print("close enough!" if abs(my_estimate / answer - 1) < 0.25 else
+          "not quite: memcpy GB/s x 1e9 / (3 x 640 x 480 bytes), over the decode images/s of one core x the cores")
 
 
 # %% tags=["solution", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
@@ -389,7 +397,6 @@ say(f"Copying {sizes[-1] / 2**20:.0f} MiB: **{one_core.gb_per_s:.1f} GB/s** on o
 memcpy_images = ram.gb_per_s * 1e9 / (3 * 640 * 480)
 decode_images = best640.items_per_s * S.machine["cores"]
 my_estimate = memcpy_images / decode_images
-print("self-check:", "close enough!" if abs(my_estimate / answer - 1) < 0.25 else "not quite")
 lower = "decoding" if decode_images < memcpy_images else "memcpy"
 say(f"memcpy could move {memcpy_images:,.0f} images/s of 640x480; {S.machine['cores']} cores decode at most "
     f"{decode_images:,.0f} images/s with {best640.name.split()[0]}. The lower ceiling is **{lower}**, "
@@ -404,27 +411,21 @@ say(f"memcpy could move {memcpy_images:,.0f} images/s of 640x480; {S.machine['co
 import tempfile
 from pathlib import Path
 
-import psutil
+from gpufeed.measure.machine import file_system
 
 other_disk = None  # your folder on another disk, e.g. "/media/usb"; None: this machine's temporary folder
-
-
-def file_system(path):
-    """The type of the file system holding ``path`` (the longest mount point above it)."""
-    mounts = [m for m in psutil.disk_partitions(all=True) if Path(m.mountpoint) in (path, *path.parents)]
-    return max(mounts, key=lambda m: len(m.mountpoint)).fstype if mounts else "unknown"
-
 
 with tempfile.TemporaryDirectory(dir=other_disk) as folder:
     there = ceilings.make_file(Path(folder) / "read-test.bin", read_bytes)
     cold2, warm2 = (ceilings.file_read(there, cold=c, repeats=3 if S.quick else 5) for c in (True, False))
-    fs_there, fs_here = file_system(there.resolve()), file_system(path.resolve())
-rows = [("the cache folder", fs_here, cold, warm), (f"{folder} (removed since)", fs_there, cold2, warm2)]
+    fs_there, fs_here = file_system(there), file_system(path)
+rows = [("the cache folder", fs_here, cold, warm),
+        (f"a temporary folder{' in ' + other_disk if other_disk else ''} (removed since)", fs_there, cold2, warm2)]
 for where, fs, c, w in rows:
     print(f"{where} on {fs}: cold {c.gb_per_s:.2f} GB/s, warm {w.gb_per_s:.2f} GB/s, warm/cold {w.gb_per_s / c.gb_per_s:.1f}x")
-kept = [f"{where} ({fs})" for where, fs, c, w in rows if w.gb_per_s / c.gb_per_s < 1.5]
-say(f"Warm is barely faster than cold in {' and '.join(kept)}: that file system kept the data in RAM "
-    "(tmpfs, or a cache of its own) or its disk is nearly as fast as RAM, so its 'cold' number is not the disk's." if kept else
+kept = [f"{where} ({fs})" for where, fs, c, w in rows if not ceilings.reached_disk(c, w)]
+say(f"The 'cold' reads of {' and '.join(kept)} did not reach a disk: that file system kept the data in RAM "
+    "(tmpfs, or a cache of its own), so its 'cold' number is not a disk's." if kept else
     "Both file systems dropped the pages when asked: each cold number is its disk's own rate.")
 
 # %% [markdown]
@@ -436,16 +437,17 @@ say(f"Warm is barely faster than cold in {' and '.join(kept)}: that file system 
 # * **"How to Efficiently Send Images to GPU"**, a talk by Francesco Saverio Zuppichini (a Slidev
 #   deck): its profiler snippets in lesson 02; *"uint8 first, convert on the GPU; the bigger the
 #   image, the bigger the gain"* in lesson 03; a frame going from 3.5 MB to 207 KB at
-#   `ffmpeg -q:v 3` in lesson 04; 100 `__getitem__` calls at about 122 us against one batched call
-#   at about 3.4 us in lesson 06.
-# * **"The fast train loops"**, a talk by Nasy (Typst slides): the DataLoader's options, moving
+#   `ffmpeg -q:v 3` in lesson 04.
+# * **"The fast train loops"**, a talk by Nasy (Typst slides): 100 `__getitem__` calls at about
+#   122 us against one batched call at about 3.4 us (lesson 06); the DataLoader's options, moving
 #   structures to devices, and `torch.load(f, map_location=device)` (with `jax.device_put` as its
 #   JAX counterpart), in lesson 07.
 # * **"Fast data augmentation in Pytorch using Nvidia DALI"**, a blog post written with DALI's
 #   first, `ops` API (lesson 10).
-# * Unpublished timeline notes on reading images faster: the pipeline timelines of lesson 01.
+# * **Unpublished timeline notes on reading images faster**: the storage ladder of lesson 00, the
+#   pipeline timelines of lesson 01, the three ways to write an array of lesson 05, and lesson 11.
 #
-# The lessons quote them as "the talk" and measure each claim again on your machine rather than
+# Each lesson names the one it quotes, and measures the claim again on your machine rather than
 # take its number. Everything else the course relies on is public and named where it is used:
 # each lesson ends with its Further reading, and the figures others published that the lessons
 # show (the CUDA-only cells without a GPU, the storage ladder above) are kept, each with its

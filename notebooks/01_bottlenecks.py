@@ -242,7 +242,6 @@ naive_measured = rec.measurement("naive loop, measured", size="224x224", device=
 naive_predicted = Measurement("naive loop, simulated", [predicted.ms_per_batch / 1000], items=B)
 saved = results.save_lesson("lesson01", [naive_measured, naive_predicted], stage_means_ms=means,
                             predicted_over_measured=ratio, what_if_images_per_s=what_if)
-print(f"saved to {saved}")
 
 # %%
 ref = None if S.cuda else results.reference("lesson01")
@@ -250,14 +249,15 @@ if S.cuda:
     print(f"Measured above on {S.machine['gpu']}: this run is the GPU reference.")
 elif ref is None:
     theirs = results.no_reference("lesson01")  # what a GPU consumes, as others published it
-    for f in theirs:
-        say(f"A GPU training at {f.figure:,.0f} images/s ({f.label()}) needs a loader that delivers as many; "
-            f"this machine's naive loop (model step included, on the CPU here) ran at {naive_measured.items_per_s:,.0f} "
-            f"images/s, {naive_measured.items_per_s / f.figure:.1%} of it.")
+    loading = B * 1000 / sum(means[k] for k in ("read", "decode", "collate"))  # images/s: one core, no model
+    for f in theirs:  # loader against demand: the small CNN on this CPU is no ResNet-50 on a GPU
+        say(f"A GPU training at {f.figure:,.0f} images/s ({f.label()}) needs a loader that delivers as many. "
+            f"This machine's loading stages alone (read, decode, collate on one core, no model) delivered "
+            f"{loading:,.0f} images/s, {times(loading / f.figure, than='that GPU consumes', digits=1)}.")
 else:
     ref_ms, doc = ref
     gpu_means = doc["stage_means_ms"]
-    print(f"On {doc['machine']['gpu']}, the naive loop ran at {ref_ms[0].items_per_s:,.0f} images/s "
+    print(f"On {doc['machine']['gpu']}, the naive loop ran at {ref_ms[0].items * 1000 / sum(gpu_means.values()):,.0f} images/s "
           f"(predicted / measured = {doc['predicted_over_measured']:.2f}); per batch of {ref_ms[0].items:.0f}:")
     for stage, ms in gpu_means.items():
         print(f"{stage:>8}: {ms:8.2f} ms ({ms / sum(gpu_means.values()):5.1%})")
@@ -277,8 +277,9 @@ else:
 # 1. With a GPU that computes a batch in 5 ms (`compute_ms=5.0`), how many workers does the GPU
 #    prefetch preset need before compute is the slowest stage again? Work it out from the costs,
 #    then check with the cell below.
-# 2. In the explorer, turn GPU prefetch on but pinning off. Why does the copy no longer hide
-#    behind compute? (Hint: what does a copy from pageable memory do to the host thread?)
+# 2. In the explorer, turn GPU prefetch on but pinning off. Does the copy still hide behind
+#    compute? (Hint: a copy from pageable memory holds the thread that issues it: which thread is
+#    that in the simulator, and in a prefetcher that copies on the loop's own thread?)
 # 3. Re-run section 5 with `decode=gpufeed.data.jpeg.decode_torchvision` passed to `naive_loop`. How
 #    much does the predicted rate of the "workers" preset change with the measured decode cost?
 #
@@ -315,20 +316,33 @@ say(f"Loading costs {loading:.0f} ms per batch, so it takes **{my_answer} worker
 
 # %% tags=["solution", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution to exercise 2: GPU prefetch without pinned memory
-# Why: GPU prefetch works because the host *issues* the next batch's copy and goes straight on to
-# launch this batch's compute, while the copy engine runs. A copy from pageable memory cannot do
-# that: the driver first copies into its own pinned staging buffer, and the call returns only when
-# the whole copy is done. The host is held, so this batch's compute starts only after the next
-# batch's copy: copy and compute are serial again. The simulator models exactly that hold.
+# Why: a copy from pageable memory holds the thread that issues it (the driver first copies into a
+# pinned staging buffer of its own, and returns when the copy is done). In the simulator's GPU
+# prefetch that thread is the prefetch thread, not the loop: it is held, the loop is not, so as long
+# as the slower copy stays shorter than a step, it still hides behind compute. A prefetcher that
+# issues the copy on the loop's own thread (the classic apex one, lesson 08) would be held instead:
+# the step's launch waits for each copy, and copy and compute are serial again. Below, the
+# simulator's run, then the same costs with a pageable copy longer than a step.
+import dataclasses
+
 with_pin = simulate(preset("GPU prefetch"), n_batches=24)
 without = simulate(preset("GPU prefetch", pin=False), n_batches=24)
 fig, ax = gantt(without.intervals, until=3 * with_pin.ms_per_batch, note="simulated with the default costs",
-                title="GPU prefetch, pinning off: compute waits for each copy")
+                title="GPU prefetch, pinning off: the prefetch thread issues each pageable copy")
 plt.show()
+slow_copy = costs.compute_ms * 1.5  # ms: a pageable copy longer than a step
+long_pin, long_without = (simulate(preset("GPU prefetch", pin=pin, costs=dataclasses.replace(
+    costs, copy_pageable_ms=slow_copy, copy_pinned_ms=slow_copy * costs.copy_pinned_ms / costs.copy_pageable_ms)),
+    n_batches=24) for pin in (True, False))
+extra = without.ms_per_batch - with_pin.ms_per_batch
 say(f"Pinned: {with_pin.ms_per_batch:.1f} ms per batch, GPU busy {with_pin.utilisation()['GPU']:.0%}. "
-    f"Pageable: **{without.ms_per_batch:.1f} ms**, GPU busy {without.utilisation()['GPU']:.0%}: each batch "
-    f"pays {without.ms_per_batch - with_pin.ms_per_batch:.1f} ms more, the pageable copy's "
-    f"{costs.copy_pageable_ms} ms, on top of its compute.")
+    f"Pageable: **{without.ms_per_batch:.1f} ms**, GPU busy {without.utilisation()['GPU']:.0%}: "
+    + (f"the copy still hides. The pageable copy ({costs.copy_pageable_ms} ms) holds the prefetch thread, not the "
+       f"loop, and it is shorter than a step ({costs.compute_ms} ms). " if abs(extra) < 0.01 * with_pin.ms_per_batch else
+       f"each batch pays {extra:.1f} ms more: the slowest stage is now {slowest_stage(without.pipeline)[0]}. ")
+    + f"With a pageable copy of {slow_copy:.0f} ms, longer than a step, pinned gives {long_pin.ms_per_batch:.1f} ms "
+    f"per batch and pageable {long_without.ms_per_batch:.1f} ms: what pinning buys a prefetch thread is the shorter "
+    "copy. On the loop's own thread, the pageable copy would hold the step's launch as well (lesson 08 measures it).")
 
 # %% tags=["solution", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution to exercise 3: the "workers" prediction with another decoder
@@ -339,8 +353,6 @@ say(f"Pinned: {with_pin.ms_per_batch:.1f} ms per batch, GPU busy {with_pin.utili
 # then copies and computes, so every millisecond of decoding saved shows, whatever the slowest
 # stage. "CPU prefetch" overlaps loading with compute: there only the slowest stage counts, so
 # a faster decoder helps only while loading is that stage. Both presets, both decoders:
-import dataclasses
-
 from gpufeed.data import jpeg
 
 rec_tv = naive_loop(files, labels, batch_size=B, n_batches=n_batches, device=S.device, decode=jpeg.decode_torchvision)

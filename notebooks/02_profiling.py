@@ -82,8 +82,8 @@ def one_step(b):
 # So 1 + 2 x (1 + 1 + 3) = 11 steps, 6 of them recorded, in 2 traces. With CUDA, the GPU's
 # kernels and copies are recorded too.
 #
-# The schedule counts calls of `prof.step()`: it is the only clock it has. The talk's snippet
-# passes `schedule(...)` to `profile` but never calls `prof.step()`, so the profiler stays in its
+# The schedule counts calls of `prof.step()`: it is the only clock it has. The snippet in
+# Zuppichini's talk *How to Efficiently Send Images to GPU* (lesson 00's Sources) passes `schedule(...)` to `profile` but never calls `prof.step()`, so the profiler stays in its
 # first state (skipping) for the whole run: it records nothing and `on_trace_ready` never runs.
 
 # %%
@@ -104,7 +104,7 @@ with profile(activities=activities, schedule=plan, on_trace_ready=on_trace_ready
     for b in range(1 + 2 * (1 + 1 + 3)):
         one_step(b)
         prof.step()
-print("\n".join(str(p) for p in traces))
+print("traces in the cache folder's lesson02-traces/:", ", ".join(p.name for p in traces))
 
 # %% [markdown]
 # ## 4. Reading `key_averages`
@@ -161,7 +161,7 @@ say(f"The profiler points at **{slowest}**: {events[slowest].cpu_time_total / st
 # %% [markdown]
 # ## 5. The chrome trace
 #
-# The exported JSON files (paths printed above) are timelines. To look at one, open
+# The exported JSON files (named above) are timelines. To look at one, open
 # [ui.perfetto.dev](https://ui.perfetto.dev) and drag the file onto the page (it stays on your
 # machine), or open `chrome://tracing` in Chrome and press *Load*. `W`/`S` zoom, `A`/`D` pan; click
 # a range to see its duration and, with `record_shapes`, its inputs. On a GPU machine the kernels
@@ -223,16 +223,18 @@ if not S.cuda:
 # with `num_workers=0` it does no work. Exercise 3 times both.)
 
 # %%
+import statistics
 import time
+import timeit
 
 blobs = [f.read_bytes() for f in files[:B]]
-start = time.perf_counter()
-lazy = map(decode_pil, blobs)  # nothing decoded yet
-lazy_s = time.perf_counter() - start
+# Creating a map() takes well under a microsecond, less than one perf_counter pair can resolve, so it
+# is timed as anything that short must be: 10,000 creations per sample, 5 samples, the median.
+lazy_s = statistics.median(timeit.repeat(lambda: map(decode_pil, blobs), number=10_000, repeat=5)) / 10_000
 start = time.perf_counter()
 decoded = list(map(decode_pil, blobs))  # list() takes every item out: now they are decoded
 eager_s = time.perf_counter() - start
-say(f"'Decoding' {B} images lazily: {lazy_s * 1e6:.1f} us. Really decoding them: {eager_s * 1e3:.1f} ms, "
+say(f"'Decoding' {B} images lazily: {lazy_s * 1e9:,.0f} ns. Really decoding them: {eager_s * 1e3:.1f} ms, "
     f"**{times(eager_s / lazy_s, more='longer', less='shorter', same='as long', digits=0)}**.")
 
 # %% [markdown]
@@ -277,7 +279,8 @@ if first_s < 1.2 * steady.median:
 #
 # CUDA calls return as soon as the work is *queued*; the GPU does it later. A timer stopped right
 # after the call measures the queueing. `torch.cuda.synchronize()` waits for the GPU, so it goes
-# inside the timed region. This needs a GPU; without one, the cell shows the reference.
+# inside the timed region. This needs a GPU; without one, the cell shows our reference from one,
+# or, where none is committed, a CPU's matmul, where there is nothing to wait for.
 
 # %%
 from gpufeed.measure.harness import Measurement
@@ -302,17 +305,22 @@ elif ref is not None:
     sync_ms = [m for m in ref[0] if m.name.startswith("matmul")]
     sync_machine = ref[1]["machine"]
     print(f"No CUDA here: showing the reference measured on {sync_machine['gpu']}.")
-else:
-    print("No CUDA here, and no GPU measurement of ours is committed (the trace cell above says how to add one).")
+else:  # this CPU: an operator returns when its work is done, so there is nothing to synchronise
+    c = torch.randn(1024, 1024)
+    cpu_mm = benchmark(lambda: c @ c, name="matmul 1024x1024, CPU", warmup=1, repeats=5)
+    say(f"No CUDA here, and no GPU reference of ours for this cell. On this CPU a 1024x1024 matmul takes "
+        f"{cpu_mm.median * 1e3:,.1f} ms per call, and the call returns only when the product is done: there is "
+        "nothing to synchronise. On a GPU the same timer, stopped without a sync, would read the launch, microseconds.")
+
+# %%
 if sync_ms:
     no_sync, synced = sync_ms
     off = synced.median / no_sync.median
     print(f"4096x4096 matmul: {no_sync.median * 1e6:,.0f} us per call without a sync, "
-          f"{synced.median * 1e6:,.0f} us with one: the timer without a sync read "
-          f"{times(off, 'the work took', more='less', less='more', same='about the same', flat=0.1, digits=1)} "
-          f"(on {sync_machine['gpu']}): "
-          + ("it timed the queueing, not the work." if off > 1.1 else "here the queue was full, so each launch "
-             "waited for the GPU anyway."))
+          f"{synced.median * 1e6:,.0f} us with one (on {sync_machine['gpu']}): the timer without a sync read "
+          f"{times(off, 'the work took', more='less', less='more', same='about the same', flat=0.1, digits=1)}"
+          + (": it timed the queueing, not the work." if off > 1.1 else
+             ": here the launches did not return before the work was done; one run cannot say why, so re-run it."))
 
 # %% [markdown]
 # ## 8. Doing it right: `torch.utils.benchmark`
@@ -363,20 +371,19 @@ for m in ours:
 if all(0.8 < r < 1.25 for r in ratios.values()):
     print("The two tools agree within 25%: the same work gives the same answer.")
 else:
-    print("They differ by more than 25%: they ran at different moments on a busy machine (see the IQR "
-          "and the noisy marks). Re-run the Timer cell and this one, and compare again.")
+    print("They differ by more than 25%. They ran at different moments, and one run cannot say whether the "
+          "machine's load changed between them (see the IQR and the noisy marks): re-run both cells and compare.")
 
 # %% [markdown]
 # ## 9. Saved
 #
-# What this lesson measured goes to this machine's results folder (and, on a GPU run with
-# `GPUFEED_RESULTS=results`, becomes the reference that learners without a GPU see above).
+# What this lesson measured goes to this machine's results folder (a GPU run of ours, committed
+# with the course, is the reference that learners without a GPU see above).
 
 # %%
 lesson = [steady, *ours, *(sync_ms if S.cuda else [])]
 saved = results.save_lesson("lesson02", lesson, trace_summary=summary,
                             first_step_s=first_s, first_batch_s=first_batch_s, lazy_s=lazy_s, eager_s=eager_s)
-print(f"saved to {saved}")
 
 # %% [markdown]
 # ## 10. Your own loop: `diagnose`
@@ -482,7 +489,7 @@ say(f"With prof.step() after the loop: {len(moved_traces)} traces (vs {len(trace
 # processes and hands each its first batches to load (prefetch_factor x workers), so it costs the
 # start-up, and the first next() waits for a worker to start and load: mistake 2 (that first
 # batch is warm-up, not the steady state). No number here shows mistake 3: nothing runs on a GPU.
-iter_ms = {}
+iter_ms, first_ms = {}, {}
 for workers in (0, 2):
     loader_w = DataLoader(TensorDataset(torch.arange(64 * B)), batch_size=B, num_workers=workers)
     t0 = time.perf_counter()
@@ -495,11 +502,16 @@ for workers in (0, 2):
     del it  # shuts the workers down
     print(f"num_workers={workers}: iter() {(t1 - t0) * 1e3:7.2f} ms, first next() {(t2 - t1) * 1e3:7.2f} ms, "
           f"then {steady_s * 1e3:.3f} ms per batch")
-    iter_ms[workers] = (t1 - t0) * 1e3
+    iter_ms[workers], first_ms[workers] = (t1 - t0) * 1e3, (t2 - t1) * 1e3
 say(f"iter() took {iter_ms[2]:.1f} ms with 2 workers and {iter_ms[0]:.2f} ms with 0: with workers "
-    f"**{times(iter_ms[2] / iter_ms[0], more='longer', less='shorter', same='as long', digits=0)}**, as it starts the worker "
-    "processes. Timing only iter() with 0 workers measures "
-    "nothing (mistake 1); timing only the first batch with 2 measures the start-up (mistake 2).")
+    f"**{times(iter_ms[2] / iter_ms[0], more='longer', less='shorter', same='as long', digits=0)}**. "
+    + ("With 0 workers the work is in next() (" + f"{first_ms[0]:.2f} ms): timing only iter() measures nothing (mistake 1). "
+       if first_ms[0] > iter_ms[0] else f"With 0 workers even the first next() ({first_ms[0]:.2f} ms) took no longer than iter(). ")
+    + (f"With 2 workers most of the start-up landed in iter() ({iter_ms[2]:.1f} ms, which starts the worker processes), "
+       f"not in the first next() ({first_ms[2]:.1f} ms): timing only the first batch would miss it, and timing both "
+       "together measures the start-up, not the steady state (mistake 2)." if iter_ms[2] > first_ms[2] else
+       f"With 2 workers the first next() took {first_ms[2]:.1f} ms, waiting for a worker to start and load: timing "
+       "only the first batch measures the start-up, not the steady state (mistake 2)."))
 
 # %% [markdown]
 # ## Further reading

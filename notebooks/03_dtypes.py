@@ -31,8 +31,9 @@ S = gpufeed.setup()  # S.device, S.quick, S.machine
 # usually every core) for large tensors; inside a DataLoader worker, torch uses one thread. Either
 # way the host converts with a handful of cores, the GPU with thousands.
 #
-# The talk this course grew from put it as *"uint8 first, convert on the GPU; the bigger the
-# image, the bigger the gain"*. We check that claim with numbers.
+# Zuppichini's talk *How to Efficiently Send Images to GPU* (lesson 00's Sources) put it as
+# *"uint8 first, convert on the GPU; the bigger the image, the bigger the gain"*. We check that
+# claim with numbers.
 
 # %% [markdown]
 # ## 2. Bytes on the wire
@@ -148,20 +149,27 @@ else:
 # ### The GPU reference
 #
 # Where there is no GPU, here is the same sweep measured on one when it is committed in `results/`;
-# else the host-to-device rates others published, and what the sweep's largest batch costs at them.
+# else what the sweep's largest batch costs at a host-to-device rate: our GPU's (the one lessons 00
+# and 07 show), or where none is committed, the rates others published.
 
 # %%
-from gpufeed.measure import results
+from gpufeed.measure import ceilings, results
 
 ref = None if S.cuda else results.reference("lesson03")
 if S.cuda:
     print("Measured above on this machine's GPU.")
 elif ref is None:
-    theirs = results.no_reference("lesson03")  # host-to-device rates others published
+    ours = ceilings.committed(lambda m: m.name.startswith("H2D") and ceilings.h2d_source(m) == "pinned")
+    if ours:  # our GPU's pinned copy rate, as lessons 00 and 07 show it
+        top_copy = max(ours.measurements, key=lambda m: m.params["nbytes"])
+        print(f"No CUDA here, and no sweep of ours is committed: reading the pinned copy rate of {ours.hardware} instead.")
+        rates = [(top_copy.gb_per_s, f"pinned, {ours.hardware}, {ours.source}")]
+    else:
+        rates = [(f.figure, f.label()) for f in results.no_reference("lesson03") if f.unit == "GB/s" and "pinned" in f.id]
     big = (transfer.BATCHES[-1], transfer.SIZES[-1])  # the sweep's largest batch and image size
-    for f in (f for f in theirs if f.unit == "GB/s" and "pinned" in f.id):
-        ms = {dt: transfer.batch_bytes(*big, dt) / (f.figure * 1e9) * 1e3 for dt in transfer.DTYPES}
-        say(f"At {f.figure:.2f} GB/s ({f.label()}), a batch of {big[0]} {transfer.size_name(big[1])} images "
+    for gb_s, whose in rates:
+        ms = {dt: transfer.batch_bytes(*big, dt) / (gb_s * 1e9) * 1e3 for dt in transfer.DTYPES}
+        say(f"At {gb_s:.2f} GB/s ({whose}), a batch of {big[0]} {transfer.size_name(big[1])} images "
             f"crosses the bus in {ms[torch.uint8]:.0f} ms as uint8, {ms[torch.float16]:.0f} ms as float16, "
             f"{ms[torch.float32]:.0f} ms as float32: bytes over bandwidth, before any conversion.")
 else:
@@ -173,7 +181,7 @@ else:
     slow, fast = top_ref["x.half().to(dev)"], top_ref["x.to(dev).half()"]
     say(f"On {ref_doc['machine']['gpu']}, {fast.params['size']} batch {fast.params['batch']}: sending uint8 "
         f"and converting on the GPU is **{times(slow.median / fast.median, digits=1, than='converting on the host')}**. "
-        "The talk's *the bigger the image, the bigger the gain*, read over the sizes at the largest batch: "
+        "Zuppichini's *the bigger the image, the bigger the gain*, read over the sizes at the largest batch: "
         + transfer.read_trend(transfer.gains_by_size(ref_order, "x.half().to(dev)", "x.to(dev).half()")))
 
 # %% [markdown]
@@ -191,7 +199,9 @@ else:
 # `pin_memory=True` hands over a *pinned* `uint8` batch, copied `non_blocking`, while `x.half()`
 # makes a fresh *pageable* tensor whose copy holds the host. So we measure all four cells: `uint8`
 # or `float16`, each from pinned and from pageable memory. Across a row only the dtype changes,
-# down a column only the pinning. (Pinning needs CUDA: on a CPU there is one column.)
+# down a column only the pinning. (Pinning needs CUDA: on a CPU there is one column.) Unlike the
+# usual `x.half()`, the `float16` cells convert into a buffer prepared per batch, so no fresh
+# allocation is timed: the host's conversion at its cheapest.
 #
 # First, is mixed precision even a good idea on this machine? GPUs have Tensor Cores for it; many
 # CPUs have no native `bfloat16` arithmetic, and then autocast is *slower*.
@@ -215,34 +225,12 @@ if not use_amp:
     print("Mixed precision is slower on this CPU, so the loops below run in float32. (CPUs without native bfloat16 "
           "instructions, such as AVX512-BF16 or AMX, pay for converting back and forth.)")
 
-# %% [markdown]
-# Will a case fit in this GPU's free memory (`torch.cuda.mem_get_info`)? A training step's peak
-# grows with the pixels of the batch. On a GPU, `training.calibrate` measures it: the peak
-# (`max_memory_allocated`) of a step at batch 4 minus one at batch 2, over the two extra images'
-# pixels. Without a GPU the course uses a fixed estimate, built on what the next cell measures on
-# any machine: the bytes per pixel a step *saves for its backward pass*, the floor of that peak.
-
-# %%
-saved_pp = training.saved_bytes_per_pixel(S.device)  # float16/bfloat16 autocast, as a GPU step runs
-if S.cuda:
-    per_pixel = training.calibrate(S.device)
-    say(f"Measured on this GPU: a training step's peak grows by **{per_pixel:,.0f} bytes per input pixel** per "
-        f"image, {per_pixel / saved_pp:.1f}x the {saved_pp:.0f} bytes it saves for backward (the rest: gradients "
-        "in flight and cuDNN's workspaces).")
-else:
-    per_pixel = training.TRAIN_BYTES_PER_PIXEL
-    say(f"A step saves **{saved_pp:.0f} bytes per input pixel** for backward (under autocast, as on a GPU). The course's "
-        f"fixed estimate, {per_pixel} bytes, is that with a margin of {per_pixel / saved_pp:.1f}x for the rest of "
-        "the peak: gradients in flight, the allocator's rounding, cuDNN's workspaces.")
-big_case = (64, (1280, 960))
-need = training.train_bytes(*big_case, per_pixel=per_pixel)
-say(f"By {per_pixel:,.0f} bytes per pixel, a step on {big_case[0]} images of {transfer.size_name(big_case[1])} "
-    f"needs ~{need / 1e9:.0f} GB of device memory; Colab's T4 has 15 GB. Cases that do not fit are skipped below, "
-    "and said so.")
-
 # %%
 from gpufeed.measure import plotting
 
+# bytes of device memory per input pixel a training step peaks at: measured on a GPU, else the course's
+# estimate (a deep dive below); cases that would not fit this GPU's free memory are run smaller or skipped
+per_pixel = training.calibrate(S.device) if S.cuda else training.TRAIN_BYTES_PER_PIXEL
 if S.cuda:
     grid_case = config.pick(quick=((384, 384), 16), full=((640, 480), 32))
 else:
@@ -266,7 +254,7 @@ say(training.read_grid(grid_ms) + ("" if S.cuda else "\n\nNo GPU here: nothing i
 # %% [markdown]
 # ### Over image sizes
 #
-# The talk's *the bigger the image, the bigger the gain*, in training: each wire at one batch size
+# Zuppichini's *the bigger the image, the bigger the gain*, in training: each wire at one batch size
 # over the image sizes, all from pinned memory where CUDA is, so only the dtype changes.
 
 # %%
@@ -299,6 +287,33 @@ elif not S.cuda:
           "(results/<gpu>/lesson03.json); no figure published elsewhere times this loop.")
 
 # %% [markdown]
+# ### Deeper (optional): how much memory a training step needs
+#
+# How the course decides which cases fit in this GPU's memory; the lesson goes on without it.
+
+# %% [markdown] tags=["deeper"]
+# A training step's peak grows with the pixels of the batch. On a GPU, `training.calibrate`
+# measures it: the peak (`max_memory_allocated`) of a step at batch 4 minus one at batch 2, over
+# the two extra images' pixels. Without a GPU the course uses a fixed estimate, built on what the
+# cell measures on any machine: the bytes per pixel a step *saves for its backward pass*, the floor
+# of that peak.
+
+# %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+saved_pp = training.saved_bytes_per_pixel(S.device)  # float16/bfloat16 autocast, as a GPU step runs
+if S.cuda:
+    say(f"Measured on this GPU: a training step's peak grows by **{per_pixel:,.0f} bytes per input pixel** per "
+        f"image, {per_pixel / saved_pp:.1f}x the {saved_pp:.0f} bytes it saves for backward (the rest: gradients "
+        "in flight and cuDNN's workspaces).")
+else:
+    say(f"A step saves **{saved_pp:.0f} bytes per input pixel** for backward (under autocast, as on a GPU). The course's "
+        f"fixed estimate, {per_pixel} bytes, is that with a margin of {per_pixel / saved_pp:.1f}x for the rest of "
+        "the peak: gradients in flight, the allocator's rounding, cuDNN's workspaces.")
+big_case = (64, (1280, 960))
+need = training.train_bytes(*big_case, per_pixel=per_pixel)
+say(f"By {per_pixel:,.0f} bytes per pixel, a step on {big_case[0]} images of {transfer.size_name(big_case[1])} "
+    f"needs ~{need / 1e9:.0f} GB of device memory; Colab's T4 has 15 GB.")
+
+# %% [markdown]
 # ## 6. Normalisation inside the model
 #
 # If the model's first layer does `(x / 255 - mean) / std`, the loader never has to produce
@@ -306,7 +321,7 @@ elif not S.cuda:
 # model then carries its own preprocessing, so a serving system cannot forget it. `Normalize` in
 # `gpufeed.course.training` is ten lines; we prove it matches normalising on the host.
 #
-# Watch the scale. The talk's snippet applies torchvision's `T.Normalize(mean, std)` with
+# Watch the scale. The snippet in Zuppichini's talk applies torchvision's `T.Normalize(mean, std)` with
 # ImageNet's statistics (0.485, 0.229, ...) to images still in 0..255: that is a bug, not a
 # shortcut. Those statistics are for values in [0, 1], so the inputs are on a scale 255x too large,
 # and the mean is subtracted at the wrong scale: a white pixel becomes (255 - 0.485) / 0.229 ≈
@@ -359,13 +374,12 @@ else:
 # %% [markdown]
 # ## 7. Saved
 #
-# The measurements go to this machine's results folder; on a GPU run with
-# `GPUFEED_RESULTS=results` they become the reference that CPU-only learners see above.
+# The measurements go to this machine's results folder; a GPU run of ours, committed with the
+# course, is the reference that CPU-only learners see above.
 
 # %%
 saved = results.save_lesson("lesson03", [*order_ms, *grid_ms, *trend_ms, *probe.values()], amp=use_amp,
                             steps_per_epoch=steps, per_pixel=per_pixel, saved_per_pixel=saved_pp)
-print(f"saved to {saved}")
 
 # %% [markdown]
 # ## Key takeaways

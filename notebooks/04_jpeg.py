@@ -187,8 +187,9 @@ for w, h in sizes:
                  f"at most about {best.items_per_s * S.machine['cores']:,.0f} images/s.")
 winners = {max((m for m in decode_ms if m.params["size"] == f"{w}x{h}"), key=lambda m: m.items_per_s).params["decoder"]
            for w, h in sizes}
-lines.append(f"On this machine, use **{winners.pop()}**: it was the fastest at every size." if len(winners) == 1 else
-             "No decoder was the fastest at every size here: pick by the size your dataset has.")
+lines.append("No decoder was the fastest at every size here: pick by the size your dataset has." if len(winners) > 1 else
+             f"On this machine, use **{winners.pop()}**: it was the fastest at every size." if len(sizes) > 1 else
+             f"At this size, **{winners.pop()}** was the fastest (quick mode measures one size; full mode, several).")
 say("\n".join(lines))
 
 # %% [markdown]
@@ -291,8 +292,9 @@ say(text)
 # %% [markdown]
 # ## 5. Can you spot the difference?
 #
-# A talk this course grew from showed a frame going from **3.5 MB to 207 KB** with
-# `ffmpeg -q:v 3`, and asked the audience to spot the difference. Here is the same test on a
+# Zuppichini's talk *How to Efficiently Send Images to GPU* (lesson 00's Sources) showed a frame
+# going from **3.5 MB to 207 KB** with `ffmpeg -q:v 3`, and asked the audience to spot the
+# difference. Here is the same test on a
 # 1280x960 image: the original, a JPEG at the quality below (change it and re-run), a zoomed
 # crop of both where they differ most, and a map of the difference.
 
@@ -356,8 +358,9 @@ else:
     q3_img = jpeg.decode_pil(quality.ffmpeg_jpeg(original, 3))
     say(f"`-q:v 3` takes the raw {raw / 2**20:.1f} MiB frame to **{q3['bytes'] / 2**10:.0f} KiB** "
         f"({times(raw / q3['bytes'], **size_words, digits=0)}; PSNR {quality.psnr(a, q3_img):.1f} dB, SSIM {quality.ssim(a, q3_img):.3f}). "
-        f"The talk's frame went from 3.5 MB to 207 KB ({3.5e6 / 207e3:.0f}x): the ratio depends on the picture, "
-        "so this generated frame gives its own.")
+        f"Zuppichini's frame went from a 3.5 MB file to 207 KB ({3.5e6 / 207e3:.0f}x); the talk does not say what "
+        "that file held (raw pixels, PNG, a camera's JPEG), and the ratio depends on the picture and on the start, "
+        "so read the two ratios only as orders of magnitude.")
 
 # %% [markdown]
 # ## 6. The format and the DataLoader
@@ -404,7 +407,6 @@ print("Here every file was in the page cache (a warm-up pass ran first): from a 
 # %%
 saved = results.save_lesson("lesson04", [*decode_ms, *gpu_ms, *loader_ms] if S.cuda else [*decode_ms, *loader_ms],
                             quality_sweep=[r.as_dict() for r in sweep], ffmpeg_map=ffmpeg_map)
-print(f"saved to {saved}")
 
 # %% [markdown]
 # ## Key takeaways
@@ -509,7 +511,7 @@ say(f"Half of quality 90's {2 * target_kb:.0f} KB is {target_kb:.0f} KB: of the 
 # %% [markdown]
 # ## Further reading
 #
-# * [GPU jpeg decoder: add batch support and hardware decoding](https://github.com/pytorch/vision/pull/8496) (torchvision pull request #8496): batched nvJPEG decoding in torchvision, with its author's timings against the CPU (the figures this lesson shows without a GPU).
+# * [GPU jpeg decoder: add batch support and hardware decoding](https://github.com/pytorch/vision/pull/8496) (a torchvision pull request by deekay42): batched nvJPEG decoding in torchvision, with its author's timings against the CPU (the figures this lesson shows without a GPU).
 # * [nvJPEG Libraries](https://developer.nvidia.com/nvjpeg) (NVIDIA): what the GPU decoder does (hybrid CPU and GPU decoding, batched decoding), and the hardware JPEG decoding of A100 GPUs.
 # * [ImageNet Benchmarks](https://github.com/libffcv/ffcv/blob/main/docs/benchmarks.rst) (FFCV documentation): how JPEG quality and image size change an ImageNet's size on disk, and its loading rate.
 # * [FFCV: Accelerating Training by Removing Data Bottlenecks](https://arxiv.org/abs/2306.12517) (Leclerc, Ilyas, Engstrom, Park, Salman, Madry; CVPR 2023): why storing some images raw and some as JPEG trades disk for decode time.

@@ -2,11 +2,11 @@
 # # 05 · Memory-mapped datasets
 #
 # **What you will learn:** how the operating system serves a file from RAM (pages, virtual memory,
-# the page cache, page faults); which calls between NumPy and torch copy and which share memory,
-# and when a written array is really on the disk; how to decode an image folder *once* into one
-# `uint8` file and map it with `numpy.memmap`, tensordict's own API (`TensorDict`, `memmap`,
-# `load_memmap`, a `@tensorclass`) and the course's `build_memmap`, the same made safe; and how
-# much faster such a dataset feeds batches than a folder of JPEGs, with a cold and a warm cache.
+# the page cache, page faults); how to decode an image folder *once* into one `uint8` file and map
+# it with `numpy.memmap`, tensordict's own API (`TensorDict`, `memmap`, `load_memmap`, a
+# `@tensorclass`) and the course's `build_memmap`, the same made safe; and how much faster such a
+# dataset feeds batches than a folder of JPEGs, with a cold and a warm cache. Two optional deep
+# dives show which calls between NumPy and torch copy, and when a written array is on the disk.
 #
 # **Time:** about 30 minutes (1 minute in quick mode). **Prerequisites:** [00 · Setup](00_setup.ipynb)
 # (the memcpy ceiling and the page cache), lesson 04 (why JPEG decoding is slow).
@@ -142,209 +142,13 @@ back = np.memmap(raw, dtype=np.uint8, mode="r", shape=shape)  # a raw file: we m
 print(raw.stat().st_size, "bytes on disk;", back[2:4].shape, back.dtype)
 
 # %% [markdown]
-# ## 3. NumPy, torch and the disk: what copies, and when bytes are written
-#
-# Two everyday steps around such a file hide a copy or a delay: handing an array between NumPy and
-# torch, and writing an array to a file.
-#
-# **Copy or share.** `torch.tensor(a)` and `np.array(t)` copy; `torch.from_numpy(a)` and
-# `t.numpy()` return the same memory seen by the other library. The cell checks each one by
-# writing through its result and reading the source, then times each on a large array; one more
-# row copies into a tensor that exists already (`out.copy_(...)`): the same copy, into memory that
-# has been touched before.
-
-# %%
-import warnings
-
-import torch
-
-from gpufeed.measure.harness import NoisyMeasurementWarning, benchmark
-
-
-big_mib = config.pick(quick=32, full=256)
-a_big = np.ones(big_mib << 18, dtype=np.float32)  # float32 [big_mib * 2^18]: big_mib MiB
-t_big, out = torch.ones(len(a_big)), torch.empty(len(a_big))
-ways = {  # name: (the call, its input): NumPy to torch, torch to NumPy, and a copy into `out`
-    "torch.tensor(a)": (torch.tensor, a_big), "torch.from_numpy(a)": (torch.from_numpy, a_big),
-    "np.array(t)": (np.array, t_big), "t.numpy()": (torch.Tensor.numpy, t_big),
-    "out.copy_(torch.from_numpy(a))": (lambda a: out.copy_(torch.from_numpy(a)), a_big),
-}
-
-
-def shares(call, source):
-    """Writes through call(source)'s result, then reads the source: True if both are one memory."""
-    before = source[0].item()
-    call(source)[0] = before + 1
-    shared = source[0].item() == before + 1
-    source[0] = before
-    return shared
-
-
-with warnings.catch_warnings():  # NumPy 2 asks torch's Tensor.__array__ for a `copy` keyword it
-    warnings.simplefilter("ignore", DeprecationWarning)  # lacks, warns, and copies anyway
-    warnings.simplefilter("ignore", NoisyMeasurementWarning)  # the [noisy] marks below say which
-    shared = {name: shares(call, source) for name, (call, source) in ways.items()}
-    copy_ms = [benchmark(lambda call=call, source=source: call(source), name=name, nbytes=a_big.nbytes,
-                         repeats=config.pick(quick=5, full=10), warmup=1, number=1000 if shared[name] else 1)
-               for name, (call, source) in ways.items()]
-for m in copy_ms:
-    print(f"{m.name:>31}: {'shares' if shared[m.name] else 'copies'}, {m.median * 1e3:9.4f} ms for {big_mib} MiB"
-          + ("" if shared[m.name] else f" ({m.gb_per_s:.2f} GB/s)") + (" [noisy]" if m.noisy else ""))
-
-# %%
-by_copy = {m.name: m for m in copy_ms}
-views = [m for m in copy_ms if shared[m.name]]
-fresh, reused = by_copy["torch.tensor(a)"], by_copy["out.copy_(torch.from_numpy(a))"]
-copied = [n for n in list(ways)[:4] if not shared[n]]  # the talk's four calls
-say(f"{' and '.join(f'`{m.name}`' for m in views)} shared the source's memory: "
-    f"{max(m.median for m in views) * 1e6:.1f} us at most for {big_mib} MiB, since no byte moves, and a write "
-    f"through one was seen by the other. {' and '.join(f'`{n}`' for n in copied)} copied: `torch.tensor(a)` "
-    f"took {fresh.median * 1e3:.1f} ms, `np.array(t)` {by_copy['np.array(t)'].median * 1e3:.1f} ms. Into a "
-    f"tensor that already existed the same copy ran **{times(fresh.median / reused.median, 'into fresh memory')}**"
-    + (": fresh memory comes page by page, a page fault on each first touch (section 1)."
-       if reused.median < 0.9 * fresh.median else ": here fresh memory cost no more than reused memory.")
-    + " So `torch.from_numpy(np.memmap(...))` is still a mapping (`gpufeed.data.arrays.open_arrays` maps the "
-    "dataset that way), while `torch.tensor` of a memmap reads the whole file into RAM.")
-
-# %% [markdown]
-# **Writing an array to a file.** Three calls write the same bytes: `np.save(f, a)` (a short
-# header, then the array: `np.load` knows its shape and dtype), `a.tofile(f)` (the raw bytes, as
-# our memmap files) and `f.write(a.tobytes())` (a copy of the array as a `bytes` object, then
-# written). The notes this course grew from call `np.save` slow, `tofile` fast and
-# `write(tobytes)` very fast but not on disk until the file is closed or flushed. When a call
-# returns, where are the bytes? Python's file object keeps a buffer (8 KiB) until `flush()` (or
-# `close()`); the kernel keeps written pages in the page cache, marked *dirty*, and writes them to
-# the disk later, unless `os.fsync(fd)` asks for it now. First one write, step by step: the file's
-# size as the OS sees it, and the machine's dirty page cache, for 1,000 bytes and for the array.
-
-# %%
-import os
-import statistics
-from pathlib import Path
-
-writes_dir = config.cache_dir() / "lesson05" / "writes"
-writes_dir.mkdir(parents=True, exist_ok=True)
-target = writes_dir / "array.bin"
-a_write = np.random.default_rng(0).integers(0, 256, config.pick(quick=32, full=300) << 20, dtype=np.uint8)
-
-
-def dirty_bytes():
-    """The machine's page cache waiting to reach the disk (Dirty + Writeback), or None (not Linux)."""
-    try:  # psutil does not report Dirty and Writeback: the kernel's own table
-        info = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
-        return sum(int(info[k].split()[0]) << 10 for k in ("Dirty", "Writeback"))
-    except (OSError, KeyError, ValueError):
-        return None
-
-
-def fresh_file():
-    """No old copy of the file, and nothing of anyone's left dirty: every write starts alike."""
-    target.unlink(missing_ok=True)
-    getattr(os, "sync", lambda: None)()  # Unix: write every dirty page back, now
-
-
-def steps(array):
-    """One f.write(array.tobytes()), then flush, fsync, close: [(step, ms, bytes the OS has, dirty delta)]."""
-    fresh_file()
-    rows, d0, f = [], dirty_bytes(), open(target, "wb")  # noqa: SIM115  (close() is a step)
-    for step, call in (("f.write(a.tobytes())", lambda: f.write(array.tobytes())), ("f.flush()", f.flush),
-                       ("os.fsync(f.fileno())", lambda: os.fsync(f.fileno())), ("f.close()", f.close)):
-        t0 = time.perf_counter()
-        call()
-        ms_taken, d1 = (time.perf_counter() - t0) * 1e3, dirty_bytes()
-        rows.append((step, ms_taken, target.stat().st_size, None if d0 is None or d1 is None else d1 - d0))
-    return rows
-
-# %%
-watched = {n: steps(a_write[:n]) for n in (1000, a_write.nbytes)}
-for n, rows in watched.items():
-    print(f"{n:,} bytes:")
-    for step, ms_taken, size, dirty in rows:
-        print(f"  {step:<22} {ms_taken:9.2f} ms   the OS has {size:>13,} bytes"
-              + ("" if dirty is None else f"   dirty page cache {dirty / 2**20:+8.1f} MiB"))
-
-# %%
-small, large = watched[1000], watched[a_write.nbytes]
-grew, fell = large[0][3], (None if large[2][3] is None else large[0][3] - large[2][3])
-say(f"1,000 bytes: after `f.write` the OS had **{small[0][2]:,}** of them"
-    + (" (they sat in Python's buffer), " if small[0][2] < 1000 else ", ")
-    + f"after `flush()` {small[1][2]:,}. {a_write.nbytes / 2**20:.0f} MiB: after `f.write` the OS had "
-    f"{large[0][2] / 2**20:,.0f} MiB"
-    + (" at once: a write larger than Python's buffer goes straight to the kernel, so `flush()` has nothing "
-       "left to send. " if large[0][2] == a_write.nbytes else ". ")
-    + ("" if grew is None else
-       f"They were not on the disk yet: the machine's dirty page cache grew by {grew / 2**20:,.0f} MiB, and "
-       f"`os.fsync` took **{large[2][1]:,.0f} ms** to write it back (dirty fell by {fell / 2**20:,.0f} MiB), "
-       f"while `close()` took {large[3][1]:.2f} ms: closing does not sync. ")
-    + "Until the sync, a crash of the machine (not of Python: the kernel has the bytes) can lose them.")
-
-# %% [markdown]
-# Now the three calls timed, each with and without `flush()` + `os.fsync()` before the file is
-# closed (the fsync timed on its own too), every write into a new file with nothing left dirty
-# before it (`os.sync()`, untimed). `tobytes()` is timed alone as well: the copy inside the third.
-
-
-# %%
-WRITES = {"np.save(f, a)": lambda f: np.save(f, a_write), "a.tofile(f)": lambda f: a_write.tofile(f),
-          "f.write(a.tobytes())": lambda f: f.write(a_write.tobytes())}
-fsync_s = {name: [] for name in WRITES}  # seconds os.fsync took, per synced write
-
-
-def write(name, sync):
-    with open(target, "wb") as f:
-        WRITES[name](f)
-        if sync:
-            f.flush()  # Python's buffer to the kernel
-            t0 = time.perf_counter()
-            os.fsync(f.fileno())  # the kernel's dirty pages to the disk
-            fsync_s[name].append(time.perf_counter() - t0)
-
-
-kw = {"nbytes": a_write.nbytes, "repeats": config.pick(quick=5, full=3), "warmup": 1, "setup": fresh_file}
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore", NoisyMeasurementWarning)  # the [noisy] marks below say which
-    write_ms = {(name, sync): benchmark(lambda name=name, sync=sync: write(name, sync), **kw,
-                                        name=name + (" + fsync" if sync else ""))
-                for name in WRITES for sync in (False, True)}
-    write_ms["a.tobytes()", False] = benchmark(a_write.tobytes, name="a.tobytes() alone", **{**kw, "setup": None})
-target.unlink()
-for m in write_ms.values():
-    print(m)
-
-# %%
-fig, ax = plotting.bars(list(write_ms.values()), rate="bytes", baseline="a.tofile(f)", machine=S.machine,
-                        title=f"writing {a_write.nbytes / 2**20:.0f} MiB to a new file")
-plt.show()
-save, raw_write, copy_write = (write_ms[name, False] for name in WRITES)
-
-
-def against(m, other):
-    """m's speed against other's in words; within 10%, no difference this run can show."""
-    return times(other.median / m.median, f"`{other.name}`", same="about as fast", flat=0.1)
-
-
-fastest_first = sorted((save, raw_write, copy_write), key=lambda m: m.median)
-say(f"Without fsync, `np.save` ran **{against(save, raw_write)}** ({save.median * 1e3:,.0f} vs "
-    f"{raw_write.median * 1e3:,.0f} ms): it writes a short header, then the array as `tofile` does. "
-    f"`f.write(a.tobytes())` ran **{against(copy_write, raw_write)}** ({copy_write.median * 1e3:,.0f} ms), and "
-    f"`a.tobytes()` alone took {write_ms['a.tobytes()', False].median * 1e3:,.0f} ms: it copies the whole array "
-    "before writing it. "
-    + ("So the notes' order (np.save slow, tofile fast, write(tobytes) very fast) holds here. "
-       if fastest_first == [copy_write, raw_write, save] else
-       f"So the notes' order does not hold here: fastest to slowest, {', '.join(f'`{m.name}`' for m in fastest_first)}. ")
-    + "In the synced writes, `os.fsync` alone took "
-    + ", ".join(f"{statistics.median(v) * 1e3:,.0f} ms after `{name}`" for name, v in fsync_s.items())
-    + f": that is the disk ({a_write.nbytes / 1e9 / statistics.median(sum(fsync_s.values(), [])):.1f} GB/s), "
-    "the part that a write without fsync leaves for the kernel to do later, when the call has long returned.")
-
-
-# %% [markdown]
-# ## 4. tensordict: the same file as a tensor, then a dataset
+# ## 3. tensordict: the same file as a tensor, then a dataset
 #
 # A raw file has no header: whoever reads it must know the dtype and the shape. tensordict's
 # `MemoryMappedTensor` maps the same file as a torch tensor, without a copy:
 
 # %%
+import torch
 from tensordict import MemoryMappedTensor
 
 t = MemoryMappedTensor.from_filename(raw, dtype=torch.uint8, shape=shape)
@@ -442,11 +246,15 @@ print("identical to decoding the folder with the same policy:", all(torch.equal(
 del data, batch
 
 # %% [markdown]
-# What an interrupted build leaves, both ways: `from_dataset` over a dataset whose image 10 cannot
-# be read (as a truncated download would), then `build_memmap` over a copy of the folder with one
-# truncated JPEG.
+# ### Deeper (optional): what an interrupted build leaves
+#
+# Why the manifest and the atomic rename matter, shown; the lesson goes on without it.
 
-# %%
+# %% [markdown] tags=["deeper"]
+# Both ways: `from_dataset` over a dataset whose image 10 cannot be read (as a truncated download
+# would), then `build_memmap` over a copy of the folder with one truncated JPEG.
+
+# %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 from gpufeed.data.memmap import MemmapError
 
 
@@ -480,10 +288,10 @@ for what, call in (("build_memmap", lambda: build_memmap(bad_src, by_hand / "mm"
         call()
     except MemmapError as e:
         refused.append(what)
-        print(f"{what}: {e}")
+        print(f"{what}: {str(e).replace(str(by_hand), '…')}")  # the message, without this machine's folders
 print("build_memmap left a destination:", (by_hand / "mm").exists())
 
-# %%
+# %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 say(f"`from_dataset` stopped at image 10, and its folder still loads: {len(half)} images, **{black} of them "
     "all black** (the rows it never wrote are zeros), which would train without a word. "
     + ("`build_memmap` refused the truncated JPEG, named it, and left no destination; "
@@ -492,7 +300,7 @@ say(f"`from_dataset` stopped at image 10, and its folder still loads: {len(half)
        "complete." if "load_memmap of from_dataset's folder" in refused else ""))
 
 # %% [markdown]
-# ## 5. Throughput: a JPEG folder vs the memmap, cold and warm
+# ## 4. Throughput: a JPEG folder vs the memmap, cold and warm
 #
 # The baseline is the usual pipeline: a `DataLoader` with one worker per core, each opening,
 # decoding and resizing one JPEG per `__getitem__`, then stacking them. The memmap side is
@@ -504,6 +312,7 @@ say(f"`from_dataset` stopped at image 10, and its folder still loads: {len(half)
 
 # %%
 from gpufeed.data.loader import FastLoader
+from gpufeed.measure.harness import benchmark
 from gpufeed.measure.machine import usable_cores
 
 cores, batch_size = usable_cores(), 64
@@ -571,21 +380,37 @@ for m in ms:
     print(m)
 
 # %%
+import os
+
+from gpufeed.course.prose import band
+
 fig, ax = plotting.bars(ms, baseline="JPEG folder, warm", machine=S.machine,
                         title=f"one epoch, {cores} cores, batch {batch_size}, 224x224" + (", to the GPU" if S.cuda else ""))
 plt.show()
 by = {m.name: m for m in ms}
-speedup = by["memmap, warm"].items_per_s / by["JPEG folder, warm"].items_per_s
-cold_speedup = by["memmap, cold"].items_per_s / by["JPEG folder, cold"].items_per_s
+folder_warm_m, folder_cold_m = by["JPEG folder, warm"], by["JPEG folder, cold"]
+warm_m, cold_m, sorted_m = by["memmap, warm"], by["memmap, cold"], by["memmap, cold, sorted"]
+speedup, cold_speedup = warm_m.items_per_s / folder_warm_m.items_per_s, cold_m.items_per_s / folder_cold_m.items_per_s
+flat = band(warm_m, folder_warm_m, cold_m, folder_cold_m)  # this run's spread: differences inside it are not shown
 jpeg_bytes = sum(p.stat().st_size for p in jpeg_dir.rglob("*.jpg"))
-print(f"Warm, the memmap feeds {by['memmap, warm'].items_per_s:,.0f} images/s on one core, "
-      f"{times(speedup, 'the JPEG folder')} ({by['JPEG folder, warm'].items_per_s:,.0f} with {cores} workers)"
-      + (f": the folder decodes every epoch ({by['JPEG folder, warm'].items_per_s / cores:,.0f} images/s per core), "
-         "the memmap only copies bytes." if speedup > 1 else "."))
-print(f"Cold, the memmap is {times(cold_speedup, 'the folder')}: it must read {epoch_bytes / jpeg_bytes:.1f}x as many "
-      f"bytes from the disk ({epoch_bytes / 1e6:.0f} MB of pixels vs {jpeg_bytes / 1e6:.0f} MB of JPEG), so on a slow "
-      f"disk its advantage shrinks or vanishes. Sorted batches: {by['memmap, cold, sorted'].items_per_s:,.0f} vs "
-      f"{by['memmap, cold'].items_per_s:,.0f} images/s cold.")
+inside_spread = "about as fast, within this run's spread"
+from_disk = hasattr(os, "posix_fadvise") and cold_m.median > (1 + band(cold_m, warm_m)) * warm_m.median  # cold reached the disk
+say(f"Warm, the memmap feeds **{warm_m.items_per_s:,.0f} images/s** on one core, "
+    f"{times(speedup, 'the JPEG folder', flat=flat, bold=True)} ({folder_warm_m.items_per_s:,.0f} with {cores} workers)"
+    + (f": the folder decodes every epoch ({folder_warm_m.items_per_s / cores:,.0f} images/s per core), "
+       "the memmap only copies bytes. " if speedup > 1 + flat else ". ")
+    + f"Cold, it ran {times(cold_speedup, 'the folder', flat=flat)}"
+    + ((f": it must read {epoch_bytes / jpeg_bytes:.1f}x as many bytes from the disk ({epoch_bytes / 1e6:.0f} MB of "
+        f"pixels vs {jpeg_bytes / 1e6:.0f} MB of JPEG), " + ("so on a slower disk its advantage shrinks. "
+        if cold_speedup > 1 + flat else "and here that cost as much as decoding, or more. "))
+       if from_disk else
+       ", but this OS cannot drop a file's cached pages (it has no `posix_fadvise`), so this 'cold' is not the disk. "
+       if not hasattr(os, "posix_fadvise") else
+       ", but the cold memmap epoch was not slower than the warm one beyond this run's spread: the file system kept "
+       "its pages cached, so this 'cold' is not the disk. ")
+    + f"Sorting each batch's indices made the cold epoch "
+    f"{times(cold_m.median / sorted_m.median, flat=band(cold_m, sorted_m), same=inside_spread)}"
+    f" ({sorted_m.items_per_s:,.0f} vs {cold_m.items_per_s:,.0f} images/s).")
 
 # %% [markdown]
 # How close is that to the machine's ceiling? Lesson 00 measured the memcpy rate; the cell above
@@ -605,7 +430,6 @@ from gpufeed.measure import results
 
 saved = results.save_lesson("lesson05", [*ms, ceiling], n_images=n_images, batch_size=batch_size, cores=cores,
                             memmap_vs_folder_warm=speedup, memmap_vs_folder_cold=cold_speedup, fraction_of_memcpy=fraction)
-print(f"saved to {saved}")
 
 # %% [markdown]
 # How close a warm gather gets to that ceiling depends on how the loader copies, which is lesson
@@ -633,6 +457,218 @@ else:
               + (f": the memmap is {times(warm_x, 'the JPEG folder')}, warm." if warm_x else "."))
 
 # %% [markdown]
+# ### Deeper (optional): what copies between NumPy and torch
+#
+# `torch.from_numpy(np.memmap(...))` is still a mapping, while `torch.tensor` of a memmap reads the
+# whole file into RAM. Which calls copy and which share, measured; the lesson goes on without it.
+
+# %% [markdown] tags=["deeper"]
+# `torch.tensor(a)` and `np.array(t)` copy; `torch.from_numpy(a)` and `t.numpy()` return the same
+# memory seen by the other library. The cell checks each one by writing through its result and
+# reading the source, then times each on a large array; one more row copies into a tensor that
+# exists already (`out.copy_(...)`): the same copy, into memory that has been touched before.
+
+# %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+import warnings
+
+big_mib = config.pick(quick=32, full=256)
+a_big = np.ones(big_mib << 18, dtype=np.float32)  # float32 [big_mib * 2^18]: big_mib MiB
+t_big, out = torch.ones(len(a_big)), torch.empty(len(a_big))
+ways = {  # name: (the call, its input): NumPy to torch, torch to NumPy, and a copy into `out`
+    "torch.tensor(a)": (torch.tensor, a_big), "torch.from_numpy(a)": (torch.from_numpy, a_big),
+    "np.array(t)": (np.array, t_big), "t.numpy()": (torch.Tensor.numpy, t_big),
+    "out.copy_(torch.from_numpy(a))": (lambda a: out.copy_(torch.from_numpy(a)), a_big),
+}
+
+
+def shares(call, source):
+    """Writes through call(source)'s result, then reads the source: True if both are one memory."""
+    before = source[0].item()
+    call(source)[0] = before + 1
+    shared = source[0].item() == before + 1
+    source[0] = before
+    return shared
+
+
+with warnings.catch_warnings():  # NumPy 2 asks torch's Tensor.__array__ for a `copy` keyword it
+    warnings.simplefilter("ignore", DeprecationWarning)  # lacks, warns, and copies anyway
+    shared = {name: shares(call, source) for name, (call, source) in ways.items()}
+    copy_ms = [benchmark(lambda call=call, source=source: call(source), name=name, nbytes=a_big.nbytes,
+                         repeats=config.pick(quick=5, full=10), warmup=1, number=1000 if shared[name] else 1)
+               for name, (call, source) in ways.items()]
+for m in copy_ms:
+    print(f"{m.name:>31}: {'shares' if shared[m.name] else 'copies'}, {m.median * 1e3:9.4f} ms for {big_mib} MiB"
+          + ("" if shared[m.name] else f" ({m.gb_per_s:.2f} GB/s)") + (" [noisy]" if m.noisy else ""))
+
+# %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+by_copy = {m.name: m for m in copy_ms}
+views = [m for m in copy_ms if shared[m.name]]
+fresh, reused = by_copy["torch.tensor(a)"], by_copy["out.copy_(torch.from_numpy(a))"]
+copied = [n for n in list(ways)[:4] if not shared[n]]
+flat = band(fresh, reused, floor=0.1)  # this run's spread: a difference inside it is not shown
+say(f"{' and '.join(f'`{m.name}`' for m in views)} shared the source's memory: "
+    f"{max(m.median for m in views) * 1e6:.1f} us at most for {big_mib} MiB, since no byte moves, and a write "
+    f"through one was seen by the other. {' and '.join(f'`{n}`' for n in copied)} copied: `torch.tensor(a)` "
+    f"took {fresh.median * 1e3:.1f} ms, `np.array(t)` {by_copy['np.array(t)'].median * 1e3:.1f} ms. Into a "
+    f"tensor that already existed the same copy ran **{times(fresh.median / reused.median, 'into fresh memory', flat=flat)}**"
+    + (": fresh memory comes page by page, a page fault on each first touch (section 1)."
+       if fresh.median > (1 + flat) * reused.median else
+       f": within this run's spread ({flat:.0%}), fresh memory cost no more here."
+       if reused.median <= (1 + flat) * fresh.median else
+       ": slower than fresh memory, which this run cannot explain; re-run to see whether it holds."))
+
+# %% [markdown]
+# ### Deeper (optional): when written bytes reach the disk
+#
+# A write call returning does not put the bytes on the disk. Where they are after `write`,
+# `flush`, `os.fsync` and `close`, and what three ways of writing an array cost; the lesson goes on
+# without it.
+
+# %% [markdown] tags=["deeper"]
+# Three calls write the same bytes: `np.save(f, a)` (a short header, then the array: `np.load`
+# knows its shape and dtype), `a.tofile(f)` (the raw bytes, as our memmap files) and
+# `f.write(a.tobytes())` (a copy of the array as a `bytes` object, then written). The timeline
+# notes this course grew from (see lesson 00's Sources) call `np.save` slow, `tofile` fast and
+# `write(tobytes)` very fast but not on disk until the file is closed or flushed. Python's file
+# object keeps a buffer until `flush()` (or `close()`); the kernel keeps written pages in the page
+# cache, marked *dirty*, and writes them to the disk later, unless `os.fsync(fd)` asks for it now.
+# First one write, step by step: the file's size as the OS sees it, and the machine's dirty page
+# cache, for 1,000 bytes and for the array.
+
+# %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+import io
+import statistics
+from pathlib import Path
+
+from gpufeed.measure.machine import DISK_FILE_SYSTEMS, file_system
+
+writes_dir = config.cache_dir() / "lesson05" / "writes"
+writes_dir.mkdir(parents=True, exist_ok=True)
+target = writes_dir / "array.bin"
+a_write = np.random.default_rng(0).integers(0, 256, config.pick(quick=32, full=300) << 20, dtype=np.uint8)
+fs = file_system(writes_dir)  # "ext4", "tmpfs", "overlay", ...: whether a disk is below decides what fsync does
+
+
+def dirty_bytes():
+    """The machine's page cache waiting to reach the disk (Dirty + Writeback), or None (not Linux)."""
+    try:  # psutil does not report Dirty and Writeback: the kernel's own table
+        info = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+        return sum(int(info[k].split()[0]) << 10 for k in ("Dirty", "Writeback"))
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def fresh_file():
+    """No old copy of the file, and nothing of anyone's left dirty: every write starts alike."""
+    target.unlink(missing_ok=True)
+    getattr(os, "sync", lambda: None)()  # Unix: write every dirty page back, now
+
+
+def steps(array):
+    """One f.write(array.tobytes()), then flush, fsync, close: [(step, ms, bytes the OS has, dirty delta)]."""
+    fresh_file()
+    rows, d0, f = [], dirty_bytes(), open(target, "wb")  # noqa: SIM115  (close() is a step)
+    for step, call in (("f.write(a.tobytes())", lambda: f.write(array.tobytes())), ("f.flush()", f.flush),
+                       ("os.fsync(f.fileno())", lambda: os.fsync(f.fileno())), ("f.close()", f.close)):
+        t0 = time.perf_counter()
+        call()
+        ms_taken, d1 = (time.perf_counter() - t0) * 1e3, dirty_bytes()
+        rows.append((step, ms_taken, target.stat().st_size, None if d0 is None or d1 is None else d1 - d0))
+    return rows
+
+
+
+# %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+watched = {n: steps(a_write[:n]) for n in (1000, a_write.nbytes)}
+print(f"the cache folder is on {fs}; io.DEFAULT_BUFFER_SIZE = {io.DEFAULT_BUFFER_SIZE:,} bytes")
+for n, rows in watched.items():
+    print(f"{n:,} bytes:")
+    for step, ms_taken, size, dirty in rows:
+        print(f"  {step:<22} {ms_taken:9.2f} ms   the OS has {size:>13,} bytes"
+              + ("" if dirty is None else f"   dirty page cache {dirty / 2**20:+8.1f} MiB"))
+
+# %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+small, large = watched[1000], watched[a_write.nbytes]
+grew, fell = large[0][3], (None if large[2][3] is None else large[0][3] - large[2][3])
+ours = grew is not None and grew >= a_write.nbytes / 2 and fell >= a_write.nbytes / 2  # the count moved with our write
+say(f"1,000 bytes: after `f.write` the OS had **{small[0][2]:,}** of them"
+    + (" (they sat in Python's buffer), " if small[0][2] < 1000 else ", ")
+    + f"after `flush()` {small[1][2]:,}. {a_write.nbytes / 2**20:.0f} MiB: after `f.write` the OS had "
+    f"{large[0][2] / 2**20:,.0f} MiB"
+    + (" at once: a write larger than Python's buffer goes straight to the kernel, so `flush()` has nothing "
+       "left to send. " if large[0][2] == a_write.nbytes else ". ")
+    + (f"This folder is on {fs}, which keeps files in RAM: there is no disk below it, and `os.fsync` took "
+       f"{large[2][1]:,.1f} ms with nothing to write." if fs in ("tmpfs", "ramfs") else
+       f"They were not on the disk yet: the machine's dirty page cache grew by {grew / 2**20:,.0f} MiB, and "
+       f"`os.fsync` took **{large[2][1]:,.0f} ms** to write it back (dirty fell by {fell / 2**20:,.0f} MiB), "
+       f"while `close()` took {large[3][1]:.2f} ms: closing does not sync. Until the sync, a crash of the machine "
+       "(not of Python: the kernel has the bytes) can lose them." if ours else
+       f"`os.fsync` took **{large[2][1]:,.0f} ms** and `close()` {large[3][1]:.2f} ms: closing does not sync. "
+       + ("" if grew is None else f"The machine's dirty count moved by {grew / 2**20:+,.0f} MiB on the write: it "
+          f"counts every program's writes, and {fs} may keep its own, so here it does not show this file's pages.")))
+
+# %% [markdown] tags=["deeper"]
+# Now the three calls timed, each with and without `flush()` + `os.fsync()` before the file is
+# closed (the fsync timed on its own too), every write into a new file with nothing left dirty
+# before it (`os.sync()`, untimed). `tobytes()` is timed alone as well: the copy inside the third.
+
+# %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+WRITES = {"np.save(f, a)": lambda f: np.save(f, a_write), "a.tofile(f)": lambda f: a_write.tofile(f),
+          "f.write(a.tobytes())": lambda f: f.write(a_write.tobytes())}
+fsync_s = {name: [] for name in WRITES}  # seconds os.fsync took, per synced write
+
+
+def write(name, sync):
+    with open(target, "wb") as f:
+        WRITES[name](f)
+        if sync:
+            f.flush()  # Python's buffer to the kernel
+            t0 = time.perf_counter()
+            os.fsync(f.fileno())  # the kernel's dirty pages to the disk
+            fsync_s[name].append(time.perf_counter() - t0)
+
+
+kw = {"nbytes": a_write.nbytes, "repeats": config.pick(quick=5, full=3), "warmup": 1, "setup": fresh_file}
+write_ms = {(name, sync): benchmark(lambda name=name, sync=sync: write(name, sync), **kw,
+                                    name=name + (" + fsync" if sync else ""))
+            for name in WRITES for sync in (False, True)}
+write_ms["a.tobytes()", False] = benchmark(a_write.tobytes, name="a.tobytes() alone", **{**kw, "setup": None})
+target.unlink()
+for m in write_ms.values():
+    print(m)
+
+# %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+fig, ax = plotting.bars(list(write_ms.values()), rate="bytes", baseline="a.tofile(f)", machine=S.machine,
+                        title=f"writing {a_write.nbytes / 2**20:.0f} MiB to a new file")
+plt.show()
+save, raw_write, copy_write = (write_ms[name, False] for name in WRITES)
+
+
+def against(m, other):
+    """m's speed against other's in words; inside this run's spread (10% at least), no difference."""
+    return times(other.median / m.median, f"`{other.name}`", same="about as fast", flat=band(m, other, floor=0.1))
+
+
+def beats(m, other):
+    """True when m is faster than other by more than this run's spread."""
+    return other.median > (1 + band(m, other, floor=0.1)) * m.median
+
+
+sync_gb_s = a_write.nbytes / 1e9 / statistics.median(sum(fsync_s.values(), []))
+say(f"Without fsync, `np.save` ran **{against(save, raw_write)}** ({save.median * 1e3:,.0f} vs "
+    f"{raw_write.median * 1e3:,.0f} ms): it writes a short header, then the array as `tofile` does. "
+    f"`f.write(a.tobytes())` ran **{against(copy_write, raw_write)}** ({copy_write.median * 1e3:,.0f} ms), and "
+    f"`a.tobytes()` alone took {write_ms['a.tobytes()', False].median * 1e3:,.0f} ms: it copies the whole array "
+    "before writing it. So the notes' order (np.save slow, tofile fast, write(tobytes) very fast) "
+    + ("holds here. " if beats(copy_write, raw_write) and beats(raw_write, save) else
+       "does not hold here, beyond this run's spread. ")
+    + "In the synced writes, `os.fsync` alone took "
+    + ", ".join(f"{statistics.median(v) * 1e3:,.0f} ms after `{name}`" for name, v in fsync_s.items())
+    + (f": that is the disk ({sync_gb_s:.1f} GB/s), the part that a write without fsync leaves for the kernel "
+       "to do later, when the call has long returned." if fs in DISK_FILE_SYSTEMS else
+       f" ({sync_gb_s:.1f} GB/s): on {fs} that is not a disk's own rate, only what its fsync costs."))
+
+# %% [markdown]
 # ## Key takeaways
 #
 # * `mmap` maps a file without reading it; pages come in on first touch (a page fault) and stay in
@@ -657,7 +693,7 @@ else:
 #    fit in this machine's RAM? Check with the cell below.
 # 2. Build a memmap of the 224x224 JPEGs above at 112x112 (`build_memmap(jpeg_dir, ..., size=(112, 112))`)
 #    and measure its warm throughput in images/s. Is it 4 times higher? Why, or why not?
-# 3. Re-run section 5 with `batch_size = 256`. Which side changes more, and why?
+# 3. Re-run section 4 with `batch_size = 256`. Which side changes more, and why?
 #
 # Each exercise has a worked solution after the self-check, folded: try it first, then open the cell.
 
@@ -692,13 +728,13 @@ say(f"ImageNet at 224x224 is **{my_gb:.1f} GB** of pixels (+{labels_gb:.2f} GB o
 # Why: a warm memmap epoch only copies bytes, and 112x112 has a quarter of 224x224's bytes, so
 # the copy itself is 4x shorter. But each batch also pays fixed costs that do not shrink with the
 # image: Python, the shuffled indices, the loop. So expect *less* than 4x, closer to 4x the larger
-# the images. Measure both now, side by side, warm, on one thread as in section 5, on the host.
+# the images. Measure both now, side by side, warm, on one thread as in section 4, on the host.
 small_dir = build_memmap(jpeg_dir, config.cache_dir() / "lesson05" / f"mm-112-{n_images}", size=(112, 112),
                          workers=cores, reuse=True, progress=False).path
 
 
 def memmap_warm(path, batch, name):
-    """A warm FastLoader epoch over the memmap at ``path``, timed on one thread (as in section 5)."""
+    """A warm FastLoader epoch over the memmap at ``path``, timed on one thread (as in section 4)."""
     data = load_memmap(path)
     loader = FastLoader(data, batch, seed=0, reuse_buffers=2)
     torch.set_num_threads(1)

@@ -88,33 +88,22 @@ print(f"On the simulator's nominal timeline ({hazards.SIMULATED}): with the copi
 #
 # The classic one (from NVIDIA's apex ImageNet example) keeps one batch ahead: it issues the copy of
 # the next batch on a side stream, then hands over the current one. Before the consumer uses a
-# batch, the current stream waits for its copy; `record_stream` protects its memory.
+# batch, the current stream waits for its copy; `record_stream` protects its memory. The course
+# keeps it as `gpufeed.course.lesson08.hazards.hand_prefetch` (two of its lines can be switched off, for
+# section 3); here is its code.
 
 # %%
 import torch
 
 
-def simple_prefetch(loader, device):
-    """Yields (x, y) on `device`; the copy of the next batch runs on a side stream meanwhile."""
-    stream, current = torch.cuda.Stream(device), torch.cuda.current_stream(device)
+import inspect
 
-    def start(batch):  # issue the copies on the side stream; returns at once (pinned memory)
-        if batch is None:
-            return None
-        with torch.cuda.stream(stream):
-            return [t.to(device, non_blocking=True) for t in batch]
+from gpufeed.course.lesson08.hazards import hand_prefetch
 
-    batches = iter(loader)
-    ahead = start(next(batches, None))
-    while ahead is not None:
-        current.wait_stream(stream)  # the GPU waits for the copy before the work that follows
-        for t in ahead:
-            t.record_stream(current)  # its memory is in use on `current` now
-        batch, ahead = ahead, start(next(batches, None))  # the next copy overlaps the work on `batch`
-        yield batch
+print(inspect.getsource(hand_prefetch))  # the whole prefetcher: about 15 lines of code
 
 # %% [markdown]
-# `simple_prefetch` does its host work in your loop, between two steps: after handing over a batch
+# `hand_prefetch` does its host work in your loop, between two steps: after handing over a batch
 # it asks the loader for the next one and issues its copy before your next step is launched. Most
 # training loops read the loss every step (`loss.item()`, to log it), so the host waits for the GPU
 # at the end of each step, and whatever it does before launching the next step is time the GPU
@@ -128,7 +117,8 @@ def simple_prefetch(loader, device):
 # the host) and marks its tensors with `record_stream`. It takes batches of any structure (tensors,
 # tuples, dicts, lists, TensorDicts, tensorclasses; `gpufeed.data.movers`), raises a loader's
 # exception once after the batches before it, and holds up to `depth + 2` converted batches on the
-# GPU. It can convert the images on the side stream: `uint8` travels (4x fewer bytes than float32,
+# GPU whatever your loop does: before it reuses a slot, its thread waits for an event your stream
+# passed when you gave that batch up, as FFCV's loader does. It can convert the images on the side stream: `uint8` travels (4x fewer bytes than float32,
 # lesson 03), float is made on the GPU, by kernels that share the GPU with your step's. That
 # conversion is a pure function, the library's one normalise, `gpufeed.data.transforms.normalize`,
 # checked here against the textbook formula on the CPU:
@@ -163,7 +153,7 @@ with contextlib.nullcontext() if S.cuda else simulated_cuda(seed=0) as sim:
     data = [(torch.randint(0, 256, (16, 3, 64, 64), dtype=torch.uint8).pin_memory(), torch.arange(16) + i)
             for i in range(6)]
     plain = [(prepare(x.to(device), torch.float32, MEAN, STD), y.to(device)) for x, y in data]
-    by_hand = [(prepare(x, torch.float32, MEAN, STD), y) for x, y in simple_prefetch(data, device)]
+    by_hand = [(prepare(x, torch.float32, MEAN, STD), y) for x, y in hand_prefetch(data, device)]
     ours = list(CudaPrefetcher(data, device, dtype=torch.float32, mean=MEAN, std=STD, depth=2))
     for got in (by_hand, ours):
         assert all(torch.allclose(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(got, plain))
@@ -173,7 +163,7 @@ print(f"{where}: the hand-written and gpufeed prefetchers give the plain loop's 
 # %% [markdown]
 # ## 3. What each line prevents: three hazards, simulated
 #
-# Each line of `simple_prefetch` is there because CUDA's rules leave something unordered without
+# Each line of `hand_prefetch` is there because CUDA's rules leave something unordered without
 # it, and a short test on a real GPU usually runs in the lucky order anyway. The simulator does
 # not rely on luck: it reports the race whatever order it ran things in, and under some
 # *schedule* (the order in which it runs the queued work: 0 runs everything as late as the
@@ -501,10 +491,9 @@ if pictures:
     plt.show()
 
 # %%
-saved = results.save_lesson("lesson08", [*thread_ms, *measured], batch_size=B, decode_ms=decode_ms,
-                            compute_ms=compute_ms, thread_speedup=speedup, waiting_speedup=waiting_speedup,
-                            **({"overlap": found, "prefetcher": overlap.PREFETCHER} if S.cuda else {}))
-print(f"saved to {saved}")
+results.save_lesson("lesson08", [*thread_ms, *measured], batch_size=B, decode_ms=decode_ms,
+                    compute_ms=compute_ms, thread_speedup=speedup, waiting_speedup=waiting_speedup,
+                    **({"overlap": found, "prefetcher": overlap.PREFETCHER} if S.cuda else {}))
 
 # %% [markdown]
 # ## Key takeaways
@@ -532,7 +521,7 @@ print(f"saved to {saved}")
 # ## Exercises
 #
 # 1. Run section 4 with `depth=1` and `depth=8`. Does the depth change the rate? When would it?
-# 2. In `simple_prefetch`, remove the `record_stream` line. Why might the values still look right
+# 2. Call `hand_prefetch` with `record_stream=False` (its `record_stream` line off). Why might the values still look right
 #    in a short test, and what could go wrong in a long run?
 # 3. In section 4, what speed-up do you expect if the step took twice as long as decoding? Work it
 #    out from the formula, then check with the cell below.
@@ -586,7 +575,7 @@ print(f"Uneven batches: depth 1 takes {bursty[1] * 1e3:.0f} ms, depth 8 {bursty[
 
 
 # %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["solution", "hide-cell"]
-# Solution to exercise 2: `simple_prefetch` without `record_stream`.
+# Solution to exercise 2: `hand_prefetch` without `record_stream`.
 # Why it matters: the batch is allocated on the side stream, so the caching allocator files its
 # memory under that stream. When your loop drops the batch, the allocator gives the memory to the
 # side stream's next copy at once: it does not know the default stream still has queued work that
@@ -596,7 +585,7 @@ print(f"Uneven batches: depth 1 takes {bursty[1] * 1e3:.0f} ms, depth 8 {bursty[
 # readers have run, so reusing the memory is harmless. A training loop never waits: it queues a
 # step and moves on, and the longer the GPU's queue, the more likely the next copy lands in memory
 # a queued step has not read yet. The result is no error, only steps trained on the wrong batch.
-# `hazards.hand_prefetch` is `simple_prefetch` with switches; on the simulator both consumers run
+# On the simulator both consumers of `hand_prefetch(..., record_stream=False)` run
 # under every schedule, with the races recorded rather than raised.
 tested, tested_races = [], 0
 for seed in SCHEDULES:
@@ -659,6 +648,6 @@ say(text)
 #
 # * [CUDA semantics](https://docs.pytorch.org/docs/stable/notes/cuda.html) (PyTorch docs): streams, `wait_stream` and `record_stream`: the three lines of the prefetcher and the races they prevent.
 # * [`examples/imagenet/main_amp.py`](https://github.com/NVIDIA/apex/blob/master/examples/imagenet/main_amp.py) (NVIDIA apex): the `data_prefetcher` this lesson's `CudaPrefetcher` descends from.
-# * [`ffcv/loader/epoch_iterator.py`](https://github.com/libffcv/ffcv/blob/main/ffcv/loader/epoch_iterator.py) (FFCV): a loader that runs its pipeline and issues its copies from a thread of its own, on its own CUDA stream, so that the training loop may sync as often as it likes: the design `CudaPrefetcher` follows since its first GPU run.
+# * [`ffcv/loader/epoch_iterator.py`](https://github.com/libffcv/ffcv/blob/main/ffcv/loader/epoch_iterator.py) (FFCV): a loader that runs its pipeline and issues its copies from a thread of its own, with a CUDA stream per slot of its ring of `batches_ahead + 2`, so that the training loop may sync as often as it likes and memory stays bounded: the design `CudaPrefetcher` follows.
 # * [A guide on good usage of `non_blocking` and `pin_memory()` in PyTorch](https://docs.pytorch.org/tutorials/intermediate/pinmem_nonblock.html) (Vincent Moens, PyTorch tutorials): why the copy must come from pinned memory to overlap, shown with profiler traces.
 # * [`torch.profiler`](https://docs.pytorch.org/docs/stable/profiler.html) (PyTorch docs): how to read the trace that proves the overlap.

@@ -8,6 +8,7 @@ from gpufeed.measure import harness as bench
 from gpufeed.measure.harness import Measurement, benchmark, compare, format_rate, format_time
 
 
+@pytest.mark.timing
 def test_warmup_calls_are_not_timed_and_samples_are_kept():
     calls = []
 
@@ -53,6 +54,7 @@ def test_noisy_measurements_are_flagged():
         benchmark(lambda: time.sleep(next(it)), repeats=6, warmup=0, with_machine=False)
 
 
+@pytest.mark.timing
 def test_min_time_keeps_sampling():
     # Asks for one sample but 50 ms timed: it keeps going until the samples add up (however slow
     # a loaded machine makes each one), and stops soon after.

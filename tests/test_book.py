@@ -143,6 +143,59 @@ def test_execute_names_a_failing_lesson_and_runs_an_unchanged_one_only_once(tmp_
     assert b.execute() == 0
     assert "2 lessons cached, 0 to run" in capsys.readouterr().out
 
+    lesson("01_b.ipynb", "import sys\nprint('UserWarning: careful', file=sys.stderr)")  # runs; its page is not clean
+    assert b.execute() == 1
+    assert "01_b.ipynb shows a learner what is not theirs to read (1 stderr block)" in capsys.readouterr().err
+
+
+def test_the_output_check_flags_stderr_machine_paths_and_jargon_and_nothing_a_learner_may_read():
+    def cell(*outputs):
+        return {"cell_type": "code", "source": "x", "outputs": list(outputs)}
+
+    def out(text, name="stdout"):
+        return {"output_type": "stream", "name": name, "text": text}
+
+    def shown(text, mime="text/plain"):
+        return {"output_type": "display_data", "data": {mime: text}, "metadata": {}}
+
+    clean = [cell(out("machine: AMD EPYC (2 cores), no GPU\ndevice:  cpu   mode: quick (GPUFEED_QUICK=1: tiny sizes)\n"),
+                  out("saved: lesson00.json, in this machine's results folder\n")),
+             cell(shown("No CUDA here, and no GPU measurement of ours is committed (results/<gpu>/lesson00.json)")),
+             cell(shown("<function f at 0x7f3a2b1c9d40>, 1234567 images, colour #1f77b4, ~/.cache/gpufeed")),
+             cell(shown("published by AWS: [EFS](https://github.com/awsdocs/efs/blob/716709cebed2988674e65a75d0c714ff14cc5b98/"
+                        "performance.md)", "text/markdown")),  # a permalink cites its source's commit
+             cell(shown("**2.5x** as fast as lesson 05 (section 4); [noisy] pinned: IQR 23% of the median",
+                        "text/markdown")),
+             {"cell_type": "markdown", "source": "commit 305e292 in issue 29 at /tmp/x"}]  # not an output
+    assert book().output_problems({"cells": clean}, places=["/srv/course"]) == []
+
+    bad = [cell(out("/tmp/ipykernel_1/2.py:9: NoisyMeasurementWarning: noisy\n", "stderr"), out("fine\n")),
+           cell(out("saved to /home/ana/.cache/gpufeed/results/cpu/lesson00.json\n")),
+           cell(shown("trace in /tmp/tmpab12cd/step6.json")),
+           cell(out("from .venv/lib/python3.11/site-packages/torch/x.py\n")),
+           cell(shown("read /srv/course/notebooks/data.bin and /srv/course/x", "text/html")),
+           cell(out("our H100 run at commit 305e292, as issue 29 and pull request #8496 found; "
+                    "set GPUFEED_RESULTS=results\n")),
+           cell({"output_type": "error", "ename": "ValueError", "evalue": "no", "traceback": []})]
+    found = book().output_problems({"cells": bad}, places=["/srv/course"])
+    assert [(c, kind) for c, kind, _ in found] == [
+        (0, "stderr block"), (1, "machine path"), (2, "machine path"), (3, "machine path"), (4, "machine path"),
+        (5, "commit hash"), (5, "issue number"), (5, "pull request"), (5, "maintainers' variable"), (6, "error output")]
+    assert found[0][2].startswith("/tmp/ipykernel_1/2.py:9: NoisyMeasurementWarning")
+    assert [e for _, k, e in found if k == "maintainers' variable"] == ["GPUFEED_RESULTS"]
+
+
+def test_the_output_check_knows_this_machines_folders(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("GPUFEED_CACHE", str(tmp_path / "my-cache"))
+    places = book().machine_paths()
+    assert str(tmp_path / "my-cache") in places and str(book().ROOT) in places and "/" not in places
+    nb = {"cells": [{"cell_type": "code", "source": "", "outputs": [
+        {"output_type": "stream", "name": "stdout", "text": f"built {tmp_path / 'my-cache'}/lesson05/mm\n"}]}]}
+    assert book().check_outputs({"05_memmap.ipynb": nb, "06_x.ipynb": {"cells": []}}) == 1
+    err = capsys.readouterr().err
+    assert "05_memmap.ipynb shows a learner what is not theirs to read (1 machine path)" in err
+    assert "06_x" not in err
+
 
 def test_widget_reprs_are_recognised():
     assert book().WIDGET_REPR.match("interactive(children=(IntSlider(value=32, ...")

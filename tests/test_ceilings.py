@@ -93,7 +93,12 @@ def test_committed_reads_a_gpu_reference_and_skips_quick_mode_files(monkeypatch,
     ref = ceilings.committed(lambda m: m.name.startswith("H2D"))
     assert [m.name for m in ref.measurements] == ["H2D pageable", "H2D pinned"]  # the quick lesson00.json was skipped
     assert ref.hardware == "NVIDIA H100 80GB HBM3"
-    assert ref.source == "our reference, `results/h100-80gb-hbm3/ceilings.json`, full mode, measured at commit 305e292"
+    # one line for a learner: the file, the mode, the date save() recorded, no hash
+    assert ref.source.startswith("our reference, `results/h100-80gb-hbm3/ceilings.json`, full mode")
+    assert "305e292" not in ref.source and "commit" not in ref.source
+    from datetime import datetime, timezone
+
+    assert ref.source.endswith(f"full mode, measured on {datetime.now(timezone.utc):%Y-%m-%d}")  # save() dates it
     assert ceilings.committed(lambda m: m.name.startswith("read ")) is None
     # a second GPU's file is read where the first has nothing that keep selects
     from gpufeed.measure.harness import Measurement
@@ -109,7 +114,8 @@ def test_the_committed_h100_reference_is_what_lessons_00_and_07_show():
     from gpufeed.measure import published
 
     ref = ceilings.committed(lambda m: m.name.startswith("H2D"))
-    assert ref is not None and ref.hardware == "NVIDIA H100 80GB HBM3" and "commit 305e292" in ref.source
+    assert ref is not None and ref.hardware == "NVIDIA H100 80GB HBM3" and "full mode" in ref.source
+    assert "commit" not in ref.source  # a learner reads the machine, the mode and (where recorded) the date
     text = transfer.h2d_sentence(ref)
     assert "**54.5 GB/s**, **6.3x** as fast as the 8.7 GB/s" in text and "runs at 24.0 GB/s" in text
     table = transfer.h2d_table([ref], published.for_lesson("lesson07")).splitlines()

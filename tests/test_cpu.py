@@ -16,12 +16,14 @@ from gpufeed.measure import cpu
 SPIN = "import time\nwhile time.process_time() < {s}: pass\n"  # a worker that burns {s} s of CPU, then ends
 
 
+@pytest.mark.timing
 def test_an_idle_wait_keeps_no_core_busy():
     with cpu.CoresBusy() as busy:
         time.sleep(0.3)
     assert busy.wall_s >= 0.3 and busy.cpu_s < 0.1 and busy.cores < 0.35
 
 
+@pytest.mark.timing
 def test_a_busy_thread_counts():
     def spin():
         t = time.thread_time()
@@ -35,6 +37,7 @@ def test_a_busy_thread_counts():
     assert busy.cpu_s >= 0.29 and busy.cores == pytest.approx(busy.cpu_s / busy.wall_s)
 
 
+@pytest.mark.timing
 @pytest.mark.skipif(cpu.proc_cpu_seconds(1) is None, reason="cannot read other processes")
 def test_a_running_worker_counts():
     child = subprocess.Popen([sys.executable, "-c", SPIN.format(s=60)])

@@ -78,21 +78,21 @@ def zip_batches(a, b):
 
 def test_cuda_prefetcher_inputs_already_on_the_gpu_are_waited_for_and_kept_alive(on_cuda):
     """A loader that makes each batch on the consumer's stream (work on the GPU) and drops it at
-    once. The side stream reads those inputs (their conversion to float), so the prefetcher must
+    once. As a loader of GPU tensors must (``FastLoader(device="cuda")`` does), it makes the stream
+    current where it is asked (the prefetcher's side stream) wait for that work; the side stream
+    reads those inputs (their conversion to float), so the prefetcher must mark them as used by
+    the side stream (``record_stream``): else their memory goes back to the consumer's stream when
+    the producer drops them, and the loader's next batch, allocated there, is written over them
+    while their conversion may still be pending. (Inputs made before ``iter()`` on the consumer's
+    stream are ordered by the prefetcher itself, once a pass: ``tests/test_prefetch.py``.)
 
-    * make the side stream wait for the consumer's stream (``wait_stream``): else it reads them
-      before their copy is done, and
-    * mark them as used by the side stream (``record_stream``): else their memory goes back to the
-      consumer's stream when the producer drops them, and the loader's next batch, allocated there,
-      is written over them while their conversion may still be pending.
-
-    The second hazard exists only while the producer thread runs ahead of the consumer: once the
+    The hazard exists only while the producer thread runs ahead of the consumer: once the
     consumer has taken batch k (its stream then waits for batch k's event), later work on its
     stream is ordered after that conversion. So the consumer starts only when the loader has made
     batch ``depth`` (the most the thread makes before the queue of ``depth`` is full): batch 0's
     inputs were freed as soon as their conversion was issued, and batch 1, the next allocations
     on that stream, went into their memory. A signal, not a sleep: the thread's speed (a first
-    import on it may take seconds) decides nothing. Under the simulator either deletion raises a
+    import on it may take seconds) decides nothing. Under the simulator the deletion raises a
     CudaRaceError under every schedule; on a GPU, some batch could come out wrong."""
     depth = 2
     want = [(torch.full((2, 3, 4, 4), k, dtype=torch.uint8), torch.tensor([k, k])) for k in range(6)]
@@ -101,8 +101,10 @@ def test_cuda_prefetcher_inputs_already_on_the_gpu_are_waited_for_and_kept_alive
 
     def on_the_gpu(k):  # on the consumer's stream (the prefetcher asks with its side stream current)
         x, y = want[k]
+        asked_on = torch.cuda.current_stream()
         with torch.cuda.stream(consumer):
             batch = x.pin_memory().to("cuda", non_blocking=True) + 0, y.to("cuda", non_blocking=True) + 0
+        asked_on.wait_stream(consumer)  # the loader's duty: ready on the stream it was asked on
         if k == depth:
             ahead.set()
         return batch

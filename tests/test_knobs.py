@@ -70,6 +70,7 @@ class Slow(Dataset):
         return torch.full((2,), float(i)), i
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("workers", [0, 1])
 def test_a_budget_bounds_the_sweep_and_times_blocks_of_batches(workers):
     """With budget_s each configuration is timed for about that long, whatever an epoch costs: the

@@ -36,3 +36,19 @@ def test_cache_bytes_reads_the_last_level_cache_from_sysfs(tmp_path):
     assert cache_bytes(3, root=tmp_path) == 32 << 20
     assert cache_bytes(2, root=tmp_path) == 1 << 20
     assert cache_bytes(1, root=tmp_path) == 32 << 10  # the data cache, not the instruction cache
+
+
+def test_file_system_names_the_nearest_mount_above_a_path(monkeypatch, tmp_path):
+    from types import SimpleNamespace as Mount
+
+    import psutil
+
+    from gpufeed.measure import machine
+
+    mounts = [Mount(mountpoint="/", fstype="ext4"), Mount(mountpoint=str(tmp_path), fstype="tmpfs")]
+    monkeypatch.setattr(psutil, "disk_partitions", lambda all=False: mounts)
+    assert machine.file_system(tmp_path / "a" / "file.bin") == "tmpfs"  # the deeper mount wins
+    assert machine.file_system("/") == "ext4"
+    monkeypatch.setattr(psutil, "disk_partitions", lambda all=False: [])
+    assert machine.file_system(tmp_path) == "unknown"
+    assert "tmpfs" not in machine.DISK_FILE_SYSTEMS and "overlay" not in machine.DISK_FILE_SYSTEMS

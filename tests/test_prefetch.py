@@ -280,8 +280,10 @@ def test_cuda_prefetcher_raises_once_with_the_traceback(on_cuda):
 def test_cuda_prefetcher_protocol_with_a_stand_in_for_torch_cuda(monkeypatch):
     """Runs without a GPU: torch.cuda's streams and events are replaced by recorders, so that the
     order of the protocol is checked: on the prefetcher's thread, with the side stream current for
-    its whole life, each batch is asked for, copied and its event recorded; on the caller's thread,
-    the current stream waits for that event at hand-over, after it was recorded."""
+    its whole life, each batch is asked for, copied and its event recorded, and from the
+    (depth + 2)th on, it first waits on the host for the release of the batch depth + 2 before;
+    on the caller's thread, an event at iter(), then at each hand-over the current stream waits
+    for the batch's event (after it was recorded) and the batch before is released."""
     import contextlib
 
     calls = []
@@ -299,10 +301,16 @@ def test_cuda_prefetcher_protocol_with_a_stand_in_for_torch_cuda(monkeypatch):
     class Event:
         count = 0
 
+        def __init__(self, **kwargs):
+            pass
+
         def record(self, stream):
             Event.count += 1
             self.n = Event.count
             log("record", self.n, stream.name)
+
+        def synchronize(self):
+            log("host waits", self.n)
 
     @contextlib.contextmanager
     def stream(s):
@@ -311,7 +319,7 @@ def test_cuda_prefetcher_protocol_with_a_stand_in_for_torch_cuda(monkeypatch):
         log("exit", s.name)
 
     def loader():
-        for k, batch in enumerate(batches(4)):
+        for k, batch in enumerate(batches(5)):
             log("ask", k)
             yield batch
 
@@ -319,19 +327,31 @@ def test_cuda_prefetcher_protocol_with_a_stand_in_for_torch_cuda(monkeypatch):
                         "Event": Event, "stream": stream, "current_stream": lambda device: Stream("current"),
                         "device": lambda device: contextlib.nullcontext()}.items():
         monkeypatch.setattr(torch.cuda, name, value)
-    p = CudaPrefetcher(loader(), "cuda", dtype=torch.float32, depth=2, pin_memory=False)
+    p = CudaPrefetcher(loader(), "cuda", dtype=torch.float32, depth=1, pin_memory=False)
     p.device = torch.device("cpu")  # the copies themselves stay on the CPU here
-    got = list(p)
+    got = []
+    for batch in p:
+        got.append(batch)
+        time.sleep(0.05)  # the producer runs into the ring's bound
     main = threading.current_thread().name
     producer = [c[:-1] for c in calls if c[-1] != main]
     threads = {c[-1] for c in calls if c[-1] != main}
     assert len(threads) == 1 and threads.pop().startswith(THREAD_PREFIX)  # one producer thread, ours
-    assert producer == [("enter", "side"), *[c for k in range(4) for c in (("ask", k), ("record", k + 1, "side"))],
-                        ("exit", "side")]  # one side stream current for the thread's whole life
-    assert [c[:-1] for c in calls if c[-1] == main] == [("wait", n) for n in range(1, 5)]  # only the waits here
+    mine = [c[:-1] for c in calls if c[-1] == main]
+    assert mine[0] == ("record", 1, "current")  # at iter(): what the caller's stream did so far
+    done = [c[1] for c in producer if c[0] == "record"]
+    assert [c[1] for c in mine if c[0] == "wait"] == done  # each batch waited for on the device, in order
+    released = [c[1] for c in mine[1:] if c[0] == "record"]
+    assert len(released) == 5 and all(c[2] == "current" for c in mine[1:] if c[0] == "record")  # 4 + close
+    assert producer[0] == ("enter", "side") and producer[-1] == ("exit", "side")
+    asks = [i for i, c in enumerate(producer) if c[0] == "ask"]
+    assert [c for c in producer if c[0] == "host waits"] == [("host waits", released[k]) for k in range(2)]
+    for k in range(3, 5):  # batch k is made only after the release of batch k - 3 (depth + 2 = 3 slots)
+        assert producer.index(("host waits", released[k - 3])) > asks[k]
+        assert producer.index(("host waits", released[k - 3])) < producer.index(("record", done[k], "side"))
     at = {c[:2]: i for i, c in enumerate(calls)}
-    assert all(at["record", n] < at["wait", n] for n in range(1, 5))  # each waited for after its record
-    for got_batch, want in zip(got, batches(4)):
+    assert all(at["record", n] < at["wait", n] for n in done)  # each waited for after its record
+    for got_batch, want in zip(got, batches(5)):
         assert got_batch[0].dtype == torch.float32 and torch.allclose(got_batch[0], want[0] / 255)
         assert torch.equal(got_batch[1], want[1])
 
@@ -418,8 +438,8 @@ def test_cuda_prefetcher_overlaps_a_slow_loader_with_a_loop_that_syncs_every_ste
     structural check with wide margins (sleeps, not speed), under the simulator."""
     from gpufeed.simcuda import simulated_cuda
 
-    load_s = step_s = 0.04
-    n, warm = 24, 4
+    load_s = step_s = 0.1  # long beside the simulator's own host time a step (tens of ms, loaded)
+    n, warm = 16, 3
 
     def slow_loader():
         for k in range(n):
@@ -439,3 +459,222 @@ def test_cuda_prefetcher_overlaps_a_slow_loader_with_a_loop_that_syncs_every_ste
     print(ms)  # pytest -s shows it
     assert per_step > 0.95 * max(load_s, step_s), ms  # a sleep cannot be shorter: the clock is right
     assert per_step < 0.8 * (load_s + step_s), f"{ms}: the loader's time is not overlapped with the step"
+
+
+# --- issue 35: memory bounded whatever the loop does, host waits, overlap with costly copies -------
+
+SEEDS = (0, 1, 2, 3)  # the simulator's schedules (tests/conftest.py)
+
+
+def rounded(batch) -> int:
+    """Device bytes of a batch as the (simulated) caching allocator rounds them: 512 a block."""
+    return sum(-(-t.nbytes // 512) * 512 for t in leaves(batch))
+
+
+def never_syncing_loop(sim, p):
+    """A training loop that never waits for the GPU: a step and a read of each batch, queued."""
+    n = 0
+    for images, labels in p:
+        sim.busy(1.0, "model step")
+        loss = images.mean() * labels.float().mean()  # queued behind the step, never read
+        n += 1
+    del loss
+    return n
+
+
+@pytest.mark.simcuda
+@pytest.mark.parametrize("seed", SEEDS)
+def test_device_memory_stays_bounded_in_a_loop_that_never_syncs(seed):
+    """The host runs as far ahead of the GPU as the simulator allows (seed 0: GPU work runs only
+    when a sync forces it). 40 batches through depth 1: at most depth + 3 converted batches (the
+    ring's depth + 2, and the one given up that the loop has not yet let go of). The same loop
+    copying on its own stream holds two (the one in use, and the next made before the loop lets go
+    of it) and the same working memory (the uint8 copy, the float tensor ``normalize`` makes
+    before its multiply-add, the step's scalars): the prefetcher may reserve at most depth + 1
+    batches more (and the labels' small blocks). Before the ring: 41.3 batches against 3.3."""
+    from gpufeed.simcuda import simulated_cuda
+
+    data, depth = [(torch.randint(0, 256, (8, 3, 32, 32), dtype=torch.uint8), torch.arange(8)) for _ in range(40)], 1
+    per_batch = rounded(prepare(data[0], torch.float32))
+    reserved = {}
+    for way in ("own stream", "CudaPrefetcher"):
+        with simulated_cuda(seed) as sim:
+            if way == "own stream":
+                feed = (prepare(tuple(t.to("cuda", non_blocking=True) for t in b), torch.float32) for b in data)
+                assert never_syncing_loop(sim, feed) == 40
+            else:
+                with CudaPrefetcher(data, "cuda", dtype=torch.float32, depth=depth) as p:
+                    assert never_syncing_loop(sim, p) == 40
+            reserved[way] = torch.cuda.memory_reserved() / per_batch
+    text = ", ".join(f"{way}: {r:.1f}" for way, r in reserved.items()) + " batches of device memory reserved"
+    assert reserved["CudaPrefetcher"] <= reserved["own stream"] + depth + 1.1, text
+
+
+@pytest.mark.simcuda
+@pytest.mark.parametrize("seed", SEEDS)
+def test_the_loop_never_waits_on_the_host_the_producer_thread_does(seed):
+    """A consumer that waited for a batch's event on the host (``event.synchronize()``) would pass
+    a sync-debug check on a GPU (it does not report event syncs): here every host wait is counted
+    by thread. The loop's thread never waits; the producer's waits for the ring's releases."""
+    from gpufeed.simcuda import simulated_cuda
+
+    with simulated_cuda(seed) as sim:
+        data = [(torch.randint(0, 256, (4, 3, 8, 8), dtype=torch.uint8).pin_memory(), torch.arange(4)) for _ in range(12)]
+        with CudaPrefetcher(data, "cuda", dtype=torch.float32, depth=1) as p:
+            assert never_syncing_loop(sim, p) == 12
+        waits = dict(sim.waits_by_thread)
+    assert waits.get(threading.current_thread().name, []) == [], "the training loop's thread waited for the GPU"
+    producer = [w for name, ws in waits.items() if name.startswith(THREAD_PREFIX) for w in ws]
+    assert len(producer) >= 12 - 3, "the producer did not wait for the slots it reused"
+
+
+@pytest.mark.simcuda
+def test_the_copys_host_work_runs_on_the_thread_beside_a_syncing_step():
+    """The batches are not pinned, and pinning them takes COPY_S of the host's real time (the
+    simulator's ``host_gb_s``): done on the producer thread it overlaps the step, which waits
+    STEP_S and syncs; moved into ``next()`` (between two steps) it would add to every step."""
+    from gpufeed.simcuda import NominalSpeeds, simulated_cuda
+
+    copy_s = step_s = 0.15  # long beside the simulator's own host time a step (tens of ms, loaded)
+    n, warm, shape = 12, 3, (2, 3, 64, 64)
+    nbytes = torch.empty(shape, dtype=torch.uint8).nbytes
+    data = [(torch.full(shape, k, dtype=torch.uint8), torch.tensor([k])) for k in range(n)]
+    with simulated_cuda(seed=0, speeds=NominalSpeeds(host_gb_s=nbytes / copy_s / 1e9)):
+        ends, seen = [], []
+        with CudaPrefetcher(data, "cuda", dtype=torch.float32, depth=2) as p:
+            for images, labels in p:
+                time.sleep(step_s)  # the step: the host waits this long for the GPU, then reads the loss
+                seen.append(((images.sum() * 255 / images.numel()).round() + 1000 * labels).item())  # a sync
+                ends.append(time.perf_counter())
+    assert seen == [1001.0 * k for k in range(n)]
+    per_step = (ends[-1] - ends[warm]) / (n - 1 - warm)
+    ms = f"{per_step * 1e3:.1f} ms per step (pinning {copy_s * 1e3:.0f} ms, step {step_s * 1e3:.0f} ms)"
+    assert per_step > 0.95 * max(copy_s, step_s), ms
+    assert per_step < 0.8 * (copy_s + step_s), f"{ms}: the copy's host work is not overlapped with the step"
+
+
+def test_cuda_batches_never_alias_while_held(on_cuda):
+    """A loop that keeps every batch (``list``) and then reads them: distinct memory, right values,
+    though the ring has only depth + 2 slots."""
+    data = [(torch.full((1, 1, 64, 64), k, dtype=torch.uint8), torch.tensor([k])) for k in range(8)]
+    held = list(CudaPrefetcher(data, dtype=torch.float32, depth=1))  # [1, 1, 64, 64] float32
+    assert len({x.data_ptr() for x, _ in held}) == 8
+    for x, _ in held:
+        x.mul_(255)  # the consumer's work on each batch (back to 0..255), queued after all were made
+    assert [round(x.mean().item()) for x, _ in held] == list(range(8))
+
+
+# --- issue 35: edges ----------------------------------------------------------------------------
+
+def test_a_stopiteration_from_the_transform_is_an_error_not_the_end_of_the_epoch():
+    def bad(x):
+        if x == 2:
+            raise StopIteration
+        return x
+
+    with pytest.raises(RuntimeError, match="StopIteration on batch 2") as info:
+        list(ThreadPrefetcher(range(5), transform=bad))
+    assert isinstance(info.value.__cause__, StopIteration)
+
+
+def test_a_stopiteration_from_a_cuda_transform_is_an_error_too(on_cuda):
+    def bad(batch):
+        raise StopIteration
+
+    with pytest.raises(RuntimeError, match="StopIteration"):
+        list(CudaPrefetcher(batches(3), dtype=torch.float32, transform=bad))
+
+
+@pytest.mark.parametrize("depth", [0, -1, 1.5, True])
+def test_prefetch_refuses_a_depth_below_one(depth):
+    with pytest.raises(ValueError, match="depth must be a whole number >= 1"):
+        prefetch(batches(2), "cpu", depth=depth)
+
+
+def test_cuda_prefetch_refuses_depth_zero(on_cuda):
+    with pytest.raises(ValueError, match="depth must be a whole number >= 1"):
+        prefetch(batches(2), "cuda", depth=0)
+
+
+def test_close_does_not_wait_for_one_more_batch_from_the_loader():
+    made = []
+
+    def slow():
+        yield 0
+        time.sleep(1.5)  # the loader is busy with the next batch when the loop stops
+        yield 1
+
+    it = iter(ThreadPrefetcher(slow(), depth=1, transform=lambda b: made.append(b) or b))
+    assert next(it) == 0
+    time.sleep(0.1)  # the producer is inside the loader's next()
+    t0 = time.perf_counter()
+    it.close()
+    took = time.perf_counter() - t0
+    assert took < 0.75, f"close() waited {took:.2f} s for the loader"
+    deadline = time.monotonic() + 5
+    while live_threads() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert live_threads() == [] and made == [0], "nothing is made after the stop"
+    assert it._queue.empty(), "no late put left behind"
+
+
+class ClosingFails:
+    """An iterator whose close() raises (a loader that cannot release its files)."""
+
+    def __init__(self, n):
+        self.left = n
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.left == 0:
+            raise StopIteration
+        self.left -= 1
+        return self.left
+
+    def close(self):
+        raise OSError("cannot release the data files")
+
+
+def test_an_error_from_the_loaders_close_surfaces_at_the_end_of_the_data():
+    it = iter(ThreadPrefetcher(ClosingFails(3)))
+    assert [next(it), next(it), next(it)] == [2, 1, 0]
+    with pytest.raises(OSError, match="cannot release"):
+        next(it)
+
+
+def test_an_error_from_the_loaders_close_surfaces_from_close_or_as_a_warning_after_a_break():
+    p = ThreadPrefetcher(ClosingFails(100), depth=1)
+    it = iter(p)
+    next(it)
+    with pytest.raises(OSError, match="cannot release"):
+        p.close()
+    assert live_threads() == []
+    with pytest.warns(RuntimeWarning, match="cannot release"):
+        for _ in p:
+            break  # the loop's iterator is collected here: its finaliser cannot raise, it warns
+        del _
+        gc.collect()
+    assert live_threads() == []
+
+
+@pytest.mark.simcuda
+def test_inputs_already_on_the_gpu_wait_once_a_pass_not_for_every_step():
+    """Inputs on the GPU made before iter(): the side stream waits for an event recorded then,
+    once a pass; waiting for the consumer's stream at every batch would put every copy behind
+    the step before it (no overlap at all)."""
+    from gpufeed.simcuda import simulated_cuda
+
+    with simulated_cuda(seed=0) as sim:
+        gpu = [(torch.full((2, 3, 8, 8), k, dtype=torch.uint8, device="cuda"), torch.tensor([k], device="cuda"))
+               for k in range(6)]
+        p = CudaPrefetcher(gpu, "cuda", dtype=torch.float32, depth=1)
+        got = []
+        for images, labels in p:
+            sim.busy(1.0, "model step")
+            got.append(images.mean() * 255 + 1000 * labels)
+        waits = [w for w in sim.issued_work(p.stream) if w.kind == "wait"]
+        values = torch.cat(got).tolist()
+    assert values == [1001.0 * k for k in range(6)]
+    assert len(waits) == 1, [w.what for w in waits]

@@ -108,3 +108,16 @@ def test_installed_from_a_wheel_the_figures_come_from_the_package(monkeypatch):
     """Colab installs gpufeed from git without the checkout: pyproject's force-include puts the file there."""
     monkeypatch.setattr(published.config, "repo_root", lambda: None)
     assert published.default_path() == Path(published.__file__).with_name("_results") / "published.json"
+
+
+def test_a_time_per_thousand_images_is_also_given_per_image_and_per_second():
+    from gpufeed.measure.published import Figure
+
+    def fig(figure, unit):
+        return Figure("x", ("lesson04",), figure, unit, "decode", "A100", "someone", "a PR", "https://x", "q")
+
+    assert fig(2541465.3, "us per 1000 images").reading() == " (2.54 ms per image, 393 images/s)"
+    assert fig(1000.0, "us per 1000 images").reading() == " (1.00 us per image, 1,000,000 images/s)"
+    assert fig(2470.0, "images/s").reading() == ""  # already a reader's unit
+    assert fig(0.0, "us per 1000 images").reading() == ""  # nothing to divide
+    assert "us per 1000 images (2.54 ms per image, 393 images/s): decode" in fig(2541465.3, "us per 1000 images").text()

@@ -198,3 +198,10 @@ def test_read_grid_reads_each_effect_with_the_other_held_fixed_either_way():
     text = training.read_grid(_grid(None, None, 0.011, 0.010))
     assert text.startswith("From pageable memory, uint8 on the wire makes a step **1.10x slower than float16")
     assert "Pinning" not in text
+
+
+def test_read_grid_says_the_float16_loop_converts_into_a_prepared_buffer():
+    text = training.read_grid(_grid(0.010, 0.012, 0.011, 0.020))
+    assert "pinned uint8 and pageable float16 (here converted into a prepared buffer" in text  # not "as usually written"
+    tie = training.read_grid(_grid(0.010, 0.010, 0.010, 0.010))  # a tie everywhere: no winner claimed
+    assert "differ by nothing; neither part shows" in tie and "in favour of" not in tie and "larger part" not in tie

@@ -9,7 +9,8 @@ Two steps, so that each lesson runs once and an unchanged one never again::
 hash of its code cells, and ``<key>`` hashes what else makes its numbers (the gpufeed package's
 source, ``uv.lock``, quick mode), so a change to the library runs every lesson again and the site
 never shows numbers from code that is no longer there. A lesson whose cell raises stops the build
-with the lesson's name and traceback, as nbmake would. ``--jobs 2`` runs two lessons at a time
+with the lesson's name and traceback, as nbmake would; so does an output a learner should not read
+(:func:`output_problems`: a stderr block, a path of this machine, maintainers' jargon). ``--jobs 2`` runs two lessons at a time
 (less wall time, but the two then share the cores they measure; the default, 1, gives each lesson
 the machine to itself, which is what the numbers on the site claim).
 
@@ -26,6 +27,7 @@ into the site when it is there. Warnings fail the build (a broken link between l
 from __future__ import annotations
 
 import argparse
+import collections
 import hashlib
 import html
 import json
@@ -130,7 +132,124 @@ def execute(jobs: int = 1) -> int:
         record = cache.get_project_record(uri)
         print(f"book: {Path(uri).name} failed:\n{record.traceback or '(no traceback: see above)'}", file=sys.stderr)
     print(f"book: executed {len(work) - len(failed)} of {len(work)} in {time.perf_counter() - start:.0f} s", flush=True)
-    return 1 if failed else 0
+    if failed:
+        return 1
+    # Every lesson's outputs, the cached ones too: what the site shows is what a learner reads.
+    executed = {Path(uri).name: cache.merge_match_into_file(uri)[1] for uri in sorted(current)}
+    problems = check_outputs(executed)
+    if problems:
+        print(f"book: {problems} outputs show what a learner should not read (above): keep a library's notes "
+              "off the page (gpufeed.setup), word an error as one line, name no path of this machine", file=sys.stderr)
+        return 1
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# What a learner reads in a lesson's outputs: no stderr block, no path of this machine, no
+# maintainers' words (the site shows these outputs; a learner's own run prints the same).
+
+#: A path that belongs to one machine, wherever it is printed: a home or temporary folder, a
+#: virtual environment, an installed package's file. :func:`machine_paths` adds this machine's own.
+MACHINE_PATH = re.compile(r"(?<![\w.~])(?:/tmp/|/var/tmp/|/home/\w|/root/|/Users/\w|[A-Za-z]:\\Users\\)"
+                          r"|(?<![\w-])\.venv\b|\bsite-packages\b|\bdist-packages\b")
+#: The maintainers' words, by kind. GPUFEED_QUICK is no maintainers' word: it is the learner's switch
+#: for quick mode, which the README and every lesson's setup cell name; the course's other
+#: variables (GPUFEED_RESULTS, GPUFEED_MEASURE_S, ...) are for whoever maintains it.
+JARGON = {
+    "commit hash": re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b"),
+    "issue number": re.compile(r"\bissues? #?\d+", re.I),
+    "pull request": re.compile(r"\b(?:pull request|PR) ?#\d+", re.I),
+    "maintainers' variable": re.compile(r"\bGPUFEED_(?!QUICK\b)[A-Z0-9_]+"),
+}
+#: A web address: a link to a published source may pin the commit it cites (a permalink); that
+#: is a citation, not the course's jargon, so :data:`JARGON` is looked for outside addresses.
+URL = re.compile(r"https?://[^\s)\]>\"']+")
+#: What of an output a learner reads: its text, in every form the page may show.
+TEXT_MIMES = ("text/plain", "text/markdown", "text/html", "text/latex")
+
+
+def machine_paths() -> list[str]:
+    """This machine's own folders that an output must not name: the checkout, the home and
+    temporary folders, the Python environment, gpufeed's cache folder (``GPUFEED_CACHE``)."""
+    import tempfile
+
+    from gpufeed import config
+
+    places = {ROOT, Path.home(), Path(tempfile.gettempdir()), Path(sys.prefix), config.cache_dir()}
+    return sorted({str(p) for p in places if len(p.parts) > 1}, key=len, reverse=True)
+
+
+def output_text(output: dict) -> str:
+    """The text of one cell output that a page shows (a stream's, or a result's text forms)."""
+    if output.get("output_type") == "stream":
+        text = output.get("text", "")
+    elif output.get("output_type") == "error":
+        text = "\n".join(output.get("traceback", []))
+    else:
+        text = "\n".join(output.get("data", {}).get(m, "") if isinstance(output.get("data", {}).get(m, ""), str)
+                         else "".join(output["data"][m]) for m in TEXT_MIMES)
+    return "".join(text) if isinstance(text, list) else text
+
+
+def output_problems(notebook: dict, places: list[str] | None = None) -> list[tuple[int, str, str]]:
+    """What a learner must not read in an executed notebook's outputs, as ``(cell, kind, excerpt)``:
+    a stderr block (a warning or a library's log line: the lesson or :func:`gpufeed.setup` should
+    have kept it off the page, or caught and worded it), an error output, a path of this machine
+    (:data:`MACHINE_PATH` and ``places``, by default :func:`machine_paths`) and maintainers' jargon
+    (:data:`JARGON`). ``cell`` counts from 0 over all cells, as ``notebook["cells"]`` does.
+
+    Example:
+        >>> out = lambda **o: {"cell_type": "code", "source": "", "outputs": [o]}
+        >>> nb = {"cells": [out(output_type="stream", name="stdout", text="saved: lesson00 (2 cores)\\n"),
+        ...                 out(output_type="stream", name="stderr", text="UserWarning: careful\\n"),
+        ...                 out(output_type="display_data", data={"text/plain": "saved to /srv/me/x.json"}),
+        ...                 out(output_type="stream", name="stdout", text="GPUFEED_QUICK=1 at commit 305e292")]}
+        >>> for problem in output_problems(nb, places=["/srv/me"]):
+        ...     print(problem)
+        (1, 'stderr block', 'UserWarning: careful')
+        (2, 'machine path', 'saved to /srv/me/x.json')
+        (3, 'commit hash', '305e292')
+    """
+    places = machine_paths() if places is None else places
+    here = re.compile("|".join(re.escape(p) + r"(?![\w.-])" for p in places)) if places else None
+    problems = []
+    for i, cell in enumerate(notebook.get("cells", [])):
+        for output in cell.get("outputs", []) if cell.get("cell_type") == "code" else []:
+            text = output_text(output)
+            if output.get("output_type") == "error":
+                problems.append((i, "error output", f"{output.get('ename')}: {output.get('evalue')}"[:120]))
+                continue
+            if output.get("output_type") == "stream" and output.get("name") == "stderr" and text.strip():
+                problems.append((i, "stderr block", text.strip().splitlines()[0][:120]))
+                continue  # one block, one problem: what it says is the library's noise, not the lesson's
+            paths = [m.group(0) for m in here.finditer(text)] if here else []
+            paths += [m.group(0) for m in MACHINE_PATH.finditer(text)]
+            seen = set()
+            for path in paths:
+                line = next(ln for ln in text.splitlines() if path in ln).strip()
+                if line not in seen:  # a line naming two of this machine's folders is one path
+                    seen.add(line)
+                    problems.append((i, "machine path", line[:120]))
+            prose = URL.sub(" ", text)
+            for kind, pattern in JARGON.items():
+                problems += [(i, kind, m.group(0)) for m in pattern.finditer(prose)]
+    return problems
+
+
+def check_outputs(notebooks: dict[str, dict]) -> int:
+    """Prints what :func:`output_problems` finds in each executed lesson (``{name: notebook}``),
+    with a count per kind; returns how many problems there are in all."""
+    total = 0
+    for name, nb in notebooks.items():
+        problems = output_problems(nb)
+        total += len(problems)
+        if problems:
+            counts = ", ".join(f"{n} {kind}" for kind, n in
+                               sorted(collections.Counter(k for _, k, _ in problems).items()))
+            print(f"book: {name} shows a learner what is not theirs to read ({counts}):", file=sys.stderr)
+            for cell, kind, excerpt in problems:
+                print(f"  cell {cell}: {kind}: {excerpt}", file=sys.stderr)
+    return total
 
 
 def build() -> int:

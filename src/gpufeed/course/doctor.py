@@ -91,7 +91,8 @@ def checks() -> list[Check]:
     cache = config.cache_dir()
     free = shutil.disk_usage(_existing_parent(cache)).free
     rows.append(Check(
-        "free disk (cache)", f"{free / 1e9:.1f} GB at {cache}", "ok" if free > 5e9 else "limited",
+        "free disk (cache)", f"{free / 1e9:.1f} GB in the cache folder (gpufeed.config.cache_dir())",
+        "ok" if free > 5e9 else "limited",
         "" if free > 5e9 else "set GPUFEED_CACHE to a folder on a disk with more room",
     ))
     rows.append(_pinned_check(torch))
@@ -112,7 +113,7 @@ def _pinned_check(torch) -> Check:
         t = torch.empty(1 << 20, dtype=torch.uint8).pin_memory()
         ok = t.is_pinned()
     except RuntimeError as e:
-        reason = str(e).strip().splitlines()[0][:80]
+        reason = str(e).strip().splitlines()[0].split(". ")[0].rstrip(".")  # its first sentence, whole
         return Check("pinned memory", f"not available ({reason})", "limited", "needs a GPU")
     return Check("pinned memory", "1 MiB pinned" if ok else "pin_memory() returned pageable memory", "ok" if ok else "limited")
 

@@ -19,7 +19,7 @@ Example:
 
 from __future__ import annotations
 
-from gpufeed.data.watch import in_a_notebook
+from gpufeed.data.progress_bar import in_a_notebook
 from gpufeed.measure.wording import band, times, versus
 
 __all__ = ["band", "in_notebook", "say", "times", "versus"]
@@ -27,7 +27,7 @@ __all__ = ["band", "in_notebook", "say", "times", "versus"]
 
 def in_notebook() -> bool:
     """True inside a Jupyter kernel (JupyterLab, Colab, nbmake), False in a terminal or a script
-    (:func:`gpufeed.data.watch.in_a_notebook`)."""
+    (:func:`gpufeed.data.progress_bar.in_a_notebook`)."""
     return in_a_notebook()
 
 

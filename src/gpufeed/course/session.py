@@ -1,7 +1,10 @@
 """What the setup cell of every notebook calls: :func:`setup`.
 
 It reads the mode, picks the device, applies the plot style and prints one short block, so that
-every notebook's output starts by saying where and how it ran.
+every notebook's output starts by saying where and how it ran. It also keeps what the libraries
+under the lessons print for their own developers off the page (:func:`quiet_libraries`), and shows
+a noisy measurement as the harness's ``[noisy]`` line rather than a Python warning
+(:func:`gpufeed.measure.harness.show_noisy_as_marks`).
 
 Example:
     >>> s = setup(verbose=False)
@@ -11,9 +14,23 @@ Example:
 
 from __future__ import annotations
 
+import logging
+import os
 from dataclasses import dataclass
 
 from gpufeed import config
+
+#: Environment variables that quiet torch's native logs, for this process and the ones it starts
+#: (DataLoader workers, torchrun's ranks); a value the learner set stays. ``KINETO_LOG_LEVEL``:
+#: torch.profiler's engine logs every start and stop of a profile (its "USDT" probe lines) and, on a
+#: machine without CUDA, that it found no GPU; 6 is above its highest level. ``TORCH_CPP_LOG_LEVEL``:
+#: torch's C++ warnings, among them c10d's and gloo's while processes meet; errors still show.
+#: Both are read when torch loads or the profiler first starts: setup() sets them before either.
+QUIET_ENV = {"KINETO_LOG_LEVEL": "6", "TORCH_CPP_LOG_LEVEL": "ERROR"}
+#: Python loggers whose warnings speak to torch's developers, not to a learner: where CUDA_HOME
+#: points on a machine without CUDA (torch.utils.cpp_extension, imported by torch.compile's CPU
+#: path), and torch.distributed's notes while ranks start and stop. Their errors still show.
+QUIET_LOGGERS = ("torch.utils.cpp_extension", "torch.distributed")
 
 
 @dataclass
@@ -29,12 +46,35 @@ class Session:
         return self.device.type == "cuda"
 
 
+def quiet_libraries() -> None:
+    """Keeps the libraries' notes for their own developers out of a lesson's output: the variables
+    of :data:`QUIET_ENV` (where the learner has not set them) and the loggers of
+    :data:`QUIET_LOGGERS` at ERROR. Call it before torch is imported (:func:`setup` does).
+
+    Example:
+        >>> quiet_libraries()
+        >>> logging.getLogger("torch.utils.cpp_extension").level == logging.ERROR
+        True
+        >>> os.environ["KINETO_LOG_LEVEL"] != ""
+        True
+    """
+    for name, value in QUIET_ENV.items():
+        os.environ.setdefault(name, value)
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
 def setup(verbose: bool = True) -> Session:
-    """Picks the device, applies the plot style, prints versions and the mode."""
+    """Quiets the libraries' developer notes, shows noisy measurements as ``[noisy]`` lines, picks
+    the device, applies the plot style, prints versions and the mode."""
+    quiet_libraries()  # first: torch reads its log levels when it loads
+
     import gpufeed
+    from gpufeed.measure.harness import show_noisy_as_marks
     from gpufeed.measure.machine import describe, machine_info
     from gpufeed.measure.plotting import use_style
 
+    show_noisy_as_marks()
     use_style()
     info = machine_info()
     s = Session(device=config.device(), quick=config.quick_mode(), machine=info)

@@ -44,6 +44,7 @@ import contextlib
 import itertools
 import queue
 import threading
+import warnings
 import weakref
 from collections.abc import Callable, Iterable
 
@@ -88,6 +89,27 @@ class _Failure:
 
 
 _END = object()
+_GRACE_S = 0.25  # how long close() waits for a producer still inside the loader's next()
+
+
+class _Shared:
+    """What the two threads of one pass share besides the queue."""
+
+    def __init__(self):
+        self.stop = threading.Event()
+        self.in_source = False  # the producer is inside the loader's next(): close() does not wait
+        self.lock = threading.Lock()
+        self.close_error: BaseException | None = None  # from the loader's close() after a stop
+        self.abandoned = False  # close() returned before the producer ended: it warns instead
+
+    def closing_failed(self, e: BaseException) -> None:
+        """The loader's ``close()`` raised after a stop: ``close()`` raises it, or, if it no longer
+        waits, a warning says it (a finaliser cannot raise)."""
+        with self.lock:
+            self.close_error = e
+            if self.abandoned:
+                warnings.warn(f"the prefetcher's loader raised in close(): {e!r}", RuntimeWarning,
+                              stacklevel=2)
 
 
 def _put(q: queue.Queue, item, stop: threading.Event) -> bool:
@@ -101,40 +123,88 @@ def _put(q: queue.Queue, item, stop: threading.Event) -> bool:
     return False
 
 
-def _produce(source, q: queue.Queue, stop: threading.Event, make: Callable | None,
+def _asked(source, shared: _Shared):
+    """The loader's next batch, or ``_END``; ``shared.in_source`` says when we are inside it."""
+    shared.in_source = True
+    try:
+        return next(source, _END)
+    finally:
+        shared.in_source = False
+
+
+def _made(make: Callable, batch, stop: threading.Event, k: int):
+    """``make(batch, stop)``; a ``StopIteration`` from it is an error, not the end of the data."""
+    try:
+        return make(batch, stop)
+    except StopIteration as e:  # raised in the consumer's next(), it would end the epoch quietly
+        raise RuntimeError(f"the prefetcher's transform (or prepare) raised StopIteration on "
+                           f"batch {k} of this pass; a transform must return a batch: only the "
+                           "loader ends the data") from e
+
+
+def _produce(source, q: queue.Queue, shared: _Shared, make: Callable | None,
              scope: Callable[[], contextlib.AbstractContextManager]) -> None:
     """The producer thread: inside ``scope()`` (entered on this thread), each batch of ``source``
-    through ``make`` into ``q``. It holds no reference to the consumer's iterator, so dropping that
-    iterator (``break``) lets it be collected, which sets ``stop``."""
+    through ``make`` into ``q``, then the loader's ``close()`` (a generator's finally blocks run
+    here, in scope; its error is raised like the loader's), then the end. It holds no reference to
+    the consumer's iterator, so dropping that iterator (``break``) lets it be collected, which sets
+    ``stop``; after a stop nothing more is made, and what a late ``put`` left is dropped here."""
+    stop = shared.stop
     try:
         with scope():
             try:
-                for batch in source:
-                    if stop.is_set():
-                        return
-                    batch = make(batch) if make is not None else batch
-                    if not _put(q, batch, stop):
-                        return
-                _put(q, _END, stop)
+                for k in itertools.count():
+                    batch = _asked(source, shared)
+                    if batch is _END or stop.is_set():
+                        break
+                    batch = _made(make, batch, stop, k) if make is not None else batch
+                    if batch is _END or not _put(q, batch, stop):  # _END: stopped while waiting
+                        break
+                    del batch  # not kept alive while the loader makes the next one
             finally:
-                if hasattr(source, "close"):  # a generator: its finally blocks run here, in scope
-                    source.close()
+                _close_source(source, shared)
+        _put(q, _END, stop)
     except BaseException as e:  # noqa: BLE001  everything goes to the consumer, traceback included
         _put(q, _Failure(e), stop)
+    finally:
+        if stop.is_set():
+            _drop(q)  # a put that crossed the consumer's close()
+
+
+def _close_source(source, shared: _Shared) -> None:
+    close = getattr(source, "close", None)
+    if close is None:
+        return
+    try:
+        close()
+    except BaseException as e:  # noqa: BLE001
+        if not shared.stop.is_set():
+            raise  # into the queue, after the batches made before it
+        shared.closing_failed(e)
+
+
+def _drop(q: queue.Queue) -> None:
+    while True:
+        try:
+            q.get_nowait()
+        except queue.Empty:
+            return
 
 
 class _ThreadIterator:
-    """One pass of a prefetcher: ``make`` runs on the producer thread (inside ``scope``), ``take``
-    on the consumer's, on each batch as it leaves the queue."""
+    """One pass of a prefetcher: ``make(batch, stop)`` runs on the producer thread (inside
+    ``scope``), ``take`` on the consumer's, on each batch as it leaves the queue; ``on_close``
+    when the pass closes (on the consumer's thread, or a finaliser's)."""
 
     def __init__(self, source, depth: int, make: Callable | None, name: str, *,
                  scope: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
-                 take: Callable | None = None):
+                 take: Callable | None = None, on_close: Callable[[], None] | None = None):
         self._queue: queue.Queue = queue.Queue(maxsize=depth)
-        self._stop = threading.Event()
-        self._take = take
+        self._shared = _Shared()
+        self._stop = self._shared.stop
+        self._take, self._on_close = take, on_close
         self._thread = threading.Thread(target=_produce,
-                                        args=(source, self._queue, self._stop, make, scope),
+                                        args=(source, self._queue, self._shared, make, scope),
                                         name=name, daemon=True)
         self._done = False
         self._thread.start()
@@ -162,25 +232,84 @@ class _ThreadIterator:
         return self._take(item) if self._take is not None else item
 
     def close(self, timeout: float = 5.0) -> None:
-        """Stops the producer and waits for it (unless called from the producer thread itself)."""
+        """Stops the producer and waits for it (unless called from the producer thread itself),
+        but not for a batch the loader is still making: a producer inside the loader's ``next()``
+        gets ``_GRACE_S``, then ends by itself when the loader returns, making nothing more.
+
+        Raises:
+            Exception: what the loader's ``close()`` raised after the stop.
+        """
+        first = not self._done
         self._done = True
         self._stop.set()
-        self._drop_queued()  # now, not when this iterator is collected
+        if first and self._on_close is not None:
+            self._on_close()
+        _drop(self._queue)  # now, not when this iterator is collected
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
-            self._thread.join(timeout)
-        self._drop_queued()  # and what a producer blocked on put put there as the queue emptied
-
-    def _drop_queued(self) -> None:
-        while True:
-            try:
-                self._queue.get_nowait()
-            except queue.Empty:
-                return
+            self._thread.join(_GRACE_S if self._shared.in_source else timeout)
+        _drop(self._queue)  # and what a producer blocked on put put there as the queue emptied
+        with self._shared.lock:
+            self._shared.abandoned = self._thread.is_alive()
+            error, self._shared.close_error = self._shared.close_error, None
+        if error is not None:
+            raise error
 
     def __del__(self):
-        # never raise from a finaliser (e.g. at interpreter exit)
+        # never raise from a finaliser (e.g. at interpreter exit): a warning says what close() met
         with contextlib.suppress(Exception):
-            self.close(timeout=5.0)  # returns in milliseconds unless the loader itself is stuck
+            try:
+                self.close(timeout=5.0)  # returns in milliseconds unless the loader itself is stuck
+            except Exception as e:  # noqa: BLE001
+                warnings.warn(f"the prefetcher's loader raised in close(): {e!r}", RuntimeWarning,
+                              stacklevel=2)
+
+
+def _check_depth(who: str, depth) -> None:
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+        raise ValueError(f"{who}: depth must be a whole number >= 1 (the batches made ahead of the "
+                         f"one you use), got {depth!r}")
+
+
+class _Ring:
+    """One pass's ring of ``slots`` batches on the GPU, as FFCV's ``EpochIterator`` keeps
+    ``batches_ahead + 2``: the producer makes batch ``k`` only once the consumer's stream is done
+    with batch ``k - slots``, which it learns from an event recorded on that stream when the
+    consumer gave that batch up (its next ``next()``, or ``close()``), waited for on the producer's
+    thread. ``after``: an event the first batch waits for (the last pass's close), or None."""
+
+    def __init__(self, slots: int, inputs_made: torch.cuda.Event, after: torch.cuda.Event | None):
+        self.slots, self.inputs_made = slots, inputs_made
+        self.released: queue.Queue = queue.Queue()  # events, one per batch given up, in order
+        if after is not None:
+            self.released.put(after)
+        self.made = -1 if after is not None else 0  # the first batch waits for ``after``
+        self.inputs_ordered = False
+        self.held: torch.cuda.Stream | None = None  # the stream the consumer's batch is used on
+
+    def wait_for_slot(self, stop: threading.Event) -> bool:
+        """On the producer's thread: returns once a slot is free (False: stopped first)."""
+        if self.made >= self.slots or self.made < 0:
+            while True:
+                if stop.is_set():
+                    return False
+                try:
+                    released = self.released.get(timeout=_POLL_S)
+                    break
+                except queue.Empty:
+                    continue
+            released.synchronize()  # this thread waits (blocking: it sleeps), never the consumer's
+        self.made = max(self.made, 0) + 1
+        return True
+
+    def give_up(self) -> torch.cuda.Event | None:
+        """On the consumer's side: the batch in use is given up; its release event, or None."""
+        if self.held is None:
+            return None
+        released = torch.cuda.Event(blocking=True)
+        released.record(self.held)  # after all the work queued on that batch so far
+        self.held = None
+        self.released.put(released)
+        return released
 
 
 class _Closable:
@@ -192,8 +321,15 @@ class _Closable:
         return len(self.loader)  # TypeError if the loader has no length, as for any iterable
 
     def close(self) -> None:
+        """Closes every pass still open; then raises the first error a loader's ``close()`` gave."""
+        errors = []
         for it in list(self._iterators):
-            it.close()
+            try:
+                it.close()
+            except Exception as e:  # noqa: BLE001  the others are closed first
+                errors.append(e)
+        if errors:
+            raise errors[0]
 
     def __enter__(self):
         return self
@@ -234,13 +370,13 @@ class ThreadPrefetcher(_Closable):
     """
 
     def __init__(self, loader: Iterable, depth: int = 2, transform: Callable | None = None):
-        if not isinstance(depth, int) or depth < 1:
-            raise ValueError(f"ThreadPrefetcher: depth must be a whole number >= 1, got {depth!r}")
+        _check_depth("ThreadPrefetcher", depth)
         self.loader, self.depth, self.transform = loader, depth, transform
         self._iterators = weakref.WeakSet()
 
     def __iter__(self):
-        return self._started(self.transform)
+        transform = self.transform
+        return self._started(None if transform is None else lambda batch, stop: transform(batch))
 
 
 class CudaPrefetcher(_Closable):
@@ -258,6 +394,23 @@ class CudaPrefetcher(_Closable):
     ``next()`` instead (the classic apex prefetcher), that host work would sit between the end of
     one step and the launch of the next, with the GPU idle.
 
+    **How long a batch stays valid**: as long as you hold it. Its memory is not handed out again
+    before you drop it and the work your stream queued on it is done, so two batches never share
+    memory, whatever you keep (``list(p)`` keeps them all, and that memory is yours).
+
+    **GPU memory** is bounded whatever your loop does, even one that never synchronises and so
+    lets the host run far ahead of the GPU: ``depth + 2`` converted batches in flight (``depth``
+    queued, the one the thread is making, the one you use), besides the loader's own, the
+    conversion's working memory and the batches you keep. As FFCV's ``EpochIterator`` does with
+    its ``batches_ahead + 2`` slots, the thread makes batch ``k`` only once your stream is done
+    with batch ``k - depth - 2``: at your ``next()`` (or ``close()``) an event is recorded on your
+    stream for the batch you give up, and the thread waits for that event before it allocates the
+    next one's memory. The thread waits, not you; in a loop that syncs every step the event is long
+    done when it looks. FFCV overwrites a slot's memory; here the caching allocator hands it out
+    again only once your last reference is gone, so a batch your loop has given up but not yet let
+    go of (your loop variable is rebound just after ``next()`` returns) can make it ``depth + 3``
+    for a moment.
+
     What it costs, honestly:
 
     * The conversion and ``transform`` are kernels on the side stream. They share the GPU with your
@@ -266,9 +419,6 @@ class CudaPrefetcher(_Closable):
     * The thread shares the GIL with your loop: its Python (the loader's, walking the batch) takes
       turns with your step's launches; what releases the GIL (a wait for the GPU such as
       ``.item()``, torch's copies and pinning, a DataLoader's queue) runs beside them.
-    * GPU memory: up to ``depth + 2`` converted batches at once (``depth`` queued, the one the
-      thread is making, the one you use), besides the loader's own; FFCV's ``EpochIterator``
-      allocates the same, ``batches_ahead + 2`` slots.
     * A batch that is not pinned is pinned on the thread (``pin_memory=True``), never on yours:
       from pageable memory a copy is not asynchronous (the host stages it through the driver's
       buffer and waits), so it would hold the host through the copy. The pinned copy is dropped as
@@ -278,13 +428,15 @@ class CudaPrefetcher(_Closable):
       ``pin_memory``).
 
     Args:
-        loader: any iterable of batches (tensors, nested structures, TensorDicts) on the CPU.
+        loader: any iterable of batches (tensors, nested structures, TensorDicts) on the CPU, or
+            already on the GPU (see below).
         device: the CUDA device; the thread makes it its current device (as torch's own pin-memory
             thread does), so pinned memory and new tensors belong to it.
         dtype, mean, std: convert and normalise the images on the GPU (:func:`prepare`), on the side
             stream; None leaves them as they came (``uint8`` stays ``uint8``).
         transform: applied to each batch on the GPU, on the side stream, after the copy (and
             :func:`prepare`), e.g. :class:`gpufeed.data.transforms.DeviceAugment`; None: nothing.
+            It must return a batch: a ``StopIteration`` from it is raised as a ``RuntimeError``.
         depth: finished batches the queue holds ahead of the one in use (1: one in flight).
         pin_memory: pin batches that are not pinned yet (on the thread, see above).
         stream: the side stream, on ``device``; None: a new one, this prefetcher's own for its life.
@@ -292,19 +444,23 @@ class CudaPrefetcher(_Closable):
             batch with this stream current: GPU work the loader does itself runs there, ahead of
             the copies, and a loader that guards pinned buffers with an event on the current stream
             (a :class:`~gpufeed.data.loader.FastLoader` with ``pin_memory`` and ``reuse_buffers``)
-            covers the copies issued here. An owner that makes a prefetcher per epoch passes its one
-            stream (as :class:`gpufeed.data.ImageLoader` does): the caching allocator reuses a freed
-            block only on the stream that allocated it, so a new stream per epoch would strand every
-            epoch's blocks in a pool of their own until an allocation fails.
+            covers the copies issued here. Make one prefetcher and iterate it every epoch (or pass
+            one stream, as :class:`gpufeed.data.ImageLoader` does): the caching allocator reuses a
+            freed block only on the stream that allocated it, so a new stream per epoch would strand
+            every epoch's blocks in a pool of their own until an allocation fails.
 
-    Tensors the loader hands over already on the GPU are taken to be made on the stream current
-    where ``iter()`` was called (your loop's): the side stream waits for that stream
-    (``wait_stream``) before reading them, and they are marked as used by the side stream
-    (``record_stream``). ``"cuda"`` without an index is the current device when the prefetcher is
-    made (build it after ``torch.cuda.set_device(local_rank)``).
+    Tensors the loader hands over already on the GPU are ready on the stream current where it is
+    asked, the side stream (the loader's work runs there; a loader that works on a stream of its
+    own makes the current one wait for it, as ``FastLoader(device="cuda")`` does), or were made
+    before ``iter()`` on the stream current there (your loop's): for those the side stream waits,
+    once a pass, for an event recorded at ``iter()``, not for your latest step at every batch
+    (which would put every copy behind the step before it: no overlap at all). They are marked as
+    used by the side stream (``record_stream``). ``"cuda"`` without an index is the current device
+    when the prefetcher is made (build it after ``torch.cuda.set_device(local_rank)``).
 
     Raises:
         RuntimeError: torch sees no CUDA GPU (use :func:`prefetch`, which falls back to threads).
+        ValueError: ``depth`` is not a whole number of at least 1.
     """
 
     def __init__(self, loader: Iterable, device="cuda", dtype: torch.dtype | None = None, mean=None,
@@ -319,13 +475,13 @@ class CudaPrefetcher(_Closable):
             raise ValueError(f"CudaPrefetcher: device must be a CUDA device, got {self.device}")
         if self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
-        if not isinstance(depth, int) or depth < 1:
-            raise ValueError(f"CudaPrefetcher: depth must be a whole number >= 1, got {depth!r}")
+        _check_depth("CudaPrefetcher", depth)
         self.loader, self.depth, self.pin_memory = loader, depth, pin_memory
         self.dtype, self.mean, self.std, self.transform = dtype, mean, std, transform
         # the side stream for copies and conversions
         self.stream = stream if stream is not None else torch.cuda.Stream(self.device)
         self._iterators = weakref.WeakSet()
+        self._last_close: torch.cuda.Event | None = None  # the last pass's last release
 
     @contextlib.contextmanager
     def _on_side_stream(self):
@@ -333,16 +489,17 @@ class CudaPrefetcher(_Closable):
         with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
             yield
 
-    def _make(self, batch, consumer: torch.cuda.Stream):
-        """On the producer thread, the side stream current: one batch's copy, conversion and
-        transform issued, and the event after them. ``consumer``: the stream current where
-        ``iter()`` was called, on which inputs already on the GPU were made."""
+    def _make(self, batch, ring: _Ring, stop: threading.Event):
+        """On the producer thread, the side stream current: once a slot is free, one batch's copy,
+        conversion and transform issued, and the event after them."""
+        if not ring.wait_for_slot(stop):
+            return _END
         on_gpu = [t for t in leaves(batch) if t.is_cuda]
         if on_gpu:
-            # Inputs already on the GPU: the side stream must not read them before the consumer's
-            # work that made them is done, nor their memory go to anyone else while it reads them.
-            self.stream.wait_stream(consumer)
-            for t in on_gpu:
+            if not ring.inputs_ordered:  # once a pass: after what your stream did before iter()
+                self.stream.wait_event(ring.inputs_made)
+                ring.inputs_ordered = True
+            for t in on_gpu:  # their memory is not handed out again while the side stream reads it
                 t.record_stream(self.stream)
         if self.pin_memory:
             batch = pin(batch)  # pinned here, on this thread; dropped once its copy is issued
@@ -354,21 +511,30 @@ class CudaPrefetcher(_Closable):
         done.record(self.stream)
         return batch, done
 
-    def _take(self, made):
-        """On the consumer's thread: its current stream waits for the batch's work, and keeps the
-        batch's memory from being reused before its own work on it is done."""
+    def _take(self, made, ring: _Ring):
+        """On the consumer's thread: its current stream waits for the batch's work and keeps the
+        batch's memory from being reused before its own work on it is done; then the batch before
+        is given up (its release event after that wait, so that it covers every use of it)."""
         batch, done = made
         current = torch.cuda.current_stream(self.device)
         current.wait_event(done)
         for t in leaves(batch):
             if t.is_cuda:
                 t.record_stream(current)
+        ring.give_up()
+        ring.held = current
         return batch
 
+    def _closed(self, ring: _Ring) -> None:
+        self._last_close = ring.give_up() or self._last_close
+
     def __iter__(self):
-        consumer = torch.cuda.current_stream(self.device)  # the caller's, captured on its thread
-        return self._started(lambda batch: self._make(batch, consumer), scope=self._on_side_stream,
-                             take=self._take)
+        inputs_made = torch.cuda.Event()
+        inputs_made.record(torch.cuda.current_stream(self.device))  # the caller's stream, now
+        ring = _Ring(self.depth + 2, inputs_made, self._last_close)
+        return self._started(lambda batch, stop: self._make(batch, ring, stop),
+                             scope=self._on_side_stream, take=lambda made: self._take(made, ring),
+                             on_close=lambda: self._closed(ring))
 
 
 def prefetch(loader: Iterable, device="cuda", dtype: torch.dtype | None = None, mean=None, std=None,
@@ -381,6 +547,7 @@ def prefetch(loader: Iterable, device="cuda", dtype: torch.dtype | None = None, 
 
     Raises:
         RuntimeError: ``device`` is CUDA but torch sees no GPU.
+        ValueError: ``depth`` is given and is not a whole number of at least 1.
     """
     device = torch.device(device)
     if device.type == "cuda":
@@ -388,9 +555,9 @@ def prefetch(loader: Iterable, device="cuda", dtype: torch.dtype | None = None, 
             raise RuntimeError("prefetch: device is CUDA but torch sees no GPU; pass the device "
                                "you compute on (e.g. gpufeed.config.device(), which is the CPU "
                                "here)")
-        return CudaPrefetcher(loader, device, dtype, mean, std, depth=depth or 1)
+        return CudaPrefetcher(loader, device, dtype, mean, std, depth=1 if depth is None else depth)
 
     def transform(batch):
         return prepare(to_device(batch, device), dtype, mean, std)
 
-    return ThreadPrefetcher(loader, depth=depth or 2, transform=transform)
+    return ThreadPrefetcher(loader, depth=2 if depth is None else depth, transform=transform)

@@ -298,7 +298,7 @@ class Reference:
     Attributes:
         measurements: what was kept.
         machine: the machine record (:func:`gpufeed.measure.machine.machine_info`).
-        source: "measured here", or the committed file and the commit it was measured at.
+        source: "measured here", or the committed file and the date it was measured.
     """
 
     measurements: list[Measurement]
@@ -330,10 +330,9 @@ def committed(keep: Callable[[Measurement], bool], names: Sequence[str] = H2D_RE
         for ms, doc in results.committed(name, results.has_gpu):
             kept = [m for m in ms if keep(m)]
             if kept:
-                machine = doc["machine"]
-                commit = (machine.get("commit") or "")[:7] or "an unrecorded commit"
+                machine, date = doc["machine"], results.measured_on(doc)
                 return Reference(kept, machine, f"our reference, `results/{slug(machine)}/{name}.json`, "
-                                                f"full mode, measured at commit {commit}")
+                                                f"full mode" + (f", measured on {date}" if date else ""))
     return None
 
 

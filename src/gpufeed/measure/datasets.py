@@ -29,7 +29,7 @@ def datasets(quick: bool, cuda: bool) -> list[Dataset]:
     names the folders that lessons built themselves). ``tests/test_gpurun.py`` checks every part of
     every path against the strings and f-strings of its lesson's source, and lesson 11's workloads
     against the lesson's own. Lesson 04's PNG and ``.npy`` folders are not here
-    (``gpufeed.course.formats`` writes them, one process each).
+    (``gpufeed.course.lesson04.formats`` writes them, one process each).
 
     Example:
         >>> [d.owner for d in datasets(quick=True, cuda=False)][:3]

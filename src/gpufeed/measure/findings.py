@@ -49,7 +49,7 @@ def efficiency_bounds(loader_rate: float, model_rate: float) -> tuple[float, flo
     * overlapped, ``min(1, loader_rate / model_rate)``: the two run at the same time (the CPU
       loads while the GPU computes: the best case), and only a loader slower than the model costs.
 
-    Lesson 11 reads them as ``gpufeed.course.efficiency.bounds``.
+    Lesson 11 reads them as ``gpufeed.course.lesson11.efficiency.bounds``.
 
     Example:
         >>> efficiency_bounds(loader_rate=1000.0, model_rate=100.0), efficiency_bounds(loader_rate=50.0, model_rate=100.0)

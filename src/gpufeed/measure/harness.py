@@ -7,8 +7,9 @@ mistakes it avoids; ``notebooks/00_setup.ipynb`` first uses it):
 * **CUDA synchronised** inside the timed region, since CUDA calls return before the GPU finishes;
 * **raw samples kept**, summarised by the median and the inter-quartile range (IQR), which a few
   slow outliers on a noisy machine do not drag around the way they drag a mean;
-* a **unit chosen for the reader** (ns, us, ms, s; images/s; GB/s) and a **warning** when the
-  spread is large;
+* a **unit chosen for the reader** (ns, us, ms, s; images/s; GB/s) and a **warning** naming the
+  measurement when its spread is large (shown as a ``[noisy]`` line in a notebook:
+  :func:`show_noisy_as_marks`);
 * the **machine** it ran on, and **JSON** save and load, and a table with **ratios to a baseline**;
 * a **time cap** where a run must fit a slot (``GPUFEED_MEASURE_S``, :func:`measure_cap`): each case
   stops sampling once it has spent that long (after at least :data:`MIN_SAMPLES`), and the machine
@@ -37,6 +38,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 from gpufeed.config import ENV_MEASURE_S, measure_cap  # noqa: F401  (re-exported: harness.measure_cap)
@@ -250,9 +252,7 @@ def benchmark(
 
         machine = machine_info()
     m = Measurement(name or getattr(fn, "__name__", "fn"), samples, items, nbytes, dict(params or {}), machine)
-    if m.noisy:  # one generic message, so Python's warning filter shows it once per place, not per case
-        warnings.warn(f"noisy measurement: IQR > {NOISY:.0%} of the median (see the [noisy] mark); close "
-                      "other programs or raise repeats", NoisyMeasurementWarning, stacklevel=2)
+    _warn_if_noisy([m])
     return m
 
 
@@ -312,14 +312,69 @@ def interleave(
     machine = machine_info()
     ms = [Measurement(name, samples[name], items.get(name) if isinstance(items, dict) else items, None,
                       dict((params or {}).get(name, {})), machine) for name in cases]
-    if any(m.noisy for m in ms):
-        warnings.warn(f"noisy measurement: IQR > {NOISY:.0%} of the median (see the [noisy] mark); close "
-                      "other programs or raise repeats", NoisyMeasurementWarning, stacklevel=2)
+    _warn_if_noisy(ms)
     return ms
 
 
 class NoisyMeasurementWarning(UserWarning):
     """The spread of a measurement is large: the numbers may not be trustworthy."""
+
+
+def noisy_note(measurements: Iterable[Measurement]) -> str | None:
+    """What a :class:`NoisyMeasurementWarning` says: which measurements are noisy, by name; None
+    when none is. The text holds no number, so that Python, which shows a warning once per text
+    and place, names a case of a sweep once however many sizes it is measured at (each one's
+    spread is in its own ``[noisy]`` mark: :meth:`Measurement.__str__`, :func:`compare`).
+
+    Example:
+        >>> noisy_note([Measurement("pinned", [1.0, 1.5, 2.0]), Measurement("quiet", [1.0, 1.0, 1.0])])
+        'pinned: IQR above 10% of the median; close other programs or raise repeats'
+        >>> noisy_note([Measurement("quiet", [1.0, 1.0])]) is None
+        True
+    """
+    noisy = [m.name for m in measurements if m.noisy]
+    if not noisy:
+        return None
+    return f"{', '.join(noisy)}: IQR above {NOISY:.0%} of the median; close other programs or raise repeats"
+
+
+def _warn_if_noisy(ms: list[Measurement]) -> None:
+    """Warns, naming each noisy measurement: Python shows one message once per place, so each
+    noisy case is named once, where it was measured (3 levels up: the caller of benchmark)."""
+    note = noisy_note(ms)
+    if note:
+        warnings.warn(note, NoisyMeasurementWarning, stacklevel=3)
+
+
+def show_noisy_as_marks() -> None:
+    """From now on, a :class:`NoisyMeasurementWarning` prints as the harness's own mark, one line on
+    stdout beside the cell's numbers (``[noisy] pinned: IQR above 10% of the median; ...``), rather than
+    as Python's warning on stderr, which starts with the file and line that warned (in a notebook,
+    the kernel's temporary file). Other warnings show as before. :func:`gpufeed.setup` calls it;
+    calling it again changes nothing.
+
+    Example:
+        >>> import warnings
+        >>> saved = warnings.showwarning
+        >>> show_noisy_as_marks()
+        >>> with warnings.catch_warnings():
+        ...     warnings.simplefilter("always")
+        ...     _warn_if_noisy([Measurement("pinned", [1.0, 1.5, 2.0])])
+        [noisy] pinned: IQR above 10% of the median; close other programs or raise repeats
+        >>> warnings.showwarning = saved
+    """
+    if getattr(warnings.showwarning, "_noisy_as_marks", False):
+        return
+    shown_before = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, NoisyMeasurementWarning):
+            print(f"[noisy] {message}")
+        else:
+            shown_before(message, category, filename, lineno, file, line)
+
+    show._noisy_as_marks = True
+    warnings.showwarning = show
 
 
 def compare(
@@ -372,6 +427,7 @@ def save(path: str | Path, measurements: Iterable[Measurement], **extra) -> Path
         "format": "gpufeed-measurements",
         "version": FORMAT_VERSION,
         "machine": next((m.machine for m in ms if m.machine), None) or machine_info(),
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),  # what a reader is told, not the commit
         "measurements": [{**m.to_dict(), "machine": None} for m in ms],  # one machine per file
         **extra,
     }

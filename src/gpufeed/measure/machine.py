@@ -74,6 +74,28 @@ def cache_bytes(level: int = 3, root: str | Path = "/sys/devices/system/cpu/cpu0
         return None
 
 
+#: File systems that store their files on a block device of this machine: an ``os.fsync`` there
+#: writes to a disk. Lesson 05 names a write-back rate "the disk's" only on one of these; tmpfs
+#: keeps files in RAM, and overlay, network and FUSE file systems pass writes to what lies below.
+DISK_FILE_SYSTEMS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "f2fs", "zfs", "jfs", "reiserfs",
+                               "apfs", "hfs", "ntfs", "vfat", "exfat"})
+
+
+def file_system(path: str | Path) -> str:
+    """The type of the file system holding ``path`` (``"ext4"``, ``"tmpfs"``, ``"overlay"``, ...), from
+    the mount point nearest above it; ``"unknown"`` where the OS lists none.
+
+    Example:
+        >>> isinstance(file_system("."), str)
+        True
+    """
+    import psutil
+
+    path = Path(path).resolve()
+    mounts = [m for m in psutil.disk_partitions(all=True) if Path(m.mountpoint) in (path, *path.parents)]
+    return max(mounts, key=lambda m: len(m.mountpoint)).fstype if mounts else "unknown"
+
+
 def _memory_gib() -> float:
     import psutil
 
@@ -177,11 +199,11 @@ def _real_cuda() -> dict:
     import torch
 
     real = {name: getattr(torch.cuda, name) for name in ("is_available", "_lazy_init", "device_count")}
-    if "gpufeed.simcuda" in sys.modules:  # the simulator can be in place only once it was imported
-        from gpufeed.simcuda import active
-
-        if (sim := active()) is not None:
-            real.update(sim.outside)
+    # Looked up, not imported: the simulator can be in place only if someone imported it, and the
+    # machine record need not load it (nor depend on it) otherwise.
+    simcuda = sys.modules.get("gpufeed.simcuda")
+    if simcuda is not None and (sim := simcuda.active()) is not None:
+        real.update(sim.outside)
     return real
 
 

@@ -22,6 +22,7 @@ Example:
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,10 +69,29 @@ class Figure:
         """The figure written as published (no rounding), with thousands separators: ``'2,470'``."""
         return f"{int(self.figure):,}" if self.figure.is_integer() else f"{self.figure:,}"
 
+    def reading(self) -> str:
+        """The figure in a reader's units where its published unit is hard to take in, as words to
+        put after it (``""`` otherwise): a time per N images becomes a time per image and images/s.
+
+        Example:
+            >>> f = lambda figure, unit: Figure("x", ("lesson04",), figure, unit, "", "", "", "", "", "")
+            >>> f(2541465.3, "us per 1000 images").reading(), f(2470.0, "images/s").reading()
+            (' (2.54 ms per image, 393 images/s)', '')
+        """
+        from gpufeed.measure.harness import format_time
+
+        m = re.fullmatch(r"us per ([\d,]+) images?", self.unit)
+        if not m or self.figure <= 0:
+            return ""
+        per_image_s = self.figure * 1e-6 / int(m.group(1).replace(",", ""))
+        return f" ({format_time(per_image_s)} per image, {1 / per_image_s:,.0f} images/s)"
+
     def text(self) -> str:
-        """Lines for a notebook's output: the number and what it is; whose it is and the link; our
-        reading of the source, where it needed one."""
-        text = f"{self.number()} {self.unit}: {self.measured}\n  {self.label()} · {self.title}: {self.url}"
+        """Lines for a notebook's output: the number and what it is (in a reader's units too, where
+        :meth:`reading` has them); whose it is and the link; our reading of the source, where it
+        needed one."""
+        text = (f"{self.number()} {self.unit}{self.reading()}: {self.measured}\n"
+                f"  {self.label()} · {self.title}: {self.url}")
         return text + (f"\n  ({self.note})" if self.note else "")
 
 

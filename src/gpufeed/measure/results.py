@@ -9,13 +9,14 @@ Example:
     >>> from gpufeed.measure.harness import Measurement
     >>> os.environ["GPUFEED_RESULTS"] = tempfile.mkdtemp()
     >>> path = save_lesson("demo", [Measurement("a", [1.0, 1.1])])
+    saved: demo.json, in this machine's results folder
     >>> path.parent.parent == config.results_dir() and path.name
     'demo.json'
     >>> reference("no-such-lesson") is None
     True
     >>> gpu_reference("no-such-lesson") is None
     No CUDA here, and no GPU measurement of ours is committed (results/<gpu>/no-such-lesson.json):
-    run this notebook on a GPU with GPUFEED_RESULTS=results to add one.
+    run this notebook on a GPU to see its numbers.
     No figure published elsewhere is kept for this cell either (results/published.json).
     True
 """
@@ -35,9 +36,17 @@ def machine_dir(info: dict | None = None) -> Path:
     return config.results_dir() / slug(info or machine_info())
 
 
-def save_lesson(name: str, measurements, **extra) -> Path:
-    """Saves a lesson's measurements as ``<results>/<machine>/<name>.json``; returns the path."""
-    return bench.save(machine_dir() / f"{name}.json", measurements, **extra)
+def save_lesson(name: str, measurements, *, say: bool = True, **extra) -> Path:
+    """Saves a lesson's measurements as ``<results>/<machine>/<name>.json``; returns the path.
+
+    With ``say``, prints one line that says so, by the file's name: where this machine's results
+    folder is differs from one machine to the next and is no part of the lesson (:func:`machine_dir`
+    returns it, and ``results_dir`` in :mod:`gpufeed.config` says how to move it).
+    """
+    path = bench.save(machine_dir() / f"{name}.json", measurements, **extra)
+    if say:
+        print(f"saved: {path.name}, in this machine's results folder")
+    return path
 
 
 def reference_roots() -> list[Path]:
@@ -75,6 +84,20 @@ def committed(name: str, keep=lambda doc: True):
                 yield ms, doc
 
 
+def measured_on(doc: dict) -> str | None:
+    """The date a saved document was measured (``YYYY-MM-DD``, :func:`gpufeed.measure.harness.save`
+    records it), or None for a file saved before it did: a learner reads a date, never the commit
+    (which stays in the file's machine record for whoever maintains the course).
+
+    Example:
+        >>> measured_on({"date": "2026-11-26T09:12:00+00:00", "machine": {"commit": "305e292"}})
+        '2026-11-26'
+        >>> measured_on({"machine": {"commit": "305e292"}}) is None
+        True
+    """
+    return str(doc["date"])[:10] if doc.get("date") else None
+
+
 def has_gpu(doc: dict) -> bool:
     """Whether a saved document was measured on a machine with a GPU."""
     return bool((doc.get("machine") or {}).get("gpu"))
@@ -110,5 +133,5 @@ def no_reference(name: str) -> list:
     """Says that no GPU measurement of ours is committed for ``name`` and how to add one, then shows
     the figures others published for it; returns them (:class:`gpufeed.measure.published.Figure`)."""
     print(f"No CUDA here, and no GPU measurement of ours is committed (results/<gpu>/{name}.json):\n"
-          "run this notebook on a GPU with GPUFEED_RESULTS=results to add one.")
+          "run this notebook on a GPU to see its numbers.")
     return published.show(name)

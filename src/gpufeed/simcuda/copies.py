@@ -54,6 +54,7 @@ def is_pinned(sim, t: torch.Tensor, device=None) -> bool:
 
 def pin_memory(sim, t: torch.Tensor, device=None) -> torch.Tensor:
     out = pinned(sim, t.dtype, t.shape)
+    sim.host_copy(t.nbytes)
     out.copy_(t)
     return out
 
@@ -138,6 +139,7 @@ def to_device(sim, dst: SimTensor, src: torch.Tensor, non_blocking: bool) -> Non
         what = f"copy to cuda ({src.nbytes / 1e6:.2f} MB from pinned memory, non_blocking)"
     else:  # staged now: the host waits while the bytes are copied out of pageable memory
         source = (src if non_blocking else src.to(dst.dtype)).contiguous().clone()  # blocking: converts on the CPU
+        sim.host_copy(src.nbytes)
         what = f"copy to cuda ({src.nbytes / 1e6:.2f} MB, staged)"
     target = dst
     if dst.dtype != source.dtype or not dst.is_contiguous():  # a contiguous buffer of the source's dtype first

@@ -16,7 +16,9 @@ wrong values it produces. When the host polls ``query()``, the work it polls for
 ``torch.cuda.set_sync_debug_mode`` reports: copies without ``non_blocking``, ``.item()``,
 ``bool()``, ``.cpu()``, ``nonzero``, printing, ``stream.synchronize()``; under
 ``set_sync_debug_mode("error")`` they raise torch's own ``RuntimeError``) and in
-:attr:`Simulator.waits` (all of them, ``event.synchronize()`` and ``torch.cuda.synchronize()`` too).
+:attr:`Simulator.waits` (all of them, ``event.synchronize()`` and ``torch.cuda.synchronize()`` too;
+:attr:`Simulator.waits_by_thread` says which thread waited, since a wait on a helper thread costs
+the training loop nothing).
 
 **The nominal timeline** places each step on its stream at a made-up, fixed speed (copies at
 :attr:`NominalSpeeds.copy_gb_s`, kernels at :attr:`NominalSpeeds.kernel_gb_s`, a launch every
@@ -30,6 +32,7 @@ import contextlib
 import random
 import sys
 import threading
+import time
 import warnings
 from collections import Counter, deque
 from dataclasses import dataclass
@@ -83,6 +86,11 @@ class NominalSpeeds:
     copy_gb_s: float = 25.0  # host <-> device copies
     kernel_gb_s: float = 1500.0  # bytes a kernel reads and writes
     launch_us: float = 5.0  # the host's time to issue one step
+    #: the host's own memcpy, in *real* time: when set, pinning a tensor and staging a copy from
+    #: pageable memory make the thread that does it sleep ``nbytes / host_gb_s`` (a sleep releases
+    #: the GIL, as torch's copies do), so that a test can see on which thread that host work runs.
+    #: None: they take only the CPU's own (tiny) time.
+    host_gb_s: float | None = None
 
     def ms(self, work: Work) -> float:
         """How long ``work`` takes on the nominal timeline, in milliseconds.
@@ -93,7 +101,7 @@ class NominalSpeeds:
             2.0
         """
         if work.kind == "busy":
-            return work.nbytes / 1e6  # busy steps carry their nominal nanoseconds in nbytes
+            return work.busy_ms
         rate = self.copy_gb_s if work.kind == "copy" else self.kernel_gb_s
         return work.nbytes / (rate * 1e6) if work.kind in ("copy", "kernel") else 0.0
 
@@ -129,6 +137,7 @@ class Simulator:
         self.debug_mode = 0
         self.syncs: list[str] = []  # what set_sync_debug_mode would report
         self.waits: list[str] = []  # every time the host waited
+        self.waits_by_thread: dict[str, list[str]] = {}  # the same, by the name of the thread that waited
         self.races: list[Race] = []
         self.ran: list[Work] = []  # the steps in the order they ran
         self.pending: list = []  # copies to and from pinned memory the host has not yet learnt are done
@@ -198,7 +207,7 @@ class Simulator:
 
     # --- issuing and running work -------------------------------------------------------------
     def issue(self, stream: SimStream, kind: str, what: str, run=None, *, reads=(), writes=(), nbytes: int = 0,
-              deps: tuple = ()) -> Work:
+              busy_ms: float = 0.0, deps: tuple = ()) -> Work:
         """Queues one step on ``stream``: the clocks check its reads and writes, the nominal timeline
         places it, and the stream's pace may run it (and any other step that may run) at once."""
         with self.lock:
@@ -206,7 +215,7 @@ class Simulator:
             stream.clock = joined(stream.clock, self.host_clock)
             stream.issued += 1
             stream.clock[stream] = stream.issued
-            work = Work(stream, stream.issued, kind, what, run, deps, nbytes, dict(stream.clock))
+            work = Work(stream, stream.issued, kind, what, run, deps, nbytes, dict(stream.clock), busy_ms=busy_ms)
             self.host_time += self.speeds.launch_us / 1000
             after = [s.ends[step - 1] for s, step in deps if step > 0]
             work.start = max([stream.last_end, self.host_time, *after])
@@ -262,6 +271,7 @@ class Simulator:
             self.report_sync(what)
         with self.lock:
             self.waits.append(what)
+            self.waits_by_thread.setdefault(threading.current_thread().name, []).append(what)
             for stream, step in targets:
                 self._run_until(stream, step)
                 self._learn(clock if clock is not None else stream.clock)
@@ -280,11 +290,17 @@ class Simulator:
 
     def sleep(self, cycles: int) -> None:
         """``torch.cuda._sleep(cycles)``: a step that only takes time (1 cycle = 1 nominal ns)."""
-        self.issue(self.current_stream(), "busy", "sleep", nbytes=int(cycles))
+        self.issue(self.current_stream(), "busy", "sleep", busy_ms=int(cycles) / 1e6)
+
+    def host_copy(self, nbytes: int) -> None:
+        """The host copies ``nbytes`` itself (pinning, staging): real time if
+        :attr:`NominalSpeeds.host_gb_s`."""
+        if self.speeds.host_gb_s:
+            time.sleep(nbytes / (self.speeds.host_gb_s * 1e9))
 
     def busy(self, ms: float, what: str = "compute") -> Work:
         """A step of ``ms`` nominal milliseconds on the current stream, standing for a kernel."""
-        return self.issue(self.current_stream(), "busy", what, nbytes=int(ms * 1e6))
+        return self.issue(self.current_stream(), "busy", what, busy_ms=ms)
 
     def _run_until(self, stream: SimStream, step: int) -> None:
         while stream.done < step:

@@ -55,10 +55,11 @@ class Work:
     what: str
     run: Callable[[], None] | None = None
     deps: tuple = ()
-    nbytes: int = 0
+    nbytes: int = 0  # the bytes a copy moves or a kernel reads and writes
     clock: Clock = field(default_factory=dict)
     start: float = 0.0
     end: float = 0.0
+    busy_ms: float = 0.0  # a "busy" step's nominal length (sim.busy, torch.cuda._sleep)
 
 
 class SimStream(torch.Stream):

@@ -5,7 +5,7 @@ consumer reads it says which batch it really was: ``k`` (right), another batch's
 memory was overwritten, or it was copied from a reused buffer), or NaN (its copy had not run).
 The three hazards of ``notebooks/08_prefetch.ipynb``:
 
-* ``"no wait"``: the hand-written prefetcher of section 2 without ``current.wait_stream(side)``:
+* ``"no wait"``: the in-loop prefetcher of section 2 (:func:`hand_prefetch`) without ``current.wait_stream(side)``:
   the consumer may read a batch before its copy ran;
 * ``"no record_stream"``: without ``t.record_stream(current)``: when the consumer drops a batch,
   the caching allocator gives its memory to the side stream's next copy at once, while the
@@ -28,11 +28,12 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import torch
 
+from gpufeed.data.movers import leaves, pin, to_device
 from gpufeed.simcuda import simulated_cuda
 
 HAZARDS = ("no wait", "no record_stream", "pinned buffer reused")
@@ -44,30 +45,37 @@ def numbered_batches(n: int = 6, size: int = 1 << 12) -> list[torch.Tensor]:
     return [torch.full((size,), float(k)) for k in range(n)]
 
 
-def hand_prefetch(batches: Iterable[torch.Tensor], device, *, wait: bool = True,
-                  record_stream: bool = True) -> Iterator[torch.Tensor]:
-    """Lesson 08's prefetcher by hand (the apex one), with two of its lines switchable off.
+def hand_prefetch(batches: Iterable, device, *, convert: Callable | None = None,
+                  stream: torch.cuda.Stream | None = None, wait: bool = True,
+                  record_stream: bool = True) -> Iterator:
+    """Lesson 08's in-loop prefetcher, apex's ``data_prefetcher``: the copy of the next batch (and
+    its ``convert``, e.g. to float) issued on a side stream before the current one is handed over.
 
-    The copy of the next batch is issued on a side stream before the current one is handed over;
+    Its host work (asking the loader, pinning, issuing the copy) runs in your loop, between two of
+    your steps. ``stream``: the side stream (None: a new one; pass one to reuse it every epoch);
     ``wait``: the current stream waits for the side stream before using a batch;
-    ``record_stream``: the batch's memory is marked as used by the current stream.
+    ``record_stream``: the batch's memory is marked as used by the current stream. The last two
+    can be switched off to show what each line prevents.
     """
-    stream, current = torch.cuda.Stream(device), torch.cuda.current_stream(device)
+    stream = stream if stream is not None else torch.cuda.Stream(device)
+    current = torch.cuda.current_stream(device)
 
-    def start(batch):
+    def start(batch):  # issue the copy (and conversion) on the side stream: returns at once
         if batch is None:
             return None
         with torch.cuda.stream(stream):
-            return batch.pin_memory().to(device, non_blocking=True)
+            batch = to_device(pin(batch), device, non_blocking=True)
+            return convert(batch) if convert is not None else batch
 
     source = iter(batches)
     ahead = start(next(source, None))
     while ahead is not None:
         if wait:
-            current.wait_stream(stream)
+            current.wait_stream(stream)  # the GPU waits for the copy before the work that follows
         if record_stream:
-            ahead.record_stream(current)
-        batch, ahead = ahead, start(next(source, None))
+            for t in leaves(ahead):
+                t.record_stream(current)  # its memory is in use on `current` now
+        batch, ahead = ahead, start(next(source, None))  # the next copy overlaps the work on `batch`
         yield batch
 
 

@@ -1,12 +1,18 @@
 """Lesson 08's fair test of a GPU prefetcher: is the training loop faster with it, and why (not)?
 
-``notebooks/08_prefetch.ipynb``, section 5. Two ways to feed a training step from pinned batches
-already in memory (what a perfect DataLoader with ``pin_memory=True`` would deliver):
+``notebooks/08_prefetch.ipynb``, section 5. Three ways to feed a training step from pinned
+batches already in memory (what a perfect DataLoader with ``pin_memory=True`` would deliver):
 
 * **the copy on the default stream** (:func:`copied`): each batch is copied and converted on the
   stream the step runs on, just before the step, so copy, conversion and step take turns;
+* **a side stream in the loop** (:func:`gpufeed.course.lesson08.hazards.hand_prefetch`, apex's
+  ``data_prefetcher``; on CUDA only): the next batch's copy on a side stream, its host work in the
+  loop between two steps;
 * **a prefetcher** (:func:`gpufeed.data.prefetch.prefetch`: ``CudaPrefetcher`` on a GPU,
-  ``ThreadPrefetcher`` elsewhere): the next batch is copied and converted while this one trains.
+  ``ThreadPrefetcher`` elsewhere): the same side stream, its host work on a thread of its own.
+
+Each arm is built once, with its one side stream, and iterated for every run (:func:`sources`):
+a new stream per run would keep each run's cached blocks in a pool of their own.
 
 And two kinds of step (:func:`gpufeed.course.instrument.train_step`): one that reads its loss every
 step (``loss.item()``, as loops that log do), so the host waits for the GPU each step and what the
@@ -50,21 +56,25 @@ from torch import nn
 
 from gpufeed.course import trace
 from gpufeed.course.instrument import train_step
+from gpufeed.course.lesson08.hazards import hand_prefetch
 from gpufeed.data.movers import leaves, to_device
 from gpufeed.data.prefetch import prefetch, prepare
 from gpufeed.measure.harness import Measurement, benchmark
 
 #: The variant without a prefetcher.
 PLAIN = "copy on the default stream"
+#: apex's prefetcher: the side stream, its host work in the loop.
+IN_LOOP = "side stream in the loop"
 #: The two kinds of step: does it read its loss (and so wait for the device) every step?
 REGIMES = {"syncs every step": True, "never syncs": False}
 #: Model widths tried, narrowest first.
 WIDTHS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 #: Steps of each trace drawn in the lesson's chart.
 SHOWN_STEPS = 3
-#: How ``CudaPrefetcher`` works, saved with a GPU's results (those saved before issue 29 say theirs).
+#: How ``CudaPrefetcher`` works, saved with a GPU's results (the old format's say theirs).
 PREFETCHER = ("host work (asking the loader, pinning, issuing the copy and the conversion) on a "
-              "producer thread with its own side stream (issue 29)")
+              "producer thread with its own side stream, and GPU memory bounded by a ring of "
+              "depth + 2 batches")
 
 
 def convnet(width: int, num_classes: int = 10) -> nn.Module:
@@ -107,10 +117,22 @@ def copied(batches: Sequence, device, dtype=None, mean=None, std=None):
 
 def sources(batches: Sequence, device, dtype=None, mean=None, std=None,
             depth: int = 1) -> dict[str, Callable[[], Iterable]]:
-    """The two variants, each a function that starts a fresh, endless feed of converted batches."""
-    return {PLAIN: lambda: copied(batches, device, dtype, mean, std),
-            prefetched_name(device): lambda: prefetch(itertools.cycle(batches), device, dtype, mean,
-                                                      std, depth=depth)}
+    """The arms (:data:`PLAIN`, :data:`IN_LOOP` on CUDA, the prefetcher), each a function that
+    starts a new pass of an endless feed of converted batches. Each arm is made once here, with its
+    one side stream, and every pass reuses it."""
+    device = torch.device(device)
+
+    def convert(batch):
+        return prepare(batch, dtype, mean, std)
+
+    feeds = {PLAIN: lambda: copied(batches, device, dtype, mean, std)}
+    if device.type == "cuda":
+        side = torch.cuda.Stream(device)  # the in-loop prefetcher's one side stream, every run
+        feeds[IN_LOOP] = lambda: hand_prefetch(itertools.cycle(batches), device, convert=convert,
+                                               stream=side)
+    prefetcher = prefetch(itertools.cycle(batches), device, dtype, mean, std, depth=depth)
+    feeds[prefetched_name(device)] = lambda: iter(prefetcher)  # one prefetcher, a pass a run
+    return feeds
 
 
 def bound(feed: float, work: float, n: int | None = None) -> float:
@@ -158,6 +180,17 @@ def run_once(source: Iterable, step: Callable, *, warmup: int, steps: int,
             it.close()  # a prefetcher's thread stops, its batches in flight are dropped
 
 
+def allocator(device) -> dict:
+    """The caching allocator's counters now: bytes ``reserved`` and ``alloc_retries`` (allocations
+    that failed, freed the cache and tried again: a flush inside a timed run); {} on a CPU."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return {}
+    stats = torch.cuda.memory_stats(device)
+    return {"reserved": torch.cuda.memory_reserved(device),
+            "alloc_retries": stats.get("num_alloc_retries", 0)}
+
+
 def memory_peaks(device, before: int) -> dict:
     """The peaks since the last reset (``torch.cuda.memory_stats``), in bytes; {} on a CPU.
 
@@ -176,11 +209,13 @@ def memory_peaks(device, before: int) -> dict:
 def alternate(feeds: dict[str, Callable[[], Iterable]], step: Callable, device, *, repeats: int = 3,
               warmup: int = 10, steps: int = 100, label: str = "",
               items: int | None = None) -> list[Measurement]:
-    """Times each feed with ``step`` in turns (ABABAB for two): one :class:`Measurement` a feed.
+    """Times each feed with ``step`` in turns (ABCABC for three): one :class:`Measurement` a feed.
 
-    Each run starts a fresh feed (:func:`run_once`), so each pays its own warm-up. A sample is the
-    seconds a step of one run; ``params`` hold the variant, the regime ``label``, the runs' places
-    in the order (0 first) and the memory peaks, the highest of its runs (:func:`memory_peaks`).
+    Each run starts a new pass of its feed (:func:`run_once`), so each pays its own warm-up. A
+    sample is the seconds a step of one run; ``params`` hold the variant, the regime ``label``, the
+    runs' places in the order (0 first), the memory peaks, the highest of its runs
+    (:func:`memory_peaks`), and on CUDA the allocator's counters (:func:`allocator`): reserved
+    before the arm's first run and after its last, and the retries in its runs.
     """
     if repeats < 1 or steps < 1 or warmup < 0:
         raise ValueError("alternate: repeats and steps must be at least 1, warmup at least 0")
@@ -195,10 +230,17 @@ def alternate(feeds: dict[str, Callable[[], Iterable]], step: Callable, device, 
         if device.type == "cuda":  # the last run ended synchronised: its batches are freed
             torch.cuda.reset_peak_memory_stats(device)
             before = torch.cuda.memory_allocated(device)
+        counted = allocator(device)
         samples[name].append(run_once(feeds[name](), step, warmup=warmup, steps=steps, sync=sync))
         places[name].append(place)
         for key, value in memory_peaks(device, before).items():
             memory[name][key] = max(value, memory[name].get(key, value))
+        if counted:  # reserved before the arm's first run and after its last; retries in its runs
+            after = allocator(device)
+            memory[name].setdefault("reserved_before", counted["reserved"])
+            memory[name]["reserved_after"] = after["reserved"]
+            memory[name]["alloc_retries"] = (memory[name].get("alloc_retries", 0)
+                                             + after["alloc_retries"] - counted["alloc_retries"])
     machine = machine_info()
     return [Measurement(f"{name}, {label}" if label else name, samples[name], items=items,
                         params={"variant": name, "regime": label, "warmup": warmup, "steps": steps,
@@ -363,21 +405,26 @@ def plan(batches: Sequence, device, make_step: Callable[[int, bool], Callable], 
 def measure(p: Plan, *, trace_dir: str | Path | None = None, repeats: int = 3, warmup: int = 10,
             steps: int = 100, active: int = 12, depth: int = 1,
             items: int | None = None) -> tuple[dict, list[Measurement]]:
-    """Times both variants in turns with a step of each regime; profiles each if ``trace_dir``.
+    """Times the arms in turns with a step of each regime; profiles each if ``trace_dir``.
 
     Returns:
         ``(result, measurements)``: ``result`` is JSON-ready (what :func:`plan` found, ``regimes``
-        with each variant's runs, median, spread and memory peaks, ``traces`` with each trace's
-        summary, ``picture`` with the first steps of each variant's trace with a syncing step);
+        with each variant's runs, median, spread and memory, ``bounds`` with each regime's bound
+        from its own step timed alone, ``traces`` with each trace's summary, ``picture`` with the
+        first steps of each variant's trace with a syncing step);
         ``measurements`` are the raw samples, the plan's first.
     """
     feeds = sources(p.batches, p.device, p.dtype, p.mean, p.std, depth)
     result = {**p.to_dict(), "prefetcher": prefetched_name(p.device), "depth": depth,
-              "repeats": repeats, "warmup": warmup, "steps": steps, "regimes": {}, "traces": {},
-              "picture": {}}
+              "arms": list(feeds), "repeats": repeats, "warmup": warmup, "steps": steps,
+              "regimes": {}, "bounds": {}, "traces": {}, "picture": {}}
     timed = []
+    ready = prepare(to_device(p.batches[0], p.device), p.dtype, p.mean, p.std)
     for regime, sync in REGIMES.items():
         step = p.make_step(p.width, sync)
+        alone = benchmark(lambda step=step: step(*ready), name=f"step alone, {regime}", repeats=5)
+        extra = p.convert.median if p.convert_with_step else 0.0
+        result["bounds"][regime] = bound(p.feed_s, alone.median + extra)  # this regime's own step
         ms = alternate(feeds, step, p.device, repeats=repeats, warmup=warmup, steps=steps,
                        label=regime, items=items)
         timed += ms

@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import re
+import statistics
 
 from gpufeed.course import prose
 from gpufeed.course.lesson08.overlap import PLAIN, REGIMES, between_steps, bound
@@ -27,6 +28,9 @@ from gpufeed.measure import harness, results
 FLAT = 0.02
 #: The regime whose trace the lesson draws and reads.
 SYNCED = "syncs every step"
+#: What the committed reference of the old format ran: not today's CudaPrefetcher.
+OLD_DESIGN = ("an earlier CudaPrefetcher that did its host work in your loop, between two steps, "
+              "and allocated every batch anew (memory not bounded)")
 
 
 def times(x: float, flat: float = FLAT) -> str:
@@ -73,7 +77,8 @@ def against_bound(result: dict, regime: str) -> str:
     """What a regime's gain says against the bound of :func:`gpufeed.course.lesson08.overlap.plan`."""
     other, runs = result["prefetcher"], result["regimes"][regime]
     plain_ms, pre_ms = runs[PLAIN]["median_ms"], runs[other]["median_ms"]
-    x, top, feed, work = plain_ms / pre_ms, result["bound"], result["feed_ms"], result["work_ms"]
+    top, feed, work = result.get("bounds", {}).get(regime, result["bound"]), result["feed_ms"], result["work_ms"]
+    x = plain_ms / pre_ms
     summaries = result.get("traces", {}).get(regime)
     reasons = trace_reading(summaries, other, REGIMES[regime])[1] if summaries else []
     if x > top * (1 + FLAT):
@@ -86,49 +91,71 @@ def against_bound(result: dict, regime: str) -> str:
         if pre_ms < max(feed, work):
             parts.append(f"with {other} a step took {max(feed, work) - pre_ms:.2f} ms less than the "
                          f"longer of the two sides alone ({max(feed, work):.2f} ms): " + (
-                             "the bound counts the conversion as taking turns with the step's kernels, "
-                             "and some of it ran beside them" if result["convert_with_step"] else
+                             "the costs timed alone were higher than in the loop (a step timed alone "
+                             "with a sync pays that sync; in the loop some of the conversion may run "
+                             "beside the step's kernels)" if result["convert_with_step"] else
                              "the costs timed alone were higher than in the loop (noise)"))
         return "Above the bound: " + ("; ".join(parts) or "within the noise of the runs") + "."
     if x >= top:
         return f"At the bound (within {FLAT:.0%}): the prefetcher hid all it could."
-    if x < 1 + FLAT:
+    if x <= 1 + max(spread(runs[PLAIN]["runs_ms"]), spread(runs[other]["runs_ms"])):
         why = "; ".join(reasons) if reasons else (
             f"the trace shows no cause; the bound ({top:.2f}x) left little to gain" if top < 1 + 2 * FLAT
             else "the trace shows no cause" if summaries else "no trace was taken of this regime")
-        return f"The prefetcher did not pay here: {why}."
+        return f"{other} did not pay here (no gain beyond the runs' spread): {why}."
     text = f"That is {(x - 1) / (top - 1):.0%} of the gain the bound allows."
     return text + (f" Where the rest went, in the trace: {'; '.join(reasons)}." if reasons else "")
 
 
 def memory_reading(result: dict, regime: str = SYNCED) -> str:
-    """The memory peaks of a regime's runs (``torch.cuda.memory_stats``), or "" without them."""
-    other, runs = result["prefetcher"], result["regimes"][regime]
-    a, b = runs[PLAIN]["memory"], runs[other]["memory"]
-    if not a or not b:
+    """The memory of a regime's runs: each arm's peak beyond what a run began with, in converted
+    batches, and the allocator's counters (reserved before and after, retries); "" without them."""
+    runs, batch = result["regimes"][regime], result["converted_bytes"]
+    if not all(r["memory"] for r in runs.values()):
         return ""
-    batch = result["converted_bytes"]
-    more = (b["in_flight_peak"] - a["in_flight_peak"]) / batch
-    return (f"Memory, with the step that {regime}: at most {a['in_flight_peak'] / 1e9:.2f} GB "
-            f"allocated beyond what a run began with when copying on the default stream, "
-            f"{b['in_flight_peak'] / 1e9:.2f} GB with {other}: {abs(more):.1f} converted batches of "
-            f"{batch / 1e6:.0f} MB {'more' if more >= 0 else 'fewer'} (its documentation counts depth + 2 = {result['depth'] + 2} in flight); the caching "
-            f"allocator reserved at most {a['reserved_peak'] / 1e9:.2f} GB and "
-            f"{b['reserved_peak'] / 1e9:.2f} GB.")
+    parts = []
+    for name, r in runs.items():
+        m = r["memory"]
+        text = f"{name} {m['in_flight_peak'] / batch:.1f}"
+        if "reserved_after" in m:
+            text += (f" (reserved {m['reserved_before'] / 1e9:.2f} GB before its first run, "
+                     f"{m['reserved_after'] / 1e9:.2f} GB after its last, {m['alloc_retries']} "
+                     f"allocation {'retry' if m['alloc_retries'] == 1 else 'retries'})")
+        parts.append(text)
+    return (f"Memory with the step that {regime}, at the peak beyond what each run began with, in "
+            f"converted batches of {batch / 1e6:.0f} MB (the step's own activations included): "
+            + "; ".join(parts) + f". {result['prefetcher']} holds at most depth + 2 = "
+            f"{result['depth'] + 2} converted batches in flight.")
+
+
+def verdict(plain_runs: list[float], other_runs: list[float]) -> tuple[float, str]:
+    """The ratio of medians (plain over other) and its words, "the same" within the wider of the
+    two arms' spreads (:func:`spread`): a difference the runs themselves vary by is no verdict.
+
+    Example:
+        >>> verdict([10.0, 10.2, 9.8], [9.9, 10.0, 10.1])[1]  # 1.00x, runs within 4%
+        'the same speed (within 4%)'
+        >>> verdict([10.0, 10.1, 9.9], [5.0, 5.05, 4.95])[1]
+        '2.00x faster'
+    """
+    x = statistics.median(plain_runs) / statistics.median(other_runs)
+    return x, times(x, max(spread(plain_runs), spread(other_runs)))
 
 
 def read(result: dict) -> str:
     """The sentences of section 5 for a result of :func:`gpufeed.course.lesson08.overlap.measure`."""
     other, paragraphs = result["prefetcher"], []
     for regime, runs in result["regimes"].items():
-        a, b = runs[PLAIN], runs[other]
-        x = a["median_ms"] / b["median_ms"]
+        a, top = runs[PLAIN], result.get("bounds", {}).get(regime, result["bound"])
+        arms = [name for name in runs if name != PLAIN]
+        compared = "; ".join(f"{runs[name]['median_ms']:.2f} ms with {name}: **{verdict(a['runs_ms'], runs[name]['runs_ms'])[1]}**"
+                             for name in arms)
+        widest = max(spread(r["runs_ms"]) for r in runs.values())
         paragraphs.append(
-            f"**The step {regime}**: {a['median_ms']:.2f} ms a step with the copy on the default stream, "
-            f"{b['median_ms']:.2f} ms with {other}: **{times(x)}** (medians of {len(a['runs_ms'])} runs "
-            f"of {result['steps']} steps each, in turns, after {result['warmup']} untimed; each variant's "
-            f"runs within {max(spread(a['runs_ms']), spread(b['runs_ms'])):.0%} of each other). The "
-            f"bound was {result['bound']:.2f}x. {against_bound(result, regime)}")
+            f"**The step that {regime}**: {a['median_ms']:.2f} ms a step with the copy on the default stream; "
+            f"{compared} (medians of {len(a['runs_ms'])} runs of {result['steps']} steps each, in turns, "
+            f"after {result['warmup']} untimed; each arm's runs within {widest:.0%} of each other). "
+            f"The bound with this step was {top:.2f}x. {against_bound(result, regime)}")
     if SYNCED in result.get("traces", {}):
         paragraphs.append(trace_reading(result["traces"][SYNCED], other,
                                         lead=f"In the profiler trace of the step that {SYNCED}, over")[0])
@@ -144,10 +171,10 @@ def read_old(doc: dict) -> str:
     x = a["per_step_ms"] / b["per_step_ms"]
     ms = {d["name"]: harness.Measurement.from_dict(d) for d in doc.get("measurements", [])}
     step = next((m for name, m in ms.items() if name.startswith("step, width")), None)
-    text = (f"No CUDA here: the reference is our run on {machine.get('gpu')} at commit "
-            f"{(machine.get('commit') or 'unknown')[:7]}, with the {other} of that commit: "
-            f"{doc.get('prefetcher', 'as it was then')}. It is one profiled run of {a['steps']} steps "
-            f"each way, with a step that syncs every step; not this section's timing in turns. ")
+    text = (f"No CUDA here: the reference is our run on {machine.get('gpu') or 'a GPU'} with the OLD "
+            f"design, {OLD_DESIGN}: not the {other} you run today, and no new reference exists yet. It "
+            f"is one profiled run of {a['steps']} steps each way, with a step that syncs every step; "
+            "not this section's timing in turns. ")
     if step is not None and "copy of a batch" in ms:
         copy = ms["copy of a batch"].median
         width = re.sub(r"\D", "", step.name)
@@ -166,22 +193,20 @@ def read_reference(doc: dict) -> str:
     if "overlap" not in doc:
         return read_old(doc)
     machine = doc.get("machine") or {}
-    return (f"No CUDA here: the reference measured on {machine.get('gpu')} at commit "
-            f"{(machine.get('commit') or 'unknown')[:7]}, whose CudaPrefetcher does its "
-            f"{doc.get('prefetcher', 'host work as the library describes it')}.\n\n" + read(doc["overlap"]))
+    return (f"No CUDA here: the reference measured on {machine.get('gpu') or 'a GPU'}, whose "
+            f"CudaPrefetcher does its {doc.get('prefetcher', 'host work as the library describes it')}."
+            "\n\n" + read(doc["overlap"]))
 
 
 def chart_data(doc: dict) -> tuple[dict, dict]:
     """``(pictures, summaries)`` of the syncing regime's traces, each keyed by variant, from a
     results document of either format (``{}, {}`` if it has none). In the old format the
-    prefetcher's name says the commit it ran at: it is not today's ``CudaPrefetcher``."""
+    prefetcher is named as the old design: it is not today's ``CudaPrefetcher``."""
     if "overlap" in doc:
         result = doc["overlap"] or {}
         return result.get("picture", {}), result.get("traces", {}).get(SYNCED, {})
-    commit = ((doc.get("machine") or {}).get("commit") or "unknown")[:7]
-
     def named(d: dict) -> dict:
-        return {k if k == PLAIN else f"{k} of commit {commit}": v for k, v in d.items()}
+        return {k if k == PLAIN else f"{k}, old design": v for k, v in d.items()}
 
     return named(doc.get("trace_intervals", {})), named(doc.get("trace_summaries", {}))
 
@@ -225,20 +250,21 @@ def thread_reading(speedup: float, waiting: float, best: float, slower: dict, *,
         text += (f" The waiting step beat that bound, which used the costs timed alone before the runs: "
                  f"with the costs its runs really had, the bound is {waiting_bound:.2f}x"
                  + (", and the rest is noise." if waiting > waiting_bound * (1 + FLAT) else "."))
-    if waiting > speedup * (1 + 2 * FLAT):
+    if max(speedup, waiting) <= 1 + FLAT:
+        text += " Neither step gained from the thread here."
+    elif waiting > speedup * (1 + 2 * FLAT):
         text += " The waiting step gained more: " + (
-            f"it leaves the cores and the GIL to the decoding thread, while the real step computes on the "
-            f"CPU beside it ({cores} cores, shared with other programs) and holds the GIL between its "
-            "native calls." if device_type == "cpu" else
+            "it leaves the cores and the GIL to the decoding thread, while the real step computes on the "
+            "CPU beside it" + (f" ({cores} cores, shared with other programs)" if cores else "")
+            + " and holds the GIL between its native calls." if device_type == "cpu" else
             "the real step is not all waiting. Its host side launches every kernel and runs autograd and "
             "the optimiser, in Python and C++ that hold the GIL between native calls, and the decoding "
             "thread waits for the GIL.")
     else:
-        text += (" The real step gained at least as much as the waiting one: its host side is mostly "
-                 "waiting, which leaves the decoding thread the GIL and a core.")
+        text += " The real step gained about as much as the waiting one, or more."
     if ref is not None and "thread_speedup" in ref:
         ref_best = bound(ref["decode_ms"], ref["compute_ms"])
-        text += (f" On the {ref['machine'].get('gpu')} of our reference run, with the thread prefetcher the "
+        text += (f" On the {ref['machine'].get('gpu') or 'GPU'} of our reference run, with the thread prefetcher the "
                  f"real step was **{times(ref['thread_speedup'])}** and the waiting step "
                  f"**{times(ref['waiting_speedup'])}** (bound {ref_best:.2f}x).")
     return text

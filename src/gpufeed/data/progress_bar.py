@@ -1,4 +1,5 @@
-"""Whether someone watches this process: where the library draws a progress bar.
+"""Whether the library draws a progress bar: only where someone watches this process (a terminal or
+a notebook's kernel). It was ``gpufeed.data.watch`` (that name still works, for one release).
 
 Example:
     >>> in_a_notebook()  # a script or a test run, not a Jupyter kernel
