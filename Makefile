@@ -2,7 +2,7 @@
 #   make lab     JupyterLab on notebooks/ (LAB_ARGS=--no-browser to run headless)
 #   make test    lint, unit tests, doctests, notebook checks, every notebook in quick mode, on every core
 #   make bench   this machine's ceilings: JSON + plots under the results folder
-#   make test-oldest  the unit tests, doctests and quick notebooks with the oldest torch pyproject allows
+#   make test-oldest  the unit tests, doctests and quick notebooks with the oldest torch pyproject allows (every core)
 #   make test-gpu  one GPU slot in GPU_BUDGET_S seconds (460, make node-env included): preflight, the cuda
 #                  tests, the same under the CUDA Stream Sanitizer, every notebook in quick mode (nbmake),
 #                  then the stale full-mode references that fit; run.json names each step, test, notebook
@@ -107,7 +107,9 @@ test-oldest: | $(UV)
 	$(UV) venv --quiet --allow-existing $(OLDEST_VENV)
 	$(UV) pip install --quiet --compile-bytecode --python $(OLDEST_VENV)/bin/python -e . --group dev $(foreach r,$(OLDEST),"$(r)")
 	$(OLDEST_VENV)/bin/python -c "import torch, torchvision, tensordict as t; print('test-oldest: torch', torch.__version__, 'torchvision', torchvision.__version__, 'tensordict', t.__version__)"
-	GPUFEED_QUICK=1 $(IN_NETNS) $(OLDEST_VENV)/bin/python -m pytest --nbmake --nbmake-timeout=900 -m "not browser" $(PYTEST_ARGS)
+	GPUFEED_QUICK=1 $(OLDEST_VENV)/bin/python -m gpufeed data prepare
+	GPUFEED_QUICK=1 $(IN_NETNS) $(OLDEST_VENV)/bin/python -m pytest -n $(TEST_JOBS) --dist loadgroup --nbmake --nbmake-timeout=900 \
+		-m "not browser" $(PYTEST_ARGS)
 
 # An offline GPU node (Python, torch and torchvision installed, often in a venv of their own; no
 # internet): on a machine with internet, `make wheelhouse` collects the wheels the node lacks for its
