@@ -264,7 +264,7 @@ else:
 # %%
 import matplotlib.pyplot as plt
 
-from gpufeed.course.prose import say, times
+from gpufeed.course.prose import band, say, times
 from gpufeed.measure import plotting
 
 
@@ -282,25 +282,35 @@ if HAVE_DALI:
     torch.set_num_threads(threads)
     for m in ms[2:]:
         print(m)
-by = {m.name.split(",")[0] + "," + m.name.split(",")[1]: m.items_per_s for m in ms}  # e.g. "DALI, JPEG folder"
+by = {m.name.split(",")[0] + "," + m.name.split(",")[1]: m for m in ms}  # e.g. "DALI, JPEG folder"
 fig, ax = plotting.bars(ms, machine=S.machine, title=f"one epoch: decode (folder) + random crop {out_size[0]}x{out_size[1]} "
                         f"+ flip + normalise, batch {batch_size}")
 plt.show()
-no_decode = by["torchvision, memmap"] / by["torchvision, JPEG folder"]
-text = (f"torchvision: {by['torchvision, JPEG folder']:,.0f} images/s from the JPEG folder, "
-        f"{by['torchvision, memmap']:,.0f} from the memmap ({times(no_decode)}): "
-        + ("the memmap skips decoding." if no_decode > 1.2 else
-           "decoding these small JPEGs costs little next to the rest (Python and transforms per sample, the copies)."))
+
+# %% [markdown]
+# What the bars say, each ratio read against the spread of the two runs it compares:
+
+# %%
+tv_jpeg, tv_mm = by["torchvision, JPEG folder"], by["torchvision, memmap"]
+no_decode, flat = tv_mm.items_per_s / tv_jpeg.items_per_s, band(tv_jpeg, tv_mm)  # flat: the runs' spread
+text = (f"torchvision: {tv_jpeg.items_per_s:,.0f} images/s from the JPEG folder, {tv_mm.items_per_s:,.0f} from the "
+        f"memmap ({times(no_decode, flat=flat)}, spread {flat:.0%}): "
+        + ("the memmap skips decoding." if no_decode > 1 + flat else
+           "decoding these small JPEGs costs little next to the rest (Python and transforms per sample, the copies)."
+           if no_decode * (1 + flat) >= 1 else "the memmap's transforms run on tensors, not on Pillow images, and "
+           "here that cost more than decoding these small JPEGs."))
 if HAVE_DALI:
-    folder_gain = by["DALI, JPEG folder"] / by["torchvision, JPEG folder"]
-    mm_gain = by["DALI external_source, memmap"] / by["torchvision, memmap"]
-    text += (f" DALI: {times(folder_gain, 'torchvision')} on the JPEG folder and {times(mm_gain)} on the memmap, "
-             f"with {cores} threads against {cores} worker processes"
-             f"{' and its decoding and augmenting on the GPU' if S.cuda else ''}.")
+    gains = {k: (by[f"DALI{s}, {k}"].items_per_s / by[f"torchvision, {k}"].items_per_s,
+                 band(by[f"DALI{s}, {k}"], by[f"torchvision, {k}"])) for k, s in (("JPEG folder", ""), ("memmap", " external_source"))}
+    text += (" DALI: " + " and ".join(f"{times(g, 'torchvision', flat=f)} on the {k}" for k, (g, f) in gains.items())
+             + f", with {cores} threads against {cores} worker processes"
+             + f"{' and its decoding and augmenting on the GPU' if S.cuda else ''}.")
     if not S.cuda:
+        won = [k for k, (g, f) in gains.items() if g > 1 + f]
         text += (" On a CPU both sides run the same kinds of kernels (libjpeg-turbo, resampling); what DALI saves "
                  "is Python per sample, worker processes and the copies of each batch between processes"
-                 + ("." if min(folder_gain, mm_gain) > 1 else ", and here that was not enough to be faster on both."))
+                 + ("." if len(won) == len(gains) else ", and here that was not enough to be clearly faster on the "
+                    + " or the ".join(k for k in gains if k not in won) + "."))
 say(text)
 
 # %% [markdown]
@@ -310,8 +320,7 @@ say(text)
 if not HAVE_DALI:
     ref = gdali.reference_with_dali("lesson10")
     if ref is None:
-        print("No reference with DALI is committed yet (results/<machine>/lesson10.json). Install DALI (section 2), "
-              "run this notebook with GPUFEED_RESULTS=results to add one.")
+        print("No reference with DALI is committed yet: install DALI (section 2) and run this notebook to see its numbers.")
     else:
         fig, ax = plotting.bars(ref[0], machine=ref[1]["machine"], title=f"reference, {ref[1]['dali']}")
         plt.show()
@@ -408,22 +417,25 @@ if HAVE_DALI:
             shards = shard_batches(pad, policy, small)
             sizes = [[len(b) for b in batches] for batches in shards]
             foreign = sum(i not in own[r] for r, batches in enumerate(shards) for b in batches for i in b)
+            again = sum(len(sum(batches, [])) - len(set(sum(batches, []))) for batches in shards)  # re-reads
             print(f"pad_last_batch={pad!s:5}, {policy.name:7}: batch sizes per rank {sizes}; "
-                  f"samples of the other rank's shard read: {foreign}")
+                  f"samples of the other rank's shard read: {foreign}; reads in all: {sum(sum(sizes, []))}")
             steps = [len(b) for b in sizes]
             found = ([] if steps[0] == steps[1] else
                      [f"{steps[0]} and {steps[1]} steps: the rank with more waits in its extra all-reduce (lesson 12)"])
             found += ["an empty last batch on a rank (a model with BatchNorm fails on it)"] if 0 in sum(sizes, []) else []
             found += [f"{foreign} sample(s) of the other rank's shard, counted twice in the epoch"] if foreign else []
+            found += [f"{again} read(s) of a sample the same rank had already read (padding)"] if again else []
             lines.append(f"- `pad_last_batch={pad}`, `{policy.name}`: " + ("; ".join(found) if found else
-                                                                          "same steps on both ranks, each rank's own samples"))
+                                                                          "same steps on both ranks, every file read once"))
     say(f"{len(paths)} files in 2 shards, batches of {small}, on DALI {gdali.version()}:\n" + "\n".join(lines))
 else:
     print("skipped: DALI is not installed")
 
 # %% [markdown]
-# **From the blog post's DALI to this lesson's.** Older posts (and the talk this course grew from)
-# use DALI's first API: a `Pipeline` subclass whose `__init__` creates `ops.*` objects and whose
+# **From the blog post's DALI to this lesson's.** The blog post "Fast data augmentation in Pytorch
+# using Nvidia DALI" (named in lesson 00's Sources), like other posts of its time, uses DALI's first
+# API: a `Pipeline` subclass whose `__init__` creates `ops.*` objects and whose
 # `define_graph()` wires them. It maps one to one onto the functional API taught here:
 #
 # | blog post (legacy `ops` API) | this lesson (`fn` API) |
@@ -539,40 +551,40 @@ else:
 # %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["solution", "hide-cell"]
 # Solution to exercise 2: 1 worker or thread against all cores.
 # Why they scale differently: each DataLoader worker is a process that decodes whole batches and
-# copies each to this process: more workers, more interpreters and hand-overs. DALI's `num_threads`
-# are threads of one pipeline, with no copy between processes (its executor adds a few threads).
-# Ideal is x cores. DALI's threads live in this process, so forking it could hang the workers
-# (section 3): they start from a fork server, a clean process that imports torch once (preload).
-import multiprocessing
-
-
+# copies each to this process; DALI's `num_threads` are threads of one pipeline, with no copy between
+# processes. DALI's threads live in this process, so forking it could hang the workers (section 3):
+# they start from a fork server, a clean process that imports torch once (preload). Ideal: x cores.
 def dali_rate(pipe, name):
     pipe.build()
-    it = DALIGenericIterator(pipe, ["images", "labels"], reader_name="reader",
-                             last_batch_policy=LastBatchPolicy.PARTIAL, auto_reset=True)
+    it = DALIGenericIterator(pipe, ["images", "labels"], reader_name="reader", last_batch_policy=LastBatchPolicy.PARTIAL,
+                             auto_reset=True)
     torch.set_num_threads(1)  # as in section 7: this process only moves the batches
     try:
-        return benchmark(lambda: dali_epoch(it), name=name, items=n_images, repeats=3, warmup=1).items_per_s
+        return benchmark(lambda: dali_epoch(it), name=name, items=n_images, repeats=3, warmup=1)
     finally:
         torch.set_num_threads(threads)
 
 
 if HAVE_DALI:
-    forkserver = multiprocessing.get_context("forkserver")
+    forkserver = torch.multiprocessing.get_context("forkserver")
     forkserver.set_forkserver_preload(["torch", "torchvision"])  # takes effect when the server starts
-    scaling = {"DataLoader": {}, "DALI": {}}
+    scaling = {"DataLoader": {}, "DALI": {}}  # name -> {workers or threads: Measurement}
     for n in (1, cores):
         dl = DataLoader(datasets["JPEG folder"], batch_size=batch_size, shuffle=True, num_workers=n,
                         persistent_workers=True, multiprocessing_context=forkserver)
-        scaling["DataLoader"][n] = benchmark(lambda dl=dl: epoch(dl), items=n_images, repeats=3).items_per_s
+        scaling["DataLoader"][n] = benchmark(lambda dl=dl: epoch(dl), items=n_images, repeats=3)
         del dl  # stops its workers
         scaling["DALI"][n] = dali_rate(folder_pipeline(str(jpeg_dir), list(out_size), S.cuda, batch_size=batch_size,
                                                        num_threads=n, device_id=DEVICE_ID, seed=0), f"DALI, {n} threads")
-    gain = {k: v[cores] / v[1] for k, v in scaling.items()}
+    gain = {k: v[cores].items_per_s / v[1].items_per_s for k, v in scaling.items()}
+    flat = {k: band(v[1], v[cores]) for k, v in scaling.items()}  # each pair's spread
     for k, v in scaling.items():
-        print(f"{k}: {v[1]:,.0f} images/s with 1, {v[cores]:,.0f} with {cores} ({times(gain[k])}; ideal {cores}x faster)")
-    best = max(gain, key=gain.get)
-    print(f"{best} scales better here ({times(gain[best])} against {times(min(gain.values()))}). " + (
+        print(f"{k}: {v[1].items_per_s:,.0f} images/s with 1, {v[cores].items_per_s:,.0f} with {cores} "
+              f"({times(gain[k], flat=flat[k])}, spread {flat[k]:.0%}; ideal {cores}x faster)")
+    best, other = sorted(gain, key=gain.get, reverse=True)
+    apart = gain[best] > gain[other] * (1 + max(flat.values()))  # the gains differ by more than the spread
+    print((f"{best} scales better here ({times(gain[best])} against {times(gain[other])}). " if apart else
+           "The two gains are within this run's spread of each other: neither scales clearly better here. ") + (
         f"More than {cores}x is the machine's load changing between runs." if gain[best] > cores * 1.1 else
         f"On {cores} cores shared with this process, {cores}x is out of reach." if gain[best] < cores * 0.75 else ""))
 else:
@@ -581,12 +593,11 @@ else:
 
 # %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["solution", "hide-cell"]
 # Solution to exercise 3: decode on the CPU, then move to the GPU.
-# Why: with `device="mixed"` nvJPEG does the heavy part of decoding on the GPU (the inverse DCT,
-# colour conversion) and the CPU only parses the file. With `device="cpu"` all of the decoding is
-# on the CPU threads, and `.gpu()` copies the decoded image, several times the JPEG's bytes. The
-# pipeline can then go no faster than the CPU decodes, so measure that ceiling alone: a pipeline
-# that only reads and decodes on the CPU. If the CPU-decode pipeline runs near that rate, the CPU
-# is the bottleneck (lesson 01: the slowest stage sets the pace), and the GPU waits.
+# Why: with `device="mixed"` the GPU does the inverse DCT and colour conversion; the CPU parses the
+# file and, under 1 MP (every image here), also Huffman-decodes it (section 1). With `device="cpu"`
+# all of the decoding is on the CPU threads, and `.gpu()` copies the decoded image, several times
+# the JPEG's bytes. Measure the CPU's decode alone, a pipeline that only reads and decodes: if the
+# CPU-decode pipeline runs near that rate, the CPU sets the pace (lesson 01), and the GPU waits.
 if HAVE_DALI:
     @pipeline_def
     def cpu_decode_pipeline(root, size, on_gpu, decode_only=False):
@@ -605,12 +616,17 @@ if HAVE_DALI:
         return pipeline(str(jpeg_dir), list(out_size), S.cuda, batch_size=batch_size, num_threads=cores,
                         device_id=DEVICE_ID, seed=0, **kw)
 
-    ceiling = dali_rate(build(cpu_decode_pipeline, decode_only=True), "read + decode on the CPU")
-    cpu_decode = dali_rate(build(cpu_decode_pipeline), "decode on the CPU, then the rest")
+    ceiling = dali_rate(build(cpu_decode_pipeline, decode_only=True), "read + decode on the CPU").items_per_s
+    cpu_decode = dali_rate(build(cpu_decode_pipeline), "decode on the CPU, then the rest").items_per_s
     where = "mixed decode" if S.cuda else "all on the CPU, the decode included"
-    print(f"Read + decode on {cores} CPU threads: {ceiling:,.0f} images/s, the ceiling. The whole pipeline with the "
-          f"CPU decode: {cpu_decode:,.0f} ({cpu_decode / ceiling:.0%} of it); section 7's pipeline ({where}): "
-          f"{by['DALI, JPEG folder']:,.0f}.")
+    share = cpu_decode / ceiling
+    print(f"Read + decode on {cores} CPU threads: {ceiling:,.0f} images/s. The whole pipeline with the "
+          f"CPU decode: {cpu_decode:,.0f} ({share:.0%} of it: " + (
+              "near it, so the CPU decode sets the pace" if 0.8 <= share <= 1.1 else
+              "well below it, so the rest of the pipeline also takes the CPU's time" if share < 0.8 else
+              "above it: here the decode-only pipeline, which hands whole decoded images to Python where the full "
+              "one hands crops, is no ceiling")
+          + f"); section 7's pipeline ({where}): {by['DALI, JPEG folder'].items_per_s:,.0f}.")
     if not S.cuda:
         print("No GPU here, so both pipelines decode on the CPU: the ceiling shows how much of the CPU's time is "
               "decoding, the share a GPU's nvJPEG takes away with device='mixed'.")
@@ -623,5 +639,5 @@ else:
 # * [DALI documentation](https://docs.nvidia.com/deeplearning/dali/user-guide/docs/index.html) (NVIDIA): pipelines, operators and the `mixed` decoder.
 # * [PyTorch Plugin API reference](https://docs.nvidia.com/deeplearning/dali/user-guide/docs/plugins/pytorch_plugin_api.html) (DALI docs): `DALIGenericIterator`, `reader_name` and the last-batch policies used in section 4.
 # * [ResNet50 v1.5 For PyTorch](https://github.com/NVIDIA/DeepLearningExamples/blob/master/PyTorch/Classification/ConvNets/resnet50v1.5/README.md) (NVIDIA DeepLearningExamples): NVIDIA's ResNet-50 recipe with a DALI data backend (`--data-backends dali-cpu` or `dali-gpu`).
-# * [GPU jpeg decoder: add batch support and hardware decoding](https://github.com/pytorch/vision/pull/8496) (torchvision pull request #8496): the same GPU decoding without DALI, in torchvision, with timings on an A100-class GPU.
+# * [GPU jpeg decoder: add batch support and hardware decoding](https://github.com/pytorch/vision/pull/8496) (a torchvision pull request): the same GPU decoding without DALI, in torchvision, with timings on an A100-class GPU.
 # * [Leveraging the Hardware JPEG Decoder and NVIDIA nvJPEG Library on NVIDIA A100 GPUs](https://developer.nvidia.com/blog/leveraging-hardware-jpeg-decoder-and-nvjpeg-on-a100/) (NVIDIA Technical Blog): how decoding is split between the CPU (Huffman) and the GPU, and what the A100's hardware JPEG decoder takes over.

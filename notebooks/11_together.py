@@ -16,30 +16,6 @@ import gpufeed
 S = gpufeed.setup()  # S.device, S.quick, S.machine
 
 # %% [markdown]
-# ## Before you start: without a GPU, read this first
-#
-# On a CPU-only machine the model trains on the same cores as
-# the loader, and a ResNet-18 step on a CPU is slow next to what every loader here can make: every
-# pipeline then trains at about the model's speed (section 5 measures how close they come). What
-# each technique gives shows in the *loader-alone* ladder of section 4; what it gives a GPU, in
-# the GPU reference of section 7. The cell below says which reference is committed:
-
-# %%
-from gpufeed.course.lesson11 import efficiency
-from gpufeed.course.prose import say, times
-from gpufeed.measure import results
-
-lesson_ref, bench_refs = results.reference("lesson11"), efficiency.committed_bench(gpu=True)
-found = ([f"this lesson run on {lesson_ref[1]['machine'].get('gpu')}"] if lesson_ref else []) + [
-    f"`gpufeed bench` on {doc['machine'].get('gpu')} (`results/{path.parent.name}/`)" for path, doc in bench_refs]
-if S.cuda:
-    say(f"Measured here on {S.machine.get('gpu')}: every number below is this GPU's.")
-else:
-    say("No GPU here. GPU reference committed: " + ("; ".join(found) + " (section 7)." if found else
-        "none yet for this lesson (`results/<gpu>/lesson11.json`) nor for `gpufeed bench`; section 7 shows "
-        "figures others published."))
-
-# %% [markdown]
 # ## 1. What we have so far
 #
 # | lesson | technique | what it saves |
@@ -63,6 +39,9 @@ else:
 # normalise) and yields the same `float32` batches on the device. The model is a torchvision
 # ResNet-18 with random weights and an SGD step (`gpufeed.measure.suite.make_model`; on CUDA in
 # channels-last with bfloat16 autocast). Quick mode uses tiny images: read nothing into its numbers.
+# Without a GPU the model trains on the loader's cores, slowly, and every pipeline trains at about
+# its speed: read what each technique gives in the loader-alone ladder (section 4), and what it
+# gives a GPU in section 7.
 
 # %%
 import torch
@@ -87,6 +66,8 @@ print(f"{w.n} JPEGs of {w.jpeg_size[0]}x{w.jpeg_size[1]}; a memmap of {w.resize}
 # The memmap is a one-off cost, paid before the first epoch. We time a fresh build now (section 8
 # weighs it against what it saves), before anything in this process starts threads of its own: the
 # build forks DataLoader workers, and a fork while another thread holds a lock can hang the child.
+# Then, on the CPU, torch keeps one thread while we measure: every pipeline brings its own
+# parallelism (workers, DALI's threads, the prefetch thread), and the other cores are the loader's.
 
 # %%
 import shutil
@@ -98,18 +79,9 @@ build_s = build_memmap(data.jpeg, scratch, size=(w.resize, w.resize), workers=co
                        progress=False).seconds  # decode + resize + write, every image once
 shutil.rmtree(scratch)
 print(f"building the memmap of {w.n} images with {cores} workers took {build_s:.2f} s")
-
-# %% [markdown]
-# **One torch thread while we measure, on the CPU.** Every pipeline brings its own parallelism:
-# DataLoader workers (one per core), DALI's threads, the prefetch thread. Torch's intra-op threads
-# on top of those outnumber the cores, and then every parallel op waits for a thread that the OS has
-# descheduled. So the model computes on one thread and the other cores are the loader's; section 6
-# measures the model alone on all cores too, which says what that choice costs the model here.
-
-# %%
 threads = torch.get_num_threads()
 if not S.cuda:
-    torch.set_num_threads(1)
+    torch.set_num_threads(1)  # the model on one thread; the other cores are the loader's
 print(f"torch threads while measuring: {torch.get_num_threads()} (restored to {threads} at the end)")
 
 # %% [markdown]
@@ -202,40 +174,6 @@ assert all(torch.equal(a, b) for a, b in zip(mine, theirs)), "the course's loop 
 print(f"both loops give their twins' batches: images {tuple(mine[0].shape)} {mine[0].dtype} on {mine[0].device}")
 
 # %% [markdown]
-# The front door, `ImageLoader`, gives the same batches (the check above compares them value for
-# value) but does three things differently on a CPU, each for a reason lessons 05 and 06 measured:
-#
-# * **No gathered copy.** It crops each sample straight out of the memmap, eight at a time into a
-#   small uint8 scratch, writes them once, as float, into the batch
-#   (`gpufeed.data.transforms.crop_flip_normalize`), then scales them while those eight float
-#   crops are still in the cache: one read of the stored bytes instead of a gather, a copy and two
-#   more passes over the whole float batch (sizes for this lesson's workload below).
-# * **Every core.** A small pool of threads shares the work (torch releases the GIL inside its
-#   ops), one task per eight samples, instead of one thread gathering while another augments. The
-#   next batches' tasks wait in the pool's queue behind the current one's, so no thread waits for
-#   the others at the end of a batch: a thread that is done takes the next group, even of the next
-#   batch. The Python between the ops still holds the GIL, which is why the samples go eight at a
-#   time (four ops per group instead of three per sample): `gpufeed bench`'s cores column shows how
-#   many cores the loader really keeps busy.
-# * **Buffers kept across epochs.** Fresh memory costs a page fault per 4 KiB the first time it is
-#   written, every epoch; with `reuse_buffers` the output buffers (and the loader's own) are handed
-#   from one epoch to the next. Without it (the safe default) a batch's memory is reused only
-#   once nothing holds it any more (`gpufeed.data.image_loader.FreeBuffers` asks torch how many
-#   tensors share it), so a batch you keep is never overwritten and one you drop costs no new
-#   page faults.
-#
-# `python -m gpufeed bench` measures it on your machine against its ceilings and, with `--peers`,
-# against FFCV, SPDL and torchdata.
-
-# %%
-from gpufeed.data.transforms import GROUP
-
-group_mb = GROUP * 3 * w.crop * w.crop * 4 / 1e6  # float32 crops of one task
-batch_mb = w.batch * 3 * w.crop * w.crop * 4 / 1e6  # the float32 batch
-say(f"Here, with {w.crop}x{w.crop} crops in batches of {w.batch}: a task's {GROUP} float crops are {group_mb:.2f} MB, "
-    f"scaled while in cache, instead of more passes over the {batch_mb:.1f} MB float batch.")
-
-# %% [markdown]
 # ## 4. The ladder
 #
 # Each rung adds one technique to the rung above it and is timed as a loader alone: whole epochs,
@@ -254,13 +192,9 @@ for key in rungs:
 
 # %% [markdown]
 # Timed in turns (naive, workers, ..., naive, workers, ...), so that a burst of other work on a
-# busy machine slows every rung a little rather than one rung a lot. Every pass is a whole epoch:
-# a DataLoader left in the middle of one keeps its workers busy while the next rung is timed. (DALI
-# refills its prefetch queue, 2 batches, as soon as an epoch ends: its passes start a little ahead.)
-# One exception keeps the lesson short: the naive rung decodes every JPEG on one core, an epoch of
-# many seconds on a GPU machine's dataset, so its passes are the epoch's first batches, as many as
-# fit in `NAIVE_S` seconds (`ladder.batches_within`). It has no worker processes, so stopping it
-# early leaves nothing running, and a shuffled epoch's first batches are like any others.
+# busy machine slows every rung a little rather than one rung a lot. Every pass is a whole epoch,
+# except for the naive rung, which decodes every JPEG on one core: its passes are the epoch's first
+# batches, as many as fit in `NAIVE_S` seconds (a shuffled epoch's first batches are like any others).
 
 # %%
 from gpufeed.measure import harness as bench
@@ -288,7 +222,7 @@ import matplotlib.pyplot as plt
 steps = ladder.rows({m.name: m.items_per_s for m in loader_ms})
 fig, ax = ladder.plot(steps, S.machine, title=f"the ladder: {w.crop}px crops, batches of {w.batch}, on {S.device}")
 plt.show()
-print(ladder.read(steps, cores))
+print(ladder.read(steps, cores, spread={m.name: m.spread for m in loader_ms}))  # a step within its runs' spread is a tie
 
 # %% [markdown]
 # ## 5. The two loops, training, side by side
@@ -299,6 +233,8 @@ print(ladder.read(steps, cores))
 # cores, to see what the cores we left to the loader cost the model.
 
 # %%
+from gpufeed.course.prose import band, say, times
+
 ready = pipelines.resident(w, S.device, batches=w.n // w.batch)  # as many batches as an epoch, on the device
 cases = {"naive": ladder.first_batches(naive_epoch, naive_batches), "tuned": rungs["uint8"], "course": course_epoch, **(
     {"dali": rungs["dali"]} if HAVE_DALI else {}), "resident": lambda: iter(ready)}
@@ -317,24 +253,24 @@ train_ms = bench.interleave(runs, items=items(runs), params={k: {"section": "tra
                             desc="training", **{**kw, "repeats": config.pick(quick=2, full=3)})
 for m in train_ms:
     print(m)
-rates = {m.name: m.items_per_s for m in train_ms}
-gain = rates["course"] / rates["naive"]
+rates, trained = {m.name: m.items_per_s for m in train_ms}, {m.name: m for m in train_ms}
 pipes = [k for k in cases if k != "resident"]  # the pipelines, without the model alone
 low, high = min(rates[k] for k in pipes), max(rates[k] for k in pipes)
-say(f"Same model, data and augmentation: the course's loop trained {times(gain, 'the naive loop')} "
-    f"({rates['course']:,.0f} against {rates['naive']:,.0f} images/s)"
-    + ("." if gain >= 1.05 else ": no faster, the model's step, not the loader, takes the time on this machine "
-       "(section 6 says how much)." if gain >= 0.95 else ": slower, " + (
-           "the course's loader threads took cores from the model (section 6 says how much)." if not S.cuda else
-           "its loader kept the model waiting (section 6 says how much)."))
-    + f" The {len(pipes)} pipelines trained at {low:,.0f} to {high:,.0f} images/s, {low / rates['resident']:.0%} to "
-    f"{high / rates['resident']:.0%} of the model's own rate on batches already there ({rates['resident']:,.0f}): "
-    + ("every pipeline trained at about the model's speed, so read the loader-alone ladder (section 4) for what "
-       "each technique gives." if low >= 0.8 * rates["resident"] else
-       "the slower pipelines took cores from the model: on a CPU the loaders' threads and workers share them "
-       "with it (section 6 measures the cost), so read the loader-alone ladder (section 4) for what each "
-       "technique gives." if not S.cuda else "the slower pipelines kept the model waiting; section 6 measures by "
-       "how much."))
+excess = max(0.0, high / rates["resident"] - 1)  # faster than the ceiling: an error at least this large
+noise = max(band(*(trained[k] for k in cases)), excess)  # the widest spread among these runs
+gain, flat = rates["course"] / rates["naive"], max(band(trained["course"], trained["naive"]), excess)
+say(f"Same model, data and augmentation: the course's loop trained {times(gain, 'the naive loop', flat=flat)} "
+    f"({rates['course']:,.0f} against {rates['naive']:,.0f} images/s, spread {flat:.0%})"
+    + ("." if gain > 1 + flat else ": no clear difference on this machine." if
+       gain * (1 + flat) >= 1 else ": its loader " + ("took cores from the model." if not S.cuda else
+                                                      "kept the model waiting."))
+    + f" The {len(pipes)} pipelines trained at {low / rates['resident']:.0%} to {high / rates['resident']:.0%} of "
+    f"the model's own rate on batches already there ({rates['resident']:,.0f} images/s)"
+    + (f"; above 100% is noise, here as large as {excess:.0%}" if excess else "")
+    + (": every pipeline kept up with the model, so the loader-alone ladder (section 4) shows what each technique "
+       "gives." if low * (1 + noise) >= rates["resident"] else ": the slower ones " + (
+           "took cores from the model (the loaders' threads and workers share them with it)." if not S.cuda else
+           "kept the model waiting.") + " Section 6 measures by how much."))
 
 # %% [markdown]
 # ## 6. Loader efficiency
@@ -342,29 +278,27 @@ say(f"Same model, data and augmentation: the course's loop trained {times(gain, 
 # **Loader efficiency** = training throughput with the real loader / training throughput with the
 # data already on the device. At 1.0 the model never waits for data.
 #
-# * **On a GPU** the reading and the copies run on the CPU and the GPU's copy engines while the GPU
-#   computes, so a prefetched batch can be ready before the step ends. But the course's crop, flip
-#   and normalise run on the GPU too, as kernels that take turns with the model's: even a perfectly
-#   overlapped loader costs the model that GPU time, so a good pipeline gets close to 1.0, not to
-#   it. The course's bar, `efficiency.TARGET`, is stated once, in the README, for `gpufeed bench`'s
-#   GPU workload; this lesson's lighter ResNet-18 leaves less compute to hide the loader behind,
-#   and the cell below reads this run against the same number.
-# * **On a CPU-only machine** there is no second processor to overlap with: the loader and the model
-#   share the cores. Every core the loader uses is a core the model does not get, so no pipeline
-#   can reach 1.0 against the model on all cores; against the model on the one thread we gave it,
-#   a loader that fits into the other cores can come close, but that core was taken from the model.
+# * **On a GPU** the reading and the copies run on the CPU and the copy engines while the GPU
+#   computes; the course's crop, flip and normalise are GPU kernels that take turns with the
+#   model's, so a good pipeline gets close to 1.0, not to it. The course's bar, `efficiency.TARGET`,
+#   is set in the README for `gpufeed bench`'s heavier GPU workload.
+# * **On a CPU-only machine** the loader and the model share the cores: a core the loader uses is
+#   one the model does not get.
 #
-# Two bounds follow from the rates alone (`efficiency.bounds`): if the loader's work simply adds to
-# the model's (nothing overlaps), efficiency is `1 / (1 + model rate / loader rate)`; if the two run
-# at the same time, it is `min(1, loader rate / model rate)`. Section 4 gave the loader rates.
+# Two bounds follow from the rates alone (`efficiency.bounds`): `1 / (1 + model rate / loader rate)`
+# if nothing overlaps, `min(1, loader rate / model rate)` if everything does.
 
 # %%
+from gpufeed.course.lesson11 import efficiency
+
 eff = efficiency.efficiency({k: v for k, v in rates.items() if k != ALL_CORES})
 fig, ax = efficiency.plot(eff, S.machine, title=f"loader efficiency, ResNet-18 on {S.device} "
                           f"(in brackets: training speed-up over naive)")
 plt.show()
 by = {r["pipeline"]: r["efficiency"] for r in eff}
-verdict = "meets" if by["course"] >= efficiency.TARGET else "misses"
+spread = band(trained["course"], trained["resident"])
+verdict = ("meets" if by["course"] >= efficiency.TARGET else "misses" if by["course"] * (1 + spread) < efficiency.TARGET
+           else f"is within its runs' spread ({spread:.0%}) of")
 print(f"Loader efficiency: naive {by['naive']:.2f}, tuned {by['tuned']:.2f}, course {by['course']:.2f}"
       + (f", DALI {by['dali']:.2f}" if "dali" in by else "") + f"; the course pipeline {verdict} the "
       f"{efficiency.TARGET} target here" + ("." if S.cuda else " (a target for GPUs: see above why a CPU differs)."))
@@ -378,26 +312,26 @@ if max(by.values()) > 1.02:
     print("An efficiency above 1.0 is noise: the model cannot train faster than on data already there. The spread "
           "of the measurements is larger than the differences; re-run on a quieter machine.")
 if ALL_CORES in rates:
-    whole = rates[ALL_CORES] / rates["resident"]
+    whole, spread = rates[ALL_CORES] / rates["resident"], band(trained[ALL_CORES], trained["resident"])
     print(f"The model alone on all {cores} cores trains at {rates[ALL_CORES]:,.0f} images/s, "
-          f"{times(whole, 'on one thread')}. " + (f"Against that, the course pipeline's efficiency is {rates['course'] / rates[ALL_CORES]:.2f}: "
-          "what sharing the cores costs on a CPU-only machine." if whole > 1.05 else "More threads did not speed the "
-          "model up here (other programs hold the cores, or the images are small): leaving cores to the loader "
-          "cost the model little."))
+          f"{times(whole, 'on one thread', flat=spread)}. " + (f"Against that, the course pipeline's efficiency is "
+          f"{rates['course'] / rates[ALL_CORES]:.2f}: what sharing the cores costs on a CPU-only machine." if
+          whole > 1 + spread else "More threads did not clearly speed the model up here (other programs hold the "
+          "cores, or the images are small): leaving cores to the loader cost the model little."))
 
 # %% [markdown]
 # ## 7. On a GPU
 #
-# With CUDA, everything above ran on the GPU and the numbers are that machine's. Without it, here
-# are the ladder and the efficiency committed from a machine with a GPU where they are, else what
-# others published: how many images/s a GPU trains ResNet-50 at (the rate a loader must feed) and
-# how fast FFCV's loader reads ImageNet from RAM; then the results of `python -m gpufeed bench`
-# (every pipeline, loader alone and training, one run) where committed.
+# With CUDA, everything above ran on the GPU. Without it, here are the ladder and the efficiency
+# committed from a machine with a GPU, else what others published: the images/s a GPU trains
+# ResNet-50 at (the rate a loader must feed) and how fast FFCV's loader reads ImageNet from RAM.
 
 # %%
 if S.cuda:
     print(f"Measured above on {S.machine.get('gpu')}.")
 else:
+    from gpufeed.measure import results
+
     ref = results.gpu_reference("lesson11")  # says where the numbers come from
     if ref is not None:
         doc = ref[1]
@@ -405,6 +339,13 @@ else:
         efficiency.plot(doc["efficiency"], doc["machine"], title="reference: loader efficiency")
         plt.show()
         print(ladder.read(doc["ladder"], doc["cores"]))
+
+# %% [markdown]
+# Then `python -m gpufeed bench` where its results are committed: every pipeline, loader alone and
+# training, in one run, from a GPU machine and from a CPU-only one. In the loader rows, `cores` is
+# CPU seconds over wall seconds (on 2 cores, 2.00 is every core busy): a loader at the number of
+# cores is bound by the CPU. `course_uint8` is the front door with `dtype=torch.uint8`, the crops
+# without the float tail: what the CPU is left with when a GPU normalises (lesson 03).
 
 # %%
 from gpufeed.measure import suite as pipeline_bench
@@ -421,25 +362,51 @@ def show_bench(found, kind):
     plt.show()
 
 
-gpu_bench = efficiency.committed_bench(gpu=True)
-show_bench(gpu_bench, "GPU")
-if not gpu_bench:
-    print("To make one on a GPU machine: `make bench`, or `python -m gpufeed bench --device cuda --out results/<gpu>`.")
+for kind, runs_found in (("GPU", efficiency.committed_bench(gpu=True)), ("CPU-only", efficiency.committed_bench(gpu=False))):
+    for found in runs_found or [None]:  # each size committed (quick, full)
+        show_bench([found] if found else [], kind)
 
 # %% [markdown]
-# And the same benchmark from a CPU-only machine, where one is committed: compare its efficiencies
-# with the GPU's. Read the loader rows' last two columns too: the peak memory of the loader's process
-# and workers, and the cores it kept busy (CPU seconds over wall seconds; on 2 cores, 2.00 is every
-# core busy). A loader well below the machine's cores has spare CPU to give; one at the number of
-# cores is bound by the CPU. The `course_uint8` row is the same front door with `dtype=torch.uint8`:
-# the crops as stored bytes, without the float tail, which is what the CPU is left with when a GPU
-# normalises on its side (lesson 03); its batches are not a model's input, so it has no training row.
+# ### Deeper (optional): inside `ImageLoader` on a CPU
+#
+# Why the `course` rows above keep more cores busy than a gather and an augmentation on two threads.
 
-# %%
-for found in efficiency.committed_bench(gpu=False):  # each size committed (quick, full)
-    show_bench([found], "CPU-only")
-if not efficiency.committed_bench(gpu=False):
-    show_bench([], "CPU-only")
+# %% [markdown] tags=["deeper"]
+# The front door, `ImageLoader`, gives the same batches as section 3's course loop (`pipelines.Course`
+# is built on it) but does three things differently on a CPU, each for a reason lessons 05 and 06
+# measured:
+#
+# * **No gathered copy.** It crops each sample straight out of the memmap, eight at a time into a
+#   small uint8 scratch, writes them once, as float, into the batch
+#   (`gpufeed.data.transforms.crop_flip_normalize`), then scales them while those eight float
+#   crops are still in the cache: one read of the stored bytes instead of a gather, a copy and two
+#   more passes over the whole float batch (sizes for this lesson's workload below).
+# * **Every core.** A small pool of threads shares the work (torch releases the GIL inside its
+#   ops), one task per eight samples, instead of one thread gathering while another augments. The
+#   next batches' tasks wait in the pool's queue behind the current one's, so no thread waits for
+#   the others at the end of a batch: a thread that is done takes the next group, even of the next
+#   batch. The Python between the ops still holds the GIL, which is why the samples go eight at a
+#   time (four ops per group instead of three per sample): `gpufeed bench`'s cores column shows how
+#   many cores the loader really keeps busy.
+# * **Buffers kept across epochs.** Fresh memory costs a page fault per 4 KiB the first time it is
+#   written, every epoch; with `reuse_buffers` the output buffers (and the loader's own) are handed
+#   from one epoch to the next. Without it (the safe default) a batch's memory is reused only
+#   once nothing holds it any more (`gpufeed.data.image_loader.FreeBuffers` asks torch how many
+#   tensors share it), so a batch you keep is never overwritten and one you drop costs no new
+#   page faults.
+#
+# `python -m gpufeed bench` measures it on your machine against its ceilings and, with `--peers`,
+# against FFCV, SPDL and torchdata.
+
+
+# %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+from gpufeed.data.transforms import GROUP
+
+group_mb = GROUP * 3 * w.crop * w.crop * 4 / 1e6  # float32 crops of one task
+batch_mb = w.batch * 3 * w.crop * w.crop * 4 / 1e6  # the float32 batch
+say(f"Here, with {w.crop}x{w.crop} crops in batches of {w.batch}: a task's {GROUP} float crops are {group_mb:.2f} MB, "
+    f"scaled while in cache, instead of more passes over the {batch_mb:.1f} MB float batch.")
+
 
 # %% [markdown]
 # ## 8. The one-off cost
@@ -451,41 +418,37 @@ if not efficiency.committed_bench(gpu=False):
 # %%
 import math
 
-epoch_s = {k: w.n / v for k, v in rates.items()}  # seconds per epoch of training on this dataset
-loader_s = {k: w.n / v for k, v in alone.items()}  # seconds per epoch, loader alone (section 4)
-for name, before_s, after_s in (("naive training loop", epoch_s["naive"], epoch_s["course"]),
-                                ("tuned JPEG DataLoader, training", epoch_s["tuned"], epoch_s["course"]),
-                                ("tuned JPEG DataLoader, loader alone", loader_s["uint8"], loader_s["course"])):
-    even = efficiency.break_even(build_s, before_s, after_s)
-    saved = before_s - after_s
-    print(f"against the {name}: {saved:+.2f} s per epoch; " + (
-        f"the {build_s:.2f} s build is paid back after {even:.1f} epochs" if math.isfinite(even) else
-        "the course pipeline is not faster here, so the build never pays back on this machine"))
+timed = {m.name: m for m in loader_ms}  # section 4: the loaders alone
+for name, before, after, floor in (("naive training loop", trained["naive"], trained["course"], excess),
+                                   ("tuned JPEG DataLoader, training", trained["tuned"], trained["course"], excess),
+                                   ("tuned JPEG DataLoader, loader alone", timed["uint8"], timed["course"], 0.0)):
+    before_s, after_s = w.n / before.items_per_s, w.n / after.items_per_s  # seconds per epoch
+    even, spread = efficiency.break_even(build_s, before_s, after_s), max(band(before, after), floor)
+    print(f"against the {name}: {before_s - after_s:+.2f} s per epoch; " + (
+        f"the {build_s:.2f} s build is paid back after {even:.1f} epochs" if before_s > after_s * (1 + spread) else
+        f"within the runs' spread ({spread:.0%}), so no payback can be read from this run" if
+        after_s <= before_s * (1 + spread) else
+        "the course pipeline is slower here, so the build never pays back on this machine"))
 print("The loader-alone line is what a model that waits on its data (a fast GPU) would save; where the loader's "
       "work hides behind the model's, training saves less.")
 
 # %% [markdown]
 # ## 9. The model's side: `torch.compile`, and TensorRT
 #
-# Every technique so far feeds the model faster; none makes the model itself faster. That is what
-# a model compiler does: the same forward pass in fewer, fused kernels tuned for one device.
-# **TensorRT**, NVIDIA's inference compiler, builds an *engine* for one GPU (layers fused, the
-# fastest kernel for each layer and shape picked by timing them on that GPU, float16 or int8
-# where allowed). Torch-TensorRT (`torch_tensorrt.compile`) builds it from a PyTorch module and
-# returns a module that runs it; saved as TorchScript, that is *a TensorRT engine embedded in a
-# TorchScript module*, loadable without the Python model. It serves inference of a trained model.
+# The techniques so far feed the model faster; apart from lesson 03's bfloat16 autocast, they leave
+# the model's own work as it was. A model compiler changes that: the same forward pass in fewer,
+# fused kernels tuned for one device. **TensorRT**, NVIDIA's inference compiler, builds an *engine*
+# for one GPU (layers fused, the fastest kernel for each layer and shape picked by timing them
+# there, float16 or int8 where allowed); Torch-TensorRT builds it from a PyTorch module
+# ([saving it](https://docs.pytorch.org/TensorRT/user_guide/saving_models.html) as TorchScript;
+# [`trtexec`](https://docs.nvidia.com/deeplearning/tensorrt/10.16.1/performance/benchmarking.html)
+# builds one from an ONNX file). It serves inference of a trained model.
 #
-# It fits **after** the loader, and changes nothing before it: the engine takes the same
-# normalised batch on the GPU that the model took. So the faster the model, the more images per
-# second the loader must make; past a point the loader is the bottleneck again, and the rest of
-# this course is what moves it. The cells below measure what runs everywhere, eager against
-# `torch.compile` (TorchInductor: Triton kernels on a GPU, C++ on a CPU), for the forward pass of
-# this lesson's model on batches already on the device, run TensorRT where `torch_tensorrt` is
-# installed (CUDA only), and compute from this lesson's numbers how much faster the model may get
-# before the loader holds it back. (An ONNX export run by onnxruntime would be a third road, but
-# the course does not install `onnx` or `onnxruntime`; TensorRT's own `trtexec` builds and times an
-# engine from such an ONNX file.) A first compile takes tens of seconds (about a minute on a
-# CPU), so quick mode skips it; full mode measures it.
+# It fits **after** the loader: the faster the model, the more images per second the loader must
+# make. Below, eager against `torch.compile` (TorchInductor) for the forward pass on batches
+# already on the device, TensorRT where `torch_tensorrt` is installed (CUDA only), and how much
+# faster the model may get before the loader holds it back. A first compile takes tens of seconds,
+# so quick mode skips it.
 
 # %%
 from gpufeed.course.lesson11 import engines
@@ -496,56 +459,26 @@ if S.quick:
     compiled_fwd, compile_note = None, "skipped in quick mode (a first compile takes tens of seconds); full mode measures it"
 else:
     compiled_fwd, compile_note = engines.compiled_inference(forward, example, S.device)
-print(compile_note)
-
-# %% [markdown]
-# **TensorRT, where it is installed.** What the cell runs is `engines.tensorrt_engine`, shown here
-# (it needs `torch_tensorrt` and CUDA). Where to go from here: the
-# [Torch-TensorRT user guide](https://docs.pytorch.org/TensorRT/user_guide/saving_models.html)
-# (compile, save, load) and [`trtexec`](https://docs.nvidia.com/deeplearning/tensorrt/10.16.1/performance/benchmarking.html)
-# (build and time an engine from an ONNX file, no Python).
+trt, trt_note = engines.try_tensorrt(forward, example, S.device)  # None and why, where it cannot run
+print(f"torch.compile: {compile_note}\nTensorRT: {trt_note}")
 
 # %%
-import inspect
+from gpufeed.measure import results
 
-trt_version, trt = engines.tensorrt_version(), None
-if trt_version is not None and S.cuda:
-    try:
-        trt = engines.tensorrt_engine(forward, example)  # builds the engine: seconds to minutes
-        off = engines.agreement(trt(example), forward(example))
-        trt_note = f"Torch-TensorRT {trt_version}: engine built, output within {off:.1e} of eager"
-        if off > engines.tolerance(S.device):
-            trt, trt_note = None, trt_note + f", more than the {engines.tolerance(S.device):.0e} allowed: not timed"
-    except Exception as e:  # an unsupported layer, a version mismatch with torch: report and go on
-        trt_note = f"Torch-TensorRT {trt_version} failed here ({type(e).__name__}: {str(e).strip()[:160]})"
-else:
-    trt_note = ("TensorRT needs CUDA: not run here." if trt_version else "torch_tensorrt is not installed here "
-                "(pip install torch-tensorrt, the build that matches this torch and CUDA): not run.")
-    say("```python\n" + inspect.getsource(engines.tensorrt_engine) + "```")
-print(trt_note)
-
-# %%
 engines_run = {"eager": forward, "torch.compile": compiled_fwd, "TensorRT": trt}
 fwd_ms = bench.interleave({k: (lambda f=f: f(example)) for k, f in engines_run.items() if f is not None},
                           items=w.batch, repeats=config.pick(quick=5, full=10), warmup=2,
                           params={k: {"section": "model side"} for k in engines_run}, desc="the model's side")
 model_side = {"forward": {m.name: m.items_per_s for m in fwd_ms}, "loader": alone["course"],
-              "train": rates["resident"], "note": compile_note}
-say(engines.read_model_side(**model_side) + ("" if S.cuda else " (On a CPU the loader and the model share the "
-    "cores, so the real bound is lower: section 6's bounds.)"))
-if not S.cuda and lesson_ref is not None and "model_side" in lesson_ref[1]:  # the GPU reference, where committed
+              "train": rates["resident"], "note": compile_note, "flat": band(*fwd_ms, trained["resident"], timed["course"])}
+say(engines.read_model_side(**model_side))
+lesson_ref = results.reference("lesson11")  # the GPU reference, where committed
+if not S.cuda and lesson_ref is not None and "model_side" in lesson_ref[1]:
     say(f"On {lesson_ref[1]['machine'].get('gpu')}: " + engines.read_model_side(**lesson_ref[1]["model_side"]))
-
-# %% [markdown]
-# Finally, what this lesson measured is saved (on a GPU machine, run with `GPUFEED_RESULTS=results`
-# to make the reference that section 7 shows elsewhere), and torch gets its threads back.
-
-# %%
 results.save_lesson("lesson11", loader_ms + train_ms + fwd_ms, workload=w.to_dict(), cores=cores,
                     threads=torch.get_num_threads(), ladder=steps, efficiency=eff, build_seconds=build_s,
-                    dali=gdali.version() if HAVE_DALI else None, model_side=model_side,
-                    tensorrt=trt_note)
-torch.set_num_threads(threads)
+                    dali=gdali.version() if HAVE_DALI else None, model_side=model_side, tensorrt=trt_note)
+torch.set_num_threads(threads)  # what this lesson measured is saved; torch gets its threads back
 
 # %% [markdown]
 # ## 10. Diagnosing the two loops
@@ -627,7 +560,7 @@ assert math.isclose(my_epochs, want, rel_tol=0.01) or (math.isinf(want) and math
 if math.isfinite(my_epochs):
     print(f"An epoch takes {naive_s:.2f} s naive and {course_s:.2f} s with the course's loop: {saving:.2f} s saved "
           f"per epoch, so the {build_s:.2f} s build is paid back after {my_epochs:.1f} epochs "
-          f"({math.ceil(my_epochs)} whole ones).")
+          f"({math.ceil(my_epochs)} whole ones); section 8 says whether this run's spread lets you read it.")
 else:
     print(f"The course's loop was not faster here ({course_s:.2f} s an epoch against {naive_s:.2f} s): the "
           f"{build_s:.2f} s build is never paid back on this machine, my_epochs = inf.")

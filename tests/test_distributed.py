@@ -279,6 +279,7 @@ def test_uneven_inputs_fail_without_join_and_stay_equal_with_it():
     without = distributed.uneven_inputs((1, 2), join=False, timeout=2)
     assert without[0]["error"] is None and without[0]["steps"] == 1
     assert without[1]["error"] is not None and without[1]["steps"] == 1  # stuck in its second all-reduce
+    assert "\n" not in without[1]["error"] and ".cc:" not in without[1]["error"]  # one line, no build path
     joined = distributed.uneven_inputs((1, 2), join=True, timeout=2)
     assert [r["steps"] for r in joined] == [1, 2] and all(r["error"] is None for r in joined)
     assert joined[0]["weight"] == joined[1]["weight"]  # the copies of the model stayed equal
@@ -317,3 +318,38 @@ def test_launch_does_not_retry_bad_input_and_shows_the_one_line_error(tmp_path, 
     with pytest.raises(RuntimeError, match="(?s)failed.*rank 0's stderr.*gpufeed.course.lesson12.distributed: .*nope"):
         launch.launch(2, ["--data", str(tmp_path / "nope")], tmp_path / "c.json", timeout=120, verbose=False)
     assert "running it again" not in capsys.readouterr().err
+
+
+def test_a_collective_error_is_one_line_without_its_source_location():
+    from gpufeed.course.lesson12.distributed import one_line
+
+    gloo = RuntimeError("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out "
+                        "waiting 3000ms for recv operation to complete\nException raised from ...")
+    assert one_line(gloo) == "RuntimeError: Timed out waiting 3000ms for recv operation to complete"
+    assert one_line(RuntimeError("")) == "RuntimeError: "
+    cut = one_line(ValueError("word " * 60), limit=30)
+    assert cut == "ValueError: word word word word word word ..."  # cut between words, never inside one
+    assert one_line(ValueError("plain message")) == "ValueError: plain message"
+
+
+def test_loading_is_timed_over_several_epochs_per_sample():
+    from gpufeed.course.lesson12.distributed import time_epochs
+
+    class Loader:  # 4 samples an epoch, the epoch told before each pass
+        def __init__(self):
+            self.epochs = []
+
+        def set_epoch(self, e):
+            self.epochs.append(e)
+
+        def __iter__(self):
+            yield torch.zeros(4, 3), torch.zeros(4), torch.arange(4)
+
+    loader = Loader()
+    m, records = time_epochs("load", loader, None, torch.device("cpu"), warmup=1, epochs=2, barrier=lambda: None,
+                             passes=3)
+    assert len(m.samples) == 2 and m.items == 12  # each timed sample: 3 epochs of 4 images
+    assert len(records) == 9 and loader.epochs == list(range(9))  # every epoch its own shuffle
+    with pytest.raises(SystemExit):
+        distributed.parse_args(["--data", "DIR", "--load-passes", "0"])
+    assert distributed.parse_args(["--data", "DIR"]).load_passes == 1  # one epoch a sample unless asked

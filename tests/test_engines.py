@@ -58,11 +58,32 @@ def test_headroom_and_the_model_side_read_either_way():
         engines.headroom(0.0, 1000.0)
     ahead = engines.read_model_side({"eager": 2000.0}, loader=3000.0, train=1000.0, note="skipped here")
     assert "torch.compile not measured: skipped here" in ahead
-    assert "Training at 1,000 images/s: a model up to 3.0x faster would still be fed." in ahead
-    assert "Inference (eager) at 2,000 images/s: a model up to 1.5x faster would still be fed." in ahead
+    assert "Training at 1,000 images/s: a model at most 3.0x faster could still be fed (an upper bound" in ahead
+    assert "Inference (eager) at 2,000 images/s: a model at most 1.5x faster could still be fed" in ahead
+    assert ahead.endswith("Past that, a faster model gains nothing until the loader keeps up.")
     behind = engines.read_model_side({"eager": 2000.0, "torch.compile": 1000.0}, loader=500.0, train=250.0)
     assert "torch.compile 1,000 (2.00x slower than eager)" in behind and "not measured" not in behind
-    assert "Inference (eager) at 2,000 images/s: the loader is already the bottleneck, 4.0x slower" in behind
+    assert "Inference (eager) at 2,000 images/s: the loader is already the bottleneck, 4.00x slower than the model" in behind
+    assert behind.endswith("gains nothing where the loader cannot keep up.")
+
+
+def test_the_headroom_is_read_against_the_band_on_a_grid():
+    def inference(loader: float, flat: float = 0.25) -> str:  # 0.25: exact in binary, so the edges are testable
+        text = engines.read_model_side({"eager": 1000.0}, loader=loader, train=100.0, flat=flat)
+        return text.split("Inference (eager) at 1,000 images/s: ")[1].split(". ")[0]
+
+    tie = "about the loader's rate, so a faster model would wait for it"
+    assert inference(1000.0) == tie  # a tie
+    assert inference(1200.0) == tie  # a win inside the band: never "1.0x faster" or "1.2x" as if it were clear
+    assert inference(1250.0) == tie  # at the upper edge: still inside
+    assert inference(1260.0).startswith("a model at most 1.3x faster could still be fed")  # just past it
+    assert inference(800.0) == tie and inference(1000 / 1.25) == tie  # a loss inside the band, and at its edge
+    assert inference(790.0) == "the loader is already the bottleneck, 1.27x slower than the model"  # past it
+    assert inference(1010.0, flat=0.0).startswith("a model at most 1.01x faster")  # no band: never "1.0x"
+    assert inference(1050.0, flat=0.1) == tie  # the default band of a reference saved without one
+    forward = {"eager": 1000.0, "torch.compile": 1100.0}
+    assert "torch.compile 1,100 (as fast as eager)" in engines.read_model_side(forward, loader=5000.0, train=100.0,
+                                                                                flat=0.25)
 
 
 def test_tensorrt_is_looked_up_without_importing_it(monkeypatch):
@@ -72,3 +93,24 @@ def test_tensorrt_is_looked_up_without_importing_it(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     assert engines.tensorrt_version() is None
     assert "torch_tensorrt" not in sys.modules
+
+
+def test_tensorrt_is_tried_only_where_it_can_run_and_a_failure_is_one_line(monkeypatch):
+    forward, x = engines.inference(tiny(), "cpu"), torch.randn(2, 3, 8, 8)
+    monkeypatch.setattr(engines, "tensorrt_version", lambda: None)
+    assert engines.try_tensorrt(forward, x, "cpu") == (None, engines.NOT_INSTALLED)
+    monkeypatch.setattr(engines, "tensorrt_version", lambda: "2.9")
+    assert engines.try_tensorrt(forward, x, "cpu") == (None, engines.NEEDS_CUDA)
+
+    def broken(forward, example):
+        raise RuntimeError("unsupported layer\n  at a long traceback")
+
+    monkeypatch.setattr(engines, "tensorrt_engine", broken)
+    trt, note = engines.try_tensorrt(forward, x, "cuda")
+    assert trt is None and note == "Torch-TensorRT 2.9 failed here (RuntimeError: unsupported layer)"
+    monkeypatch.setattr(engines, "tensorrt_engine", lambda forward, example: lambda images: 2 * forward(images))
+    trt, note = engines.try_tensorrt(forward, x, "cuda")
+    assert trt is None and note.endswith("more than the 2e-02 allowed: not timed")
+    monkeypatch.setattr(engines, "tensorrt_engine", lambda forward, example: forward)
+    trt, note = engines.try_tensorrt(forward, x, "cuda")
+    assert trt is forward and note == "Torch-TensorRT 2.9: engine built, output within 0.0e+00 of eager"

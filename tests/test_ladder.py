@@ -121,7 +121,7 @@ def test_the_reading_states_losses_plainly_with_their_reason():
                                     "dali": 250.0}), cores=2)
     assert "got 10.00x faster" in text and "'+ batched augmentation' (lesson 09)" in text
     assert "'+ workers' made it 1.25x slower here: 2 worker processes share the 2 cores" in text
-    assert "'+ uint8 on the wire' changed little here (1.02x faster)" in text
+    assert "'+ uint8 on the wire' changed little here (1.02x faster, within the runs' spread of 5%)" in text
     assert ("DALI, as a side rung: 250 images/s, 2.50x faster than naive and 4.00x slower than the course "
             "pipeline: DALI decodes") in text
 
@@ -130,6 +130,25 @@ def test_the_reading_never_calls_a_loss_the_biggest_step():
     text = ladder.read(ladder.rows({"naive": 100.0, "workers": 80.0, "uint8": 50.0}), cores=2)
     assert "got 2.00x slower" in text and "biggest step" not in text
     assert "No rung gained here: the least loss was '+ workers' (lesson 07), 1.25x slower." in text
+
+
+def test_each_step_is_read_against_the_spread_of_the_two_rungs_it_compares():
+    def reading(workers: float, spread=None, dali: float | None = None) -> str:
+        rates = {"naive": 100.0, "workers": workers, "course": 1000.0} | ({"dali": dali} if dali else {})
+        return ladder.read(ladder.rows(rates), cores=2, spread=spread)
+
+    noisy = {"naive": 0.25, "workers": 0.1, "course": 0.02}  # 0.25: exact in binary, so the edge is testable
+    assert "'+ workers' changed little here (as fast, within the runs' spread of 5%)" in reading(100.0)  # a tie
+    assert "'+ workers' changed little here (1.20x faster, within the runs' spread of 25%)" in reading(120.0, noisy)
+    assert "'+ workers' changed little here (1.25x faster, within" in reading(125.0, noisy)  # at the edge: inside
+    assert "'+ workers'" not in reading(130.0, noisy)  # a win past the spread needs no excuse
+    assert "'+ workers' changed little here (1.20x slower, within the runs' spread of 25%)" in reading(100 / 1.2, noisy)
+    assert "'+ workers' made it 1.30x slower here" in reading(100 / 1.3, noisy)  # a loss past the spread
+    assert "'+ workers' made it 1.30x slower here" in reading(100 / 1.3, {"naive": 0.01})  # flat decides
+    assert "as fast as the course pipeline." in reading(80.0, {"course": 0.25}, dali=900.0)  # DALI inside the band
+    assert "2.00x slower than the course pipeline: DALI decodes" in reading(80.0, {"course": 0.25}, dali=500.0)
+    assert "got 10.00x faster" in reading(80.0, noisy) and "rate stayed within the runs' spread (20%)" in ladder.read(
+        ladder.rows({"naive": 100.0, "course": 110.0}), cores=2, spread={"course": 0.2})
 
 
 def test_the_chart_labels_every_rung_with_its_ratio_to_naive():

@@ -27,7 +27,7 @@ def test_a_noisy_measurement_is_one_stdout_line_naming_it(monkeypatch, capsys):
     session.setup(verbose=False)  # twice: still one line per warning
     with warnings.catch_warnings():
         warnings.simplefilter("default")
-        for _ in range(3):  # a loop over one case: named once
+        for _ in range(5):  # a loop over one case: named once
             harness._warn_if_noisy([harness.Measurement("pinned, 64 MB", [1.0, 1.5, 2.0])])
     out, err = capsys.readouterr()
     assert out == "[noisy] pinned, 64 MB: IQR above 10% of the median; close other programs or raise repeats\n"
@@ -41,8 +41,12 @@ def test_after_setup_the_profiler_and_cpp_extension_print_nothing_on_stderr():
     """In a fresh process, as in a lesson's kernel: setup() before torch loads, then what printed
     notes for torch's developers on stderr (the profiler's start/stop lines, where CUDA_HOME points)."""
     code = ("import gpufeed\ngpufeed.setup(verbose=False)\nimport torch\n"
-            "from torch.profiler import profile, ProfilerActivity\n"
+            "from torch.profiler import profile, ProfilerActivity, schedule\n"
             "with profile(activities=[ProfilerActivity.CPU]):\n    torch.ones(8).sum()\n"
+            # a schedule of two cycles: torch warns that each cycle's events are cleared (lesson 02)
+            "with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=1, active=1, repeat=2),"
+            " on_trace_ready=lambda p: None) as p:\n"
+            "    for _ in range(5):\n        torch.ones(8).sum(); p.step()\n"
             "import torch.utils.cpp_extension\nprint('ran')\n")
     env = {k: v for k, v in os.environ.items() if k not in session.QUIET_ENV}
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 from dataclasses import dataclass
 
 from gpufeed import config
@@ -31,6 +32,9 @@ QUIET_ENV = {"KINETO_LOG_LEVEL": "6", "TORCH_CPP_LOG_LEVEL": "ERROR"}
 #: points on a machine without CUDA (torch.utils.cpp_extension, imported by torch.compile's CPU
 #: path), and torch.distributed's notes while ranks start and stop. Their errors still show.
 QUIET_LOGGERS = ("torch.utils.cpp_extension", "torch.distributed")
+#: Python warnings that restate what a lesson teaches: torch.profiler's note that a schedule's
+#: events are cleared after each cycle (lesson 02 hands each cycle to ``on_trace_ready``).
+QUIET_WARNINGS = (r"Warning: Profiler clears events at the end of each cycle",)
 
 
 @dataclass
@@ -48,8 +52,8 @@ class Session:
 
 def quiet_libraries() -> None:
     """Keeps the libraries' notes for their own developers out of a lesson's output: the variables
-    of :data:`QUIET_ENV` (where the learner has not set them) and the loggers of
-    :data:`QUIET_LOGGERS` at ERROR. Call it before torch is imported (:func:`setup` does).
+    of :data:`QUIET_ENV` (where the learner has not set them), the loggers of
+    :data:`QUIET_LOGGERS` at ERROR and the warnings of :data:`QUIET_WARNINGS` ignored. Call it before torch is imported (:func:`setup` does).
 
     Example:
         >>> quiet_libraries()
@@ -62,6 +66,8 @@ def quiet_libraries() -> None:
         os.environ.setdefault(name, value)
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.ERROR)
+    for message in QUIET_WARNINGS:
+        warnings.filterwarnings("ignore", message=message)
 
 
 def setup(verbose: bool = True) -> Session:

@@ -10,18 +10,19 @@ as many more images per second as the model gained (:func:`headroom`, :func:`rea
 
 ``torch.compile`` (TorchInductor: Triton kernels on a GPU, C++ on a CPU) runs everywhere, so the
 lesson measures it; :func:`tensorrt_version` says whether TensorRT is here without importing it,
-and :func:`tensorrt_engine` is what the lesson runs where it is (CUDA only).
+and :func:`try_tensorrt` builds :func:`tensorrt_engine` and checks it where it is (CUDA only).
 
 Example:
     >>> headroom(loader_rate=3000.0, model_rate=1000.0)
     3.0
-    >>> print(read_model_side({"eager": 4000.0, "torch.compile": 5000.0}, loader=4500.0, train=1500.0))
+    >>> print(read_model_side({"eager": 4000.0, "torch.compile": 4800.0}, loader=4500.0, train=1500.0))
     ... # doctest: +NORMALIZE_WHITESPACE
     Inference, a forward pass on batches already on the device: eager 4,000 images/s, torch.compile
-    5,000 (1.25x faster than eager). The course's loader makes 4,500 images/s alone. Training at
-    1,500 images/s: a model up to 3.0x faster would still be fed. Inference (torch.compile) at 5,000
-    images/s: the loader is already the bottleneck, 1.1x slower than the model. Beyond that, a
-    faster model (TensorRT, torch.compile, a smaller network) gains nothing until the loader keeps up.
+    4,800 (1.20x faster than eager). The course's loader makes 4,500 images/s alone. Training at
+    1,500 images/s: a model at most 3.0x faster could still be fed (an upper bound: the loader was
+    timed alone, and beside the model its work shares the device). Inference (torch.compile) at 4,800 images/s:
+    about the loader's rate, so a faster model would wait for it. A faster model (TensorRT,
+    torch.compile, a smaller network) gains nothing where the loader cannot keep up.
     >>> net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 3))
     >>> forward = inference(net, "cpu")
     >>> forward(torch.ones(2, 3, 2, 2)).shape, net.training
@@ -41,6 +42,9 @@ import torch
 #: and TensorRT's ``trtexec``, which builds and times an engine from an ONNX file.
 TORCH_TENSORRT_DOCS = "https://docs.pytorch.org/TensorRT/user_guide/saving_models.html"
 TRTEXEC_DOCS = "https://docs.nvidia.com/deeplearning/tensorrt/10.16.1/performance/benchmarking.html"
+#: What :func:`try_tensorrt` says where it cannot run.
+NOT_INSTALLED = "torch_tensorrt is not installed here (pip install torch-tensorrt, the build that matches torch): not run."
+NEEDS_CUDA = "TensorRT needs CUDA: not run here."
 
 
 def inference(net: torch.nn.Module, device) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -110,26 +114,48 @@ def headroom(loader_rate: float, model_rate: float) -> float:
     return loader_rate / model_rate
 
 
-def read_model_side(forward: dict[str, float], loader: float, train: float, note: str = "") -> str:
+def read_model_side(forward: dict[str, float], loader: float, train: float, note: str = "",
+                    flat: float = 0.1) -> str:
     """The sentences that read the model's side, either way: the forward pass's images/s per
     engine (``forward``: ``"eager"`` first, then ``"torch.compile"``, ``"TensorRT"`` where measured),
     and how much faster the model may get, training (``train``, images/s on resident batches) and
     in inference (its fastest engine), before the loader (``loader``, images/s alone) holds it back.
-    ``note``: why ``torch.compile`` was not measured, where it was not."""
+
+    The loader was timed alone: beside the model its work (the augmentation on the GPU, its threads
+    on a CPU) shares the device, so the headroom is an upper bound and is worded so.
+
+    Args:
+        forward: images/s of the forward pass per engine, ``"eager"`` among them.
+        loader: the course loader's images/s, timed alone.
+        train: the training step's images/s on batches already on the device.
+        note: why ``torch.compile`` was not measured, where it was not.
+        flat: ratios within this of 1 read as "about the same" (the measurements' spread,
+            :func:`gpufeed.course.prose.band`).
+    """
     from gpufeed.course.prose import times
 
     eager = forward["eager"]
     said = [f"Inference, a forward pass on batches already on the device: eager {eager:,.0f} images/s"]
-    said += [f"{name} {rate:,.0f} ({times(rate / eager, 'eager')})" for name, rate in forward.items() if name != "eager"]
+    said += [f"{name} {rate:,.0f} ({times(rate / eager, 'eager', flat=flat)})"
+             for name, rate in forward.items() if name != "eager"]
     text = ", ".join(said) + (f"; torch.compile not measured: {note}" if "torch.compile" not in forward and note else "")
     fastest = max(forward, key=forward.get)
     text += f". The course's loader makes {loader:,.0f} images/s alone. "
+    waits = False
     for what, rate in (("Training", train), (f"Inference ({fastest})", forward[fastest])):
         x = headroom(loader, rate)
-        text += (f"{what} at {rate:,.0f} images/s: " + (f"a model up to {x:.1f}x faster would still be fed. " if x > 1
-                 else f"the loader is already the bottleneck, {1 / x:.1f}x slower than the model. "))
-    return text + ("Beyond that, a faster model (TensorRT, torch.compile, a smaller network) gains nothing until "
-                   "the loader keeps up.")
+        if x > 1 + flat:
+            text += (f"{what} at {rate:,.0f} images/s: a model at most {x:.{1 if x >= 1.1 else 2}f}x faster could still be fed "
+                     "(an upper bound: the loader was timed alone, and beside the model its work shares the device). ")
+        elif x * (1 + flat) >= 1:
+            text += f"{what} at {rate:,.0f} images/s: about the loader's rate, so a faster model would wait for it. "
+            waits = True
+        else:
+            text += (f"{what} at {rate:,.0f} images/s: the loader is already the bottleneck, "
+                     f"{times(x, 'the model', flat=0.0)}. ")  # outside the band: the ratio itself
+            waits = True
+    return text + ("A faster model (TensorRT, torch.compile, a smaller network) gains nothing where the loader "
+                   "cannot keep up." if waits else "Past that, a faster model gains nothing until the loader keeps up.")
 
 
 def tensorrt_version() -> str | None:
@@ -156,3 +182,27 @@ def tensorrt_engine(forward: Callable, example: torch.Tensor, path=None):
     if path is not None:  # load it with torch.jit.load after `import torch_tensorrt`: no Python model needed
         torch_tensorrt.save(trt, str(path), output_format="torchscript", inputs=[example])
     return trt
+
+
+def try_tensorrt(forward: Callable, example: torch.Tensor, device) -> tuple[Callable | None, str]:
+    """``(engine, note)``: :func:`tensorrt_engine` built and checked against the eager ``forward``
+    where ``torch_tensorrt`` and CUDA are here; else ``(None, why)`` in one line: not installed, no
+    CUDA, a build that failed (an unsupported layer, a version mismatch with torch), or an output
+    further from eager's than :func:`tolerance` allows.
+
+    Example:
+        >>> try_tensorrt(None, None, "cpu")[1] in (NOT_INSTALLED, NEEDS_CUDA)
+        True
+    """
+    version = tensorrt_version()
+    if version is None or torch.device(device).type != "cuda":
+        return None, NOT_INSTALLED if version is None else NEEDS_CUDA
+    try:
+        trt = tensorrt_engine(forward, example)  # builds the engine: seconds to minutes
+        off = agreement(trt(example), forward(example))
+    except Exception as e:  # report and go on: the lesson shows why
+        return None, f"Torch-TensorRT {version} failed here ({type(e).__name__}: {str(e).strip().splitlines()[0][:160]})"
+    note = f"Torch-TensorRT {version}: engine built, output within {off:.1e} of eager"
+    if not off <= tolerance(device):
+        return None, note + f", more than the {tolerance(device):.0e} allowed: not timed"
+    return trt, note

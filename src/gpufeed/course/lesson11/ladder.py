@@ -220,29 +220,47 @@ def rows(rates: dict[str, float]) -> list[dict]:
     return out
 
 
-def read(ladder: list[dict], cores: int, flat: float = 0.05) -> str:
+def read(ladder: list[dict], cores: int, flat: float = 0.05, spread: dict[str, float] | None = None) -> str:
     """Sentences that read the ladder: the whole gain, the biggest step, and every step that lost
-    (or changed less than ``flat``) with the reason it can on a machine with ``cores`` cores."""
+    (or changed less than its band) with the reason it can on a machine with ``cores`` cores.
+
+    Args:
+        ladder: :func:`rows`.
+        cores: the cores the loaders shared.
+        flat: the narrowest band around 1 within which a step reads as "changed little".
+        spread: rung key -> the spread (IQR over median) of its measurement, where known: a step's
+            band is then the wider of ``flat`` and the spreads of the two rungs it compares.
+    """
+    spread = spread or {}
+
+    def band(*keys: str) -> float:
+        return max([flat, *(spread.get(k, 0.0) for k in keys)])
+
     main = [r for r in ladder if r["key"] != DALI.key]
     first, last = main[0], main[-1]
+    f = band(first["key"], last["key"])
+    total = times(last["total"], flat=f, same="")  # "" inside the band
     text = [f"From naive ({first['images_per_s']:,.0f} images/s) to '{last['label']}' "
-            f"({last['images_per_s']:,.0f} images/s) the loader got {times(last['total'])}."]
+            f"({last['images_per_s']:,.0f} images/s) " + (f"the loader got {total}." if total else
+                                                          f"the loader's rate stayed within the runs' spread ({f:.0%}).")]
     if len(main) > 1:
         best = max(main[1:], key=lambda r: r["step"])
         text.append(f"The biggest step was '{best['label']}' (lesson {best['lesson']}): {times(best['step'])}."
                     if best["step"] > 1 else f"No rung gained here: the least loss was '{best['label']}' "
                     f"(lesson {best['lesson']}), {times(best['step'])}.")
-    for r in main[1:]:
-        why = RUNGS[r["key"]].slower_because.format(cores=cores)
-        if r["step"] < 1 - flat:
+    for above, r in zip(main, main[1:]):
+        why, f = RUNGS[r["key"]].slower_because.format(cores=cores), band(above["key"], r["key"])
+        if r["step"] * (1 + f) < 1:
             text.append(f"'{r['label']}' made it {times(r['step'])} here: {why}.")
-        elif r["step"] <= 1 + flat:
-            text.append(f"'{r['label']}' changed little here ({times(r['step'])}): {why}.")
+        elif r["step"] <= 1 + f:
+            text.append(f"'{r['label']}' changed little here ({times(r['step'])}, within the runs' spread of "
+                        f"{f:.0%}): {why}.")
     dali = next((r for r in ladder if r["key"] == DALI.key), None)
     if dali is not None:
+        f = band(DALI.key, "course")
         text.append(f"DALI, as a side rung: {dali['images_per_s']:,.0f} images/s, {times(dali['total'], 'naive')} "
-                    f"and {times(dali['step'], 'the course pipeline')}"
-                    + (f": {DALI.slower_because}." if dali["step"] < 1 else "."))
+                    f"and {times(dali['step'], 'the course pipeline', flat=f)}"
+                    + (f": {DALI.slower_because}." if dali["step"] * (1 + f) < 1 else "."))
     return " ".join(text)
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import os
 import queue
+import re
 import socket
 import sys
 import time
@@ -167,13 +168,16 @@ def train_step(model: str, num_classes: int, device: torch.device):
     return step
 
 
-def time_epochs(name: str, loader, step, device, warmup: int, epochs: int, barrier) -> tuple[Measurement, list[dict]]:
-    """Times ``warmup`` (untimed) + ``epochs`` epochs of ``loader``, each started together
-    (``barrier``), each batch sent to ``device`` and given to ``step`` (None: loading only).
+def time_epochs(name: str, loader, step, device, warmup: int, epochs: int, barrier,
+                passes: int = 1) -> tuple[Measurement, list[dict]]:
+    """Times ``warmup`` (untimed) + ``epochs`` samples of ``passes`` epochs of ``loader`` each, each
+    sample started together (``barrier``), each batch sent to ``device`` and given to ``step`` (None:
+    loading only). An epoch of loading a small dataset lasts milliseconds, within a timer's and a
+    busy machine's noise: ``passes`` makes each timed sample long enough to mean something.
 
     Returns:
-        The :class:`~gpufeed.measure.harness.Measurement` (seconds per epoch; ``items``: images per epoch
-        on this rank) and, per epoch, the indices read (``int64 [k]``) and the page faults taken.
+        The :class:`~gpufeed.measure.harness.Measurement` (seconds per sample; ``items``: images per
+        sample on this rank) and, per epoch, the indices read (``int64 [k]``) and the page faults taken.
     """
     records: list[dict] = []
 
@@ -192,8 +196,9 @@ def time_epochs(name: str, loader, step, device, warmup: int, epochs: int, barri
 
     with warnings.catch_warnings():  # a noisy warning per rank is clutter: the JSON keeps every sample
         warnings.simplefilter("ignore")
-        m = benchmark(epoch, name=name, warmup=warmup, repeats=epochs, setup=barrier, with_machine=False)
-    m.items = len(records[-1]["indices"])
+        m = benchmark(lambda: [epoch() for _ in range(passes)], name=name, warmup=warmup, repeats=epochs,
+                      setup=barrier, with_machine=False)
+    m.items = len(records[-1]["indices"]) * passes
     return m, records
 
 
@@ -220,8 +225,8 @@ def run(args: argparse.Namespace, env: dict, backend: str, device: torch.device)
     mine, report = {"rank": rank, "local_rank": env["LOCAL_RANK"], "host": socket.gethostname(), "pid": os.getpid(),
                     "device": str(device), "phases": {}}, {}
     for phase, loader in loaders.items():
-        epochs = args.load_epochs if phase == "load" else args.epochs
-        m, records = time_epochs(phase, loader, steps.get(phase), device, args.warmup, epochs, dist.barrier)
+        epochs, passes = (args.load_epochs, args.load_passes) if phase == "load" else (args.epochs, 1)
+        m, records = time_epochs(phase, loader, steps.get(phase), device, args.warmup, epochs, dist.barrier, passes)
         mine["phases"][phase] = {"samples": m.samples, "items": m.items, "epochs": [
             {"epoch": r["epoch"], "count": len(r["indices"]), "digest": digest(r["indices"]), "major": r["major"],
              "minor": r["minor"], "indices": r["indices"].tolist() if n <= RECORD_LIMIT else None} for r in records]}
@@ -263,7 +268,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="fast: gpufeed's FastLoader shards; sampler: DistributedSampler in a BatchSampler")
     p.add_argument("--batch-size", type=int, default=64, help="images per batch, per rank")
     p.add_argument("--epochs", type=int, default=3, help="timed training epochs (with --train)")
-    p.add_argument("--load-epochs", type=int, default=10, help="timed epochs of loading alone (short: take more)")
+    p.add_argument("--load-epochs", type=int, default=10, help="timed samples of loading alone (short: take more)")
+    p.add_argument("--load-passes", type=int, default=1,
+                   help="epochs per timed sample of loading alone (an epoch of a small dataset lasts milliseconds)")
     p.add_argument("--warmup", type=int, default=1, help="untimed epochs first")
     p.add_argument("--seed", type=int, default=0, help="the shuffle's seed, the same on every rank")
     p.add_argument("--drop-last", action="store_true", help="equal shards of full batches (training always does)")
@@ -274,8 +281,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=0, help="torch threads per process (0: OMP_NUM_THREADS or torch's choice)")
     p.add_argument("--timeout", type=float, default=300, help="seconds a collective may wait for the other ranks")
     args = p.parse_args(argv)
-    if min(args.batch_size, args.epochs, args.load_epochs) < 1 or min(args.warmup, args.threads) < 0:
-        p.error("--batch-size, --epochs and --load-epochs must be at least 1, --warmup and --threads at least 0")
+    if min(args.batch_size, args.epochs, args.load_epochs, args.load_passes) < 1 or min(args.warmup, args.threads) < 0:
+        p.error("--batch-size, --epochs, --load-epochs and --load-passes must be at least 1, --warmup and --threads "
+                "at least 0")
     return args
 
 
@@ -287,8 +295,8 @@ def _summary(doc: dict, ms: list[Measurement]) -> str:
         if m.params["rank"] == "all":
             ranks = ", ".join(f"{x.items_per_s:,.0f}" for x in ms if x.params["phase"] == m.params["phase"]
                               and x.params["rank"] != "all")
-            lines.append(f"  {m.params['phase']}: {m.items_per_s:,.0f} images/s in all (per rank: {ranks}), "
-                         f"spread {m.spread:.0%}")
+            lines.append(f"  {m.params['phase']}: {m.items_per_s:,.0f} images/s for the ranks together, each epoch "
+                         f"as long as its slowest rank (per rank: {ranks}), spread {m.spread:.0%}")
     ok = all(e["disjoint"] for p in doc["shards"].values() for e in p)
     full = all(e["complete"] for p in doc["shards"].values() for e in p)
     lines.append(f"  shards: {'disjoint' if ok else 'OVERLAPPING'} in every epoch, "
@@ -322,13 +330,14 @@ def main(argv: list[str] | None = None) -> int:
         doc["distributed"] = {
             "world_size": env["WORLD_SIZE"], "backend": backend, "device": device.type, "loader": args.loader,
             "batch_size": args.batch_size, "epochs": args.epochs, "load_epochs": args.load_epochs,
+            "load_passes": args.load_passes,
             "warmup": args.warmup, "seed": args.seed, "drop_last": args.drop_last, "train": args.train,
             "model": args.model if args.train else None, "ddp": args.train and env["WORLD_SIZE"] > 1,
             "threads": threads, "data": str(args.data), "torch": torch.__version__}
         ms = measurements(doc)
         print(_summary(doc, ms))
         if args.out:
-            print(f"  wrote {save(args.out, ms, **doc)}")
+            print(f"  wrote {save(args.out, ms, **doc).name}")
     return 0
 
 
@@ -348,6 +357,7 @@ def _uneven_worker(rank: int, world_size: int, steps: list[int], use_join: bool,
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     torch.set_num_threads(1)
+    warnings.simplefilter("ignore")  # DDP's and Join's warnings would land on the notebook's page: the result says it
     ifname = loopback_ifname()
     if ifname:
         os.environ["GLOO_SOCKET_IFNAME"] = ifname  # one machine: meet over loopback
@@ -369,10 +379,29 @@ def _uneven_worker(rank: int, world_size: int, steps: list[int], use_join: bool,
                 time.sleep(timeout + 1)
         out["weight"] = model.module.weight.detach().flatten().tolist()
     except Exception as e:  # the rank left waiting: a timeout, or the peer's closed connection
-        out["error"] = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:200]}"
+        out["error"] = one_line(e)
     results.put(out)
     if out["error"] is None:
         dist.destroy_process_group()
+
+
+def one_line(error: BaseException, limit: int = 160) -> str:
+    """``"Type: message"`` in one line for a reader: the message's first line, without the C++ source
+    location (``[/build/path/file.cc:78] ``) that gloo and c10d put in front, cut at a word within
+    ``limit`` characters.
+
+    Example:
+        >>> one_line(RuntimeError("[/__w/pytorch/third_party/gloo/tcp/unbound_buffer.cc:78] Timed out "
+        ...                       "waiting 3000ms for recv operation to complete\\nmore"))
+        'RuntimeError: Timed out waiting 3000ms for recv operation to complete'
+        >>> one_line(ValueError("a b c d e f"), limit=8)
+        'ValueError: a b c d ...'
+    """
+    text = (str(error).strip().splitlines() or [""])[0]
+    text = re.sub(r"\[[^\]]*\.(?:c|cc|cpp|cu|h|hpp):\d+\]\s*", "", text).strip()
+    if len(text) > limit:
+        text = text[:limit].rsplit(" ", 1)[0] + " ..."
+    return f"{type(error).__name__}: {text}"
 
 
 def uneven_inputs(steps=(2, 4), *, join: bool = True, timeout: float = 5.0) -> list[dict]:
@@ -394,8 +423,13 @@ def uneven_inputs(steps=(2, 4), *, join: bool = True, timeout: float = 5.0) -> l
     init = f"tcp://127.0.0.1:{free_port()}"
     procs = [ctx.Process(target=_uneven_worker, args=(r, len(steps), list(steps), join, init, timeout, results))
              for r in range(len(steps))]
-    for p in procs:
-        p.start()
+    quiet = os.environ.get("TORCH_CPP_LOG_LEVEL")
+    os.environ["TORCH_CPP_LOG_LEVEL"] = "ERROR"  # inherited by the children: c10d's warnings stay off the page
+    try:
+        for p in procs:
+            p.start()
+    finally:
+        os.environ.pop("TORCH_CPP_LOG_LEVEL") if quiet is None else os.environ.update(TORCH_CPP_LOG_LEVEL=quiet)
     got, deadline = [], time.monotonic() + timeout + 120  # spawn start-up + the collective timeout
     try:
         while len(got) < len(procs):

@@ -48,6 +48,26 @@ def torchrun_command(nproc: int, script_args, *, module: str = "gpufeed.course.l
             *map(str, script_args)]
 
 
+def shown(cmd: list[str]) -> str:
+    """A command as a reader needs it: ``python`` for the interpreter's path, without the log
+    folder (a temporary one), and each other absolute path by its name alone.
+
+    Example:
+        >>> shown(["/opt/venv/bin/python", "-m", "torch.distributed.run", "--log-dir", "/tmp/x/run0",
+        ...        "--redirects", "3", "-m", "gpufeed.course.lesson12.distributed", "--data", "/home/me/.cache/mm-256"])
+        'python -m torch.distributed.run -m gpufeed.course.lesson12.distributed --data mm-256'
+    """
+    out, skip = ["python"], 0
+    for arg in cmd[1:]:
+        if skip:
+            skip -= 1
+        elif arg in ("--log-dir", "--redirects"):
+            skip = 1
+        else:
+            out.append(Path(arg).name if os.path.isabs(arg) else arg)
+    return " ".join(out)
+
+
 def rank_logs(log_dir: str | os.PathLike, stream: str = "stderr") -> dict[int, str]:
     """``{local rank: text}`` of what each process wrote to ``stream`` (``stdout`` or ``stderr``)
     in a torchrun run started with ``log_dir`` (its files: ``<run id>/attempt_<k>/<local rank>/<stream>.log``;
@@ -124,7 +144,7 @@ def launch(nproc: int, script_args, out: str | os.PathLike, *, threads: int = 1,
             log_dir = Path(logs) / f"run{attempt}"
             cmd = torchrun_command(nproc, [*script_args, "--out", out], module=module, log_dir=log_dir)
             if verbose and attempt == 0:
-                print("$", " ".join(["python", *cmd[1:]]))
+                print("$", shown(cmd))
             r = subprocess.run(cmd, capture_output=True, text=True, env=child_env, timeout=timeout)
             if r.returncode == 0:
                 break
