@@ -2,12 +2,10 @@
 # # 08 · GPU prefetching
 #
 # **What you will learn:** what CUDA streams are and how a copy on a side stream overlaps compute;
-# how a GPU prefetcher works (`wait_stream`, `record_stream`, pinned memory, `non_blocking`), and
-# how it also converts and normalises images on the GPU; what goes wrong without each of its lines,
-# shown on a simulator of CUDA's ordering rules that runs on any machine; why a prefetcher's host
-# work belongs on a thread of its own when the loop syncs every step; a thread prefetcher for
-# machines without CUDA, with clean shutdown and honest errors; and how to test a prefetcher
-# fairly (the bound first, the variants in turns) and read a profiler trace for the reason.
+# how a GPU prefetcher works (`wait_stream`, `record_stream`, pinned memory) and converts images on
+# the GPU; what goes wrong without each of its lines, shown on a simulator of CUDA's ordering rules;
+# why a prefetcher's host work belongs on a thread of its own; a thread prefetcher for machines
+# without CUDA; and how to time a prefetcher fairly and read a profiler trace for the reason.
 #
 # **Time:** about 25 minutes (1 minute in quick mode). **Prerequisites:** [07 · DataLoader knobs
 # and moving structures](07_dataloader.ipynb), [02 · Profiling and benchmarking](02_profiling.ipynb).
@@ -62,9 +60,9 @@ print(f"Simulated: overlapping the copy with the step gives {gain:.2f}x; the GPU
 # (`gpufeed.simcuda`): inside `with simulated_cuda():` tensors on `"cuda"` live in CPU
 # memory, every kernel and copy is queued on its stream and runs only when the program's
 # synchronisation forces it, and memory nothing has written yet reads as poison (NaN). It keeps
-# CUDA's *rules*, not its *speed*: each step is placed on a nominal timeline (copies at 25 GB/s, a
-# "model step" that stands for 1 ms). Below, four batches of 24 MB go through the library's
-# `CudaPrefetcher` (section 2), and then are copied on the default stream before each step.
+# CUDA's *rules*, not its *speed*: it draws each step on a made-up clock (copies at 25 GB/s, a
+# model step of 1 ms). Below, four batches of 24 MB go through the library's `CudaPrefetcher`
+# (section 2), then are copied on the default stream before each step.
 
 # %%
 from gpufeed.course.lesson08 import hazards
@@ -74,13 +72,13 @@ per_batch = {}
 for ax, prefetched in zip(axes, (False, True)):
     name = "CudaPrefetcher (side stream)" if prefetched else "copy on the default stream"
     intervals, per_batch[name] = hazards.overlap(n=4, batch_mb=24, step_ms=1.0, prefetch=prefetched)
-    gantt(intervals, ax=ax, legend=ax is axes[0], title=f"{name}: {per_batch[name]:.2f} nominal ms per batch",
+    gantt(intervals, ax=ax, legend=ax is axes[0], title=f"{name}: {per_batch[name]:.2f} simulated ms per batch",
           note=hazards.SIMULATED if ax is axes[1] else "")
 axes[0].set_xlabel("")
 fig.tight_layout()
 plt.show()
 (plain_name, plain_ms), (side_name, side_ms) = per_batch.items()
-print(f"On the simulator's nominal timeline ({hazards.SIMULATED}): with the copies on a side stream a batch takes {side_ms:.2f} nominal ms "
+print(f"On the simulator's made-up clock ({hazards.SIMULATED}): with the copies on a side stream a batch takes {side_ms:.2f} simulated ms "
       f"instead of {plain_ms:.2f} ({plain_ms / side_ms:.2f}x): each copy runs under the step before it.")
 
 # %% [markdown]
@@ -114,14 +112,13 @@ print(inspect.getsource(hand_prefetch))  # the whole prefetcher: about 15 lines 
 # stream asks the loader for each batch, pins what is not pinned yet, issues the copy and the
 # conversion, records an event after them and puts the batch in a queue of `depth` batches; your
 # loop only takes the next batch, makes its stream wait for that batch's event (the GPU waits, not
-# the host) and marks its tensors with `record_stream`. It takes batches of any structure (tensors,
-# tuples, dicts, lists, TensorDicts, tensorclasses; `gpufeed.data.movers`), raises a loader's
-# exception once after the batches before it, and holds up to `depth + 2` converted batches on the
-# GPU whatever your loop does: before it reuses a slot, its thread waits for an event your stream
-# passed when you gave that batch up, as FFCV's loader does. It can convert the images on the side stream: `uint8` travels (4x fewer bytes than float32,
-# lesson 03), float is made on the GPU, by kernels that share the GPU with your step's. That
-# conversion is a pure function, the library's one normalise, `gpufeed.data.transforms.normalize`,
-# checked here against the textbook formula on the CPU:
+# the host) and marks its tensors with `record_stream`. It takes batches of any structure (tuples,
+# dicts, TensorDicts; `gpufeed.data.movers`), raises a loader's exception in your loop, and holds
+# at most `depth + 2` converted batches on the GPU whatever your loop does: as in FFCV's loader, its
+# thread reuses a slot only after your stream has passed the point where you gave that batch up.
+# It can convert on the side stream: `uint8` travels (4x fewer bytes than float32, lesson 03) and
+# float is made on the GPU, by kernels that share the GPU with your step's. The conversion is
+# `gpufeed.data.transforms.normalize`, checked here against the textbook formula:
 
 # %%
 from gpufeed.data.prefetch import prepare
@@ -164,14 +161,12 @@ print(f"{where}: the hand-written and gpufeed prefetchers give the plain loop's 
 # ## 3. What each line prevents: three hazards, simulated
 #
 # Each line of `hand_prefetch` is there because CUDA's rules leave something unordered without
-# it, and a short test on a real GPU usually runs in the lucky order anyway. The simulator does
-# not rely on luck: it reports the race whatever order it ran things in, and under some
-# *schedule* (the order in which it runs the queued work: 0 runs everything as late as the
-# program allows, 1 lets side streams race ahead, 2 the default stream, 3 draws paces at random)
-# the race also produces a wrong batch. Batch `k` is filled with the number `k`, so what a batch
-# holds when the consumer reads it says which batch it really was. The consumer does what a
-# training loop does: it queues a model step and a read of each batch, drops the batch, and
-# looks at the results only at the end (`gpufeed.course.lesson08.hazards.play`).
+# it, and a short test on a real GPU usually runs in the lucky order anyway. The simulator
+# reports the race whatever order it runs the queued work in (four orders below: everything as late
+# as allowed, the side stream ahead, the default stream ahead, random paces), and in some orders
+# the race also gives a wrong batch. Batch `k` is filled with the number `k`, so what a batch
+# holds says which batch it really was. The consumer does what a training loop does: it queues a
+# step reading each batch, drops the batch, and looks at the results only at the end.
 #
 # * **no wait**: delete `current.wait_stream(stream)`. The step may read a batch before its copy
 #   has run.
@@ -199,7 +194,7 @@ def span(counts):
 
 rows = [f"| {h} | " + " | ".join(shown(p.held) for p in ps) + f" | {span([p.races for p in ps])} |"
         for h, ps in plays.items()]
-header = "| batches 0-5 held | " + " | ".join(f"{k}: {v}" for k, v in SCHEDULES.items()) + " | races reported |"
+header = "| batches 0-5 held, run: | " + " | ".join(SCHEDULES.values()) + " | races reported |"
 display(Markdown("\n".join([header, "|---" * (len(SCHEDULES) + 2) + "|", *rows, "", f"*{hazards.SIMULATED}.*"])))
 
 # %%
@@ -207,7 +202,7 @@ right = plays["correct"][0].held
 
 
 def first_wrong(hazard):
-    """The first schedule under which the hazard gave a wrong batch, and what that batch held."""
+    """The first order in which the hazard gave a wrong batch, and what that batch held."""
     for p in plays[hazard]:
         for k, (got, want) in enumerate(zip(p.held, right)):
             if got != want:
@@ -218,23 +213,28 @@ def first_wrong(hazard):
 lines = []
 for hazard in hazards.HAZARDS:
     found, races = first_wrong(hazard), [p.races for p in plays[hazard]]
-    told = f"reported the race under every schedule ({span(races)} times in the run)"
+    told = f"reported the race in every order ({span(races)} times in the run)"
     if found is None:
-        lines.append(f"* **{hazard}**: every batch came out right under these schedules, but the simulator {told}.")
+        lines.append(f"* **{hazard}**: every batch came out right in these orders, but the simulator {told}.")
     else:
         seed, k, got = found
         held = "NaN (its copy had not run)" if got != got else f"the numbers of batch {got:g}"
-        lines.append(f"* **{hazard}**: under schedule {seed} ({SCHEDULES[seed]}), batch {k} held {held}; "
+        lines.append(f"* **{hazard}**: run {SCHEDULES[seed]}, batch {k} held {held}; "
                      f"the simulator {told}.")
 display(Markdown("\n".join(lines)))
 
 # %% [markdown]
-# The number of races differs between schedules because some orders add a real synchronisation:
-# when the caching allocator has seen a copy finish before the program issues its next read,
-# that read is ordered after the copy, on a real GPU too. By default the simulator raises the
-# race where it happens, naming the two accesses and what it thinks is missing:
+# ### Deeper (optional): the simulator's race report
+#
+# Why the count of races differs between orders, and what the simulator says when it finds one.
 
-# %%
+# %% [markdown] tags=["deeper"]
+# Some orders add a real synchronisation: when the caching allocator has seen a copy finish before
+# the program issues its next read, that read is ordered after the copy, on a real GPU too. By
+# default the simulator raises the race where it happens, naming the two accesses and what it
+# thinks is missing:
+
+# %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 from gpufeed.simcuda import CudaRaceError
 
 try:
@@ -247,8 +247,9 @@ except CudaRaceError as e:
 # %% [markdown]
 # ## 4. Without CUDA: a thread prefetcher
 #
-# A background thread can make the next batch while the loop uses this one, *if* both release
-# Python's GIL while they work: Pillow does while decoding JPEGs, torch does inside its operators.
+# A background thread can make the next batch while the loop uses this one, *if* the two do not
+# both need Python's GIL all the time: one of them releasing it while it works is enough (Pillow
+# does while decoding JPEGs, torch inside its operators).
 # `gpufeed.data.prefetch.ThreadPrefetcher(loader, depth=2)` pulls batches on a thread (named
 # `gpufeed-prefetch-N`) into a queue of `depth`. We feed a small CNN's training step from a
 # DataLoader that decodes in the main process (`num_workers=0`), with and without it. Torch runs
@@ -375,21 +376,25 @@ say(reading.thread_reading(speedup, waiting_speedup, best, slower, device_type=S
 
 # %% [markdown]
 # The `prefetch thread` row is the background thread: its decoding runs under the main thread's
-# steps. If the gain is well below the bound, the two did not get a core each (a busy machine), or
-# one of them held the GIL (Python code between the native calls: the model's layers, the
-# DataLoader's bookkeeping). A waiting step needs neither. It stands for a step whose host side
-# only waits: a GPU step whose kernels run far longer than launching them takes, in a loop that
-# does nothing else on the host meanwhile. A real GPU step is not all waiting: its host side
-# launches every kernel and runs autograd and the optimiser, holding the GIL between native
-# calls, and the smaller the model's kernels, the larger that share. The sentences above say which
-# of the two this machine's real step was like.
+# steps. A gain well below the bound means the two did not get a core each (a busy machine), or
+# both held the GIL (Python code between the native calls: the model's layers, the DataLoader's
+# bookkeeping). A waiting step stands for a GPU step whose host side only waits. A real GPU step
+# is not all waiting: its host side launches every kernel and runs autograd and the optimiser,
+# holding the GIL between native calls. The sentences above say which of the two this machine's
+# real step was like.
+
+# %% [markdown]
+# ### Deeper (optional): errors and shutdown
 #
-# **Errors and shutdown.** An exception in the wrapped loader is raised in *your* loop, once, with
+# What `ThreadPrefetcher` does with a loader's exception and with a `break`.
+
+# %% [markdown] tags=["deeper"]
+# An exception in the wrapped loader is raised in *your* loop, once, with
 # the loader's own traceback, after the batches made before it. A `break` (or `close()`, or leaving
 # a `with` block, or the iterator being garbage-collected) stops the thread, even one blocked on a
 # full queue: it puts with a timeout and watches a stop event.
 
-# %%
+# %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 import traceback
 
 
@@ -421,25 +426,25 @@ print(f"after a break: prefetch threads alive: {alive}")
 # %% [markdown]
 # ## 5. Proof of overlap: a fair timing, then a trace
 #
-# Does `CudaPrefetcher` make a training loop faster? The first time this lesson ran on a GPU (an
-# H100, November 2026, with the prefetcher of that time, which did its host work in your loop
-# between two steps) the answer was no; a machine without CUDA shows that run below until a newer
-# one is committed. So the experiment is built to favour no one (`gpufeed.course.lesson08.overlap`, tested on
-# the CPU and under the CUDA-ordering simulator):
+# Does `CudaPrefetcher` make a training loop faster, and is it the thread or the side stream that
+# pays? The first GPU run of this lesson (an H100, November 2026, with an older prefetcher that did
+# its host work in your loop) found no gain; a machine without CUDA shows that run below until a
+# newer one is committed. The experiment (`gpufeed.course.lesson08.overlap`) is built to favour no one:
 #
-# * **The batches** are a few pinned `uint8` batches in memory, used in turn, as if a perfect
-#   DataLoader with `pin_memory=True` delivered them: this isolates the copy, which is what a GPU
-#   prefetcher hides (lesson 07 measured the loaders).
-# * **The model** is made just wide enough for its step to take about as long as the copy (widths
-#   1, 2, 4, ... until a step outlasts the copy): next to a much longer step there is little to
-#   hide. The bound, (copy + step) / max(copy, step), is printed before the loops are timed; on a
-#   GPU the conversion counts with the step, since their kernels share the GPU.
-# * **The timing**: each variant runs 100 steps after 10 untimed ones, the two in turns (ABABAB:
-#   a burst of other work slows both), with `torch.cuda.synchronize()` before the clock starts and
-#   before it stops; medians of three runs each.
+# * **Three arms**: the copy on the default stream, just before each step; `hand_prefetch` of
+#   section 2 (a side stream, its host work in your loop); and `CudaPrefetcher` (a side stream, its
+#   host work on its thread). Each arm is built once and reused, with its one side stream.
+# * **The batches** are a few pinned `uint8` batches in memory, as a perfect DataLoader would
+#   deliver them: only the copy is left to hide.
+# * **The model** is made just wide enough for its step to take about as long as the copy: next to
+#   a much longer step there is little to hide.
 # * **Two kinds of step**: one that reads its loss every step (`loss.item()`, as loops that log
-#   do), so the host waits for the GPU each step; and one that never waits, so the host can queue
-#   steps ahead of the GPU.
+#   do), so the host waits for the GPU each step; and one that never waits. Each has its own bound,
+#   (copy + step) / max(copy, step), from that step timed alone (on a GPU the conversion counts with
+#   the step: their kernels share the GPU).
+# * **The timing**: 100 steps after 10 untimed ones, the three arms in turns (ABCABC: a burst of
+#   other work slows all), the GPU synchronised before the clock starts and stops; medians of
+#   three runs each, with the memory each arm held.
 # * **A profiler trace** of 12 steps of each, the first steps left out, for the picture and the
 #   reason; and the memory peaks (`torch.cuda.memory_stats()`).
 
@@ -469,10 +474,11 @@ else:
     say(reading.read_reference(ref[1]))
 
 # %% [markdown]
-# The first steps of the traces with the step that syncs, for the picture: a row per GPU stream
-# shows what the GPU did. Where the trace has a `host` row (the runs since the prefetcher moved
-# its host work to a thread), its bars are the host inside each step, launching it and then
-# waiting in `loss.item()`, and the gaps between them are the host's time between steps.
+# The first steps of the traces with the step that syncs every step: a row per GPU stream shows
+# the copies and kernels. A `host` row, where the trace has one, is your loop's thread in every
+# arm: its bars are the steps (launching them, then waiting in `loss.item()`), its gaps the time
+# between two steps, when your loop fetches the next batch. The title's figure is the share of the time the GPU ran no
+# kernel (a copy alone counts there).
 
 # %%
 doc = {"overlap": found, "machine": S.machine} if S.cuda else (ref[1] if ref else {})
@@ -484,7 +490,7 @@ if pictures:
         s = summaries[name]
         intervals = [Interval(**r) for r in rows]
         shown_rows = sorted({i.resource for i in intervals}, key=lambda r: (r != "host", r))
-        gantt(intervals, rows=shown_rows, ax=ax, until=until, legend=ax is axes[0], title=f"{name}: GPU idle {s['gpu_idle_fraction']:.0%} of "
+        gantt(intervals, rows=shown_rows, ax=ax, until=until, legend=ax is axes[0], title=f"{name}: no kernel {s['gpu_idle_fraction']:.0%} of "
               f"{s['steps']} steps, one every {s['window_ms'] / s['steps']:.2f} ms",
               machine=doc["machine"] if ax is axes[-1] else None)
     fig.tight_layout()
@@ -510,7 +516,7 @@ results.save_lesson("lesson08", [*thread_ms, *measured], batch_size=B, decode_ms
 #   the host does between two steps is time the GPU sits idle: it is on the critical path. A
 #   prefetcher's host work (asking the loader, pinning, issuing the copies) belongs on a thread of
 #   its own, as `CudaPrefetcher` and FFCV's loader do it.
-# * Without CUDA, a thread prefetcher overlaps loading with the step when both release the GIL;
+# * Without CUDA, a thread prefetcher overlaps loading with the step when either releases the GIL;
 #   make it stop on `break`, raise the loader's errors in the loop, and never block for good. A
 #   waiting step shows the mechanism; a real step's host side may not leave it the GIL.
 # * Test a prefetcher before you believe it: a step about as long as the copy, the bound first,
@@ -564,7 +570,7 @@ def uneven(n=48, fast_s=0.001, slow_s=0.025):
 even = {d: timed(loader, compute_ms / 1e3, d) for d in (1, 8)}
 bursty = {d: timed(uneven(), 0.005, d) for d in (1, 8)}
 print(f"Section 4's loader, waiting step: depth 8 took {reading.as_long(even[8] / even[1], 'depth 1')} "
-      f"({even[1]:.2f} s vs {even[8]:.2f} s an epoch).")
+      f"(an epoch: {even[1]:.2f} s with depth 1, {even[8]:.2f} s with depth 8).")
 print(f"Uneven batches: depth 1 takes {bursty[1] * 1e3:.0f} ms, depth 8 {bursty[8] * 1e3:.0f} ms (depth 8 "
       f"{reading.times(bursty[1] / bursty[8], flat=0.1)}); the step alone needs {48 * 5} ms. " + (
           "With depth 1 the 25 ms batch finds at most two batches made ahead (one queued, one waiting to be: 10 ms "
@@ -586,7 +592,7 @@ print(f"Uneven batches: depth 1 takes {bursty[1] * 1e3:.0f} ms, depth 8 {bursty[
 # step and moves on, and the longer the GPU's queue, the more likely the next copy lands in memory
 # a queued step has not read yet. The result is no error, only steps trained on the wrong batch.
 # On the simulator both consumers of `hand_prefetch(..., record_stream=False)` run
-# under every schedule, with the races recorded rather than raised.
+# in every order, with the races recorded rather than raised.
 tested, tested_races = [], 0
 for seed in SCHEDULES:
     with simulated_cuda(seed, races="record") as sim:
@@ -595,10 +601,10 @@ for seed in SCHEDULES:
         tested_races += len(sim.races)
 training = [hazards.play("no record_stream", seed) for seed in SCHEDULES]
 wrong = [p for p in training if p.held != right]
-print(f"A test that checks each batch: {sum(t == right for t in tested)} of {len(SCHEDULES)} schedules right, "
+print(f"A test that checks each batch: {sum(t == right for t in tested)} of {len(SCHEDULES)} orders right, "
       f"{tested_races} races reported.")
-print(f"A training loop that never waits: wrong batches under {len(wrong)} of {len(SCHEDULES)} schedules "
-      + (f"(schedule {wrong[0].seed}, {SCHEDULES[wrong[0].seed]}: held {' '.join(f'{v:g}' for v in wrong[0].held)}), " if wrong else "")
+print(f"A training loop that never waits: wrong batches in {len(wrong)} of {len(SCHEDULES)} orders "
+      + (f"(run {SCHEDULES[wrong[0].seed]}: held {' '.join(f'{v:g}' for v in wrong[0].held)}), " if wrong else "")
       + f"races reported under {sum(p.races > 0 for p in training)}: the simulator finds the bug even in the "
       "lucky orders, where a real GPU gives no sign.")
 

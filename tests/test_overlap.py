@@ -192,7 +192,9 @@ def synthetic(plain_ms, pre_ms, *, copy_ms=2.0, step_ms=2.0, host=(4.0, 4.0), bu
             "CudaPrefetcher": {"runs_ms": [pre_ms * 0.99, pre_ms, pre_ms * 1.01], "median_ms": pre_ms,
                                "places": [1, 3, 5], "memory": {"allocated_peak": 5.5e9, "reserved_peak": 7e9,
                                                                "in_flight_peak": 1.5e9}}}
-    traces = {PLAIN: summary(host[0], busy[0]), "CudaPrefetcher": summary(host[1], busy[1])}
+    runs = {PLAIN: runs[PLAIN], overlap.IN_LOOP: copy.deepcopy(runs[PLAIN]), "CudaPrefetcher": runs["CudaPrefetcher"]}
+    traces = {PLAIN: summary(host[0], busy[0]), overlap.IN_LOOP: summary(host[0], busy[0]),
+              "CudaPrefetcher": summary(host[1], busy[1])}
     return {"prefetcher": "CudaPrefetcher", "copy_ms": copy_ms, "convert_ms": 0.0, "step_ms": step_ms,
             "feed_ms": copy_ms, "work_ms": step_ms, "convert_with_step": True,
             "bound": overlap.bound(copy_ms, step_ms), "converted_bytes": 5e8, "depth": 1, "repeats": 3,
@@ -209,9 +211,9 @@ def test_sentences_follow_the_numbers_in_both_directions():
     assert "**1.60x faster**" in win and "60% of the gain the bound allows" in win and "slower" not in win
     lose = prose.read(synthetic(13.6, 15.8, copy_ms=2.2, step_ms=10.9, host=(3.9, 20.4)))
     assert "**1.16x slower**" in lose and "did not pay here (no gain beyond the runs' spread): the host spent 16.5 ms more" in lose
-    assert "leaves the GPU idle" in lose and "faster" not in lose
+    assert "gives the GPU no step to run" in lose and "faster" not in lose
     busier = prose.read(synthetic(4.0, 4.4, busy=(80.0, 90.0)))
-    assert "worked 10.0 ms more with CudaPrefetcher" in busier
+    assert "kernels ran 10.0 ms more with CudaPrefetcher" in busier
     above = prose.read(synthetic(5.0, 1.8))
     assert "Above the bound: the plain loop took 1.00 ms a step more" in above
     assert "0.20 ms less than the longer of the two sides alone (2.00 ms): the costs timed alone were higher" in above
@@ -219,7 +221,7 @@ def test_sentences_follow_the_numbers_in_both_directions():
     assert "At the bound (within 2%)" in at and "of the gain the bound allows" not in at
     same = prose.read(synthetic(4.0, 3.96, host=(4.0, 4.0)))
     assert "the same speed (within 2%)" in same and "the trace shows no cause" in same
-    assert "converted batches of 500 MB" in win and "copy on the default stream 2.0; CudaPrefetcher 3.0" in win
+    assert "converted batches of 500 MB" in win and "copy on the default stream 2.0; side stream in the loop 2.0; CudaPrefetcher 3.0" in win
     assert "more (" not in win, "no extra count set against a total"
     assert all(no_ratio_below_one(t) for t in (win, lose, busier, above, at, same))
 
@@ -231,7 +233,7 @@ def test_the_committed_h100_reference_is_shown_as_the_old_prefetchers_and_slower
     text = prose.read_reference(doc)
     assert "305e292" not in text and "commit" not in text and "OLD design" in text
     for words in ("in your loop, between two steps", "**1.16x slower**", "13.62 ms", "15.79 ms",
-                  "3.9 ms and 20.4 ms outside the steps", "idle 18.8% and 29.6%", "at most 1.20x"):
+                  "3.9 ms and 20.4 ms outside the steps", "no kernel ran 18.8% and 29.6%", "at most 1.20x"):
         assert words in text, words
     assert no_ratio_below_one(text)
 
@@ -278,7 +280,7 @@ def test_chart_data_of_either_format_names_the_old_prefetcher_by_its_commit():
     assert all(r["resource"].startswith("GPU") for rows in pictures.values() for r in rows)
     new = {"overlap": {**synthetic(4.0, 2.5), "picture": {PLAIN: [], "CudaPrefetcher": []}}}
     assert list(prose.chart_data(new)[0]) == [PLAIN, "CudaPrefetcher"]
-    assert list(prose.chart_data(new)[1]) == [PLAIN, "CudaPrefetcher"]
+    assert list(prose.chart_data(new)[1]) == [PLAIN, overlap.IN_LOOP, "CudaPrefetcher"]
     assert prose.chart_data({"overlap": None}) == ({}, {}) and prose.chart_data({}) == ({}, {})
 
 
@@ -308,6 +310,13 @@ def test_every_sentence_reads_its_numbers_on_a_grid(plain, pre):
         assert (f"{max(x, 1 / x):.2f}x {'faster' if x > 1 else 'slower'}") in text
     if x <= 1.02:
         assert "did not pay here" in text and "of the gain the bound allows" not in text
+    assert text.count(f"with {overlap.IN_LOOP}: **the same speed") == 2, "the in-loop arm, read in both regimes"
+    for regime in overlap.REGIMES:
+        assert f"**The step that {regime}**" in text
+    for gpu in (None, "H200"):
+        shown = prose.read_reference({"overlap": result, "machine": {"gpu": gpu}, "prefetcher": overlap.PREFETCHER})
+        assert "None" not in shown and no_ratio_below_one(shown)
+        assert shown.startswith(f"No CUDA here: the reference measured on {gpu or 'a GPU'},")
 
 
 @pytest.mark.parametrize("gpu", [None, "NVIDIA H100 80GB HBM3"])

@@ -61,15 +61,16 @@ def trace_reading(summaries: dict, other: str, syncs: bool = True,
     reasons = []
     if b["host_ms"] - a["host_ms"] > FLAT * a["per_step_ms"] * a["steps"]:
         reasons.append(f"the host spent {b['host_ms'] - a['host_ms']:.1f} ms more outside the steps with "
-                       f"{other}" + (", time in which a step that syncs leaves the GPU idle" if syncs else ""))
+                       f"{other}" + (", time in which a step that syncs gives the GPU no step to run" if syncs else ""))
     if a["gpu_busy_ms"] is not None:
-        text += (f"; the GPU worked {a['gpu_busy_ms']:.1f} ms and {b['gpu_busy_ms']:.1f} ms, idle "
-                 f"{a['gpu_idle']:.1%} and {b['gpu_idle']:.1%} of the time")
+        text += f"; kernels ran {a['gpu_busy_ms']:.1f} ms and {b['gpu_busy_ms']:.1f} ms"
         if b["gpu_busy_ms"] > a["gpu_busy_ms"] * (1 + FLAT):
-            reasons.append(f"the GPU worked {b['gpu_busy_ms'] - a['gpu_busy_ms']:.1f} ms more with {other} "
+            reasons.append(f"kernels ran {b['gpu_busy_ms'] - a['gpu_busy_ms']:.1f} ms more with {other} "
                            "(the conversion's kernels share the GPU with the step's)")
         elif abs(b["gpu_busy_ms"] - a["gpu_busy_ms"]) <= FLAT * a["gpu_busy_ms"]:
             text += f" (the same work, within {FLAT:.0%})"
+        text += (f", and no kernel ran {a['gpu_idle']:.1%} and {b['gpu_idle']:.1%} of the time "
+                 "(a copy alone counts there)")
     return text + ".", reasons
 
 
