@@ -318,3 +318,29 @@ def test_a_deep_dive_keeps_its_tags_in_the_notebook_and_the_check_finds_each_sli
     assert any("must start with a visible markdown cell" in p for p in broken(lambda c: c.pop(2)))
     assert any("no cell tagged 'deeper' after it" in p
                for p in broken(lambda c: [c[3]["metadata"].clear(), c[4]["metadata"].clear()]))
+
+
+@pytest.mark.parametrize("source", builder.sources(), ids=lambda p: p.stem)
+def test_each_lessons_main_line_is_read_in_half_an_hour(source):
+    """Before '## Exercises' and outside folded deep dives (tag ``deeper``): at most 1,800 words of
+    prose, 20 code cells and 260 lines of code (DESIGN.md; ``python tools/notebooks.py size``)."""
+    size = builder.main_line_size(source.read_text())
+    over = {k: f"{size[k]} > {limit}" for k, limit in builder.MAIN_LINE_LIMITS.items() if size[k] > limit}
+    assert not over, f"{source.name}: the main line is over its limits: {over}; fold a deep dive or cut"
+
+
+def test_the_main_line_count_stops_at_exercises_and_skips_deep_dives():
+    text = ("# %% [markdown]\n# One two three\n# %%\na = 1\n\n# only a comment\nb = 2\n"
+            '# %% [markdown] tags=["deeper"]\n# many words that a deep dive holds\n'
+            '# %% tags=["deeper", "hide-cell"]\nc = 3\n# %%\n\n'  # an empty cell is no code cell
+            "# %% [markdown]\n# ## Exercises\n# %%\nd = 4\n")
+    assert builder.main_line_size(text) == {"words": 3, "code cells": 1, "code lines": 2}
+
+
+def test_the_main_line_counts_docstring_example_runs():
+    import doctest
+
+    runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE)
+    for test in doctest.DocTestFinder().find(builder.main_line_size, "main_line_size", globs=vars(builder).copy()):
+        runner.run(test)
+    assert runner.summarize(verbose=False) == doctest.TestResults(0, 1)

@@ -15,6 +15,7 @@ Usage::
 
     python tools/notebooks.py build    # write every .ipynb from its .py
     python tools/notebooks.py check    # exit 1 if any .ipynb is out of date (the tests run this)
+    python tools/notebooks.py size     # each lesson's main line: words, code cells, lines of code
 
 Source format: jupytext's "percent" format, read with jupytext itself (``# %%`` starts a code cell,
 ``# %% [markdown]`` a markdown cell whose lines start with ``# ``); the notebook is written with
@@ -173,12 +174,49 @@ def render(source: Path) -> str:
     return nbformat.writes(build(source)) + "\n"
 
 
+#: A lesson's main line is read in 30 minutes (DESIGN.md): at most these many words of prose, code
+#: cells and lines of code (not blank, not comments).
+MAIN_LINE_LIMITS = {"words": 1800, "code cells": 20, "code lines": 260}
+
+
+def main_line_size(text: str) -> dict[str, int]:
+    r"""What a learner reads of a lesson's percent-format source on its main line: the cells before
+    the ``## Exercises`` heading that are not folded deep dives (a header tagged ``deeper``).
+
+    Example:
+        >>> main_line_size("# %% [markdown]\n# Two words\n# %%\nx = 1  # set\n\n# a comment\n"
+        ...                '# %% tags=["deeper"]\ny = 2\n# %% [markdown]\n# ## Exercises\n# %%\nz = 3\n')
+        {'words': 2, 'code cells': 1, 'code lines': 1}
+    """
+    size = dict.fromkeys(MAIN_LINE_LIMITS, 0)
+    for cell in re.split(r"^# %%", text, flags=re.M)[1:]:
+        head, _, body = cell.partition("\n")
+        if "[markdown]" in head and re.search(r"^# ## Exercises", body, re.M):
+            break
+        if "deeper" in head:
+            continue
+        if "[markdown]" in head:
+            size["words"] += len(re.findall(r"[A-Za-z0-9_']+", body))
+        elif re.search(r"\S", body):
+            size["code cells"] += 1
+            size["code lines"] += sum(1 for ln in body.splitlines() if ln.strip() and not ln.lstrip().startswith("#"))
+    return size
+
+
 def sources() -> list[Path]:
     return sorted(p for p in NOTEBOOKS.glob("[0-9][0-9]_*.py"))
 
 
 def main(argv: list[str]) -> int:
     command = argv[1] if len(argv) > 1 else "build"
+    if command == "size":  # each lesson's main line against MAIN_LINE_LIMITS; exit 1 if one is over
+        over = 0
+        for src in sources():
+            size = main_line_size(src.read_text())
+            bad = [k for k, limit in MAIN_LINE_LIMITS.items() if size[k] > limit]
+            over += bool(bad)
+            print(f"{src.stem:16s} " + "  ".join(f"{k} {v:5d}" for k, v in size.items()) + ("  OVER: " + ", ".join(bad) if bad else ""))
+        return int(over > 0)
     stale = []
     for src in sources():
         text, target = render(src), src.with_suffix(".ipynb")
