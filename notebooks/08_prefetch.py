@@ -497,9 +497,9 @@ if pictures:
     plt.show()
 
 # %%
-results.save_lesson("lesson08", [*thread_ms, *measured], batch_size=B, decode_ms=decode_ms,
-                    compute_ms=compute_ms, thread_speedup=speedup, waiting_speedup=waiting_speedup,
-                    **({"overlap": found, "prefetcher": overlap.PREFETCHER} if S.cuda else {}))
+saved = results.save_lesson("lesson08", [*thread_ms, *measured], batch_size=B, decode_ms=decode_ms,
+                            compute_ms=compute_ms, thread_speedup=speedup, waiting_speedup=waiting_speedup,
+                            **({"overlap": found, "prefetcher": overlap.PREFETCHER} if S.cuda else {}))
 
 # %% [markdown]
 # ## Key takeaways
