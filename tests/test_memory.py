@@ -1,5 +1,6 @@
 """Peak PSS: a process that touches more memory reads more; workers are counted."""
 
+import mmap
 import subprocess
 import sys
 import time
@@ -15,9 +16,13 @@ def test_peak_grows_with_touched_memory():
     with memory.PeakPss() as small:
         pass
     with memory.PeakPss() as big:
-        block = bytearray(64 << 20)
+        # A fresh anonymous mapping, each page written: new resident memory whatever the allocator
+        # kept from earlier tests (a bytearray can reuse a heap that is resident already).
+        block = mmap.mmap(-1, 64 << 20)
+        for offset in range(0, len(block), mmap.PAGESIZE):
+            block[offset] = 1
         big.sample()  # the sampler thread may not have run yet
-        del block
+        block.close()
     assert big.peak > small.peak + (32 << 20)
 
 
