@@ -17,6 +17,7 @@ import importlib.util
 import json
 import os
 import re
+import sys
 import threading
 from pathlib import Path
 
@@ -40,6 +41,9 @@ def needs_the_book_group():
 def load(name: str):
     spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    # Registered under its name: doctest matches a function to the module sys.modules holds by that
+    # name, and another test may have imported tools/book.py as ``book`` already.
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
 
