@@ -10,6 +10,14 @@ import socket
 import sys
 from pathlib import Path
 
+# torch's CPU threads are a GNU OpenMP team whose idle threads spin for a while before they sleep.
+# Under `make test` every core already runs a test or a lesson (pytest-xdist), so a spinning thread
+# takes the core the busy one needs: on 2 cores a quick lesson's small tensor ops ran 10x slower
+# (lesson 03 took 115 s, 44 s with passive waits). Passive: idle threads sleep at once. Read when
+# OpenMP loads, so set before anything here imports torch; inherited by the lessons' kernels and the
+# processes tests start. A learner's JupyterLab keeps torch's default.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 import matplotlib
 import pytest
 

@@ -492,10 +492,11 @@ torch.set_num_threads(threads)  # what this lesson measured is saved; torch gets
 # %%
 from gpufeed.measure import diagnose
 
-n_diag = config.pick(quick=2, full=8)
+n_diag, probe = config.pick(quick=(2, 1), full=(8, 3))  # timed batches; steps watched for copies and syncs
 reports = {"naive": diagnose(naive_loader, lambda b: step(b[0].to(S.device), b[1].to(S.device)), batches=n_diag,
-                             warmup=1),
-           "course": diagnose(pipelines.Course(data, w, S.device, seed=0), lambda b: step(*b), batches=n_diag, warmup=1)}
+                             warmup=1, probe=probe),
+           "course": diagnose(pipelines.Course(data, w, S.device, seed=0), lambda b: step(*b), batches=n_diag, warmup=1,
+                              probe=probe)}
 for name, r in reports.items():
     print(f"{name}: {r.rate:,.0f} images/s, waits {r.wait_fraction:.0%}, {r.bound} bound; findings: "
           f"{', '.join(f.key for f in r.findings)}")

@@ -137,14 +137,13 @@ for kind in ("fast", "sampler"):
 # `torch.distributed.algorithms.join.Join` lets the ranks finish at different steps: inside
 # `with Join([model]):`, a rank that has run out of batches keeps answering the others'
 # all-reduces with zero gradients until all are done. Two CPU processes (gloo) below, rank 0 with
-# one step and rank 1 with two, first without `Join`, then with it (`gpufeed.course.lesson12.distributed.uneven_inputs`;
-# each run starts two fresh interpreters, a few seconds, and the first waits out a 3 s timeout):
+# one step and rank 1 with two, without `Join` and with it (`gpufeed.course.lesson12.distributed.uneven_inputs`;
+# it starts two fresh interpreters, a few seconds, and the run without `Join` waits out a 3 s timeout):
 
 # %%
 from gpufeed.course.lesson12.distributed import uneven_inputs
 
-for use_join in (False, True):
-    ranks = uneven_inputs((1, 2), join=use_join, timeout=3)
+for use_join, ranks in uneven_inputs((1, 2), joins=(False, True), timeout=3).items():
     for r in ranks:
         print(f"Join={use_join!s:>5}, rank {r['rank']}: {r['steps']} step(s), "
               + (f"failed: {r['error']}" if r["error"] else "finished"))

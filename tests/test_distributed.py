@@ -276,11 +276,12 @@ def test_distributed_sampler_pads_imagenet_over_8_ranks_with_one_sample():
 
 
 def test_uneven_inputs_fail_without_join_and_stay_equal_with_it():
-    without = distributed.uneven_inputs((1, 2), join=False, timeout=2)
+    runs = distributed.uneven_inputs((1, 2), joins=(False, True), timeout=2)
+    assert list(runs) == [False, True]  # in the order asked, though the run with Join went first
+    without, joined = runs[False], runs[True]
     assert without[0]["error"] is None and without[0]["steps"] == 1
     assert without[1]["error"] is not None and without[1]["steps"] == 1  # stuck in its second all-reduce
     assert "\n" not in without[1]["error"] and ".cc:" not in without[1]["error"]  # one line, no build path
-    joined = distributed.uneven_inputs((1, 2), join=True, timeout=2)
     assert [r["steps"] for r in joined] == [1, 2] and all(r["error"] is None for r in joined)
     assert joined[0]["weight"] == joined[1]["weight"]  # the copies of the model stayed equal
 

@@ -347,9 +347,10 @@ if __name__ == "__main__":
 
 # --- uneven inputs: what happens without Join, and with it (taught in lesson 12) ---------------
 
-def _uneven_worker(rank: int, world_size: int, steps: list[int], use_join: bool, init_method: str, timeout: float,
-                   results) -> None:
-    """One rank of :func:`uneven_inputs`: ``steps[rank]`` DDP steps of a linear model on gloo."""
+def _uneven_worker(rank: int, world_size: int, steps: list[int], joins: list[bool], init_methods: list[str],
+                   timeout: float, results) -> None:
+    """One rank of :func:`uneven_inputs`: per run, ``steps[rank]`` DDP steps of a linear model on gloo, in a
+    process group of its own (``init_methods``, one per run: a run without ``Join`` leaves its group broken)."""
     from contextlib import nullcontext
 
     import torch.distributed as dist
@@ -361,28 +362,34 @@ def _uneven_worker(rank: int, world_size: int, steps: list[int], use_join: bool,
     ifname = loopback_ifname()
     if ifname:
         os.environ["GLOO_SOCKET_IFNAME"] = ifname  # one machine: meet over loopback
-    dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world_size,
-                            timeout=timedelta(seconds=timeout))
-    torch.manual_seed(0)
-    model = DDP(torch.nn.Linear(4, 1))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    out = {"rank": rank, "steps": 0, "error": None, "weight": None}
-    try:
-        with Join([model]) if use_join else nullcontext():  # Join: finished ranks shadow the others' all-reduces
-            for _ in range(steps[rank]):
-                loss = model(torch.randn(8, 4)).square().mean()
-                optimizer.zero_grad()
-                loss.backward()  # all-reduce of the gradients: every rank must take part
-                optimizer.step()
-                out["steps"] += 1
-            if not use_join:  # stay alive a while, as a rank busy evaluating would: the others meet the timeout
-                time.sleep(timeout + 1)
-        out["weight"] = model.module.weight.detach().flatten().tolist()
-    except Exception as e:  # the rank left waiting: a timeout, or the peer's closed connection
-        out["error"] = one_line(e)
-    results.put(out)
-    if out["error"] is None:
-        dist.destroy_process_group()
+    failed = None
+    for use_join, init_method in zip(joins, init_methods):
+        out = {"join": use_join, "rank": rank, "steps": 0, "error": None, "weight": None}
+        if failed is not None:  # the group may be stuck: no new one after a failure
+            out["error"] = f"not run: the run before failed ({failed})"
+            results.put(out)
+            continue
+        try:
+            dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world_size,
+                                    timeout=timedelta(seconds=timeout))
+            torch.manual_seed(0)
+            model = DDP(torch.nn.Linear(4, 1))
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            with Join([model]) if use_join else nullcontext():  # Join: finished ranks shadow the others' all-reduces
+                for _ in range(steps[rank]):
+                    loss = model(torch.randn(8, 4)).square().mean()
+                    optimizer.zero_grad()
+                    loss.backward()  # all-reduce of the gradients: every rank must take part
+                    optimizer.step()
+                    out["steps"] += 1
+                if not use_join:  # stay alive a while, as a rank busy evaluating would: the others meet the timeout
+                    time.sleep(timeout + 1)
+            out["weight"] = model.module.weight.detach().flatten().tolist()
+        except Exception as e:  # the rank left waiting: a timeout, or the peer's closed connection
+            out["error"] = failed = one_line(e)
+        results.put(out)
+        if out["error"] is None:
+            dist.destroy_process_group()
 
 
 def one_line(error: BaseException, limit: int = 160) -> str:
@@ -404,24 +411,31 @@ def one_line(error: BaseException, limit: int = 160) -> str:
     return f"{type(error).__name__}: {text}"
 
 
-def uneven_inputs(steps=(2, 4), *, join: bool = True, timeout: float = 5.0) -> list[dict]:
-    """Trains a linear model in DDP on ``len(steps)`` CPU processes (gloo), rank r taking ``steps[r]`` steps.
+def uneven_inputs(steps=(2, 4), *, joins=(False, True), timeout: float = 5.0) -> dict[bool, list[dict]]:
+    """Trains a linear model in DDP on ``len(steps)`` CPU processes (gloo), rank r taking ``steps[r]`` steps,
+    once without ``Join`` and once with it (or as ``joins`` says).
 
-    Without ``join``, a rank that runs out of batches stops calling the all-reduce that the others
+    Without ``Join``, a rank that runs out of batches stops calling the all-reduce that the others
     still wait in: they fail once ``timeout`` seconds pass (here the finished rank stays alive that
-    long; had it exited, its closed connection would fail them at once). With ``join`` (``torch.distributed.algorithms.join.Join``),
+    long; had it exited, its closed connection would fail them at once). With it (``torch.distributed.algorithms.join.Join``),
     finished ranks take part with zero gradients until every rank is done, and all the copies of
-    the model stay equal. Processes are started with ``spawn`` (a fresh interpreter each, a few
-    seconds).
+    the model stay equal. The processes are started once with ``spawn`` (a fresh interpreter each,
+    a few seconds) and make every run, each in a process group of its own; the runs with ``Join``
+    go first, since a run without it ends in a timeout that leaves its group broken.
 
     Returns:
-        one dict per rank, by rank: ``steps`` taken, ``error`` (None or one line), ``weight`` (the
-        final weights, a list, None after an error).
+        ``{join: one dict per rank, by rank}`` in the order of ``joins``; a rank's dict holds ``steps``
+        taken, ``error`` (None or one line), ``weight`` (the final weights, a list, None after an error).
     """
+    joins = list(dict.fromkeys(joins))
+    order = sorted(joins, key=lambda j: not j)  # with Join first: the run without it fails its group
     ctx = torch.multiprocessing.get_context("spawn")
     results = ctx.Queue()
-    init = f"tcp://127.0.0.1:{free_port()}"
-    procs = [ctx.Process(target=_uneven_worker, args=(r, len(steps), list(steps), join, init, timeout, results))
+    inits: list[str] = []
+    while len(inits) < len(order):  # one port per run's group, never the same twice
+        init = f"tcp://127.0.0.1:{free_port()}"
+        inits += [] if init in inits else [init]
+    procs = [ctx.Process(target=_uneven_worker, args=(r, len(steps), list(steps), order, inits, timeout, results))
              for r in range(len(steps))]
     quiet = os.environ.get("TORCH_CPP_LOG_LEVEL")
     os.environ["TORCH_CPP_LOG_LEVEL"] = "ERROR"  # inherited by the children: c10d's warnings stay off the page
@@ -430,19 +444,20 @@ def uneven_inputs(steps=(2, 4), *, join: bool = True, timeout: float = 5.0) -> l
             p.start()
     finally:
         os.environ.pop("TORCH_CPP_LOG_LEVEL") if quiet is None else os.environ.update(TORCH_CPP_LOG_LEVEL=quiet)
-    got, deadline = [], time.monotonic() + timeout + 120  # spawn start-up + the collective timeout
+    expected = len(procs) * len(order)
+    got, deadline = [], time.monotonic() + len(order) * (timeout + 2) + 120  # spawn start-up + the collective timeouts
     try:
-        while len(got) < len(procs):
+        while len(got) < expected:
             try:
                 got.append(results.get(timeout=0.5))
             except queue.Empty:
                 if time.monotonic() > deadline or not any(p.is_alive() for p in procs):
-                    raise RuntimeError(f"uneven_inputs: {len(procs) - len(got)} rank(s) died or hung without a "
-                                       "result; see their output above") from None
+                    raise RuntimeError(f"uneven_inputs: {expected - len(got)} result(s) of rank(s) that died or hung; "
+                                       "see their output above") from None
     finally:
         for p in procs:
             p.join(timeout=10)
             if p.is_alive():  # stuck in a collective that never returns: do not leave it behind
                 p.kill()
                 p.join()
-    return sorted(got, key=lambda r: r["rank"])
+    return {j: sorted((r for r in got if r["join"] == j), key=lambda r: r["rank"]) for j in joins}
