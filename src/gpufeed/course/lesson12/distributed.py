@@ -370,10 +370,15 @@ def _uneven_worker(rank: int, world_size: int, steps: list[int], joins: list[boo
             results.put(out)
             continue
         try:
+            # Meeting and setting up get a minute (a loaded machine starts the ranks seconds apart); only
+            # the training's all-reduces run in the group with the short timeout the lesson shows.
             dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world_size,
-                                    timeout=timedelta(seconds=timeout))
+                                    timeout=timedelta(seconds=max(timeout, 60)))
+            short = dist.new_group(timeout=timedelta(seconds=timeout))  # every rank, short timeout; waits for all
             torch.manual_seed(0)
-            model = DDP(torch.nn.Linear(4, 1))
+            module = torch.nn.Linear(4, 1)
+            dist.barrier()  # both ranks here before DDP's first collective (its check of the shapes) starts the clock
+            model = DDP(module, process_group=short)
             optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
             with Join([model]) if use_join else nullcontext():  # Join: finished ranks shadow the others' all-reduces
                 for _ in range(steps[rank]):
