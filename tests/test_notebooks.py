@@ -104,24 +104,22 @@ def test_each_source_sets_up_before_anything_else(source):
 
 
 @pytest.mark.slow
-def test_a_source_opened_through_jupytext_runs_top_to_bottom(tmp_path, monkeypatch):
-    """What a learner does with ``notebooks/00_setup.py`` in JupyterLab: jupytext's contents manager
-    opens it as a notebook, and it runs top to bottom as it stands (quick mode), with no cell of
-    the built .ipynb."""
+@pytest.mark.parametrize("name", ["00_setup.py", "08_prefetch.py"])
+def test_a_source_opened_through_jupytext_is_the_notebook_nbmake_runs(name):
+    """What a learner does with ``notebooks/NN_name.py`` in JupyterLab: jupytext's contents manager
+    opens it as a notebook. Its code cells are the built ``.ipynb``'s, which nbmake runs top to
+    bottom in ``make test``, less the Colab lines in front of the setup cell (so it runs as it
+    stands, with no cell of the built notebook)."""
     contents = pytest.importorskip("jupyter_server.services.contents.filemanager")
     from jupytext.sync_contentsmanager import build_sync_jupytext_contents_manager_class
-    from nbclient import NotebookClient
 
-    source = ROOT / "notebooks" / "00_setup.py"
-    manager = build_sync_jupytext_contents_manager_class(contents.FileContentsManager)(root_dir=str(source.parent))
-    notebook = manager.get(source.name)["content"]
-    assert not any("google.colab" in c.source for c in notebook.cells), "the source has no Colab lines"
-    for k, v in {"GPUFEED_QUICK": "1", "GPUFEED_RESULTS": str(tmp_path)}.items():
-        monkeypatch.setenv(k, v)  # the kernel inherits this process's environment
-    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    NotebookClient(notebook, timeout=600, resources={"metadata": {"path": str(source.parent)}}).execute()
-    errors = [o for c in notebook.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
-    assert not errors and all(c.execution_count for c in notebook.cells if c.cell_type == "code")
+    path = ROOT / "notebooks" / name
+    manager = build_sync_jupytext_contents_manager_class(contents.FileContentsManager)(root_dir=str(path.parent))
+    opened = [c.source for c in manager.get(path.name)["content"].cells if c.cell_type == "code"]
+    assert not any("google.colab" in c for c in opened), "the source has no Colab lines"
+    built = [source(c) for c in cells(path.with_suffix(".ipynb")) if c["cell_type"] == "code"]
+    assert built[0].startswith("# Setup") and built[0].endswith(opened[0]) and opened[0] == builder.SETUP
+    assert opened[1:] == built[1:]
 
 
 SOLUTION = '# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["solution", "hide-cell"]'

@@ -10,6 +10,7 @@ path no test covers.
 """
 
 import ast
+import json
 import os
 import shutil
 import subprocess
@@ -21,6 +22,17 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 ORDERING = {"wait_stream", "wait_event", "record_stream", "synchronize", "record"}
 SUITE = ["tests/test_cuda_paths.py", "tests/test_prefetch.py", "tests/test_image_loader.py", "tests/test_loader.py"]
+#: The tests of SUITE that catch a deleted ordering call soonest, run first (``tests/mutant_run.py``):
+#: each mutant of 2026-11-27 failed one of these, so a run stops within seconds instead of after
+#: 100+ passing tests. The rest of SUITE runs after them, so a mutant they miss still meets it all.
+RUN_FIRST = [
+    "tests/test_cuda_paths.py::test_image_loader_batches_read_later_are_the_cpus",
+    "tests/test_cuda_paths.py::test_fast_loader_on_cuda_with_a_pinned_ring_read_later",
+    "tests/test_cuda_paths.py::test_fast_loader_pinned_ring_waits_for_the_consumers_copies",
+    "tests/test_cuda_paths.py::test_cuda_prefetcher_inputs_already_on_the_gpu_are_waited_for_and_kept_alive",
+    "tests/test_prefetch.py::test_cuda_prefetcher_fed_while_a_long_kernel_holds_the_current_stream_gives_the_cpu_values",
+    "tests/test_prefetch.py::test_device_memory_stays_bounded_in_a_loop_that_never_syncs",
+]
 
 
 def calls_in(source: str) -> list[tuple[int, int, int, int, str]]:
@@ -73,11 +85,35 @@ def test_the_library_has_the_ordering_calls_this_file_checks():
     assert names == ORDERING, "a kind of ordering call appeared or went: update ORDERING"
 
 
+@pytest.fixture(scope="module")
+def mutant_server():
+    """``tests/mutant_server.py``: one process per test worker that runs each mutant's suite in a
+    forked child. Yields a function ``(src, log) -> pytest's exit code``."""
+    server = subprocess.Popen([sys.executable, str(ROOT / "tests" / "mutant_server.py")], cwd=ROOT, text=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    args = [*SUITE, "-m", "simcuda", "-x", "-q", "-p", "no:cacheprovider", "-p", "mutant_run", "--no-header",
+            "-o", "addopts=", "--rootdir", str(ROOT)]
+
+    def run(src: Path, log: Path) -> int:
+        env = {"GPUFEED_MUTANT_SRC": str(src), "GPUFEED_RUN_FIRST": "\n".join(RUN_FIRST)}
+        server.stdin.write(json.dumps({"src": str(src), "env": env, "args": args, "log": str(log)}) + "\n")
+        server.stdin.flush()
+        answer = server.stdout.readline()
+        assert answer, f"the mutant server died (exit {server.poll()})"
+        return json.loads(answer)["exit"]
+
+    yield run
+    server.stdin.close()
+    server.wait(timeout=60)
+
+
 @pytest.mark.simcuda
 @pytest.mark.slow
 @pytest.mark.parametrize(("file", "line", "col", "end_line", "end_col", "source"), ordering_calls(),
                          ids=lambda v: str(v))
-def test_deleting_one_ordering_call_fails_a_cuda_path_test(tmp_path, file, line, col, end_line, end_col, source):
+def test_deleting_one_ordering_call_fails_a_cuda_path_test(tmp_path, mutant_server, file, line, col, end_line, end_col,
+                                                           source):
     src = tmp_path / "src"
     shutil.copytree(ROOT / "src" / "gpufeed", src / "gpufeed", ignore=shutil.ignore_patterns("__pycache__"))
     (src / "gpufeed" / "measure" / "_photos").symlink_to(ROOT / "assets" / "photos")  # where a wheel has them
@@ -85,13 +121,7 @@ def test_deleting_one_ordering_call_fails_a_cuda_path_test(tmp_path, file, line,
     text = target.read_text()
     assert (line, col, end_line, end_col, source) in calls_in(text)
     target.write_text(deleted(text, line, col, end_line, end_col))
-    env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-           "PYTHONDONTWRITEBYTECODE": "1"}
-    where = subprocess.run([sys.executable, "-c", "import gpufeed.data; print(gpufeed.data.__file__)"], env=env,
-                           capture_output=True, text=True, check=True).stdout
-    assert where.startswith(str(src)), f"the copy was not the one imported: {where}"
-    run = subprocess.run([sys.executable, "-m", "pytest", *SUITE, "-m", "simcuda", "-x", "-q", "-p", "no:cacheprovider",
-                          "--no-header", "-o", "addopts="], cwd=ROOT, env=env, capture_output=True, text=True,
-                         timeout=600)
-    assert run.returncode == 1, f"deleting {source} ({file}:{line}) failed no test:\n{run.stdout[-3000:]}"
-    assert "FAILED" in run.stdout, run.stdout[-3000:]  # a test failed (not only a fixture's setup)
+    exit_code = mutant_server(src, tmp_path / "run.log")
+    out = (tmp_path / "run.log").read_text()
+    assert exit_code == 1, f"deleting {source} ({file}:{line}) failed no test (exit {exit_code}):\n{out[-4000:]}"
+    assert "FAILED" in out, out[-3000:]  # a test failed (not only a fixture's setup)
