@@ -324,8 +324,8 @@ say(f"L3 {'of this CPU' if l3_known else '(not reported by this OS; assumed)'}: 
 # copy in file order reads one run. `gpufeed.measure.ceilings.loader_bounds` times both, in turns,
 # on the same rows and into the same ring of buffers (what `gpufeed bench` prints as the raw
 # fetch's fraction of the streaming copy). The cell runs it with a ring of two (a batch in use
-# while the next is gathered) and with one buffer, which a batch of 9.6 MB can share with the
-# rows read in a 32 MB L3: then the writes need not reach RAM.
+# while the next is gathered) and with one buffer: one 9.6 MB batch may stay in an L3 large
+# enough (the deep dive above reads this CPU's), and then its writes need not reach RAM.
 
 # %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 from gpufeed.course.prose import versus
