@@ -22,16 +22,17 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 ORDERING = {"wait_stream", "wait_event", "record_stream", "synchronize", "record"}
 SUITE = ["tests/test_cuda_paths.py", "tests/test_prefetch.py", "tests/test_image_loader.py", "tests/test_loader.py"]
-#: The tests of SUITE that catch a deleted ordering call soonest, run first (``tests/mutant_run.py``):
-#: each mutant of 2026-11-27 failed one of these, so a run stops within seconds instead of after
-#: 100+ passing tests. The rest of SUITE runs after them, so a mutant they miss still meets it all.
+#: The tests of SUITE that catch a deleted ordering call soonest, run first, in this order
+#: (``tests/mutant_run.py``): each mutant of 2026-11-27 failed one of these, so a run stops after a
+#: dozen tests instead of 100 or more. The rest of SUITE runs after them, so a mutant they miss still
+#: meets the whole suite: the order changes how soon a mutant fails, never whether.
 RUN_FIRST = [
-    "tests/test_cuda_paths.py::test_image_loader_batches_read_later_are_the_cpus",
-    "tests/test_cuda_paths.py::test_fast_loader_on_cuda_with_a_pinned_ring_read_later",
-    "tests/test_cuda_paths.py::test_fast_loader_pinned_ring_waits_for_the_consumers_copies",
-    "tests/test_cuda_paths.py::test_cuda_prefetcher_inputs_already_on_the_gpu_are_waited_for_and_kept_alive",
-    "tests/test_prefetch.py::test_cuda_prefetcher_fed_while_a_long_kernel_holds_the_current_stream_gives_the_cpu_values",
-    "tests/test_prefetch.py::test_device_memory_stays_bounded_in_a_loop_that_never_syncs",
+    "tests/test_cuda_paths.py::test_image_loader_batches_read_later_are_the_cpus[simcuda0-",
+    "tests/test_cuda_paths.py::test_fast_loader_on_cuda_with_a_pinned_ring_read_later[simcuda0-",
+    "tests/test_cuda_paths.py::test_fast_loader_pinned_ring_waits_for_the_consumers_copies[simcuda0-",
+    "tests/test_cuda_paths.py::test_cuda_prefetcher_inputs_already_on_the_gpu_are_waited_for_and_kept_alive[simcuda0]",
+    "tests/test_prefetch.py::test_cuda_prefetcher_fed_while_a_long_kernel_holds_the_current_stream_gives_the_cpu_values[simcuda0]",
+    "tests/test_prefetch.py::test_device_memory_stays_bounded_in_a_loop_that_never_syncs[0]",
 ]
 
 

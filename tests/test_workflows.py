@@ -52,8 +52,8 @@ def test_cpu_workflow_runs_ci_run_on_python_311_and_keeps_the_screenshots():
     assert str(job["env"]["UV_PYTHON"]) == "3.11", "uv builds .venv with that same Python"
     assert "bash .ci/run" in runs(doc), "CI runs what .ci/run runs"
     ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
-    commands = [line for line in ci if line.startswith("make ")]
-    assert commands == ['make test PYTEST_ARGS="--ignore-glob=notebooks/*.ipynb"', "make slides", "make book", "make test-peers",
+    commands = [line.removeprefix("step ") for line in ci if line.startswith(("make ", "step make "))]
+    assert commands == ['make test PYTEST_ARGS="--ignore-glob=notebooks/*.ipynb"', "make slides", "make book BOOK_JOBS=2", "make test-peers",
                         "make test-oldest", "make test-browser"], (
         "the README's test command (its notebooks run once, in make book), the deck and the site, the peer "
         "loaders, the oldest supported versions, then the browser tests (the site's among them)")

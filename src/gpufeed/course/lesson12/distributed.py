@@ -361,10 +361,15 @@ def _uneven_worker(rank: int, world_size: int, steps: list[int], use_join: bool,
     ifname = loopback_ifname()
     if ifname:
         os.environ["GLOO_SOCKET_IFNAME"] = ifname  # one machine: meet over loopback
+    # Meeting and setting up get a minute (a loaded machine starts the ranks seconds apart); only
+    # the training's all-reduces run in the group with the short timeout the lesson shows.
     dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world_size,
-                            timeout=timedelta(seconds=timeout))
+                            timeout=timedelta(seconds=max(timeout, 60)))
+    short = dist.new_group(timeout=timedelta(seconds=timeout))  # every rank, short timeout; waits for all
     torch.manual_seed(0)
-    model = DDP(torch.nn.Linear(4, 1))
+    module = torch.nn.Linear(4, 1)
+    dist.barrier()  # both ranks here before DDP's first collective (its check of the shapes) starts the clock
+    model = DDP(module, process_group=short)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     out = {"rank": rank, "steps": 0, "error": None, "weight": None}
     try:
