@@ -314,6 +314,37 @@ say(f"L3 {'of this CPU' if l3_known else '(not reported by this OS; assumed)'}: 
        ", which the cache does not explain: compare the spreads, and re-run."))
 
 # %% [markdown]
+# ### Deeper (optional): what the shuffle costs
+#
+# A shuffled gather against a copy of the same rows in file order, each into a ring of two
+# buffers and into one; the lesson goes on without it.
+
+# %% [markdown] tags=["deeper"]
+# **The order or the footprint?** A shuffled batch reads 64 rows from 64 places of the file; a
+# copy in file order reads one run. `gpufeed.measure.ceilings.loader_bounds` times both, in turns,
+# on the same rows and into the same ring of buffers (what `gpufeed bench` prints as the raw
+# fetch's fraction of the streaming copy). The cell runs it with a ring of two (a batch in use
+# while the next is gathered) and with one buffer: one 9.6 MB batch may stay in an L3 large
+# enough (the deep dive above reads this CPU's), and then its writes need not reach RAM.
+
+# %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+from gpufeed.course.prose import versus
+from gpufeed.measure.ceilings import fetch_fraction, loader_bounds
+
+shuffle_pixels = torch.randint(0, 256, (config.pick(quick=512, full=4096), 3, 224, 224), dtype=torch.uint8)
+by_ring = {k: loader_bounds(shuffle_pixels, 64, repeats=config.pick(quick=3, full=7), buffers=k,
+                            min_bytes=config.pick(quick=64, full=256) << 20) for k in (2, 1)}
+deeper += [m for pair in by_ring.values() for m in pair]  # saved with the lesson's results (section 4)
+(stream2, fetch2), (stream1, fetch1) = by_ring[2], by_ring[1]
+say(f"Into a ring of two, the shuffled gather ran {versus(fetch2.items_per_s, stream2.items_per_s)} the copy in "
+    f"file order ({fetch_fraction(stream2, fetch2):.0%} of its {stream2.items_per_s:,.0f} images/s); into one buffer, "
+    f"{fetch_fraction(stream1, fetch1):.0%}. The copy in file order into one buffer ran "
+    f"**{times(stream1.items_per_s / stream2.items_per_s, 'into two', flat=band(stream1, stream2))}** (spread "
+    f"{band(stream1, stream2):.0%}): compare the two ratios to see whether the order of the rows or the size of "
+    "the ring sets the speed on this machine.")
+
+
+# %% [markdown]
 # ## 3. Shuffling a large index array each epoch
 #
 # `torch.randperm(n)` writes `n` int64 values in random places: beyond a few million, every write

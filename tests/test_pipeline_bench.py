@@ -63,6 +63,15 @@ def test_writes_one_record_per_pipeline_and_mode(tiny_run):
             assert r["peak_pss_mb"] is None or r["peak_pss_mb"] > 10
             assert r["cores_busy"] > 0  # the process and its workers: CPU seconds over wall seconds
     assert "cores busy" in columns(pb.markdown(doc))
+    c = doc["ceilings"]  # the raw fetch over the stream of the same run, and the course's bandwidth bounds
+    assert c["fetch_of_stream"] == pytest.approx(fetch / stream, rel=0.01)
+    loader = {r["pipeline"]: r for r in doc["records"] if r["mode"] == "loader"}
+    assert set(c["bandwidth_bound"]) == {"course", "course_uint8"}
+    for name, bound in c["bandwidth_bound"].items():
+        assert bound["bytes_per_image"] == 3 * 32 * 32 * (1 + pb.OUT_ITEMSIZE[name])
+        assert loader[name]["fraction_of_bandwidth_bound"] == pytest.approx(
+            loader[name]["images_per_s"] / bound["images_per_s"], rel=0.01)
+    assert "fraction_of_bandwidth_bound" not in loader["naive"]
 
 
 def test_plots_and_summary(tiny_run, capsys):
@@ -71,7 +80,9 @@ def test_plots_and_summary(tiny_run, capsys):
     assert (tiny_run / "bench-memory.png").stat().st_size > 10_000
     table = pb.summary(pb.load(tiny_run))
     assert table.splitlines()[0].split()[:2] == ["pipeline", "mode"] and "course" in table
-    assert "memcpy stream" in table.splitlines()[-1]
+    assert "memcpy stream" in table.splitlines()[-4]
+    assert table.splitlines()[-3].startswith("raw batch fetch: ")
+    assert [line.split(":")[0] for line in table.splitlines()[-2:]] == ["course", "course_uint8"]
     md = pb.markdown(pb.load(tiny_run))
     cols = columns(md)
     assert cols[cols.index("of memcpy stream"):][:3] == ["of memcpy stream", "of raw fetch", "peak memory (PSS), MB"]
@@ -133,3 +144,24 @@ def test_the_gpu_size_trains_the_efficiency_bar_s_resnet50(tiny_run):
     assert "with a ResNet-18 step, images/s" in columns(pb.markdown(doc))
     with pytest.raises(ValueError, match="model must be one of"):
         pipelines.Workload(n=4, jpeg_size=(64, 48), resize=40, crop=32, batch=2, model="vit")
+
+
+@pytest.mark.parametrize(("fetch", "fraction", "words"), [
+    (1.0, 1.0, ("100% of the streaming copy", "100% of its bandwidth bound")),  # a tie
+    (0.62, 0.35, ("62% of the streaming copy", "35% of its bandwidth bound")),  # below
+    (1.19, 1.02, ("119% of the streaming copy", "102% of its bandwidth bound")),  # above: the same words
+])
+def test_bound_lines_read_the_run_either_way(fetch, fraction, words):
+    doc = {"ceilings": {"fetch_of_stream": fetch, "stream_gb_per_s": 10.0,
+                        "bandwidth_bound": {"course": {"bytes_per_image": 752640, "images_per_s": 13286.6}}},
+           "records": [{"pipeline": "course", "mode": "loader", "images_per_s": 13286.6 * fraction,
+                        "fraction_of_bandwidth_bound": fraction},
+                       {"pipeline": "course", "mode": "train", "images_per_s": 1.0}]}
+    fetch_line, course_line = pb.bound_lines(doc)
+    assert words[0] in fetch_line and "(this run)" in fetch_line
+    assert course_line.startswith(f"course: {words[1]}, 13,287 images/s (752,640 bytes")
+
+
+def test_bound_lines_of_an_older_file_are_none():
+    """A results file from before the fetch fraction was measured (the committed ones) prints as before."""
+    assert pb.bound_lines({"ceilings": {"memcpy_stream_images_per_s": 1.0}, "records": []}) == []

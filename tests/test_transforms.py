@@ -181,6 +181,12 @@ def test_crop_tasks_give_the_same_batch_in_any_order_on_any_thread():
     for f in [T.crop_pool(2).submit(t) for t in reversed(tasks)]:
         f.result()
     assert torch.equal(out, ref)
+    raw = torch.zeros(len(rows), 3, 6, 6, dtype=torch.uint8)  # the crops alone: larger tasks
+    tasks = T.crop_tasks(src, rows, corners, flips, 6, raw, None, None)
+    assert len(tasks) == -(-len(rows) // T.RAW_GROUP)
+    for f in [T.crop_pool(2).submit(t) for t in reversed(tasks)]:
+        f.result()
+    assert torch.equal(raw, T.crop_flip(src[rows], corners, flips, 6))
 
 
 def test_a_forked_child_gets_its_own_crop_pool():

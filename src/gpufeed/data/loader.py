@@ -205,6 +205,26 @@ def take_rows(t: torch.Tensor, idx: torch.Tensor, out: torch.Tensor | None = Non
     A batch costs one more small op (the piece indices) than ``index_select``, which matters for
     small images.
 
+    **Where a shuffled gather's time goes** (lesson 06's deep dive measures it again). Against a
+    copy of the same rows in file order, the shuffle costs nothing measurable; the output's size
+    in the cache costs a third. Measured on a 2-core AMD EPYC VM (32 MB L3, 4 KiB pages), 2,400
+    rows of 3x224x224 from a memmap fully in the page cache, batches of 64, 2 threads, every case
+    an epoch, in turns, 11 rounds (load 1.2; medians, images/s over a file-order copy into one
+    reused buffer, 75,759 images/s): the same copy into a ring of two buffers 0.66; this gather
+    into a ring of two (``FastLoader(reuse_buffers=2)``) 0.68, into one buffer 0.98, with each
+    batch's rows sorted into file order 0.71; plain ``index_select`` 0.53. One 9.6 MB buffer stays
+    in the L3 and its writes never reach RAM; two (19 MB) do not fit beside the rows read. In
+    another run (load 1.9): a loop of ``copy_`` per row 0.42, ``os.preadv`` of each row from the
+    file into the buffer (no map) 0.33 on one thread and 0.41 on two, the map advised
+    ``MADV_RANDOM`` 0.75, ``MADV_WILLNEED`` 0.81, ``MADV_HUGEPAGE`` 0.69 or mapped with
+    ``MAP_POPULATE`` 0.78 against 0.71 for this gather (within the runs' spread, 12-24%), the rows
+    in anonymous memory with transparent huge pages 0.70 against 4 KiB pages 0.62. No case took a
+    minor page fault after its first epoch (``resource.getrusage``): the map's page tables stay
+    filled, so there is no page-table work to save. ``perf`` runs here, but this VM exposes no
+    hardware counters (``dTLB-load-misses``: not supported). So the limit of a gather into a ring
+    of two is a streaming copy into the same ring, and ``gpufeed bench`` measures it so
+    (:func:`gpufeed.measure.ceilings.loader_bounds`).
+
     Example:
         >>> x = torch.arange(4 * 3 * 128 * 128,
         ...                  dtype=torch.int32).view(4, 3, 128, 128)  # 49,152 a row

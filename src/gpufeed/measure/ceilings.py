@@ -57,15 +57,15 @@ def memcpy(nbytes: int, repeats: int = 10, threads: int | None = None) -> Measur
         torch.set_num_threads(old)
 
 
-def _stream_epoch(images: torch.Tensor, batch: int) -> tuple[Callable[[], None], int]:
-    """One epoch of ``images`` copied in file order, ``batch`` rows at a time, into one reused
-    buffer; and the images it copies."""
-    buf = torch.empty((batch, *images.shape[1:]), dtype=images.dtype)
+def _stream_epoch(images: torch.Tensor, batch: int, buffers: int) -> tuple[Callable[[], None], int]:
+    """One epoch of ``images`` copied in file order, ``batch`` rows at a time, into a ring of
+    ``buffers`` reused buffers (as the fetch writes); and the images it copies."""
+    ring = [torch.empty((batch, *images.shape[1:]), dtype=images.dtype) for _ in range(buffers)]
     n = images.shape[0] // batch * batch
 
     def epoch():
-        for start in range(0, n, batch):
-            buf.copy_(images[start:start + batch])
+        for b, start in enumerate(range(0, n, batch)):
+            ring[b % buffers].copy_(images[start:start + batch])
 
     return epoch, n
 
@@ -89,28 +89,36 @@ def loader_bounds(images: torch.Tensor, batch: int, repeats: int = 5, seed: int 
     images/s: ``memcpy_stream`` and ``batch_fetch``.
 
     * ``memcpy_stream``: an epoch of the images copied in file order, ``batch`` rows at a time, into
-      one reused buffer. Every image is distinct and comes from the mapping (the page cache), as a
-      loader's do; unlike :func:`memcpy`, whose one small buffer stays in the CPU cache and bounds nothing.
+      the same ring of ``buffers`` as the fetch. Every image is distinct and comes from the mapping
+      (the page cache), as a loader's do; unlike :func:`memcpy`, whose one small buffer stays in the
+      CPU cache and bounds nothing. It is the limit of any gather of these rows into that ring.
     * ``batch_fetch``: an epoch of shuffled batches gathered by :class:`~gpufeed.data.loader.FastLoader`
       (:func:`~gpufeed.data.loader.take_rows` into a ring of ``buffers``), nothing else: the course
       pipeline's raw fetch. Two buffers is the least a pipelined loader needs (one batch in use while
       the next is gathered); more is slower once the ring outgrows the CPU's last-level cache (four
       11 MB batches of 240x240 images do not fit 32 MB), since every write then goes to RAM.
 
-    The fetch as a fraction of the stream is the number to quote, so both are timed in turns
-    (stream, fetch, stream, fetch, ...: a slow spell of a shared machine slows both), and each
+    Both write into the same ring because the size of the ring, not the order of the rows, sets
+    the speed: a stream into one reused buffer keeps its 9.6 MB of writes in a 32 MB L3 and never
+    writes RAM, a ring of two (19 MB) does not (:func:`gpufeed.data.loader.take_rows` has the
+    measurements). ``fetch_fraction(stream, fetch)`` is the number to quote, so both are timed in
+    turns (stream, fetch, stream, fetch, ...: a slow spell of a shared machine slows both), and each
     sample copies at least ``min_bytes`` in whole epochs (22 epochs of the quick bench's 12.6 MB
     dataset: tens of milliseconds, not the half millisecond of one such epoch, which a scheduler
     tick can double). Returns the two Measurements in that order, in seconds per epoch, with
-    ``params`` ``ceiling`` (the name), ``batch``, ``row_bytes``, ``threads`` and ``epochs`` (per sample).
+    ``params`` ``ceiling`` (the name), ``batch``, ``row_bytes``, ``threads``, ``epochs`` (per
+    sample) and ``buffers``.
 
     Example:
         >>> images = torch.randint(0, 256, (64, 3, 32, 32), dtype=torch.uint8)
         >>> stream, fetch = loader_bounds(images, batch=16, repeats=3, min_bytes=1 << 20)
         >>> stream.params["ceiling"], fetch.params["ceiling"], stream.params["epochs"], stream.items
         ('memcpy_stream', 'batch_fetch', 6, 64)
+        >>> stream.params["buffers"] == fetch.params["buffers"] == 2, 0 < fetch_fraction(stream, fetch)
+        (True, True)
     """
-    epochs_of = {"memcpy_stream": _stream_epoch(images, batch), "batch_fetch": _fetch_epoch(images, batch, seed, buffers)}
+    epochs_of = {"memcpy_stream": _stream_epoch(images, batch, buffers),
+                 "batch_fetch": _fetch_epoch(images, batch, seed, buffers)}
     row = images[0].numel() * images.element_size()
     epochs = max(1, -(-min_bytes // max(1, epochs_of["memcpy_stream"][1] * row)))  # per sample, rounded up
     names = {"memcpy_stream": f"memcpy stream {batch}x{size_label(row)}", "batch_fetch": f"batch fetch {batch}x{size_label(row)}"}
@@ -121,15 +129,52 @@ def loader_bounds(images: torch.Tensor, batch: int, repeats: int = 5, seed: int 
                 epoch()
         return run
 
-    common = {"batch": batch, "row_bytes": row, "threads": torch.get_num_threads(), "epochs": epochs}
+    common = {"batch": batch, "row_bytes": row, "threads": torch.get_num_threads(), "epochs": epochs,
+              "buffers": buffers}
     ms = interleave({names[c]: sample(epoch) for c, (epoch, _) in epochs_of.items()}, repeats=repeats, warmup=1,
-                    params={names[c]: {"ceiling": c, **common, **({"buffers": buffers} if c == "batch_fetch" else {})}
-                            for c in epochs_of},
+                    params={names[c]: {"ceiling": c, **common} for c in epochs_of},
                     desc="the loader's two bounds: memcpy stream, batch fetch")
     for m, (_, n) in zip(ms, epochs_of.values()):  # seconds per epoch
         m.samples = [t / epochs for t in m.samples]
         m.items, m.nbytes = n, n * row
     return ms
+
+
+def fetch_fraction(stream: Measurement, fetch: Measurement) -> float:
+    """The raw fetch's images/s over the streaming copy's, from :func:`loader_bounds`: 1 is a
+    shuffled gather as fast as copying the same rows in file order into the same ring.
+
+    Example:
+        >>> stream = Measurement("stream", [0.5], items=100)  # 200 images/s
+        >>> fetch_fraction(stream, Measurement("fetch", [1.0], items=100))
+        0.5
+    """
+    return fetch.items_per_s / stream.items_per_s
+
+
+def pipeline_bytes(crop: int, out_itemsize: int, channels: int = 3) -> int:
+    """Bytes a crop/flip/normalise pipeline must move per image at the least: the ``uint8`` crop
+    read once from the stored image, the output (``out_itemsize`` bytes a value: 4 for float32, 1
+    for the crops as bytes) written once.
+
+    Example:
+        >>> pipeline_bytes(224, 4), pipeline_bytes(224, 1)  # float32 out: 150,528 read + 602,112 written
+        (752640, 301056)
+    """
+    return channels * crop * crop * (1 + out_itemsize)
+
+
+def bandwidth_bound(stream: Measurement, nbytes: int) -> float:
+    """Images/s of a pipeline that moves ``nbytes`` per image (read and written,
+    :func:`pipeline_bytes`) at the rate the streaming copy moved bytes (each row read once and
+    written once: twice its bytes).
+
+    Example:
+        >>> stream = Measurement("stream", [1.0], items=100, nbytes=100 * 1000)  # 200 kB/s moved
+        >>> bandwidth_bound(stream, 4000)
+        50.0
+    """
+    return 2 * stream.nbytes / stream.median / nbytes
 
 
 #: The three ways a batch can go from host to device, as ``host_to_device(source=...)`` takes them.

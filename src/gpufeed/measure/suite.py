@@ -7,8 +7,10 @@ ResNet-50 at the full GPU size, where the course's loader-efficiency bar is set.
 the ceilings: ``memcpy`` of the same bytes (a uint8 batch), the host-to-device copy of those bytes
 where CUDA exists, and the training step on batches already on the device (``resident``); and two
 honest bounds for the loader alone, each pipeline reported as a fraction of both: ``memcpy_stream``,
-the memmap's distinct images copied in file order into one buffer, and ``batch_fetch``, the course's
-raw shuffled gather (FastLoader alone). Each loader's peak memory (PSS of the process and its
+the memmap's distinct images copied in file order into a ring of two buffers, and ``batch_fetch``, the
+course's raw shuffled gather (FastLoader alone) into the same ring; the summary prints the fetch as a
+fraction of the stream, and the course's pipelines against their bandwidth bound (the bytes each
+must read and write per image at the stream's rate, :func:`gpufeed.measure.ceilings.bandwidth_bound`). Each loader's peak memory (PSS of the process and its
 workers, :mod:`gpufeed.measure.memory`) and the cores it kept busy (:mod:`gpufeed.measure.cpu`) sit
 beside its speed. ``--peers`` adds FFCV, SPDL and
 torchdata.nodes where installed (:mod:`gpufeed.measure.peers`), each in its own process.
@@ -94,6 +96,11 @@ def train(batches: Iterable, step: Callable, limit: int) -> int:
         step(images, targets)
         seen += images.shape[0]
     return seen
+
+
+#: Bytes a value of the course's pipelines' output, by name in :func:`sources`: what each must write
+#: per pixel, for its bandwidth bound (:func:`gpufeed.measure.ceilings.pipeline_bytes`).
+OUT_ITEMSIZE = {"course": torch.float32.itemsize, "course_uint8": torch.uint8.itemsize}
 
 
 def sources(data: pipelines.Data, w: Workload, device, *, workers: int, dali: bool) -> dict[str, Callable]:
@@ -206,6 +213,7 @@ def run(out: str | Path, *, quick: bool, device, workload: Workload | None = Non
 def _run(out: Path, quick: bool, device: torch.device, workload: Workload | None, repeats: int | None,
          dali: bool | None, threads: int, peers: bool, log: Callable[[str], None]) -> Path:
     from gpufeed import config
+    from gpufeed.measure import ceilings
     from gpufeed.measure import dali as gdali
     from gpufeed.measure.cpu import CoresBusy
     from gpufeed.measure.machine import usable_cores
@@ -274,6 +282,10 @@ def _run(out: Path, quick: bool, device: torch.device, workload: Workload | None
     bounds = _loader_bounds(data, w, repeats)  # memcpy_stream, batch_fetch: images/s
     for m in bounds:
         log(f"  {m}")
+    stream = bounds[0]
+    # the course's pipelines against the bytes they must move per image at the stream's rate
+    moved = {name: ceilings.pipeline_bytes(w.crop, size) for name, size in OUT_ITEMSIZE.items()}
+    bandwidth = {name: ceilings.bandwidth_bound(stream, n) for name, n in moved.items()}
     peer_ms: list[bench.Measurement] = []
     if peers:
         from gpufeed.measure import peers as gpeers
@@ -283,9 +295,9 @@ def _run(out: Path, quick: bool, device: torch.device, workload: Workload | None
             peak[m.params["pipeline"]] = m.params.pop("peak_pss")
             busy[m.params["pipeline"]] = m.params.pop("cores_busy")
             images["loader"][m.params["pipeline"]] = m.items  # a peer's pass: whole epochs of its own
-    ceilings = _ceilings(w, device)
+    ceilings_ms = _ceilings(w, device)
     per_image = 3 * w.crop * w.crop  # bytes of one uint8 image on the wire
-    wire = ceilings[-1]  # H2D pinned on CUDA, memcpy on the CPU
+    wire = ceilings_ms[-1]  # H2D pinned on CUDA, memcpy on the CPU
     loader_ceiling = wire.gb_per_s * 1e9 / per_image
     medians = {mode: {m.params["pipeline"]: m.median for m in ms if m.params["mode"] == mode}
                for mode in ("loader", "train")}
@@ -301,11 +313,18 @@ def _run(out: Path, quick: bool, device: torch.device, workload: Workload | None
             row.update({f"fraction_of_{k}": float(f"{row['images_per_s'] / v:.3g}") for k, v in bound_rates.items()})
             row["peak_pss_mb"] = None if peak.get(row["pipeline"]) is None else round(peak[row["pipeline"]] / 2**20, 1)
             row["cores_busy"] = None if busy.get(row["pipeline"]) is None else round(busy[row["pipeline"]], 2)
-    path = bench.save(out / FILE, ms + peer_ms + bounds + ceilings, kind=FORMAT, quick=quick, device=str(device),
+            if row["pipeline"] in bandwidth:
+                row["fraction_of_bandwidth_bound"] = float(f"{row['images_per_s'] / bandwidth[row['pipeline']]:.3g}")
+    path = bench.save(out / FILE, ms + peer_ms + bounds + ceilings_ms, kind=FORMAT, quick=quick, device=str(device),
                       workload=w.to_dict(), workers=workers, threads=threads, records=rows,
                       ceilings={"loader_images_per_s": round(loader_ceiling, 1), "wire": wire.name,
                                 "bytes_per_image": per_image,
-                                **{f"{k}_images_per_s": round(v, 1) for k, v in bound_rates.items()}},
+                                **{f"{k}_images_per_s": round(v, 1) for k, v in bound_rates.items()},
+                                "fetch_of_stream": float(f"{ceilings.fetch_fraction(*bounds):.3g}"),
+                                "stream_gb_per_s": round(2 * stream.gb_per_s, 2),  # read + written
+                                "bandwidth_bound": {name: {"bytes_per_image": moved[name],
+                                                           "images_per_s": round(bandwidth[name], 1)}
+                                                    for name in moved}},
                       peers=sorted(m.params["pipeline"] for m in peer_ms),
                       memmap_build_s=round(build_s, 3), passes=passes, measure_s=cap,
                       dali=gdali.version() if dali else None, torch=torch.__version__)
@@ -393,7 +412,37 @@ def summary(doc: dict) -> str:
     if "memcpy_stream_images_per_s" in c:
         lines.append(f"ceilings: memcpy stream {c['memcpy_stream_images_per_s']:,.0f} images/s, "
                      f"raw batch fetch {c['batch_fetch_images_per_s']:,.0f} images/s")
-    return "\n".join(lines)
+    return "\n".join(lines + bound_lines(doc))
+
+
+def bound_lines(doc: dict) -> list[str]:
+    """The raw fetch as a fraction of the streaming copy measured in the same run, and each course
+    pipeline against its bandwidth bound; nothing for a file from before these were measured.
+
+    Example:
+        >>> doc = {"ceilings": {"fetch_of_stream": 0.97, "stream_gb_per_s": 12.5,
+        ...                     "bandwidth_bound": {"course": {"bytes_per_image": 752640, "images_per_s": 16608.4}}},
+        ...        "records": [{"pipeline": "course", "mode": "loader", "images_per_s": 5813.0,
+        ...                     "fraction_of_bandwidth_bound": 0.35}]}
+        >>> for line in bound_lines(doc):
+        ...     print(line)
+        raw batch fetch: 97% of the streaming copy of the same rows into the same buffers (this run)
+        course: 35% of its bandwidth bound, 16,608 images/s (752,640 bytes read and written per image at the streaming copy's 12.5 GB/s)
+        >>> bound_lines({"ceilings": {}, "records": []})
+        []
+    """
+    c = doc["ceilings"]
+    if "fetch_of_stream" not in c:
+        return []
+    lines = [f"raw batch fetch: {c['fetch_of_stream']:.0%} of the streaming copy of the same rows into the same "
+             "buffers (this run)"]
+    for r in doc["records"]:
+        bound = c["bandwidth_bound"].get(r["pipeline"])
+        if r["mode"] == "loader" and bound and r.get("fraction_of_bandwidth_bound") is not None:
+            lines.append(f"{r['pipeline']}: {r['fraction_of_bandwidth_bound']:.0%} of its bandwidth bound, "
+                         f"{bound['images_per_s']:,.0f} images/s ({bound['bytes_per_image']:,} bytes read and "
+                         f"written per image at the streaming copy's {c['stream_gb_per_s']:g} GB/s)")
+    return lines
 
 
 def markdown(doc: dict) -> str:
