@@ -563,7 +563,7 @@ ooc_dir = config.cache_dir() / "lesson06" / "larger-than-memory"  # on a disk (a
 shutil.rmtree(ooc_dir, ignore_errors=True)
 pixels = np.random.default_rng(0).integers(0, 256, (64, *shape), dtype=np.uint8)  # the bytes do not matter
 dataset = outofcore.write_dataset(ooc_dir / "mm", pixels, rows=4 * limit // row)  # 4x the limit
-first = config.pick(quick=256, full=2048)  # images read in each order (the start of an epoch)
+first = config.pick(quick=128, full=2048)  # images read in each order (the start of an epoch)
 group_rows = limit // 8 // row  # a block of the grouped shuffle: an eighth of the limit
 ooc = outofcore.compare(dataset, batch=32, group=group_rows, limit=limit, first=first)
 method, ahead = ooc["grouped"]["method"], outofcore.read_ahead_kb(dataset)
