@@ -7,13 +7,14 @@ ResNet-50 at the full GPU size, where the course's loader-efficiency bar is set.
 the ceilings: ``memcpy`` of the same bytes (a uint8 batch), the host-to-device copy of those bytes
 where CUDA exists, and the training step on batches already on the device (``resident``); and two
 honest bounds for the loader alone, each pipeline reported as a fraction of both: ``memcpy_stream``,
-the memmap's distinct images copied in file order into a ring of two buffers, and ``batch_fetch``, the
-course's raw shuffled gather (FastLoader alone) into the same ring; the summary prints the fetch as a
-fraction of the stream, and the course's pipelines against their bandwidth bound (the bytes each
-must read and write per image at the stream's rate, :func:`gpufeed.measure.ceilings.bandwidth_bound`). Each loader's peak memory (PSS of the process and its
-workers, :mod:`gpufeed.measure.memory`) and the cores it kept busy (:mod:`gpufeed.measure.cpu`) sit
-beside its speed. ``--peers`` adds FFCV, SPDL and
-torchdata.nodes where installed (:mod:`gpufeed.measure.peers`), each in its own process.
+the memmap's distinct images copied in file order into a ring of two buffers, and ``batch_fetch``,
+the course's raw shuffled gather (FastLoader alone) into the same ring; the summary prints the fetch
+as a fraction of the stream, and the course's pipelines against their bandwidth bound (the bytes
+each must read and write per image at the stream's rate,
+:func:`gpufeed.measure.ceilings.bandwidth_bound`). Each loader's peak memory (PSS of the process and
+its workers, :mod:`gpufeed.measure.memory`) and the cores it kept busy (:mod:`gpufeed.measure.cpu`)
+sit beside its speed. ``--peers`` adds FFCV, SPDL and torchdata.nodes where installed
+(:mod:`gpufeed.measure.peers`), each in its own process.
 *Loader efficiency* (lesson 11) is a pipeline's training throughput over the resident one.
 
 All numbers come from one process, one dataset and the same cores (a warm-up pass first, CUDA
