@@ -164,17 +164,27 @@ def pipeline_bytes(crop: int, out_itemsize: int, channels: int = 3) -> int:
     return channels * crop * crop * (1 + out_itemsize)
 
 
+def stream_bytes_per_s(stream: Measurement) -> float:
+    """Bytes/s the streaming copy of :func:`loader_bounds` moved: each row read once and written
+    once, so twice the bytes it copied.
+
+    Example:
+        >>> stream_bytes_per_s(Measurement("stream", [1.0], items=100, nbytes=100 * 1000))
+        200000.0
+    """
+    return 2 * stream.nbytes / stream.median
+
+
 def bandwidth_bound(stream: Measurement, nbytes: int) -> float:
     """Images/s of a pipeline that moves ``nbytes`` per image (read and written,
-    :func:`pipeline_bytes`) at the rate the streaming copy moved bytes (each row read once and
-    written once: twice its bytes).
+    :func:`pipeline_bytes`) at the rate the streaming copy moved bytes (:func:`stream_bytes_per_s`).
 
     Example:
         >>> stream = Measurement("stream", [1.0], items=100, nbytes=100 * 1000)  # 200 kB/s moved
         >>> bandwidth_bound(stream, 4000)
         50.0
     """
-    return 2 * stream.nbytes / stream.median / nbytes
+    return stream_bytes_per_s(stream) / nbytes
 
 
 #: The three ways a batch can go from host to device, as ``host_to_device(source=...)`` takes them.

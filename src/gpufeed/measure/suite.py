@@ -322,7 +322,7 @@ def _run(out: Path, quick: bool, device: torch.device, workload: Workload | None
                                 "bytes_per_image": per_image,
                                 **{f"{k}_images_per_s": round(v, 1) for k, v in bound_rates.items()},
                                 "fetch_of_stream": float(f"{ceilings.fetch_fraction(*bounds):.3g}"),
-                                "stream_gb_per_s": round(2 * stream.gb_per_s, 2),  # read + written
+                                "stream_gb_per_s": round(ceilings.stream_bytes_per_s(stream) / 1e9, 2),  # read + written
                                 "bandwidth_bound": {name: {"bytes_per_image": moved[name],
                                                            "images_per_s": round(bandwidth[name], 1)}
                                                     for name in moved}},
