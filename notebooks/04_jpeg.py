@@ -349,13 +349,13 @@ ffmpeg_map = []
 if quality.ffmpeg_exe() is None:
     print("No ffmpeg here (imageio-ffmpeg is missing): `pip install imageio-ffmpeg`, then re-run this cell.")
 else:
-    for qv in (2, 3, 5, 8, 12, 20, 31):
-        size = len(quality.ffmpeg_jpeg(original, qv))
-        q = quality.matching_quality(original, size, subsampling="4:4:4")
-        ffmpeg_map.append({"qv": qv, "bytes": size, "pillow_quality": q})
-        print(f"-q:v {qv:2d}: {size / 2**10:6.0f} KiB, like Pillow quality {q} at 4:4:4")
+    encoded = {qv: quality.ffmpeg_jpeg(original, qv) for qv in (2, 3, 5, 8, 12, 20, 31)}
+    for qv, file in encoded.items():
+        q = quality.matching_quality(original, len(file), subsampling="4:4:4")
+        ffmpeg_map.append({"qv": qv, "bytes": len(file), "pillow_quality": q})
+        print(f"-q:v {qv:2d}: {len(file) / 2**10:6.0f} KiB, like Pillow quality {q} at 4:4:4")
     q3 = next(r for r in ffmpeg_map if r["qv"] == 3)
-    q3_img = jpeg.decode_pil(quality.ffmpeg_jpeg(original, 3))
+    q3_img = jpeg.decode_pil(encoded[3])
     say(f"`-q:v 3` takes the raw {raw / 2**20:.1f} MiB frame to **{q3['bytes'] / 2**10:.0f} KiB** "
         f"({times(raw / q3['bytes'], **size_words, digits=0)}; PSNR {quality.psnr(a, q3_img):.1f} dB, SSIM {quality.ssim(a, q3_img):.3f}). "
         f"Zuppichini's frame went from a 3.5 MB file to 207 KB ({3.5e6 / 207e3:.0f}x); the talk does not say what "

@@ -238,8 +238,10 @@ def ffmpeg_jpeg(img, qv: int, ffmpeg: str | None = None) -> bytes:
         raise FileNotFoundError("ffmpeg is not installed: `pip install imageio-ffmpeg` (a course dependency) "
                                 "or install ffmpeg (`apt install ffmpeg`) to map -q:v to a Pillow quality")
     with tempfile.TemporaryDirectory() as tmp:
-        src, dst = Path(tmp) / "in.png", Path(tmp) / "out.jpg"
-        img.save(src)
+        # PPM: the raw pixels, written in milliseconds where a PNG of 1280x960 takes most of a second
+        # to compress; ffmpeg reads the same RGB values from either (alpha it would drop anyway)
+        src, dst = Path(tmp) / "in.ppm", Path(tmp) / "out.jpg"
+        (img if img.mode in ("RGB", "L") else img.convert("RGB")).save(src)
         subprocess.run([exe, "-loglevel", "error", "-y", "-i", str(src), "-q:v", str(qv), str(dst)],
                        check=True, capture_output=True, timeout=120)
         return dst.read_bytes()
