@@ -53,7 +53,7 @@ from gpufeed.measure.machine import usable_cores
 from gpufeed.measure.suite import make_model
 
 cores = usable_cores()
-QUICK = pipelines.Workload(n=64, jpeg_size=(96, 72), resize=40, crop=32, batch=16)
+QUICK = pipelines.Workload(n=32, jpeg_size=(96, 72), resize=40, crop=16, batch=16)
 FULL = (pipelines.Workload(n=2048, jpeg_size=(640, 480), resize=256, crop=224, batch=128) if S.cuda
         else pipelines.Workload(n=128, jpeg_size=(640, 480), resize=192, crop=160, batch=16))  # minutes on a CPU
 w = config.pick(quick=QUICK, full=FULL)

@@ -144,7 +144,7 @@ def _l10(pick, cuda):
 
 
 def _l11(pick, cuda):
-    w = pick(pipelines.Workload(n=64, jpeg_size=(96, 72), resize=40, crop=32, batch=16),
+    w = pick(pipelines.Workload(n=32, jpeg_size=(96, 72), resize=40, crop=16, batch=16),
              pipelines.Workload(n=2048, jpeg_size=(640, 480), resize=256, crop=224, batch=128) if cuda
              else pipelines.Workload(n=128, jpeg_size=(640, 480), resize=192, crop=160, batch=16))
     return [workload_dataset("lesson11", "lesson11", w)]
