@@ -138,7 +138,7 @@ for kind in ("fast", "sampler"):
 # `with Join([model]):`, a rank that has run out of batches keeps answering the others'
 # all-reduces with zero gradients until all are done. Two CPU processes (gloo) below, rank 0 with
 # one step and rank 1 with two, without `Join` and with it (`gpufeed.course.lesson12.distributed.uneven_inputs`;
-# it starts two fresh interpreters, a few seconds, and the run without `Join` waits out a 3 s timeout):
+# its two processes fork from one that has imported torch; the run without `Join` waits out a 3 s timeout):
 
 # %%
 from gpufeed.course.lesson12.distributed import uneven_inputs
@@ -471,15 +471,19 @@ print(f"DistributedSampler: {per_rank} samples per rank, {2 * per_rank} reads of
 # Solution to exercise 2: two threads in each of two processes.
 # Why it can hurt: torch's threads are an OpenMP team, and each parallel operation ends when its
 # slowest thread is done. Two processes with two threads each make four threads for this machine's
-# cores, which also run torchrun's agent, this kernel and whatever else is running. A thread that
-# waits for a core holds up its whole team at every operation, so each rank's step waits, and DDP's
-# all-reduce then makes the other rank wait for it too. Both phases run parallel operations: the
-# gather of each batch is one, and a training step is many. Section 5 measured one thread per
-# process; run the same script with two, with fewer epochs so that a slow case stays short (the
-# rates are per epoch, so they compare).
+# cores, which also run this kernel and whatever else is running. A thread that waits for a core
+# holds up its whole team at every operation, so each rank's step waits, and DDP's all-reduce then
+# makes the other rank wait for it too. Both phases run parallel operations: the gather of each
+# batch is one, and a training step is many. Section 5 measured one thread per process; run the
+# same script with two, with fewer epochs so that a slow case stays short (the rates are per epoch,
+# so they compare). `launch(2, short, ..., threads=2)` would do; `forked.run` runs the same script
+# with the variables torchrun sets, in two ranks forked from the process that section 2's
+# `uneven_inputs` started, which has imported torch already: no three more start-ups of torch.
+from gpufeed.course.lesson12 import forked
+
 short = ["--data", mm.path, "--batch-size", "32", "--epochs", "1", "--load-epochs", "2", "--load-passes", str(passes),
          "--train", "--backend", "gloo"]
-two_threads = {m.name: m.items_per_s for m in launch(2, short, work / "run-2-threads2.json", threads=2, verbose=False)[0]}
+two_threads = {m.name: m.items_per_s for m in forked.run(2, short, work / "run-2-threads2.json", threads=2, verbose=False)[0]}
 for phase in ("load", "train"):
     one_each = [by[f"{phase}, rank {r}"].items_per_s for r in range(2)]
     two_each = [two_threads[f"{phase}, rank {r}"] for r in range(2)]

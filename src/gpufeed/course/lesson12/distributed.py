@@ -424,9 +424,10 @@ def uneven_inputs(steps=(2, 4), *, joins=(False, True), timeout: float = 5.0) ->
     still wait in: they fail once ``timeout`` seconds pass (here the finished rank stays alive that
     long; had it exited, its closed connection would fail them at once). With it (``torch.distributed.algorithms.join.Join``),
     finished ranks take part with zero gradients until every rank is done, and all the copies of
-    the model stay equal. The processes are started once with ``spawn`` (a fresh interpreter each,
-    a few seconds) and make every run, each in a process group of its own; the runs with ``Join``
-    go first, since a run without it ends in a timeout that leaves its group broken.
+    the model stay equal. The processes are started once, forked from a server that has imported
+    torch already (:func:`gpufeed.course.lesson12.forked.context`), and make every run, each in a
+    process group of its own; the runs with ``Join`` go first, since a run without it ends in a
+    timeout that leaves its group broken.
 
     Returns:
         ``{join: one dict per rank, by rank}`` in the order of ``joins``; a rank's dict holds ``steps``
@@ -434,7 +435,9 @@ def uneven_inputs(steps=(2, 4), *, joins=(False, True), timeout: float = 5.0) ->
     """
     joins = list(dict.fromkeys(joins))
     order = sorted(joins, key=lambda j: not j)  # with Join first: the run without it fails its group
-    ctx = torch.multiprocessing.get_context("spawn")
+    from gpufeed.course.lesson12.forked import context
+
+    ctx = context()  # its server runs with c10d's warnings off: they would land on the notebook's page
     results = ctx.Queue()
     inits: list[str] = []
     while len(inits) < len(order):  # one port per run's group, never the same twice
@@ -442,15 +445,10 @@ def uneven_inputs(steps=(2, 4), *, joins=(False, True), timeout: float = 5.0) ->
         inits += [] if init in inits else [init]
     procs = [ctx.Process(target=_uneven_worker, args=(r, len(steps), list(steps), order, inits, timeout, results))
              for r in range(len(steps))]
-    quiet = os.environ.get("TORCH_CPP_LOG_LEVEL")
-    os.environ["TORCH_CPP_LOG_LEVEL"] = "ERROR"  # inherited by the children: c10d's warnings stay off the page
-    try:
-        for p in procs:
-            p.start()
-    finally:
-        os.environ.pop("TORCH_CPP_LOG_LEVEL") if quiet is None else os.environ.update(TORCH_CPP_LOG_LEVEL=quiet)
+    for p in procs:
+        p.start()
     expected = len(procs) * len(order)
-    got, deadline = [], time.monotonic() + len(order) * (timeout + 2) + 120  # spawn start-up + the collective timeouts
+    got, deadline = [], time.monotonic() + len(order) * (timeout + 2) + 120  # start-up + the collective timeouts
     try:
         while len(got) < expected:
             try:
