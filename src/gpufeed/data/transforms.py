@@ -284,10 +284,11 @@ def crop_tasks(src: torch.Tensor, rows: Sequence[int], corners: torch.Tensor, fl
     copying it), and ``addcmul`` on floats with ``[C, 1, 1]`` operands ran at a ninth of the speed
     of ``mul_`` then ``add_`` (236 against 28 µs an image at 224, one core, in the cache). Nor is
     the memory's bandwidth what holds the float path back: side by side in one run on a 2-core
-    EPYC, writing a batch's float32 alone (``fill_``) ran at 0.95 of the rate the bench's
-    bandwidth bound allows (:func:`gpufeed.measure.ceilings.bandwidth_bound`), converting ready
-    ``uint8`` crops to float at 0.85, and this path at 0.29: the rest is the work per sample (its
-    crop, its flip, the scaling passes, the Python between ops). One read and one write a value
+    EPYC (twice), writing a batch's float32 alone (``fill_``) ran at 0.80 and 0.95 of the rate the
+    bench's bandwidth bound allows (:func:`gpufeed.measure.ceilings.bandwidth_bound`), converting
+    ready ``uint8`` crops to float at 0.80 and 0.85, and this path at 0.31 and 0.29: the rest is
+    the work per sample (its crop, its flip, the scaling passes, the Python between ops). One
+    read and one write a value
     would take a fused kernel written outside torch (C++ or a compiler), which this package does
     not ship.
     """
@@ -349,8 +350,8 @@ def crop_tasks(src: torch.Tensor, rows: Sequence[int], corners: torch.Tensor, fl
 #: 5,970 images/s, 8 gave 5,250, 2 gave 5,689; again at 3x224x224 stored, 7,824 against 6,703.
 #: Each sample is converted straight from the stored image into ``out`` rather than stacked into a
 #: ``uint8`` scratch and converted as a group (one pass fewer over the crop): with 4 a task, side
-#: by side in one run (9 epochs each in turns, the machine shared with other work), 1.09x the
-#: images/s with two threads and 1.14x with one.
+#: by side in one run (9 epochs each in turns), 1.16x the images/s with two threads and 1.10x
+#: with one (1.09x and 1.14x in a run with other work on the machine).
 GROUP = 4
 
 #: Samples a task for ``uint8`` crops (one ``stack``, no passes over floats): fewer, larger tasks
