@@ -21,6 +21,11 @@ from gpurun import notebook, plan, preflight, procs, references, report, runner,
 from gpurun.report import Entry  # noqa: E402
 
 PY = sys.executable
+pytest_plugins = ["pytester"]  # a pytest run in this process: the sanitizer's wiring
+#: The environment of a pytest a test starts: only the plugins its command names (``-p``) load. The
+#: installed ones cost every start 3 s: nbmake imports jsonschema, whose URI format checker compiles
+#: 38 grammars (rfc3987_syntax) at import.
+ONLY_NAMED_PLUGINS = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
 
 
 def sleeper(seconds: float, rc: int = 0, write: Path | None = None, grandchild: Path | None = None) -> list[str]:
@@ -112,18 +117,25 @@ FAKE_STEPS = (
     steps.Step("preflight", "preflight", "", 0, 15, 1),
     steps.Step("data", "data", "", 0.5, 5, 1),
     steps.Step("cuda", "tests", "", 0.5, 3, 0.3, ("-m", "cuda")),
-    steps.Step("csan", "tests", "", 0.5, 1.5, 0.5, ("-m", "cuda", "--cuda-sanitizer")),  # sleeps 30 s: cut
+    steps.Step("csan", "tests", "", 0.5, 1, 0.5, ("-m", "cuda", "--cuda-sanitizer")),  # sleeps 30 s: cut at 1 s
     steps.Step("quick", "notebooks", "", 0.5, 60, 5),
     steps.Step("references", "references", "", 0.5, 10_000, 0),
 )
 
 
+#: Seconds each fake command sleeps: a process still running when the runner first looks, and short,
+#: since a test's sleep holds a worker of `make test` (every time in the run is made up: the plan reads
+#: estimates, the budget and caps are seconds, and the one step meant to outlive its cap sleeps 30 s).
+NAP = 0.05
+
+
 class FakeRun(runner.Run):
     """The run with every command a sleep: the sanitizer's tests outlive their cap (cut), quick
-    notebooks take 0.4 s (11 fails when ``fail``), references 0.4 s (lesson 08 writes its JSON)."""
+    notebooks take :data:`NAP` (11 fails when ``fail``), references too (lesson 08 writes its JSON)."""
 
     fail = False
     kept: Path
+    poll_s = NAP  # looks at the running notebooks as often as they end
 
     def preflight(self):
         self.machine = {"slug": "fake-gpu", "gpu": "Fake", "commit": "abc123"}
@@ -131,16 +143,16 @@ class FakeRun(runner.Run):
         return True
 
     def data_command(self, owners):
-        return sleeper(0.3)
+        return sleeper(NAP)
 
     def test_command(self, name, args):
-        return sleeper(30, grandchild=self.kept) if name == "csan" else sleeper(0.3)
+        return sleeper(30, grandchild=self.kept) if name == "csan" else sleeper(NAP)
 
     def quick_command(self, i, copy):
-        return sleeper(0.4, rc=1 if self.fail and i.name.startswith("11") else 0)
+        return sleeper(NAP, rc=1 if self.fail and i.name.startswith("11") else 0)
 
     def reference_command(self, i, p):
-        return sleeper(0.4, write=self.results() / "lesson08.json" if p.name == "lesson08" else None)
+        return sleeper(NAP, write=self.results() / "lesson08.json" if p.name == "lesson08" else None)
 
 
 def fake_args(tmp_path, budget: float) -> SimpleNamespace:
@@ -229,12 +241,11 @@ def test_a_step_that_ends_leaves_no_process_behind(tmp_path):
     pid_file = tmp_path / "orphan.pid"
     child = procs.Child(["bash", "-c", f"sleep 300 & echo $! > {pid_file}; exit 0"], tmp_path / "log", dict(os.environ), 60)
     assert child.wait() == 0 and not child.cut
-    try:  # SIGKILL is sent by then; give the kernel a moment to deliver it
-        orphan = psutil.Process(int(pid_file.read_text()))
-        psutil.wait_procs([orphan], timeout=5)
-        assert orphan.status() == psutil.STATUS_ZOMBIE  # dead, not yet reaped by its new parent
-    except psutil.NoSuchProcess:
-        pass
+    orphan = psutil.Process(int(pid_file.read_text()))
+    deadline = time.monotonic() + 5  # SIGKILL is sent by then; give the kernel a moment to deliver it
+    while procs._running(orphan) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not procs._running(orphan)  # gone, or a zombie: dead, not yet reaped by its new parent
 
 
 def test_lessons_chooses_the_parts():
@@ -269,7 +280,7 @@ def test_each_test_is_recorded_as_it_finishes(tmp_path):
             pass
         """))
     records = tmp_path / "tests.jsonl"
-    env = {**os.environ, "GPURUN_TESTS": str(records), "PYTHONPATH": str(ROOT / "tools")}
+    env = {**os.environ, **ONLY_NAMED_PLUGINS, "GPURUN_TESTS": str(records), "PYTHONPATH": str(ROOT / "tools")}
     subprocess.run([PY, "-m", "pytest", "-p", "gpurun.plugin", "-p", "no:cacheprovider", "-q", "-o", "addopts=",
                     "--rootdir", str(tmp_path), str(tmp_path / "test_some.py")], env=env, cwd=tmp_path,
                    capture_output=True, timeout=120)
@@ -378,32 +389,59 @@ def test_a_race_raised_fails():
 """
 
 
-def test_the_sanitizer_is_on_for_test_bodies_only_and_its_report_fails_the_test(tmp_path):
-    (tmp_path / "conftest.py").write_text(FAKE_CSAN)
-    (tmp_path / "test_fake.py").write_text(FAKE_TESTS)
-    records = tmp_path / "tests.jsonl"
-    env = {**os.environ, "GPURUN_TESTS": str(records), "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT / "tools")])}
-    env.pop("TORCH_CUDA_SANITIZER", None)
-    out = subprocess.run([PY, "-m", "pytest", "-p", "cudasan", "-p", "gpurun.plugin", "-p", "no:cacheprovider", "-o", "addopts=",
-                          "--rootdir", str(tmp_path), "--cuda-sanitizer", "-q", "test_fake.py"],
-                         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+@pytest.fixture
+def pytest_here(request, monkeypatch):
+    """A pytest run on ``pytester.path`` in this process, with only the plugins its arguments name:
+    torch and tensordict are imported already, where a pytest of its own would spend 6 s importing
+    them. They are imported before pytester notes which modules this process holds, so that they
+    stay (a second torch in one process aborts it); what the fake CSAN of :data:`FAKE_CSAN` and the
+    plugins replace in them is put back when the test ends."""
+    import inspect
+
+    import gpurun.plugin
+    import torch
+    from tensordict import MemoryMappedTensor
+    from torch.cuda import _sanitizer as csan
+
+    monkeypatch.setattr(csan, "cuda_sanitizer", csan.cuda_sanitizer)
+    monkeypatch.setattr(torch.cuda, "is_available", torch.cuda.is_available)
+    monkeypatch.setattr(MemoryMappedTensor, "from_tensor", inspect.getattr_static(MemoryMappedTensor, "from_tensor"))
+    monkeypatch.setattr(gpurun.plugin, "_report_path", None)
+    for name, value in ONLY_NAMED_PLUGINS.items():
+        monkeypatch.setenv(name, value)
+    pytester = request.getfixturevalue("pytester")
+    pytester.run_here = lambda *args: pytester.runpytest_inprocess("-p", "no:cacheprovider", "-o", "addopts=", *args)
+    return pytester
+
+
+def test_the_sanitizer_is_on_for_test_bodies_only_and_its_report_fails_the_test(pytest_here, monkeypatch):
+    pytester = pytest_here
+    pytester.makeconftest(FAKE_CSAN)
+    pytester.makepyfile(test_fake=FAKE_TESTS)
+    records = pytester.path / "tests.jsonl"
+    monkeypatch.setenv("GPURUN_TESTS", str(records))
+    monkeypatch.delenv("TORCH_CUDA_SANITIZER", raising=False)
+    out = pytester.run_here("-p", "cudasan", "-p", "gpurun.plugin", "--cuda-sanitizer", "-q", "test_fake.py")
     tests = {t["name"].split("::")[1]: t for t in report.read_tests(records)}
     assert {n: t["status"] for n, t in tests.items()} == {
         "test_body_runs_with_it_on": "passed", "test_memmap_builds_pause_it": "passed",
-        "test_a_race_swallowed_still_fails": "failed", "test_a_race_raised_fails": "failed"}, out.stdout[-3000:]
+        "test_a_race_swallowed_still_fails": "failed", "test_a_race_raised_fails": "failed"}, out.stdout.str()[-3000:]
     assert "SanitizerReport" in tests["test_a_race_swallowed_still_fails"]["message"]
     assert "RACE on tensor 7" in tests["test_a_race_swallowed_still_fails"]["message"]
 
 
-def test_the_sanitizer_option_refuses_a_machine_without_cuda_and_the_environment_switch(tmp_path):
-    (tmp_path / "test_x.py").write_text("def test_x():\n    pass\n")
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "tests"), "CUDA_VISIBLE_DEVICES": ""}
-    run = lambda env: subprocess.run(  # noqa: E731
-        [PY, "-m", "pytest", "-p", "cudasan", "-o", "addopts=", "--rootdir", str(tmp_path), "--cuda-sanitizer", "test_x.py"],
-        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert "TORCH_CUDA_SANITIZER" in run({**env, "TORCH_CUDA_SANITIZER": "1"}).stderr
-    out = run({k: v for k, v in env.items() if k != "TORCH_CUDA_SANITIZER"})
-    assert out.returncode != 0 and "torch sees no CUDA GPU" in out.stderr
+def test_the_sanitizer_option_refuses_a_machine_without_cuda_and_the_environment_switch(pytest_here, monkeypatch):
+    import torch
+
+    pytest_here.makepyfile(test_x="def test_x():\n    pass\n")
+    run = lambda: pytest_here.run_here("-p", "cudasan", "--cuda-sanitizer", "test_x.py")  # noqa: E731
+    monkeypatch.setenv("TORCH_CUDA_SANITIZER", "1")
+    out = run()
+    assert out.ret != 0 and "unset TORCH_CUDA_SANITIZER" in out.stderr.str()
+    monkeypatch.delenv("TORCH_CUDA_SANITIZER")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # as where CUDA_VISIBLE_DEVICES is empty
+    out = run()
+    assert out.ret != 0 and "torch sees no CUDA GPU" in out.stderr.str()
 
 
 # --- the commit of a checkout without .git -----------------------------------------------------
@@ -557,3 +595,4 @@ def test_every_lesson_and_the_bench_have_their_datasets_listed_in_both_modes():
                 for path in (d.folder, *(m for m, _ in d.memmaps)):
                     for part in path.split("/"):
                         assert any(p.fullmatch(part) for p in pats), f"{d.owner}: {part!r} of {path!r} is not in the lesson"
+

@@ -32,9 +32,22 @@ def kill_tree(pid: int) -> None:
             p.kill()
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
-    # Briefly: a killed grandchild stays a zombie until whoever adopted it reaps it (in a container,
-    # maybe never), and psutil counts a zombie as running, so a long wait here is time the slot loses.
-    psutil.wait_procs(procs, timeout=2)
+    # Until each is dead, 2 s at most. A killed grandchild stays a zombie until whoever adopted it
+    # reaps it (in a container, maybe never), and psutil.wait_procs counts a zombie as running, so it
+    # would wait out its timeout on every cut: a zombie is dead here, the time is the slot's.
+    deadline = time.monotonic() + 2
+    while any(map(_running, procs)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def _running(p) -> bool:
+    """Whether a ``psutil.Process`` still runs (a zombie does not)."""
+    import psutil
+
+    try:
+        return p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 class Child:
@@ -53,11 +66,13 @@ class Child:
         self.cut = False
         self.seconds: float | None = None
         self.ended: float | None = None  # when it exited, seen by a thread (a background step is polled late)
+        self.exited = threading.Event()  # set by that thread: wait() returns at once, not at its next look
         threading.Thread(target=self._watch, daemon=True).start()
 
     def _watch(self) -> None:
         self.proc.wait()
         self.ended = time.monotonic()
+        self.exited.set()
 
     def poll(self) -> int | None:
         """The exit status once done (the child is killed first if past its limit), else None."""
@@ -73,6 +88,7 @@ class Child:
         return rc
 
     def wait(self, poll_s: float = 0.2) -> int:
+        """The exit status, as soon as the child exits; its limit is looked at every ``poll_s`` seconds."""
         while (rc := self.poll()) is None:
-            time.sleep(poll_s)
+            self.exited.wait(poll_s)
         return rc

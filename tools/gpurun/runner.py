@@ -34,6 +34,9 @@ GRACE_S = 5.0
 class Run:
     """The run's state: the budget, the plan, the entries, and where everything is written."""
 
+    #: Seconds between two looks at the notebooks running side by side (each look reads their records).
+    poll_s = 0.5
+
     def __init__(self, args):
         from gpufeed.measure.machine import usable_cores
 
@@ -314,7 +317,7 @@ class Run:
                     continue
                 i.limit_s = round(min(left, self.budget.left(), max(3 * i.estimate_s, i.estimate_s + 120)), 1)
                 running[i.name] = (i, self.quick_child(i))
-            time.sleep(0.5)
+            time.sleep(self.poll_s)
             for name, (i, child) in list(running.items()):
                 if report.read_tests(self.dir / "logs" / f"quick-{i.name}.jsonl"):  # pytest said: done
                     child.limit = min(child.limit, time.monotonic() - child.start + GRACE_S)  # however slow its exit

@@ -220,13 +220,13 @@ def crop_flip_normalize(src: torch.Tensor, rows: Sequence[int], corners: torch.T
 
     The same values as :func:`crop_flip` into ``out`` followed by :func:`normalize`'s
     ``(x / 255 - mean) / std`` (tests check bit for bit), without their extra passes over the
-    batch: each sample is read once from ``src`` (the memmap itself: no gathered copy first), and
-    :data:`GROUP` samples at a time are stacked into a small ``uint8`` scratch (0.6 MB at 224),
-    written once as float and scaled while their ~2.4 MB of float32 are still in the CPU's cache.
-    A ``uint8`` ``out`` gets the crops alone (the stored bytes; normalise where they go).
-    ``threads`` > 1 hands the groups to a small pool of threads (torch releases the GIL inside
-    each op), so every core works on the batch; the groups are there because the Python between
-    the ops holds the GIL: four ops per group instead of three per sample. :func:`crop_tasks`
+    batch: each sample is read once from ``src`` (the memmap itself: no gathered copy first) and
+    written once into ``out`` as float, and :data:`GROUP` samples at a time are then scaled while
+    their ~2.4 MB of float32 are still in the CPU's cache. A ``uint8`` ``out`` gets the crops
+    alone (the stored bytes; normalise where they go). ``threads`` > 1 hands the groups to a
+    small pool of threads (torch releases the GIL inside each op), so every core works on the
+    batch; the groups are there because the Python between the ops holds the GIL: one scaling
+    (two ops) per group instead of per sample. :func:`crop_tasks`
     gives the same work as tasks, for a caller that keeps the pool busy with the next batch
     while it waits.
 
@@ -277,6 +277,20 @@ def crop_tasks(src: torch.Tensor, rows: Sequence[int], corners: torch.Tensor, fl
     takes the next group instead of waiting for the other (flipped samples cost an extra copy, so
     equal halves are not equal work), and a caller can queue the next batch's groups behind this
     one's (:class:`gpufeed.data.ImageLoader` does), so the pool never waits between batches.
+
+    Why a float task is three passes over its crops (convert, multiply, add) and not one: torch
+    has no ``uint8`` -> float multiply-add. ``torch.addcmul(shift, crops, scale)`` on ``uint8``
+    crops first makes a float copy of them (on the CPU, TensorIterator promotes an input by
+    copying it), and ``addcmul`` on floats with ``[C, 1, 1]`` operands ran at a ninth of the speed
+    of ``mul_`` then ``add_`` (236 against 28 µs an image at 224, one core, in the cache). Nor is
+    the memory's bandwidth what holds the float path back: side by side in one run on a 2-core
+    EPYC (twice), writing a batch's float32 alone (``fill_``) ran at 0.80 and 0.95 of the rate the
+    bench's bandwidth bound allows (:func:`gpufeed.measure.ceilings.bandwidth_bound`), converting
+    ready ``uint8`` crops to float at 0.80 and 0.85, and this path at 0.31 and 0.29: the rest is
+    the work per sample (its crop, its flip, the scaling passes, the Python between ops). One
+    read and one write a value
+    would take a fused kernel written outside torch (C++ or a compiler), which this package does
+    not ship.
     """
     rows, corner_list, flip_list = [int(r) for r in rows], corners.tolist(), flips.tolist()
     raw = out.dtype == src.dtype  # the crops alone, as stored
@@ -307,15 +321,18 @@ def crop_tasks(src: torch.Tensor, rows: Sequence[int], corners: torch.Tensor, fl
             # the one read of each image, straight into the batch
             torch.stack(windows, out=out[a:b])
             return
-        # this thread's own, kept between batches
-        scratch = _scratch((GROUP, *out.shape[1:]), src.dtype)
-        stacked = torch.stack(windows, out=scratch[:b - a])
         o = out[a:b]
         if nhwc:  # channels_last: one strided copy per channel plane beats torch's transposing copy
+            # this thread's own, kept between batches
+            scratch = _scratch((GROUP, *out.shape[1:]), src.dtype)
+            stacked = torch.stack(windows, out=scratch[:b - a])
             for c, plane in enumerate(stacked.unbind(1)):
                 o.select(1, c).copy_(plane)
         else:
-            o.copy_(stacked)  # uint8 -> float, written once
+            for k, window in enumerate(windows):
+                # uint8 -> float straight from the stored image: read once, written once (a stack
+                # into a uint8 scratch first would be one more pass)
+                o[k].copy_(window)
         if scale is None:
             o.mul_(1.0 / 255)
         else:
@@ -331,8 +348,10 @@ def crop_tasks(src: torch.Tensor, rows: Sequence[int], corners: torch.Tensor, fl
 #: Measured with :class:`gpufeed.data.ImageLoader` (crop 224 of 256, batches of 64, float32),
 #: groups in turns in one process, 9 epochs each, on a 2-core AMD EPYC VM (32 MB L3): 4 gave
 #: 5,970 images/s, 8 gave 5,250, 2 gave 5,689; again at 3x224x224 stored, 7,824 against 6,703.
-#: The float path is bound by these passes, not by RAM: about a third of the rate at which a
-#: streaming copy moves its bytes (``gpufeed bench`` prints it).
+#: Each sample is converted straight from the stored image into ``out`` rather than stacked into a
+#: ``uint8`` scratch and converted as a group (one pass fewer over the crop): with 4 a task, side
+#: by side in one run (9 epochs each in turns), 1.16x the images/s with two threads and 1.10x
+#: with one (1.09x and 1.14x in a run with other work on the machine).
 GROUP = 4
 
 #: Samples a task for ``uint8`` crops (one ``stack``, no passes over floats): fewer, larger tasks
