@@ -24,6 +24,11 @@ def pipelines_in(md: str) -> list[str]:
     return [cells(line)[0] for line in rows[2:]]
 
 
+#: The tests that read :func:`tiny_run` keep to one xdist worker (``--dist loadgroup``): a module
+#: fixture is made once per worker, and the tiny bench takes seconds.
+TINY_RUN = pytest.mark.xdist_group("pipeline-bench-tiny-run")
+
+
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
@@ -31,6 +36,7 @@ def tiny_run(tmp_path_factory):
     return out
 
 
+@TINY_RUN
 def test_writes_one_record_per_pipeline_and_mode(tiny_run):
     doc = json.loads((tiny_run / pb.FILE).read_text())
     assert doc["kind"] == pb.FORMAT and doc["device"] == "cpu" and doc["threads"] == 1
@@ -74,6 +80,7 @@ def test_writes_one_record_per_pipeline_and_mode(tiny_run):
     assert "fraction_of_bandwidth_bound" not in loader["naive"]
 
 
+@TINY_RUN
 def test_plots_and_summary(tiny_run, capsys):
     assert (tiny_run / "bench-loader.png").stat().st_size > 10_000
     assert (tiny_run / "bench-train.png").stat().st_size > 10_000
@@ -123,6 +130,7 @@ def test_the_readme_quotes_the_committed_results():
 
 
 
+@TINY_RUN
 def test_the_gpu_size_trains_the_efficiency_bar_s_resnet50(tiny_run):
     """Loader efficiency on a GPU is measured where the course sets its bar: a ResNet-50, bf16,
     channels-last, 224x224 crops, batches of 256 (the CPU sizes keep the ResNet-18)."""

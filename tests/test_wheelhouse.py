@@ -106,6 +106,11 @@ def wheelhouse_of(folder: Path, have: list[str], requires: list[str]) -> Path:
     return folder
 
 
+#: The tests that use :func:`node_python` keep to one xdist worker (``--dist loadgroup``): a module
+#: fixture is made once per worker.
+NODE_PYTHON = pytest.mark.xdist_group("wheelhouse-node-python")
+
+
 @pytest.fixture(scope="module")
 def node_python(tmp_path_factory) -> Path:
     """A Python that is itself a venv with torch, as on a cluster's GPU node (``/opt/torch/.venv``):
@@ -128,6 +133,7 @@ def node_env(python: Path, venv: Path, house: Path) -> subprocess.CompletedProce
 
 
 @pytest.mark.slow
+@NODE_PYTHON
 def test_node_env_from_a_python_that_is_a_venv_sees_its_torch(node_python, tmp_path):
     house = wheelhouse_of(tmp_path / "wheelhouse", have=["torch", "numpy", "pyyaml"], requires=["numpy>=1"])
     made = node_env(node_python, tmp_path / "node-venv", house)
@@ -146,6 +152,7 @@ def test_node_env_from_a_python_that_is_a_venv_sees_its_torch(node_python, tmp_p
 
 
 @pytest.mark.slow
+@NODE_PYTHON
 @pytest.mark.parametrize(("have", "requires", "says"), [
     (["pyyaml", "nosuchpkg"], [], "has no nosuchpkg"),  # not torch: importing it would take 3 s of each
     (["pyyaml", "numpy"], ["numpy>=999"], "needs numpy>=999"),
