@@ -316,7 +316,7 @@ from gpufeed.measure.harness import benchmark
 from gpufeed.measure.machine import usable_cores
 
 cores, batch_size = usable_cores(), 64
-n_images = config.pick(quick=256, full=5000)
+n_images = config.pick(quick=128, full=5000)
 jpeg_dir = synth_folder(config.cache_dir() / "lesson05" / f"jpeg-224-{n_images}", n=n_images, size=(224, 224),
                         quality=90, workers=cores).path
 mm_dir = build_memmap(jpeg_dir, config.cache_dir() / "lesson05" / f"mm-224-{n_images}", size=(224, 224),
@@ -628,7 +628,7 @@ def write(name, sync):
             fsync_s[name].append(time.perf_counter() - t0)
 
 
-kw = {"nbytes": a_write.nbytes, "repeats": config.pick(quick=5, full=3), "warmup": 1, "setup": fresh_file}
+kw = {"nbytes": a_write.nbytes, "repeats": 3, "warmup": 1, "setup": fresh_file}
 write_ms = {(name, sync): benchmark(lambda name=name, sync=sync: write(name, sync), **kw,
                                     name=name + (" + fsync" if sync else ""))
             for name in WRITES for sync in (False, True)}
@@ -778,8 +778,8 @@ for (side, b), r in rates.items():
     print(f"{side:>6}, batch {b:3d}: {r:8,.0f} images/s")
 say(f"From batch {batch_size} to 256 the folder got **{times(change['folder'])}**, the memmap "
     f"**{times(change['memmap'])}**: the {max(change, key=lambda k: abs(math.log(change[k])))} side changes more."
-    + (f" With {n_images} images, batch 256 leaves {n_images // 256} batch(es) per epoch for {cores} workers."
-       if n_images // 256 < cores else "")
+    + (f" With {n_images} images, batch 256 leaves {-(-n_images // 256)} batch(es) per epoch for {cores} workers."
+       if -(-n_images // 256) < cores else "")
     + (f" The memmap got slower: two buffers of 256 images are {2 * 256 * 3 * 224 * 224 / 1e6:.0f} MB, larger than most CPUs' "
        "last-level cache (tens of MB), and that cost more than the per-batch savings." if change["memmap"] < 1 else ""))
 

@@ -563,7 +563,7 @@ ooc_dir = config.cache_dir() / "lesson06" / "larger-than-memory"  # on a disk (a
 shutil.rmtree(ooc_dir, ignore_errors=True)
 pixels = np.random.default_rng(0).integers(0, 256, (64, *shape), dtype=np.uint8)  # the bytes do not matter
 dataset = outofcore.write_dataset(ooc_dir / "mm", pixels, rows=4 * limit // row)  # 4x the limit
-first = config.pick(quick=128, full=2048)  # images read in each order (the start of an epoch)
+first = config.pick(quick=64, full=2048)  # images read in each order (the start of an epoch)
 group_rows = limit // 8 // row  # a block of the grouped shuffle: an eighth of the limit
 ooc = outofcore.compare(dataset, batch=32, group=group_rows, limit=limit, first=first)
 method, ahead = ooc["grouped"]["method"], outofcore.read_ahead_kb(dataset)
@@ -674,10 +674,11 @@ if my_group is not None:
 # slice of the permutation, one index_select per field, Python around them) and almost nothing per
 # sample, so 32x more samples per batch divides its fixed cost by 32: its samples/s should climb.
 sizes_b = (32, 1024)
-runs = {(name, b): benchmark(lambda ld=ld: epoch(ld), name=f"{name}, batch {b}", items=n_epoch, repeats=3)
+n_ex = config.pick(quick=10_240, full=n_epoch)  # quick: 320 batches of 32, 10 of 1024 (section 1's epoch: 30,000)
+runs = {(name, b): benchmark(lambda ld=ld: epoch(ld), name=f"{name}, batch {b}", items=n_ex, repeats=3, warmup=1)
         for b in sizes_b
-        for name, ld in (("per sample", DataLoader(per_sample, batch_size=b, shuffle=True)),
-                         ("FastLoader", FastLoader((x[:n_epoch], y[:n_epoch]), b, seed=0)))}
+        for name, ld in (("per sample", DataLoader(TensorDataset(x[:n_ex], y[:n_ex]), batch_size=b, shuffle=True)),
+                         ("FastLoader", FastLoader((x[:n_ex], y[:n_ex]), b, seed=0)))}
 for m in runs.values():
     print(m)
 growth = {name: runs[name, 1024].items_per_s / runs[name, 32].items_per_s for name in ("per sample", "FastLoader")}

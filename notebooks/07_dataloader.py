@@ -150,9 +150,9 @@ for name in datasets if S.cuda else []:  # the pin-memory thread, where there is
 # **`prefetch_factor` and `persistent_workers`.** Prefetching matters when the loop does work of
 # its own: while the GPU computes, workers fill the queue. A sleep as long as each dataset's time
 # per batch at `num_workers=cores` stands in for the GPU step (a CPU waiting on a GPU leaves the
-# cores to the workers, as a sleep does); we try factors 1, 2 and 4. Then whole epochs with and
-# without persistent workers (without, every epoch starts its workers again), on the memmap, whose
-# short epochs show the start-up.
+# cores to the workers, as a sleep does); we try factors 1 and 4 (and 2 in full mode). Then whole
+# epochs with and without persistent workers (without, every epoch starts its workers again), on
+# the memmap, whose short epochs show the start-up.
 
 # %%
 import time
@@ -161,7 +161,7 @@ factors, step_s = {}, {}
 for name, ds in datasets.items():
     step_s[name] = batch_size / runs[name, cores].items_per_s  # its loading time per batch at `cores` workers
     factors[name] = sweep({name: ds}, [{"num_workers": cores, "persistent_workers": True, "prefetch_factor": f}
-                                       for f in (1, 2, 4)], **kw, step=lambda batch, s=step_s[name]: time.sleep(s))
+                                       for f in config.pick(quick=(1, 4), full=(1, 2, 4))], **kw, step=lambda batch, s=step_s[name]: time.sleep(s))
     for m in factors[name]:  # short labels for the plots
         m.name = f"prefetch_factor={m.params['prefetch_factor']}"
 persistence = sweep({"memmap": datasets["memmap"]}, [{"num_workers": cores, "persistent_workers": p} for p in (False, True)],
@@ -843,11 +843,14 @@ else:
 # Solution to exercise 2: two torch threads in each worker.
 # Why a module: under spawn or forkserver a worker unpickles `worker_init_fn` by module and name
 # (section 5), so it lives in a file a fresh interpreter can import. We write one into the lesson's
-# cache folder and put that on `sys.path` (spawned workers inherit it); in your project it is a
-# module of your package. Why spawn here: with fork, a worker that raises its threads can hang for
+# cache folder and put that on `sys.path` (the fork server below inherits it); in your project it is a
+# module of your package. Why not fork here: a forked worker that raises its threads can hang for
 # ever. torch's CPU threads are an OpenMP team, and GNU OpenMP's team does not survive a fork once
 # the parent has used one (exercise 1 just did): the first parallel copy in the worker waits at a
 # barrier for threads that were never copied. One more reason `_worker_loop` sets one thread.
+# So the workers start from a fork server (section 5; lesson 10 does the same): a clean process
+# that imports torch once (the preload) and has never run an OpenMP team, each worker a fork of
+# it. Spawn works too, at the price of importing torch again in every worker.
 # What to expect: a folder sample is a Pillow decode and resize, one thread whatever torch says;
 # only the collate's `torch.stack` and a layout copy are torch's. So expect little.
 import sys
@@ -858,14 +861,16 @@ if str(here) not in sys.path:
     sys.path.insert(0, str(here))
 from my_workers import two_threads  # noqa: E402
 
-one = {"num_workers": 1, "persistent_workers": True, "multiprocessing_context": "spawn"}
+forkserver = torch.multiprocessing.get_context("forkserver")
+forkserver.set_forkserver_preload(["torch", "gpufeed.data.folder"])  # takes effect when the server starts
+one = {"num_workers": 1, "persistent_workers": True, "multiprocessing_context": forkserver}
 plain, init = sweep({"JPEG folder": datasets["JPEG folder"]}, [one, {**one, "worker_init_fn": two_threads}], **kw)
 gain = plain.median / init.median
 why = ("slower: the stack and the copy now run as a team of two threads that waits for its slowest member, "
        "which waits for a core the main process or another program holds" if gain < 1 / 1.1 else
        "faster: the stack splits over a free core" if gain > 1.1 else
        "neither faster nor slower by more than 10%: the decode, most of a sample's time, is one thread either way")
-print(f"JPEG folder, one spawned worker: {plain.items_per_s:,.0f} images/s with one torch thread in it, "
+print(f"JPEG folder, one worker: {plain.items_per_s:,.0f} images/s with one torch thread in it, "
       f"{init.items_per_s:,.0f} with two ({versus(init.items_per_s, plain.items_per_s, bold=False)} one), on {cores} "
       f"cores: {why}.")
 

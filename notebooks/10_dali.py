@@ -98,7 +98,7 @@ def epoch(loader):
         images.to(S.device, non_blocking=True), labels.to(S.device, non_blocking=True)
 
 
-kw = {"items": n_images, "repeats": 5, "warmup": 1}
+kw = {"items": n_images, "repeats": config.pick(quick=3, full=5), "warmup": 1}
 ms = []
 for name, ds in datasets.items():
     loader = DataLoader(ds, batch_size=batch_size, shuffle=True, num_workers=cores, persistent_workers=True,
@@ -572,7 +572,7 @@ if HAVE_DALI:
     for n in (1, cores):
         dl = DataLoader(datasets["JPEG folder"], batch_size=batch_size, shuffle=True, num_workers=n,
                         persistent_workers=True, multiprocessing_context=forkserver)
-        scaling["DataLoader"][n] = benchmark(lambda dl=dl: epoch(dl), items=n_images, repeats=3)
+        scaling["DataLoader"][n] = benchmark(lambda dl=dl: epoch(dl), items=n_images, repeats=3, warmup=1)
         del dl  # stops its workers
         scaling["DALI"][n] = dali_rate(folder_pipeline(str(jpeg_dir), list(out_size), S.cuda, batch_size=batch_size,
                                                        num_threads=n, device_id=DEVICE_ID, seed=0), f"DALI, {n} threads")

@@ -88,6 +88,19 @@ def test_the_grouped_order_reads_less_than_the_full_shuffle_in_both_readers(data
     assert got["ImageLoader, grouped"]["reader"] == "imageloader"
 
 
+def test_epochs_in_one_reader_each_start_cold_and_say_what_they_read(dataset):
+    """read_epochs runs its epochs one after another in one process: the second read of the same
+    rows comes from the disk again (the reader dropped the file first), with its own options.
+    (ImageLoader's two epochs in one process: the compare test above.)"""
+    order = np.random.default_rng(0).permutation(2048)[:256]  # 3 MiB of rows, shuffled
+    first, again = outofcore.read_epochs(dataset, [(order, {}), (order, {"advice": "random"})], 32,
+                                         40 << 20)
+    assert first["images"] == again["images"] == 256
+    assert first["read_bytes"] >= 256 * ROW and again["read_bytes"] >= 256 * ROW  # both cold
+    assert (first["reader"], again["reader"]) == ("numpy", "numpy")
+    assert (first["advice"], again["advice"]) == ("normal", "random")
+
+
 def test_read_bytes_counts_what_the_disk_gave(dataset):
     """psutil's read_bytes is the kernel's /proc/self/io read_bytes: a cold read of the whole
     file is counted, a warm one is not."""

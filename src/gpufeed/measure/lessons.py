@@ -118,7 +118,7 @@ def _l04(pick, cuda):
 
 
 def _l05(pick, cuda):
-    n = pick(256, 5000)
+    n = pick(128, 5000)
     return [Dataset("lesson05", "lesson05/demo-jpeg", pick(16, 64), (320, 240), classes=4),
             Dataset("lesson05", f"lesson05/jpeg-224-{n}", n, (224, 224),
                     memmaps=((f"lesson05/mm-224-{n}", (224, 224)), (f"lesson05/mm-112-{n}", (112, 112))))]

@@ -19,7 +19,8 @@ sit beside its speed. ``--peers`` adds FFCV, SPDL and torchdata.nodes where inst
 
 All numbers come from one process, one dataset and the same cores (a warm-up pass first, CUDA
 synchronised before every clock read, median and IQR of several passes; loaders one after the
-other, training passes in turns): ratios between them are what to quote. ``run`` writes ``results.json`` and two plots,
+other, then the two bounds and the peers, then training passes in turns): ratios between them are
+what to quote. ``run`` writes ``results.json`` and two plots,
 and ``results.partial.json`` as each pipeline finishes (what a run cut short keeps; removed at the end).
 
 A pass is a whole epoch, or, under a time cap per case (``GPUFEED_MEASURE_S``,
@@ -261,6 +262,25 @@ def _run(out: Path, quick: bool, device: torch.device, workload: Workload | None
             peak[name], busy[name] = p.peak, c.cores
             log(f"  {ms[-1]}")
             keep()
+        # The loader-alone side ends with the bounds and the peers, before any training: the ratios
+        # the bench quotes (fetch of stream, course of FFCV) come from minutes apart, not from
+        # either side of a long training phase.
+        bounds = _loader_bounds(data, w, repeats)  # memcpy_stream, batch_fetch: images/s
+        for m in bounds:
+            log(f"  {m}")
+        stream = bounds[0]
+        # the course's pipelines against the bytes they must move per image at the stream's rate
+        moved = {name: ceilings.pipeline_bytes(w.crop, size) for name, size in OUT_ITEMSIZE.items()}
+        bandwidth = {name: ceilings.bandwidth_bound(stream, n) for name, n in moved.items()}
+        peer_ms: list[bench.Measurement] = []
+        if peers:
+            from gpufeed.measure import peers as gpeers
+
+            peer_ms = gpeers.measure_all(data, w, threads=workers, repeats=repeats, log=log)
+            for m in peer_ms:
+                peak[m.params["pipeline"]] = m.params.pop("peak_pss")
+                busy[m.params["pipeline"]] = m.params.pop("cores_busy")
+                images["loader"][m.params["pipeline"]] = m.items  # a peer's pass: whole epochs of its own
         _, step = make_model(w, device)
         trainable = {n: s for n, s in streams.items() if n not in pipelines.LOADER_ONLY}
         if cap is not None:  # every pipeline takes the same steps per pass, sized by the slowest
@@ -280,22 +300,6 @@ def _run(out: Path, quick: bool, device: torch.device, workload: Workload | None
     finally:
         for s in streams.values():
             s.close()  # ends DataLoader workers and prefetch threads now, not at garbage collection
-    bounds = _loader_bounds(data, w, repeats)  # memcpy_stream, batch_fetch: images/s
-    for m in bounds:
-        log(f"  {m}")
-    stream = bounds[0]
-    # the course's pipelines against the bytes they must move per image at the stream's rate
-    moved = {name: ceilings.pipeline_bytes(w.crop, size) for name, size in OUT_ITEMSIZE.items()}
-    bandwidth = {name: ceilings.bandwidth_bound(stream, n) for name, n in moved.items()}
-    peer_ms: list[bench.Measurement] = []
-    if peers:
-        from gpufeed.measure import peers as gpeers
-
-        peer_ms = gpeers.measure_all(data, w, threads=workers, repeats=repeats, log=log)
-        for m in peer_ms:
-            peak[m.params["pipeline"]] = m.params.pop("peak_pss")
-            busy[m.params["pipeline"]] = m.params.pop("cores_busy")
-            images["loader"][m.params["pipeline"]] = m.items  # a peer's pass: whole epochs of its own
     ceilings_ms = _ceilings(w, device)
     per_image = 3 * w.crop * w.crop  # bytes of one uint8 image on the wire
     wire = ceilings_ms[-1]  # H2D pinned on CUDA, memcpy on the CPU
@@ -447,8 +451,9 @@ def bound_lines(doc: dict) -> list[str]:
 
 
 def markdown(doc: dict) -> str:
-    """The records as a Markdown table with the machine and sizes named: what the README quotes
-    (a test keeps the README's copy equal to the committed file's)."""
+    """The records as a Markdown table with the machine and sizes named, then :func:`bound_lines`
+    as a list: what the README quotes (a test keeps the README's copy equal to the committed
+    file's)."""
     from gpufeed.measure.machine import describe
 
     w = doc["workload"]
@@ -489,7 +494,8 @@ def markdown(doc: dict) -> str:
         if train:
             cells[-2:] = [f"{train['images_per_s']:,.1f}", f"{train['fraction_of_ceiling']:.2f}"]
         rows.append([name, *cells])
-    return head + "\n\n" + _table(header, rows)
+    bounds = "".join(f"\n- {line}" for line in bound_lines(doc))  # files from before them: none
+    return head + "\n\n" + _table(header, rows) + ("\n" + bounds if bounds else "")
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:

@@ -3,9 +3,11 @@
 Lesson 06 reads one memmap dataset (:func:`write_dataset`), four times larger than the memory
 the reading process may use, in two orders: a full shuffle (``torch.randperm``) and the grouped
 shuffle FFCV calls ``QUASI_RANDOM`` (:func:`gpufeed.data.loader.grouped_permutation`). Each epoch
-runs in a fresh process (:func:`read_epoch`) that starts with none of the file in the page cache
-and reports images/s and the bytes it read from the disk (psutil's ``io_counters().read_bytes``:
-what reached the block device, read-ahead included). Two readers:
+runs in a reader process started for it (:func:`read_epoch`), or one after another in one reader
+process (:func:`read_epochs`: one interpreter start, and for ImageLoader one torch import, about
+3 s of CPU, for all of them); each starts with none of the file in the page cache and reports
+images/s and the bytes it read from the disk (psutil's ``io_counters().read_bytes``: what
+reached the block device, read-ahead included). Two readers:
 
 * ``"numpy"``, a stand-in with nothing but NumPy (no torch: the lightest process): one fancy
   index of the mapped file per batch, as :class:`gpufeed.data.loader.FastLoader` gathers, on a
@@ -32,6 +34,7 @@ Example:
 from __future__ import annotations
 
 import ctypes
+import gc
 import json
 import mmap
 import os
@@ -40,6 +43,7 @@ import sys
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -176,16 +180,35 @@ def read_epoch(dataset: str | os.PathLike, order: np.ndarray, batch: int, limit:
         "limit", "reader", "advice"}``; ``own_bytes``: what the reader's own memory grew by while it
         read (a cgroup counts it against the limit, leaving the page cache less).
     """
+    return read_epochs(dataset, [(order, {"advice": advice, "group": group})], batch, limit,
+                       reader=reader, seed=seed)[0]
+
+
+def read_epochs(dataset: str | os.PathLike, runs: Sequence[tuple[np.ndarray, dict]], batch: int,
+                limit: int, *, reader: str = "numpy", seed: int = 0) -> list[dict]:
+    """:func:`read_epoch` of each ``(order, options)`` in ``runs`` (options: ``advice``,
+    ``group``), one after another in one new process held to ``limit`` bytes (one memory cgroup):
+    one interpreter start for them all, and for ``"imageloader"`` one import of torch.
+
+    Every run starts with none of the file cached (the reader drops it, as :func:`read_epoch`'s
+    does) and with the previous run's mapping and loader gone. The reader joins the cgroup after
+    its imports and the first run's loader are set up; a later run's ImageLoader is made inside
+    it (its index order: a few KiB, against a limit of MiB). Returns one result per run, in order.
+    """
     if reader not in READERS:
         raise ValueError(f"read_epoch: reader must be one of {READERS} (got {reader!r})")
     dataset = Path(dataset).resolve()  # the reader finds its mapping by this path in psutil's (absolute) maps
-    order_file = dataset / f"order-{uuid.uuid4().hex[:8]}.npy"
-    np.save(order_file, np.asarray(order, dtype=np.int64))
+    order_files = []
     try:
+        steps = []
+        for order, options in runs:
+            order_files.append(dataset / f"order-{uuid.uuid4().hex[:8]}.npy")
+            np.save(order_files[-1], np.asarray(order, dtype=np.int64))
+            steps.append({"order": str(order_files[-1]), "advice": options.get("advice", "normal"),
+                          "group": options.get("group")})
         with memory_cgroup(limit) as (method, cgroup):
-            spec = {"dataset": str(dataset), "order": str(order_file), "batch": batch,
-                    "limit": limit, "method": method, "cgroup": str(cgroup or ""),
-                    "reader": reader, "advice": advice, "group": group, "seed": seed}
+            spec = {"dataset": str(dataset), "batch": batch, "limit": limit, "method": method,
+                    "cgroup": str(cgroup or ""), "reader": reader, "seed": seed, "runs": steps}
             run = subprocess.run([sys.executable, "-m", "gpufeed.course.lesson06.outofcore",
                                   json.dumps(spec)], capture_output=True, text=True, timeout=1800,
                                  env={**os.environ, **READER_ENV})
@@ -198,7 +221,8 @@ def read_epoch(dataset: str | os.PathLike, order: np.ndarray, batch: int, limit:
                                f"({run.returncode}): {run.stderr[-2000:]}")
         return json.loads(run.stdout.strip().splitlines()[-1])
     finally:
-        order_file.unlink(missing_ok=True)
+        for f in order_files:
+            f.unlink(missing_ok=True)
 
 
 def compare(dataset: str | os.PathLike, batch: int, group: int, limit: int, seed: int = 0,
@@ -216,16 +240,17 @@ def compare(dataset: str | os.PathLike, batch: int, group: int, limit: int, seed
     n = read_manifest(dataset)["count"]
     full = permutation(n, seed).numpy()[:first]
     grouped = grouped_permutation(n, group, seed).numpy()[:first]
-    runs = {
-        "full shuffle": (full, {"advice": "normal"}),
-        "full shuffle, MADV_RANDOM": (full, {"advice": "random"}),
-        "grouped": (grouped, {"advice": "normal"}),
-    }
+    by_reader = {"numpy": {"full shuffle": (full, {"advice": "normal"}),
+                           "full shuffle, MADV_RANDOM": (full, {"advice": "random"}),
+                           "grouped": (grouped, {"advice": "normal"})}}
     if image_loader:
-        runs["ImageLoader, full shuffle"] = (full, {"reader": "imageloader"})
-        runs["ImageLoader, grouped"] = (grouped, {"reader": "imageloader", "group": group})
-    return {name: read_epoch(dataset, order, batch, limit, seed=seed, **kw)
-            for name, (order, kw) in runs.items()}
+        by_reader["imageloader"] = {"ImageLoader, full shuffle": (full, {}),
+                                    "ImageLoader, grouped": (grouped, {"group": group})}
+    out = {}
+    for reader, runs in by_reader.items():  # one process per reader, its epochs one after another
+        out.update(zip(runs, read_epochs(dataset, list(runs.values()), batch, limit, reader=reader,
+                                         seed=seed)))
+    return out
 
 
 def read_ahead_kb(path: str | os.PathLike) -> int | None:
@@ -387,21 +412,31 @@ def _reader(spec: dict) -> dict:
             "check": total}
 
 
-USAGE = "usage: python -m gpufeed.course.lesson06.outofcore SPEC  (SPEC: the JSON that read_epoch writes)"
+def _readers(spec: dict) -> list[dict]:
+    """The child's side of :func:`read_epochs`: :func:`_reader` for each of ``spec["runs"]``, the
+    previous run's loader and mapping collected before the next starts."""
+    out = []
+    for run in spec["runs"]:
+        out.append(_reader({**{k: v for k, v in spec.items() if k != "runs"}, **run}))
+        gc.collect()  # the run's loader (and its mapping of the file) is gone before the next one
+    return out
+
+
+USAGE = "usage: python -m gpufeed.course.lesson06.outofcore SPEC  (SPEC: the JSON that read_epochs writes)"
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m gpufeed.course.lesson06.outofcore SPEC``: the reader :func:`read_epoch` starts, given its
-    JSON spec; one JSON line on stdout."""
+    """``python -m gpufeed.course.lesson06.outofcore SPEC``: the reader :func:`read_epochs` starts,
+    given its JSON spec; one JSON line on stdout, a list of one result per run."""
     a = sys.argv[1:] if argv is None else argv
     try:
         spec = json.loads(a[0]) if len(a) == 1 else None
     except json.JSONDecodeError:
         spec = None
-    if not isinstance(spec, dict):
+    if not isinstance(spec, dict) or not isinstance(spec.get("runs"), list):
         print(USAGE, file=sys.stderr)
         return 2
-    print(json.dumps(_reader(spec)))
+    print(json.dumps(_readers(spec)))
     return 0
 
 
