@@ -34,6 +34,8 @@ PRELOAD = ("torch", "torch._dynamo", "torch.distributed", "torch.nn.parallel", "
 
 #: What a failed run shows of each rank's output (its last lines hold the error).
 TAIL_LINES = 25
+#: Seconds the other ranks get to end by themselves once one has failed, before they are stopped.
+GRACE_S = 5.0
 
 
 def context() -> multiprocessing.context.BaseContext:
@@ -113,7 +115,11 @@ def run(nproc: int, script_args, out: str | os.PathLike, *, threads: int = 1, ti
         for p in procs:
             p.start()
         deadline, running = time.monotonic() + timeout, {p.sentinel: p for p in procs}
-        while running and not any(p.exitcode for p in procs):  # as torchrun: a failed rank stops the others
+        while running:  # as torchrun: a failed rank stops the others, after a grace period
+            if any(p.exitcode for p in procs):
+                # the others often fail on the same input a moment later, and only rank 0 prints
+                # the error: give them GRACE_S to say it before they are stopped
+                deadline = min(deadline, time.monotonic() + GRACE_S)
             ended = wait(list(running), timeout=max(0.0, deadline - time.monotonic()))
             if not ended:  # out of time
                 break
