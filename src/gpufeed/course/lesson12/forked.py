@@ -115,11 +115,12 @@ def run(nproc: int, script_args, out: str | os.PathLike, *, threads: int = 1, ti
         for p in procs:
             p.start()
         deadline, running = time.monotonic() + timeout, {p.sentinel: p for p in procs}
+        graced = False
         while running:  # as torchrun: a failed rank stops the others, after a grace period
-            if any(p.exitcode for p in procs):
+            if not graced and any(p.exitcode for p in procs):
                 # the others often fail on the same input a moment later, and only rank 0 prints
-                # the error: give them GRACE_S to say it before they are stopped
-                deadline = min(deadline, time.monotonic() + GRACE_S)
+                # the error: give them GRACE_S from the first failure to say it before they stop
+                deadline, graced = min(deadline, time.monotonic() + GRACE_S), True
             ended = wait(list(running), timeout=max(0.0, deadline - time.monotonic()))
             if not ended:  # out of time
                 break
