@@ -434,31 +434,42 @@ def test_cuda_prefetcher_overlaps_a_slow_loader_with_a_loop_that_syncs_every_ste
     """Issue 29: a training loop that waits for the GPU every step (``loss.item()``) used to pay
     the loader's time and the step's one after the other (the old prefetcher asked the loader in
     ``next()``, between two steps). The loader's ``next()`` takes LOAD_S and the step STEP_S of host
-    waiting, then a sync: per step it must take about max(LOAD_S, STEP_S), not their sum. A
-    structural check with wide margins (sleeps, not speed), under the simulator."""
+    waiting, then a sync: the loads must run while the steps wait, so a step costs about
+    max(LOAD_S, STEP_S), not their sum. Checked on the intervals themselves (sleeps, not speed), so
+    a loaded machine cannot fail it; a wall-clock bound did (CI, 2026-11-27: 177 ms a step)."""
     from gpufeed.simcuda import simulated_cuda
 
     load_s = step_s = 0.1  # long beside the simulator's own host time a step (tens of ms, loaded)
     n, warm = 16, 3
+    loads, steps = [], []  # (start, end) of each load's and each step's host wait, perf_counter s
 
     def slow_loader():
         for k in range(n):
+            start = time.perf_counter()
             time.sleep(load_s)  # the loader's own host time (reading, decoding, collating)
+            loads.append((start, time.perf_counter()))
             yield torch.full((2, 3, 8, 8), k, dtype=torch.uint8), torch.tensor([k])
 
     with simulated_cuda(seed=0):
-        ends, seen = [], []
+        seen = []
         with CudaPrefetcher(slow_loader(), "cuda", dtype=torch.float32, depth=2) as p:
             for images, labels in p:
+                start = time.perf_counter()
                 time.sleep(step_s)  # the step: the host waits this long for the GPU, then reads the loss
+                steps.append((start, time.perf_counter()))
                 seen.append(((images.sum() * 255 / images.numel()).round() + 1000 * labels).item())  # a sync
-                ends.append(time.perf_counter())
     assert seen == [1001.0 * k for k in range(n)]  # each batch's mean and label, in order
-    per_step = (ends[-1] - ends[warm]) / (n - 1 - warm)
-    ms = f"{per_step * 1e3:.1f} ms per step (load {load_s * 1e3:.0f} ms, step {step_s * 1e3:.0f} ms)"
-    print(ms)  # pytest -s shows it
-    assert per_step > 0.95 * max(load_s, step_s), ms  # a sleep cannot be shorter: the clock is right
-    assert per_step < 0.8 * (load_s + step_s), f"{ms}: the loader's time is not overlapped with the step"
+
+    def overlap(a, b) -> float:
+        return max(0.0, min(a[1], b[1]) - max(a[0], b[0]))
+
+    # Structural, not a speed: the loads that remain once the queue is full (one per step) happen
+    # while a step waits, so their time is hidden. A loader asked between steps overlaps none of
+    # it; a loaded machine delays both sides but cannot move a load out of the step it runs in.
+    hidden = sum(overlap(load, step) for load in loads[warm:] for step in steps)
+    share = hidden / sum(end - start for start, end in loads[warm:])
+    print(f"{share:.0%} of the loader's time after warm-up ran during a step")  # pytest -s shows it
+    assert share > 0.6, f"only {share:.0%} of the loader's time overlapped a step"
 
 
 # --- issue 35: memory bounded whatever the loop does, host waits, overlap with costly copies -------
@@ -539,18 +550,30 @@ def test_the_copys_host_work_runs_on_the_thread_beside_a_syncing_step():
     n, warm, shape = 12, 3, (2, 3, 64, 64)
     nbytes = torch.empty(shape, dtype=torch.uint8).nbytes
     data = [(torch.full(shape, k, dtype=torch.uint8), torch.tensor([k])) for k in range(n)]
-    with simulated_cuda(seed=0, speeds=NominalSpeeds(host_gb_s=nbytes / copy_s / 1e9)):
-        ends, seen = [], []
+    copies, steps = [], []  # (start, end) of each image batch's pinning and each step's wait, s
+    with simulated_cuda(seed=0, speeds=NominalSpeeds(host_gb_s=nbytes / copy_s / 1e9)) as sim:
+        host_copy = sim.host_copy
+
+        def timed_host_copy(size: int) -> None:
+            begin = time.perf_counter()
+            host_copy(size)
+            if size == nbytes:  # the images, not the labels
+                copies.append((begin, time.perf_counter()))
+
+        sim.host_copy = timed_host_copy
+        seen = []
         with CudaPrefetcher(data, "cuda", dtype=torch.float32, depth=2) as p:
             for images, labels in p:
+                begin = time.perf_counter()
                 time.sleep(step_s)  # the step: the host waits this long for the GPU, then reads the loss
+                steps.append((begin, time.perf_counter()))
                 seen.append(((images.sum() * 255 / images.numel()).round() + 1000 * labels).item())  # a sync
-                ends.append(time.perf_counter())
     assert seen == [1001.0 * k for k in range(n)]
-    per_step = (ends[-1] - ends[warm]) / (n - 1 - warm)
-    ms = f"{per_step * 1e3:.1f} ms per step (pinning {copy_s * 1e3:.0f} ms, step {step_s * 1e3:.0f} ms)"
-    assert per_step > 0.95 * max(copy_s, step_s), ms
-    assert per_step < 0.8 * (copy_s + step_s), f"{ms}: the copy's host work is not overlapped with the step"
+    assert len(copies) == n, "each image batch pinned once"
+    # Structural, as in the test above: the pinning left once the queue is full runs during steps.
+    hidden = sum(max(0.0, min(c[1], t[1]) - max(c[0], t[0])) for c in copies[warm:] for t in steps)
+    share = hidden / sum(end - begin for begin, end in copies[warm:])
+    assert share > 0.6, f"only {share:.0%} of the pinning overlapped a step: it is not on the thread"
 
 
 def test_cuda_batches_never_alias_while_held(on_cuda):
