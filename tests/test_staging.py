@@ -96,7 +96,10 @@ def test_ranks_building_one_memmap_at_once_decode_it_once(tmp_path):
     from gpufeed.measure.synth import synth_folder
 
     src = synth_folder(tmp_path / "jpeg", n=60, size=(64, 48), classes=3, progress=False).path
-    ctx = multiprocessing.get_context("spawn")
+    # Two fresh processes, as two ranks are. A fork server imports torch and tensordict once (8 s
+    # here) and forks both from it; spawn made each import them.
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["gpufeed.data.memmap"])
     barrier, out = ctx.Barrier(2), ctx.Queue()
     procs = [ctx.Process(target=_build, args=(src, tmp_path / "mm", barrier, out)) for _ in range(2)]
     for p in procs:

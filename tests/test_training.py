@@ -205,3 +205,19 @@ def test_read_grid_says_the_float16_loop_converts_into_a_prepared_buffer():
     assert "pinned uint8 and pageable float16 (here converted into a prepared buffer" in text  # not "as usually written"
     tie = training.read_grid(_grid(0.010, 0.010, 0.010, 0.010))  # a tie everywhere: no winner claimed
     assert "differ by nothing; neither part shows" in tie and "in favour of" not in tie and "larger part" not in tie
+
+
+def test_resnet18_with_normalize_equals_a_fresh_build_and_leaves_the_generator_as_one_would():
+    """It copies the first model built for (num_classes, seed): same weights as building it anew, and
+    the global generator where a new build leaves it (the next random draw unchanged)."""
+    from torchvision.models import resnet18
+
+    for _ in range(2):  # the first call builds and keeps it, the second copies it
+        model, after = training.resnet18_with_normalize(num_classes=5, seed=3), torch.rand(4)
+        torch.manual_seed(3)
+        fresh, fresh_after = torch.nn.Sequential(training.Normalize(), resnet18(weights=None, num_classes=5)), torch.rand(4)
+        assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), fresh.state_dict().values()))
+        assert torch.equal(after, fresh_after)
+    a, b = training.resnet18_with_normalize(num_classes=5, seed=3), training.resnet18_with_normalize(num_classes=5, seed=3)
+    a[1].fc.weight.data.zero_()
+    assert b[1].fc.weight.abs().sum() > 0, "each call is its own model"
