@@ -1,6 +1,4 @@
 import json
-import subprocess
-import sys
 
 import pytest
 
