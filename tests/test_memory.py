@@ -40,3 +40,23 @@ def test_children_are_counted():
 
 def test_missing_process_reads_none():
     assert memory.pss(2**22 + 12345) is None
+
+
+@pytest.mark.parametrize("max_share, most, least", [(0.1, 5, 2), (1.0, 20, 4)])
+def test_the_sampler_paces_itself_by_what_a_reading_costs(monkeypatch, max_share, most, least):
+    """A reading that takes 20 ms (a process that has read a large memmap) is taken at most once
+    per 20 ms / max_share: with 0.1, every 0.2 s at the most, not every 50 ms."""
+    def slow_tree_pss(pid=None):
+        time.sleep(0.02)
+        return 1 << 20
+
+    monkeypatch.setattr(memory, "tree_pss", slow_tree_pss)
+    with memory.PeakPss(max_share=max_share) as p:
+        time.sleep(0.6)
+    assert p.peak == 1 << 20
+    assert least <= p.readings <= most, p.readings  # entry and exit readings included
+
+
+def test_the_sampler_refuses_a_share_outside_one_core():
+    with pytest.raises(ValueError, match="max_share"):
+        memory.PeakPss(max_share=0)
