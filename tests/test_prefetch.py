@@ -429,6 +429,13 @@ def test_cuda_prefetcher_memory_in_flight_is_depth_plus_two_batches_and_close_fr
         assert in_use() == base, ending  # no batch, pinned copy or thread left behind
 
 
+def share_during(work: list[tuple[float, float]], steps: list[tuple[float, float]]) -> float:
+    """The share of the ``work`` intervals' time that falls inside ``steps`` intervals ((start,
+    end) in seconds, neither list overlapping itself): 1.0 is all of it hidden behind the steps."""
+    inside = sum(max(0.0, min(w[1], t[1]) - max(w[0], t[0])) for w in work for t in steps)
+    return inside / sum(end - start for start, end in work)
+
+
 @pytest.mark.simcuda
 def test_cuda_prefetcher_overlaps_a_slow_loader_with_a_loop_that_syncs_every_step():
     """Issue 29: a training loop that waits for the GPU every step (``loss.item()``) used to pay
@@ -459,15 +466,10 @@ def test_cuda_prefetcher_overlaps_a_slow_loader_with_a_loop_that_syncs_every_ste
                 steps.append((start, time.perf_counter()))
                 seen.append(((images.sum() * 255 / images.numel()).round() + 1000 * labels).item())  # a sync
     assert seen == [1001.0 * k for k in range(n)]  # each batch's mean and label, in order
-
-    def overlap(a, b) -> float:
-        return max(0.0, min(a[1], b[1]) - max(a[0], b[0]))
-
     # Structural, not a speed: the loads that remain once the queue is full (one per step) happen
     # while a step waits, so their time is hidden. A loader asked between steps overlaps none of
     # it; a loaded machine delays both sides but cannot move a load out of the step it runs in.
-    hidden = sum(overlap(load, step) for load in loads[warm:] for step in steps)
-    share = hidden / sum(end - start for start, end in loads[warm:])
+    share = share_during(loads[warm:], steps)
     print(f"{share:.0%} of the loader's time after warm-up ran during a step")  # pytest -s shows it
     assert share > 0.6, f"only {share:.0%} of the loader's time overlapped a step"
 
@@ -571,8 +573,7 @@ def test_the_copys_host_work_runs_on_the_thread_beside_a_syncing_step():
     assert seen == [1001.0 * k for k in range(n)]
     assert len(copies) == n, "each image batch pinned once"
     # Structural, as in the test above: the pinning left once the queue is full runs during steps.
-    hidden = sum(max(0.0, min(c[1], t[1]) - max(c[0], t[0])) for c in copies[warm:] for t in steps)
-    share = hidden / sum(end - begin for begin, end in copies[warm:])
+    share = share_during(copies[warm:], steps)
     assert share > 0.6, f"only {share:.0%} of the pinning overlapped a step: it is not on the thread"
 
 
