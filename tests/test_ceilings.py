@@ -48,6 +48,7 @@ def test_host_to_device_without_cuda_says_so():
         ceilings.host_to_device(1 << 20, pinned=True)
 
 
+@pytest.mark.cuda  # make test-gpu selects -m cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_host_to_device_on_cuda():
     pageable = ceilings.host_to_device(1 << 24, pinned=False, repeats=3)
