@@ -11,7 +11,7 @@
 # %%
 import gpufeed
 
-S = gpufeed.setup()  # S.device, S.quick, S.machine
+S = gpufeed.setup("01")  # S.device, S.mode, S.machine; shows this lesson's evidence box
 
 # %% [markdown]
 # ## 1. The idea

@@ -14,7 +14,7 @@
 # %%
 import gpufeed
 
-S = gpufeed.setup()  # S.device, S.quick, S.machine
+S = gpufeed.setup("05")  # S.device, S.mode, S.machine; shows this lesson's evidence box
 
 # %% [markdown]
 # ## 1. Pages, virtual memory and the page cache

@@ -15,7 +15,7 @@
 # %%
 import gpufeed
 
-S = gpufeed.setup()  # S.device, S.quick, S.machine
+S = gpufeed.setup("12")  # S.device, S.mode, S.machine; shows this lesson's evidence box
 
 # %% [markdown]
 # ## 1. The idea: one process per GPU, each its own shard

@@ -62,7 +62,7 @@ def run_setup(source: str, monkeypatch, colab: bool, cuda: str | None = "12.6") 
     fake_torch.__version__ = COLAB_TORCH
     fake_torch.version = types.SimpleNamespace(cuda=cuda)
     fake_gpufeed = types.ModuleType("gpufeed")
-    fake_gpufeed.setup = lambda: events.append(("setup",)) or "session"
+    fake_gpufeed.setup = lambda lesson=None: events.append(("setup",)) or "session"
     ns = {"__name__": "__main__", "open": File}
     with monkeypatch.context() as m:
         for name, module in {"subprocess": fake_subprocess, "torch": fake_torch, "gpufeed": fake_gpufeed}.items():

@@ -17,8 +17,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
-from gpurun import notebook, plan, preflight, procs, references, report, runner, steps  # noqa: E402  (tools/gpurun/)
+from gpurun import notebook, plan, preflight, procs, report, runner, steps  # noqa: E402  (tools/gpurun/)
 from gpurun.report import Entry  # noqa: E402
+
+from gpufeed.measure import references  # noqa: E402
 
 PY = sys.executable
 pytest_plugins = ["pytester"]  # a pytest run in this process: the sanitizer's wiring
@@ -577,11 +579,12 @@ def lesson11_workloads(cuda: bool):
     return ns["QUICK"], ns["FULL"]
 
 
-def test_every_lesson_and_the_bench_have_their_datasets_listed_in_both_modes():
+def test_every_lesson_and_the_bench_have_their_datasets_listed_in_every_mode():
     from gpufeed.measure.datasets import datasets, workload_dataset
 
-    for quick, cuda in ((True, True), (False, True), (False, False)):
-        specs = datasets(quick=quick, cuda=cuda)
+    for mode, cuda in (("quick", True), ("full", True), ("full", False), ("site", False)):
+        quick = mode != "full"
+        specs = datasets(mode, cuda=cuda)
         quick11, full11 = lesson11_workloads(cuda)
         assert {d.owner for d in specs} >= {"bench", "lesson05", "lesson07", "lesson09", "lesson10", "lesson11", "lesson12"}
         folders = [d.folder for d in specs]

@@ -54,7 +54,7 @@ def test_title_badge_and_setup_cell(path):
         assert word in source(first)
     assert second["cell_type"] == "code"
     setup = source(second)
-    assert "google.colab" in setup and "gpufeed.setup()" in setup and '"--no-deps"' in setup
+    assert "google.colab" in setup and f"gpufeed.setup(\"{number}\")" in setup and '"--no-deps"' in setup
     assert re.search(r'pip install[^\n]*\btorch\b', setup) is None  # never replace Colab's torch
 
 
@@ -80,11 +80,11 @@ def test_cells_are_short(path):
 
 def test_the_builder_reads_sources_with_jupytext(tmp_path):
     src = tmp_path / "00_t.py"
-    setup = "\n".join(f"# %%\n{builder.SETUP}".splitlines())
+    setup = "\n".join(f"# %%\n{builder.setup_line('00')}".splitlines())
     src.write_text(f"# %% [markdown]\n# # 00 · T\n#\n# text\n\n{setup}\n\n# %%\nx = 1\n")
-    assert builder.read_cells(src) == [("markdown", "# 00 · T\n\ntext"), ("code", builder.SETUP), ("code", "x = 1")]
+    assert builder.read_cells(src) == [("markdown", "# 00 · T\n\ntext"), ("code", builder.setup_line("00")), ("code", "x = 1")]
     code = [c.source for c in builder.build(src).cells if c.cell_type == "code"]
-    assert code[0].startswith("# Setup") and code[0].endswith(builder.SETUP), "Colab lines, then the source's setup"
+    assert code[0].startswith("# Setup") and code[0].endswith(builder.setup_line("00")), "Colab lines, then the source's setup"
     assert code[1:] == ["x = 1"], "the source's setup cell is not repeated"
     src.write_text("# %%\nx = 1\n")
     with pytest.raises(ValueError, match="first cell must be markdown"):
@@ -99,7 +99,7 @@ def test_each_source_sets_up_before_anything_else(source):
     """The sources are notebooks a learner opens in JupyterLab (notebooks/jupytext.toml): the setup
     call that defines ``S`` is in the source itself, not only in the built .ipynb."""
     cells = builder.read_cells(source)
-    assert cells[1] == ("code", builder.SETUP), f"{source.name}: the setup cell must follow the title"
+    assert cells[1] == ("code", builder.setup_line(source.name[:2])), f"{source.name}: the setup cell must follow the title"
     assert not any("gpufeed.setup(" in text for _, text in cells[2:]), f"{source.name}: set up once"
 
 
@@ -118,7 +118,7 @@ def test_a_source_opened_through_jupytext_is_the_notebook_nbmake_runs(name):
     opened = [c.source for c in manager.get(path.name)["content"].cells if c.cell_type == "code"]
     assert not any("google.colab" in c for c in opened), "the source has no Colab lines"
     built = [source(c) for c in cells(path.with_suffix(".ipynb")) if c["cell_type"] == "code"]
-    assert built[0].startswith("# Setup") and built[0].endswith(opened[0]) and opened[0] == builder.SETUP
+    assert built[0].startswith("# Setup") and built[0].endswith(opened[0]) and opened[0] == builder.setup_line(name[:2])
     assert opened[1:] == built[1:]
 
 
@@ -132,7 +132,7 @@ def test_a_folded_solution_keeps_its_folding_in_the_notebook_and_through_jupyter
     from jupytext.sync_contentsmanager import build_sync_jupytext_contents_manager_class
 
     src = tmp_path / "00_t.py"
-    src.write_text(f"# %% [markdown]\n# # 00 · T\n\n# %%\n{builder.SETUP}\n\n# %%\nx = 1\n\n{SOLUTION}\n# Solution\ny = 2\n")
+    src.write_text(f"# %% [markdown]\n# # 00 · T\n\n# %%\n{builder.setup_line('00')}\n\n# %%\nx = 1\n\n{SOLUTION}\n# Solution\ny = 2\n")
     built = builder.build(src).cells
     assert [c.metadata for c in built[2:4]] == [
         {}, {"tags": ["solution", "hide-cell"], "jupyter": {"outputs_hidden": True, "source_hidden": True}}]
@@ -295,7 +295,7 @@ def test_a_deep_dive_keeps_its_tags_in_the_notebook_and_the_check_finds_each_sli
     """The builder carries a deep dive's tags and folding into the .ipynb (a small tagged example:
     the lessons' own deep dives are checked above), and the check names each way to break it."""
     src = tmp_path / "00_t.py"
-    src.write_text(f"# %% [markdown]\n# # 00 · T\n\n# %%\n{builder.SETUP}\n\n{DEEP_DIVE}")
+    src.write_text(f"# %% [markdown]\n# # 00 · T\n\n# %%\n{builder.setup_line('00')}\n\n{DEEP_DIVE}")
     built = [dict(c) for c in builder.build(src).cells]
     heading, text, code, back = built[2:6]
     assert source(heading).startswith("### Deeper (optional): how") and "tags" not in heading["metadata"]

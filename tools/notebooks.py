@@ -5,8 +5,8 @@ builder adds to every notebook, from this one place:
 
 * the Colab badge under the title, pointing at the notebook's own path in the repository whose
   address is ``[project.urls] Homepage`` in ``pyproject.toml``;
-* the Colab installs, in front of the source's own setup cell (``S = gpufeed.setup()``, the first
-  code cell of every source, so that the source runs as it stands in JupyterLab); the cell is tagged
+* the Colab installs, in front of the source's own setup cell (``S = gpufeed.setup("NN")``, the first
+  code cell of every source, :func:`setup_line`, so that the source runs as it stands in JupyterLab); the cell is tagged
   :data:`SETUP_TAGS`, which folds it on the site (the page opens on the lesson, and the "Measured
   on" box says what the cell printed) and leaves it visible and runnable in Colab and JupyterLab;
 * the footer linking the next lesson.
@@ -20,7 +20,7 @@ Usage::
 Source format: jupytext's "percent" format, read with jupytext itself (``# %%`` starts a code cell,
 ``# %% [markdown]`` a markdown cell whose lines start with ``# ``); the notebook is written with
 nbformat. The first cell is markdown and starts with ``# NN · Title``; the second is the setup cell,
-:data:`SETUP`. JupyterLab opens the sources as notebooks through jupytext's contents manager
+:func:`setup_line`. JupyterLab opens the sources as notebooks through jupytext's contents manager
 (``notebooks/jupytext.toml``) and they run as they stand; the sources are not paired with the
 ``.ipynb`` files, which only this builder writes.
 """
@@ -45,8 +45,18 @@ LESSONS = {x.number: x.title for x in registry.LESSONS}
 
 #: Extra packages a notebook's Colab setup installs ("dali": the wheel matching Colab's CUDA).
 COLAB_EXTRAS = {"10": ["dali"], "11": ["dali"]}  # 11: DALI as a side rung of the ladder
-#: The setup cell every source holds right after its title (the builder adds the Colab lines above it).
-SETUP = "import gpufeed\n\nS = gpufeed.setup()  # S.device, S.quick, S.machine"
+def setup_line(number: str) -> str:
+    """The setup cell every source holds right after its title (the builder adds the Colab lines
+    above it): :func:`gpufeed.setup` with the lesson's number, which also shows the lesson's
+    evidence box (:mod:`gpufeed.measure.evidence`).
+
+    Example:
+        >>> print(setup_line("08"))
+        import gpufeed
+        <BLANKLINE>
+        S = gpufeed.setup("08")  # S.device, S.mode, S.machine; shows this lesson's evidence box
+    """
+    return f'import gpufeed\n\nS = gpufeed.setup("{number}")  # S.device, S.mode, S.machine; shows this lesson\'s evidence box'
 #: Cell metadata the notebooks keep from their sources (and JupyterLab saves back, jupytext.toml):
 #: ``tags`` ("solution", "deeper", "hide-cell": the site folds the cell) and ``jupyter`` (JupyterLab
 #: folds it). A deep dive (:data:`DEEPER_HEADING`) tags each of its cells "deeper".
@@ -78,7 +88,7 @@ def badge(path: Path) -> str:
 
 
 def setup_source(number: str) -> str:
-    """The notebook's setup cell: the Colab lines, then the source's :data:`SETUP`. On Colab it
+    """The notebook's setup cell: the Colab lines, then the source's :func:`setup_line`. On Colab it
     installs only what Colab lacks, under a pip constraint that keeps Colab's torch (tensordict's
     newest release may require a newer torch, which pip would install)."""
     lines = [
@@ -101,7 +111,7 @@ def setup_source(number: str) -> str:
             '    cuda = int((torch.version.cuda or "12").split(".")[0])  # DALI\'s wheel matches the CUDA major',
             '    subprocess.run([*pip, f"nvidia-dali-cuda{130 if cuda >= 13 else 120}"], check=True)',
         ]
-    return "\n".join([*lines, SETUP])
+    return "\n".join([*lines, setup_line(number)])
 
 
 def setup_metadata(metadata: dict) -> dict:
@@ -144,8 +154,9 @@ def build(source: Path) -> nbformat.NotebookNode:
     cells = read_cells(source, metadata=True)
     if not cells or cells[0][0] != "markdown" or not re.match(r"# \d\d · ", cells[0][1]):
         raise ValueError(f"{source}: the first cell must be markdown starting with '# NN · Title'")
-    if len(cells) < 2 or cells[1][:2] != ("code", SETUP):
-        raise ValueError(f"{source}: the second cell must be the setup cell, exactly:\n{SETUP}\n"
+    setup = setup_line(source.name[:2])
+    if len(cells) < 2 or cells[1][:2] != ("code", setup):
+        raise ValueError(f"{source}: the second cell must be the setup cell, exactly:\n{setup}\n"
                          "(the builder adds the Colab installs above it)")
     title, _, rest = cells[0][1].partition("\n")
     ipynb = source.with_suffix(".ipynb")

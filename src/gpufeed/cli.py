@@ -204,7 +204,7 @@ def _prepare(args) -> int:
     from gpufeed.measure.synth import SynthError
 
     cuda = torch.cuda.is_available() if args.device == "auto" else args.device == "cuda"
-    specs = datasets(config.quick_mode(), cuda)
+    specs = datasets(config.mode(), cuda)
     if args.only:
         wanted = {o.strip() for o in args.only.split(",") if o.strip()}
         # a lesson that generates nothing (03, 06) is a known owner with nothing to build
@@ -219,7 +219,7 @@ def _prepare(args) -> int:
         print(f"error: --workers must be 1 or more (got {args.workers})", file=sys.stderr)
         return 2
     root = config.cache_dir()
-    print(f"preparing {len(specs)} datasets ({'quick' if config.quick_mode() else 'full'} sizes, "
+    print(f"preparing {len(specs)} datasets ({config.mode()} sizes, "
           f"{'cuda' if cuda else 'cpu'}) in {root}")
     _, status = _guarded(lambda: prepare(root, specs, workers=args.workers or usable_cores()),
                          (SynthError, MemmapError))

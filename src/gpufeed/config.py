@@ -1,4 +1,4 @@
-"""Course-wide settings: quick or full mode, the cache folder, the results folder and the device.
+"""Course-wide settings: the mode (quick, site or full), the cache folder, the results folder and the device.
 
 Everything is read from environment variables when asked, never at import time, so a notebook
 can change a variable and call again. Taught in ``notebooks/00_setup.ipynb``.
@@ -6,21 +6,35 @@ can change a variable and call again. Taught in ``notebooks/00_setup.ipynb``.
 ========================  ==========================================================  ===========
 variable                  meaning                                                     default
 ========================  ==========================================================  ===========
-``GPUFEED_QUICK``         ``1`` shrinks every size so the course runs in CI in minutes  ``0``
+``GPUFEED_MODE``          ``quick``, ``site`` or ``full``: the sizes (see :func:`mode`)  ``full``
+``GPUFEED_QUICK``         ``1`` is ``GPUFEED_MODE=quick`` (where that is unset)         ``0``
 ``GPUFEED_CACHE``         where generated datasets live                               see below
 ``GPUFEED_RESULTS``       where notebooks and ``gpufeed bench`` write measurements    see below
 ``GPUFEED_REQUIRE_CUDA``  ``1`` makes :func:`device` fail instead of using the CPU    ``0``
 ``GPUFEED_PROGRESS``      ``1``/``0``: long loops' progress bars always/never         watched
 ========================  ==========================================================  ===========
 
+Three modes, one switch (:func:`pick`) that every lesson reads its sizes from:
+
+* **quick** (``make test``): tiny sizes, so that all 13 lessons run in CI in minutes; its numbers
+  only show that a lesson runs, and most of its verdicts read "this run cannot tell".
+* **site** (``make book``): sizes and repeats chosen per measurement so that the verdicts the site
+  prints are decided on a 2-core machine wherever the effect is real; a size a lesson does not
+  choose for the site is the quick one.
+* **full** (a learner's own run, the GPU references): the talks' sizes.
+
 Example:
     >>> import os
     >>> os.environ["GPUFEED_QUICK"] = "1"
-    >>> quick_mode(), pick(quick=64, full=10_000)
-    (True, 64)
+    >>> mode(), quick_mode(), pick(quick=64, full=10_000)
+    ('quick', True, 64)
+    >>> os.environ["GPUFEED_MODE"] = "site"
+    >>> mode(), quick_mode(), pick(quick=64, full=10_000, site=512), pick(quick=64, full=10_000)
+    ('site', False, 512, 64)
+    >>> del os.environ["GPUFEED_MODE"]
     >>> os.environ["GPUFEED_QUICK"] = "0"
-    >>> pick(quick=64, full=10_000)
-    10000
+    >>> mode(), pick(quick=64, full=10_000, site=512)
+    ('full', 10000)
 """
 
 from __future__ import annotations
@@ -31,7 +45,10 @@ from typing import TypeVar
 
 T = TypeVar("T")
 
+ENV_MODE = "GPUFEED_MODE"
 ENV_QUICK = "GPUFEED_QUICK"
+#: The modes, smallest first.
+MODES = ("quick", "site", "full")
 ENV_CACHE = "GPUFEED_CACHE"
 ENV_RESULTS = "GPUFEED_RESULTS"
 ENV_REQUIRE_CUDA = "GPUFEED_REQUIRE_CUDA"
@@ -52,14 +69,43 @@ def _flag(name: str) -> bool:
     raise ValueError(f"{name}={os.environ[name]!r} is not understood: set it to 1 or 0")
 
 
+def mode() -> str:
+    """``"quick"``, ``"site"`` or ``"full"``: ``GPUFEED_MODE`` where set, else ``"quick"`` when
+    ``GPUFEED_QUICK=1`` (the older switch, which CI and the README use), else ``"full"``."""
+    raw = os.environ.get(ENV_MODE, "").strip().lower()
+    if raw:
+        if raw not in MODES:
+            raise ValueError(f"{ENV_MODE}={os.environ[ENV_MODE]!r} is not understood: set it to quick, site or full")
+        return raw
+    return "quick" if _flag(ENV_QUICK) else "full"
+
+
 def quick_mode() -> bool:
-    """True when ``GPUFEED_QUICK`` asks for tiny sizes (CI, a first look); False for full mode."""
-    return _flag(ENV_QUICK)
+    """True in quick mode (tiny sizes: CI, a first look)."""
+    return mode() == "quick"
 
 
-def pick(quick: T, full: T) -> T:
-    """Returns ``quick`` in quick mode and ``full`` otherwise: the one switch every lesson uses."""
-    return quick if quick_mode() else full
+def pick(quick: T, full: T, site: T | None = None) -> T:
+    """``quick``, ``site`` or ``full`` for the mode: the one switch every lesson uses. Where a lesson
+    gives no ``site`` value, the site uses the quick one (a size the site's sentences do not read)."""
+    m = mode()
+    if m == "full":
+        return full
+    return site if m == "site" and site is not None else quick
+
+
+def picker(name: str):
+    """:func:`pick` for mode ``name`` rather than this process's: what ``gpufeed data prepare`` and
+    the lesson registry use to list a mode's datasets.
+
+    Example:
+        >>> picker("site")(1, 3, 2), picker("site")(1, 3), picker("full")(1, 3, 2)
+        (2, 1, 3)
+    """
+    if name not in MODES:
+        raise ValueError(f"no mode {name!r}: the modes are {', '.join(MODES)}")
+    return lambda quick, full, site=None: full if name == "full" else (
+        site if name == "site" and site is not None else quick)
 
 
 def repo_root() -> Path | None:

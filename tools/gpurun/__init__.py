@@ -19,7 +19,7 @@ default), and what does not fit: ``not run (budget)``, which is never a failure.
 its limit is ``cut``, with what it finished. The run exits 0 when nothing that ran failed.
 
 Modules: :mod:`~gpurun.steps` (the table), :mod:`~gpurun.plan` (budget, estimates, the planner),
-:mod:`~gpurun.references` (hashes, staleness), :mod:`~gpurun.report` (run.json, junit, the
+:mod:`gpufeed.measure.references` (hashes, staleness: the evidence boxes read them too), :mod:`~gpurun.report` (run.json, junit, the
 summary), :mod:`~gpurun.notebook` (one notebook under nbclient, saved after every cell),
 :mod:`~gpurun.preflight`, :mod:`~gpurun.procs` (limited child processes), :mod:`~gpurun.plugin`
 (the pytest plugin, ``-p gpurun.plugin``), :mod:`~gpurun.runner` and :mod:`~gpurun.cli`.

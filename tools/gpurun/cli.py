@@ -8,7 +8,8 @@ import sys
 import time
 from pathlib import Path
 
-from gpurun import ROOT, references
+from gpufeed.measure import references
+from gpurun import ROOT
 
 
 def index(folder: Path, at: str, when: str, seconds: dict[str, float]) -> Path:

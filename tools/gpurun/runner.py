@@ -21,7 +21,8 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from gpurun import ROOT, TOOLS, plan, preflight, references, report
+from gpufeed.measure import references
+from gpurun import ROOT, TOOLS, plan, preflight, report
 from gpurun.procs import Child
 from gpurun.report import CUT, FAILED, FAILURES, NOT_RUN, NOT_RUN_BECAUSE, PASSED, Entry
 from gpurun.steps import STEPS, Producer, Step, producers

@@ -37,13 +37,23 @@ QUIET_LOGGERS = ("torch.utils.cpp_extension", "torch.distributed")
 QUIET_WARNINGS = (r"Warning: Profiler clears events at the end of each cycle",)
 
 
+#: What the setup cell says of each mode (:func:`gpufeed.config.mode`).
+MODE_WORDS = {
+    "quick": "quick (GPUFEED_QUICK=1: tiny sizes, to show the lesson runs)",
+    "site": "site (GPUFEED_MODE=site: the course site's sizes)",
+    "full": "full (set GPUFEED_QUICK=1 for tiny sizes)",
+}
+
+
 @dataclass
 class Session:
-    """The notebook's settings: ``device`` to compute on, ``quick`` mode, and the ``machine`` record."""
+    """The notebook's settings: ``device`` to compute on, ``quick`` mode, the ``machine`` record and
+    the ``mode`` (``"quick"``, ``"site"`` or ``"full"``: :func:`gpufeed.config.mode`)."""
 
     device: object
     quick: bool
     machine: dict
+    mode: str = "full"
 
     @property
     def cuda(self) -> bool:
@@ -70,9 +80,11 @@ def quiet_libraries() -> None:
         warnings.filterwarnings("ignore", message=message)
 
 
-def setup(verbose: bool = True) -> Session:
+def setup(lesson: str | None = None, verbose: bool = True) -> Session:
     """Quiets the libraries' developer notes, shows noisy measurements as ``[noisy]`` lines, picks
-    the device, applies the plot style, prints versions and the mode."""
+    the device, applies the plot style, prints versions and the mode; with ``lesson`` (``"08"``),
+    shows that lesson's evidence box (:mod:`gpufeed.measure.evidence`): its headline claims and
+    where this page's evidence for each comes from on this machine."""
     quiet_libraries()  # first: torch reads its log levels when it loads
 
     import gpufeed
@@ -83,12 +95,16 @@ def setup(verbose: bool = True) -> Session:
     show_noisy_as_marks()
     use_style()
     info = machine_info()
-    s = Session(device=config.device(), quick=config.quick_mode(), machine=info)
+    s = Session(device=config.device(), quick=config.quick_mode(), machine=info, mode=config.mode())
     if verbose:
-        mode = "quick (GPUFEED_QUICK=1: tiny sizes)" if s.quick else "full (set GPUFEED_QUICK=1 for tiny sizes)"
+        mode = MODE_WORDS[s.mode]
         print(f"gpufeed {gpufeed.__version__} · torch {info['torch']} · torchvision {info['torchvision']}")
         print(f"machine: {describe(info)}")
         print(f"device:  {s.device}   mode: {mode}")
         if not s.cuda:
             print("no CUDA GPU here: cells that need one say so and show the committed GPU reference")
+        if lesson is not None:
+            from gpufeed.measure import evidence
+
+            evidence.show(lesson, cuda=s.cuda)
     return s

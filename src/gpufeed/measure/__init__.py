@@ -15,7 +15,11 @@
   other loaders (FFCV, SPDL, torchdata.nodes) doing the same work, each in its own process.
 * :mod:`~gpufeed.measure.progress`: the progress bars of the long loops, and when they show.
 * :mod:`~gpufeed.measure.plotting`: the plot style of every result (units, ratios, "measured on");
-  :mod:`~gpufeed.measure.wording`: ratios in words; :mod:`~gpufeed.measure.traces`: a profiler trace read.
+  :mod:`~gpufeed.measure.wording`: ratios in words; :mod:`~gpufeed.measure.verdict`: the one verdict
+  on two measurements (faster, slower, the same, or this run cannot tell);
+  :mod:`~gpufeed.measure.traces`: a profiler trace read.
+* :mod:`~gpufeed.measure.evidence`: each lesson's headline claims and where their evidence comes
+  from; :mod:`~gpufeed.measure.references`: whether a committed GPU reference ran today's code.
 * :func:`diagnose` (:mod:`~gpufeed.measure.diagnosis`, :mod:`~gpufeed.measure.findings`): the course's
   measurements pointed at your own loader and training step.
 
@@ -28,7 +32,7 @@ import importlib
 
 _MODULES = {'ceilings', 'pipelines', 'suite', 'synth', 'machine', 'harness', 'plotting', 'dali', 'results', 'photos',
             'memory', 'peers', 'cpu', 'published', 'progress', 'datasets', 'wording', 'traces', 'diagnosis',
-            'findings', 'lessons'}
+            'findings', 'lessons', 'verdict', 'references', 'evidence'}
 
 __all__ = sorted(_MODULES | {"diagnose"})
 

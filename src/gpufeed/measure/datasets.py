@@ -19,9 +19,9 @@ from gpufeed.measure.synth import synth_folder
 __all__ = ["Dataset", "datasets", "prepare", "workload_dataset"]
 
 
-def datasets(quick: bool, cuda: bool) -> list[Dataset]:
+def datasets(mode: str, cuda: bool) -> list[Dataset]:
     """Every dataset the lessons (:data:`gpufeed.measure.lessons.LESSONS`, in order) and the bench
-    generate in this mode, as their code asks for them (the same folder names and arguments, so
+    generate in ``mode`` (``"quick"``, ``"site"`` or ``"full"``; the bench's is full only in full mode), as their code asks for them (the same folder names and arguments, so
     that they find them built and reuse them).
 
     Each lesson's list is kept in step with its notebook by hand (``Lesson.sizes``): where a lesson
@@ -32,13 +32,13 @@ def datasets(quick: bool, cuda: bool) -> list[Dataset]:
     (``gpufeed.course.lesson04.formats`` writes them, one process each).
 
     Example:
-        >>> [d.owner for d in datasets(quick=True, cuda=False)][:3]
+        >>> [d.owner for d in datasets("quick", cuda=False)][:3]
         ['lesson00', 'lesson00', 'lesson01']
-        >>> next(d for d in datasets(quick=False, cuda=True) if d.owner == "lesson05").n
+        >>> next(d for d in datasets("full", cuda=True) if d.owner == "lesson05").n
         64
     """
-    out = [d for lesson in LESSONS for d in lesson.datasets(quick, cuda)]
-    return out + [workload_dataset("bench", "bench", pipelines.workload(quick, "cuda" if cuda else "cpu"))]
+    out = [d for lesson in LESSONS for d in lesson.datasets(mode, cuda)]
+    return out + [workload_dataset("bench", "bench", pipelines.workload(mode != "full", "cuda" if cuda else "cpu"))]
 
 
 def prepare(root: str | os.PathLike, specs: list[Dataset], *, workers: int = 1,

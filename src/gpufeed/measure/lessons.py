@@ -1,11 +1,13 @@
 """The course's lessons, listed once: number, notebook, title, the datasets each generates, whether
-its GPU figures are committed references, and how long it takes on a GPU.
+its GPU figures are committed references, how long it takes on a GPU, and its headline claims with
+where their evidence comes from (the evidence box on each lesson page: :mod:`gpufeed.measure.evidence`).
 
 Every reader takes the list from here: ``tools/notebooks.py`` (the "next lesson" footer),
 ``tools/book.py`` (the site's order), ``make test-gpu`` (``tools/gpurun/``: what it runs and its
 time estimates), :mod:`gpufeed.measure.datasets` (what ``gpufeed data prepare`` builds) and the
 README's lesson table (``tests/test_lessons.py``). It lives in ``measure/`` so that every room that
-needs it may import it (``measure/`` never imports ``course/``; the tools import anything).
+needs it may import it (``measure/`` never imports ``course/``; the tools import anything), and it
+imports no torch (the tools read titles from it).
 
 Example:
     >>> lesson("08").stem, lesson("08").notebook
@@ -19,7 +21,31 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gpufeed.measure import pipelines
+from gpufeed import config
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A headline claim of a lesson, and where the lesson's page gets its evidence.
+
+    Attributes:
+        says: the claim, one sentence, as the lesson makes it.
+        here: what of it this page measures in the learner's own run ("" where nothing).
+        needs_cuda: the page measures ``here`` only where there is CUDA.
+        gpu: the claim is about a GPU, so a run without one cannot carry it: the box then names our
+            committed GPU reference (:attr:`reference`) where one is committed, what others published,
+            or says it is not yet measured on a GPU.
+        reference: the stem of the committed result that holds our GPU number for it
+            (``results/<gpu>/<reference>.json``); None: the lesson's own (``lessonNN``), where committed.
+        published: ids of figures in ``results/published.json`` that measured the same claim.
+    """
+
+    says: str
+    here: str = ""
+    needs_cuda: bool = False
+    gpu: bool = False
+    reference: str | None = None
+    published: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -42,7 +68,7 @@ class Dataset:
     memmaps: tuple[tuple[str, tuple[int, int]], ...] = field(default=())
 
 
-#: ``pick(quick_value, full_value)`` for one mode, and whether the lesson runs on CUDA.
+#: ``pick(quick_value, full_value, site_value=None)`` for one mode (:func:`gpufeed.config.picker`), and whether the lesson runs on CUDA.
 Sizes = Callable[[Callable, bool], list[Dataset]]
 
 
@@ -59,6 +85,7 @@ class Lesson:
             ``make test-gpu`` plans with until a run on that GPU has timed it (stated defaults,
             from the run of 2026-11-26 where it measured them, else rounded up from the CPU).
         sizes: the datasets it generates, given ``pick`` and CUDA (see :func:`Lesson.datasets`).
+        claims: its one to three headline claims (the evidence box).
     """
 
     number: str
@@ -67,6 +94,7 @@ class Lesson:
     references: bool
     gpu_s: tuple[float, float]
     sizes: Sizes = lambda pick, cuda: []  # noqa: E731
+    claims: tuple[Claim, ...] = ()
 
     @property
     def owner(self) -> str:
@@ -80,10 +108,11 @@ class Lesson:
     def notebook(self) -> str:
         return f"notebooks/{self.stem}.ipynb"
 
-    def datasets(self, quick: bool, cuda: bool) -> list[Dataset]:
-        """The datasets this lesson generates in this mode, as its code asks for them (the same
-        folder names and arguments, so that it finds them built and reuses them)."""
-        return self.sizes((lambda q, f: q) if quick else (lambda q, f: f), cuda)
+    def datasets(self, mode: str, cuda: bool) -> list[Dataset]:
+        """The datasets this lesson generates in ``mode`` (``"quick"``, ``"site"``, ``"full"``), as
+        its code asks for them (the same folder names and arguments, so that it finds them built and
+        reuses them)."""
+        return self.sizes(config.picker(mode), cuda)
 
 
 def workload_dataset(owner: str, root: str, w) -> Dataset:
@@ -144,6 +173,8 @@ def _l10(pick, cuda):
 
 
 def _l11(pick, cuda):
+    from gpufeed.measure import pipelines  # here, not at the top: reading the list imports no torch
+
     w = pick(pipelines.Workload(n=32, jpeg_size=(96, 72), resize=40, crop=16, batch=16),
              pipelines.Workload(n=2048, jpeg_size=(640, 480), resize=256, crop=224, batch=128) if cuda
              else pipelines.Workload(n=128, jpeg_size=(640, 480), resize=192, crop=160, batch=16))
@@ -156,21 +187,100 @@ def _l12(pick, cuda):
                     memmaps=((f"lesson12/mm-{n}-{s}", (s, s)),))]
 
 
+#: Published host-to-device rates, pageable and pinned (NVIDIA's post on data transfers).
+_H2D = ("h2d-pageable-gtx680", "h2d-pinned-gtx680", "h2d-pageable-nvs4200m", "h2d-pinned-nvs4200m")
+
 #: The course, in order (DESIGN.md's outline).
 LESSONS: tuple[Lesson, ...] = (
-    Lesson("00", "00_setup", "Setup and your machine", False, (25, 60), _l00),
-    Lesson("01", "01_bottlenecks", "Bottlenecks", True, (20, 60), _l01),
-    Lesson("02", "02_profiling", "Profiling and benchmarking", True, (25, 60), _l02),
-    Lesson("03", "03_dtypes", "Dtypes and transfer order", True, (30, 120)),
-    Lesson("04", "04_jpeg", "JPEG quality and decoding", True, (30, 90), _l04),
-    Lesson("05", "05_memmap", "Memory-mapped datasets", True, (30, 90), _l05),
-    Lesson("06", "06_batched", "Batched fetching", False, (25, 60)),
-    Lesson("07", "07_dataloader", "DataLoader knobs and moving structures", True, (35, 150), _l07),
-    Lesson("08", "08_prefetch", "GPU prefetching", True, (30, 55), _l08),
-    Lesson("09", "09_augment", "Augmentations: CPU, GPU or both", True, (30, 60), _l09),
-    Lesson("10", "10_dali", "NVIDIA DALI", True, (25, 60), _l10),
-    Lesson("11", "11_together", "Putting it together", True, (40, 180), _l11),
-    Lesson("12", "12_scaling", "Scaling out", True, (30, 90), _l12),
+    Lesson("00", "00_setup", "Setup and your machine", False, (25, 60), _l00, claims=(
+        Claim("No input pipeline on this machine runs faster than its ceilings: the memory copy, JPEG decode "
+              "per core, and file reads with a cold and a warm page cache.",
+              here="each ceiling of this machine"),
+        Claim("Pinned host memory reaches the GPU faster than pageable memory.",
+              here="host-to-device copies from pageable and pinned memory", needs_cuda=True, gpu=True,
+              reference="ceilings", published=_H2D),
+    )),
+    Lesson("01", "01_bottlenecks", "Bottlenecks", True, (20, 60), _l01, claims=(
+        Claim("A loop runs at the rate of its slowest stage only when its stages overlap; a naive loop "
+              "runs at the sum of them.",
+              here="the pipeline simulator's five timelines, and a measured trace of a naive loop beside its prediction"),
+        Claim("One GPU trains faster than a naive loader on a few cores can feed it.", gpu=True,
+              published=("dle-rn50-train-1xa100-amp", "dle-rn50-train-1xa100-tf32")),
+    )),
+    Lesson("02", "02_profiling", "Profiling and benchmarking", True, (25, 60), _l02, claims=(
+        Claim("Timing without a warm-up, or of a lazy iterator, measures the wrong thing; the harness's "
+              "synchronised, warmed-up samples with their median and spread measure the right one.",
+              here="each mistake and its fix on this machine"),
+        Claim("Without a CUDA synchronize a timer reads how long the GPU's work took to queue, not to run.",
+              here="the same step timed with and without a sync", needs_cuda=True, gpu=True),
+    )),
+    Lesson("03", "03_dtypes", "Dtypes and transfer order", True, (30, 120), claims=(
+        Claim("A uint8 batch puts 4x fewer bytes on the wire than float32, 2x fewer than float16.",
+              here="the bytes of each batch"),
+        Claim("Sending uint8 and converting on the GPU beats converting on the host first, the more so the "
+              "larger the image.", here="the host's side: what converting on the host costs", gpu=True),
+    )),
+    Lesson("04", "04_jpeg", "JPEG quality and decoding", True, (30, 90), _l04, claims=(
+        Claim("Lower JPEG quality saves most of the bytes at a small error (PSNR, SSIM).",
+              here="file size and error at each quality"),
+        Claim("A GPU's batched JPEG decoder decodes many times more images per second than one CPU core.",
+              here="batched decoding on the GPU", needs_cuda=True, gpu=True,
+              published=("decode-cuda-batched-tv-a100", "decode-cuda-unfused-tv-a100", "decode-cpu-unfused-tv-a100-host")),
+    )),
+    Lesson("05", "05_memmap", "Memory-mapped datasets", True, (30, 90), _l05, claims=(
+        Claim("A memmap of decoded uint8 images feeds batches many times faster than a folder of JPEGs.",
+              here="the JPEG folder against the memmap, with a warm and a cold page cache"),
+        Claim("On a many-core GPU machine too, decoded pixels in RAM load several times faster than JPEGs.", gpu=True,
+              published=("ffcv-load-ram-raw-256", "ffcv-load-ram-jpeg-512")),
+    )),
+    Lesson("06", "06_batched", "Batched fetching", False, (25, 60), claims=(
+        Claim("One call per batch costs far less than one Python call per sample.",
+              here="per-sample __getitem__ against __getitems__ and a batched loader"),
+        Claim("A grouped shuffle reads a dataset larger than the memory with far fewer bytes than a full shuffle.",
+              here="a file larger than the memory read in both orders"),
+    )),
+    Lesson("07", "07_dataloader", "DataLoader knobs and moving structures", True, (35, 150), _l07, claims=(
+        Claim("Workers pay for decoding JPEGs, up to the cores; a memmap read a batch at a time needs none.",
+              here="the num_workers sweeps on a JPEG folder and a memmap"),
+        Claim("non_blocking=True overlaps a copy only from pinned memory, and a GPU-to-CPU copy read "
+              "before a sync gives wrong values.", here="the four host-to-device copies and the unsafe read",
+              needs_cuda=True, gpu=True, published=_H2D),
+    )),
+    Lesson("08", "08_prefetch", "GPU prefetching", True, (30, 55), _l08, claims=(
+        Claim("Each line of a side-stream prefetcher (wait_stream, record_stream, the event) is needed: "
+              "without one, a batch is read before its copy or freed while in use.",
+              here="each hazard on the CUDA-ordering simulator"),
+        Claim("A prefetcher whose host work runs on its own thread hides the copy and the conversion "
+              "behind the model's compute.", here="the timed experiment", needs_cuda=True, gpu=True),
+    )),
+    Lesson("09", "09_augment", "Augmentations: CPU, GPU or both", True, (30, 60), _l09, claims=(
+        Claim("A random transform applied to a batch draws one set of parameters for all of it; a few "
+              "batched calls give per-sample randomness.", here="the trap and the fix, image by image"),
+        Claim("Batched uint8 augmentation on the GPU beats per-sample torchvision in CPU workers.",
+              here="both pipelines on this machine's device", gpu=True),
+    )),
+    Lesson("10", "10_dali", "NVIDIA DALI", True, (25, 60), _l10, claims=(
+        Claim("DALI runs a whole input pipeline in C++ threads outside Python; CPU-only, it is measured "
+              "here against the torchvision DataLoader on the same cores.", here="DALI CPU-only against the DataLoader"),
+        Claim("On a GPU, DALI decodes on the device (\"mixed\"), many times faster than one CPU core.",
+              here="DALI with a GPU decoder", needs_cuda=True, gpu=True,
+              published=("decode-cuda-batched-tv-a100", "decode-cpu-unfused-tv-a100-host")),
+    )),
+    Lesson("11", "11_together", "Putting it together", True, (40, 180), _l11, claims=(
+        Claim("The course's loop trains faster than the naive loop on the same model and data.",
+              here="the two loops in turns on a ResNet-18"),
+        Claim("Loader efficiency (training with the real loader over training on data already on the "
+              "device) says whether the model waits for data.", here="each rung's loader efficiency"),
+        Claim("On a GPU the model computes fast enough that the loader decides the rate.", gpu=True,
+              published=("dle-rn50-train-1xa100-amp", "dle-rn50-train-1xv100-amp")),
+    )),
+    Lesson("12", "12_scaling", "Scaling out", True, (30, 90), _l12, claims=(
+        Claim("Ranks on one machine share one page cache: the dataset is read from disk once.",
+              here="the page faults and memory of two ranks"),
+        Claim("Data-parallel training multiplies throughput by the GPUs while each rank's loader keeps up.",
+              here="1 and 2 processes with gloo on this CPU", gpu=True,
+              published=("dle-rn50-train-8xa100-amp", "dle-rn50-train-1xa100-amp")),
+    )),
 )
 
 

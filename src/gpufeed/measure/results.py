@@ -67,9 +67,10 @@ def is_quick(doc: dict) -> bool:
     return bool(doc.get("quick") or (doc.get("machine") or {}).get("quick"))
 
 
-def committed(name: str, keep=lambda doc: True):
-    """Every committed full-mode reference for a lesson that ``keep`` accepts, as ``(measurements,
-    document)`` pairs in the order of :func:`reference_roots` then the machine folders' names.
+def committed_files(name: str, keep=lambda doc: True) -> list[tuple[Path, list, dict]]:
+    """Every committed full-mode reference for a lesson that ``keep`` accepts, as ``(path,
+    measurements, document)``, **newest first** (by the date each was measured; a file without a
+    date last), so that a GPU run committed later replaces an older one for a reader without a GPU.
 
     Quick-mode files are skipped wherever they are: a reference is measured in full mode.
 
@@ -77,11 +78,19 @@ def committed(name: str, keep=lambda doc: True):
         name: the file's stem, e.g. ``"lesson00"``.
         keep: a test on the saved document, e.g. ``lambda doc: "dali" in doc``.
     """
+    found = []
     for root in reference_roots():
         for path in sorted(root.glob(f"*/{name}.json")):
             ms, doc = bench.load(path)
             if not is_quick(doc) and keep(doc):
-                yield ms, doc
+                found.append((path, ms, doc))
+    return sorted(found, key=lambda f: str(f[2].get("date") or ""), reverse=True)  # stable: ties keep root order
+
+
+def committed(name: str, keep=lambda doc: True):
+    """:func:`committed_files` as ``(measurements, document)`` pairs, newest first."""
+    for _, ms, doc in committed_files(name, keep):
+        yield ms, doc
 
 
 def measured_on(doc: dict) -> str | None:

@@ -2,7 +2,9 @@
 (a lesson whose GPU figures are references, the bench, the ceilings): its files, the commit, a hash
 of its source (the lesson's ``notebooks/NN_name.py``; the bench's and the ceilings' module), a hash
 of the ``gpufeed`` package, the seconds it took and when. A reference is *stale* when either hash
-differs from the working tree, or when there is none: ``make test-gpu`` makes stale ones first."""
+differs from the working tree, or when there is none: ``make test-gpu`` makes stale ones first
+(``tools/gpurun/``), and each lesson's evidence box says whether our GPU reference ran today's
+code (:mod:`gpufeed.measure.evidence`). Torch-free: the tools read it to plan."""
 
 from __future__ import annotations
 
@@ -12,7 +14,10 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from gpurun import ROOT
+from gpufeed import config
+
+#: The checkout (None where the package is installed from a wheel: then nothing is fresh).
+ROOT = config.repo_root() or Path.cwd()
 
 FORMAT = "gpufeed-references"
 FILE = "references.json"
@@ -21,14 +26,16 @@ PACKAGE = "src/gpufeed"
 Reader = Callable[[str], bytes]  # a path relative to the checkout -> its bytes
 
 
-def tree_files(root: Path = ROOT) -> tuple[list[str], Reader]:
-    """The package's ``.py`` files in the working tree, and a reader of any file."""
+def tree_files(root: Path | None = None) -> tuple[list[str], Reader]:
+    """The package's ``.py`` files in the working tree (:data:`ROOT` by default), and a reader of any file."""
+    root = ROOT if root is None else root
     paths = sorted(str(p.relative_to(root)) for p in (root / PACKAGE).rglob("*.py") if "__pycache__" not in p.parts)
     return paths, lambda path: (root / path).read_bytes()
 
 
-def commit_files(commit: str, root: Path = ROOT) -> tuple[list[str], Reader]:
+def commit_files(commit: str, root: Path | None = None) -> tuple[list[str], Reader]:
     """The same at ``commit`` (``git ls-tree``/``git show``): hashes as the references measured them."""
+    root = ROOT if root is None else root
     git = lambda *a: subprocess.run(["git", *a], cwd=root, check=True, capture_output=True).stdout  # noqa: E731
     paths = [p for p in git("ls-tree", "-r", "--name-only", commit, PACKAGE).decode().splitlines() if p.endswith(".py")]
     return sorted(paths), lambda path: git("show", f"{commit}:{path}")
