@@ -8,7 +8,10 @@ means" cells.
 measurements must not say "0.80x faster" when the first was slower; :func:`versus` is the same
 for two rates, as words between them; :func:`band` is the ``flat`` of a ratio of two measurements,
 from their spread. All three live in :mod:`gpufeed.measure.wording` (the measure room words its
-own reports with them, and may not import the course) and are re-exported here.
+own reports with them, and may not import the course) and are re-exported here, beside the one
+verdict method that decides every comparison a lesson words (:func:`compare`, :func:`in_turns`,
+:class:`Verdict`, from :mod:`gpufeed.measure.verdict`): faster, slower, the same, or "this run
+cannot tell".
 
 Example:
     >>> say("Pinned memory is **2.0x** pageable.")  # outside a notebook: printed
@@ -20,9 +23,10 @@ Example:
 from __future__ import annotations
 
 from gpufeed.data.progress_bar import in_a_notebook
+from gpufeed.measure.verdict import Verdict, compare, in_turns
 from gpufeed.measure.wording import band, times, versus
 
-__all__ = ["band", "in_notebook", "say", "times", "versus"]
+__all__ = ["Verdict", "band", "compare", "in_notebook", "in_turns", "say", "times", "versus"]
 
 
 def in_notebook() -> bool:
