@@ -163,7 +163,7 @@ def _l08(pick, cuda):
 
 
 def _l09(pick, cuda):
-    n, s = pick(128, 2048), pick(96, 256)
+    n, s = pick(128, 2048, 512), pick(96, 256, 128)
     return [Dataset("lesson09", f"lesson09/jpeg-{s}-{n}", n, (s, s), memmaps=((f"lesson09/mm-{s}-{n}", (s, s)),))]
 
 
@@ -257,7 +257,11 @@ LESSONS: tuple[Lesson, ...] = (
         Claim("A random transform applied to a batch draws one set of parameters for all of it; a few "
               "batched calls give per-sample randomness.", here="the trap and the fix, image by image"),
         Claim("Batched uint8 augmentation on the GPU beats per-sample torchvision in CPU workers.",
-              here="both pipelines on this machine's device", gpu=True),
+              here="both pipelines in turns, the batched one on the GPU", needs_cuda=True, gpu=True),
+        Claim("torch.compile fuses the pointwise tail (to float, jitter, normalise) into far fewer operators "
+              "or kernels, and runs it faster; what that saves of a whole batch depends on the tail's share of it.",
+              here="the eager and compiled tails in turns (quick mode on a CPU skips the compile), the profiler's "
+                   "counts, and the tail's share of a batch"),
     )),
     Lesson("10", "10_dali", "NVIDIA DALI", True, (25, 60), _l10, claims=(
         Claim("DALI runs a whole input pipeline in C++ threads outside Python; CPU-only, it is measured "
