@@ -59,7 +59,7 @@ def show_plan(gpu: str, cores: int, order: str, budget: float, spent: float | No
     budget less what ``make node-env`` and the preflight spend (as the newest committed run timed
     them, where ``spent`` is None) and the reserve."""
     from gpufeed.measure.machine import slug
-    from gpurun.runner import lanes, selection
+    from gpurun.runner import at_a_time, lanes, selection
 
     name = slug({"gpu": gpu})
     if spent is None:
@@ -71,7 +71,7 @@ def show_plan(gpu: str, cores: int, order: str, budget: float, spent: float | No
     selected, numbers = selection(lessons)
     rows, _ = plan.build(order=ORDERS[order], selected=selected, lessons=numbers, slug=name, standin=False,
                          cores=cores, lanes=lanes(cores), left=left, budget=budget, earlier=[])
-    header = (f" on {name} ({cores} cores, {lanes(cores)} notebooks at a time), GPU_PLAN={order}, budget {budget:.0f} s "
+    header = (f" on {name} ({cores} cores, {at_a_time(lanes(cores))}), GPU_PLAN={order}, budget {budget:.0f} s "
               f"less {spent:.0f} s (node-env and preflight) and the {plan.RESERVE_S:.0f} s reserve")
     return plan.describe(rows, left, header)
 

@@ -183,7 +183,7 @@ class Run:
         self.plan, self.made = plan.build(order=self.order, selected=selected, lessons=lessons, slug=self.slug(),
                                           standin=bool(self.standin), cores=self.cores, lanes=self.lanes,
                                           left=self.budget.left(), budget=self.args.budget, earlier=earlier)
-        header = (f" on {self.slug()} ({self.cores} cores, {self.lanes} notebooks at a time), plan "
+        header = (f" on {self.slug()} ({self.cores} cores, {at_a_time(self.lanes)}), plan "
                   f"{self.plan_name}; estimates: the last run on this GPU, else another GPU's committed run, "
                   "else stated defaults")
         print(plan.describe(self.plan, self.budget.left(), header), flush=True)
@@ -192,14 +192,16 @@ class Run:
             self.steps.append(Entry(**asdict(e)))
 
     def planned_datasets(self) -> list:
-        """The datasets of what fits the plan: the quick notebooks' (quick mode) and the references'
-        (full mode on a GPU, quick on the stand-in), the bench's where it fits."""
+        """The datasets of what fits the plan: the quick notebooks' (quick mode; on the stand-in every
+        lesson's, which its data step builds) and the references' (full mode on a GPU, quick on the
+        stand-in), the bench's where it fits."""
         from gpufeed.measure import pipelines
         from gpufeed.measure.lessons import lesson, workload_dataset
 
         fits = [i for i in self.items if i.fits]
         mode = "quick" if self.quick else "full"
-        out = [d for i in fits if i.step == "quick" for d in lesson(i.name[:2]).datasets("quick", not self.standin)]
+        quick = self.args.lesson_numbers if self.standin else [i.name[:2] for i in fits if i.step == "quick"]
+        out = [d for n in quick for d in lesson(n).datasets("quick", not self.standin)]
         out += [d for i in fits if i.step == "references" and i.name.startswith("lesson")
                 for d in lesson(i.name[-2:]).datasets(mode, not self.standin)]
         if any(i.step == "references" and i.name == "bench" for i in fits):
@@ -492,6 +494,11 @@ class Run:
                     if self.archive.get("left_out") else ""))
         print(report.one_line(doc["steps"], doc["items"], rc))
         return rc
+
+
+def at_a_time(n: int) -> str:
+    """``"5 notebooks at a time"``, ``"1 notebook at a time"``."""
+    return f"{n} notebook{'s' if n != 1 else ''} at a time"
 
 
 def lanes(cores: int) -> int:
