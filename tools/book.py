@@ -36,6 +36,7 @@ import hashlib
 import html
 import json
 import multiprocessing
+import os
 import re
 import shutil
 import subprocess
@@ -120,6 +121,7 @@ def execute(jobs: int = 1) -> int:
         if old != here:
             print(f"book: the package or uv.lock changed since {old.name}: every lesson runs again")
             shutil.rmtree(old)
+    os.environ["GPUFEED_PROGRESS"] = "0"  # the kernels inherit it: a page keeps results, not progress bars
     cache = get_cache(str(here))
     # The project lists notebooks by absolute path: forget those of another checkout (a cache copied
     # from elsewhere, as CI restores it) or of a renamed lesson, whose outputs stay matched by hash.
