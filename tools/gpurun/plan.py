@@ -291,7 +291,9 @@ def build(*, order: tuple[str, ...], selected: set[str], lessons: list[str], slu
             rows += order_references(refs, made, lacking)
         elif s.kind == "tests" and (s.standin if standin else s.args) is not None:
             seconds, basis = est(s.name, s.name, s.estimate_s)
-            rows.append(Entry(s.name, s.name, min(seconds, cap(s, budget)), basis))  # stopped at its cap at the latest
+            if seconds > cap(s, budget):  # stopped at its cap at the latest
+                basis += f"; {seconds:.0f} s there, capped at {cap(s, budget):.0f} s"
+            rows.append(Entry(s.name, s.name, min(seconds, cap(s, budget)), basis))
     return fit(rows, left, {"quick": lanes}), made
 
 
