@@ -292,7 +292,7 @@ def build(*, order: tuple[str, ...], selected: set[str], lessons: list[str], slu
         elif s.kind == "tests" and (s.standin if standin else s.args) is not None:
             seconds, basis = est(s.name, s.name, s.estimate_s)
             if seconds > cap(s, budget):  # stopped at its cap at the latest
-                basis += f"; {seconds:.0f} s there, capped at {cap(s, budget):.0f} s"
+                basis += f"; {seconds:.0f} s, capped at {cap(s, budget):.0f} s"
             rows.append(Entry(s.name, s.name, min(seconds, cap(s, budget)), basis))
     return fit(rows, left, {"quick": lanes}), made
 
