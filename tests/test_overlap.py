@@ -175,7 +175,8 @@ def test_the_cuda_branch_on_cuda_or_the_simulator(on_cuda, monkeypatch):
             "allocated_bytes.all.peak": torch.cuda.max_memory_allocated(device),
             "reserved_bytes.all.peak": torch.cuda.memory_reserved(device)}, raising=False)
     device, calls = torch.device("cuda", 0), []
-    p = overlap.plan(batches(pinned=True), device, fake_steps(calls), dtype=torch.float32,
+    feed = overlap.feeding_loader(*numbered(6, 16), 2, device)  # as the lesson's cell makes it
+    p = overlap.plan(feed, device, fake_steps(calls), dtype=torch.float32,
                      mean=IMAGENET_MEAN, std=IMAGENET_STD, widths=(1, 2), repeats=2, items=2)
     assert p.width in (1, 2) and "the bound is" in p.describe() and set(p.steps) <= {1, 2}
     made = []
