@@ -10,8 +10,8 @@ Each module holds one piece; none needs the lessons to be used safely:
 * :mod:`~gpufeed.data.loader`: batched loading (one gather per batch), seeded, sharded.
 * :mod:`~gpufeed.data.prefetch`: prefetchers (a CUDA side stream; a thread on the CPU).
 * :mod:`~gpufeed.data.movers`: moving nested batches to a device.
-* :mod:`~gpufeed.data.progress_bar`: whether a progress bar is drawn (someone watches: a terminal
-  or a notebook).
+* :mod:`~gpufeed.data.progress_bar`: the one rule for whether a progress bar is drawn (someone
+  watches: a terminal or a notebook; not in quick mode, under pytest or CI).
 * :mod:`~gpufeed.data.transforms`: the device transforms, each once: normalise, the ImageNet
   constants, per-sample crop + flip, :class:`~gpufeed.data.transforms.DeviceAugment`.
 * :mod:`~gpufeed.data.augment`: per-sample augmentation of whole batches, on any device;
@@ -26,12 +26,9 @@ It imports nothing from :mod:`gpufeed.measure` or :mod:`gpufeed.course`, and no 
 from __future__ import annotations
 
 import importlib
-import warnings
 
 _MODULES = {'arrays', 'augment', 'folder', 'image_loader', 'jpeg', 'loader', 'manifest', 'memmap',
             'movers', 'prefetch', 'progress_bar', 'resized', 'staging', 'transforms'}
-#: renamed modules: the old name finds the new one, with a DeprecationWarning, for one release
-_RENAMED = {'watch': 'progress_bar'}
 
 __all__ = sorted(_MODULES | {"ImageLoader"})
 
@@ -39,10 +36,6 @@ __all__ = sorted(_MODULES | {"ImageLoader"})
 def __getattr__(name: str):
     if name in _MODULES:
         return importlib.import_module(f"{__name__}.{name}")
-    if name in _RENAMED:
-        warnings.warn(f"{__name__}.{name} is now {__name__}.{_RENAMED[name]}", DeprecationWarning,
-                      stacklevel=2)
-        return importlib.import_module(f"{__name__}.{_RENAMED[name]}")
     if name == "ImageLoader":  # lazily: importing gpufeed.data stays cheap
         return importlib.import_module(f"{__name__}.image_loader").ImageLoader
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
