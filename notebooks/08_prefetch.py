@@ -676,21 +676,9 @@ assert abs(my_speedup - expected) < 0.05, "the self-check above would say 'not q
 t0 = time.perf_counter()
 list(loader)
 d = (time.perf_counter() - t0) / len(batches)  # seconds to decode a batch, now
-
-
-def twice_decode(x, y):
-    time.sleep(2 * d)
-
-
 ran = {}  # each arm's last epoch's log
-
-
-def one(prefetched):
-    return lambda: ran.__setitem__(prefetched, run(prefetched, twice_decode)[0])
-
-
-timed3 = in_turns(one(True), one(False), names=("with the prefetcher", "without"), repeats=turns,
-                  desc="twice the decode, in turns")
+timed3 = in_turns(*(lambda way=way: ran.__setitem__(way, run(way, lambda x, y: time.sleep(2 * d))[0])
+                    for way in (True, False)), names=("with the prefetcher", "without"), repeats=turns)
 v, n = timed3.verdict, len(batches)
 limit = overlap.bound(1, 2, n=n)  # 3n / (2n + 1)
 text = (f"Predicted {my_speedup:.2f}x for long epochs, at most 3n / (2n + 1) = {limit:.2f}x for epochs of "

@@ -531,7 +531,7 @@ def test_quick_mode_is_quick_on_a_gpu_too_and_each_mode_says_its_cost():
     runs of 110 steps, 6 traces). Now the mode picks them (overlap.settings), the notebook passes
     them, and the plan estimates each mode's cost: at the H100 run's full-size costs (gather about
     20 ms, assumed; copy 2.17 ms; conversion 1 ms, assumed; step 10.94 ms), quick mode's timing
-    costs seconds, full mode's about a minute and a half."""
+    costs about 10 s, full mode's about a minute."""
     from pathlib import Path
 
     quick, full = overlap.settings("quick"), overlap.settings("full")
@@ -548,7 +548,7 @@ def test_quick_mode_is_quick_on_a_gpu_too_and_each_mode_says_its_cost():
                      {8: m(0.01094)}, 8)
     cost_quick, cost_full = p.cost(**quick), p.cost(**full)
     print(f"section 5 at the H100's full-size costs: quick {cost_quick:.0f} s, full {cost_full:.0f} s")
-    assert cost_quick < 12 and 30 < cost_full < 150 and cost_quick < cost_full / 5
+    assert cost_quick < 12 and 30 < cost_full < 120 and cost_quick < cost_full / 4
     source = (Path(__file__).resolve().parents[1] / "notebooks" / "08_prefetch.py").read_text()
     assert "sizes = overlap.settings()" in source and "overlap.measure(plan, trace_dir=trace_dir, items=B, **sizes)" in source
     assert "plan.cost(**sizes)" in source, "the cell says what the timing will cost before it runs"

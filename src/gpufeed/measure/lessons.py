@@ -254,9 +254,9 @@ LESSONS: tuple[Lesson, ...] = (
         Claim("A thread prefetcher overlaps loading with the step when the step leaves it the GIL, as a "
               "GPU step's waiting host side does: up to the bound, first batch included.",
               here="a real and a waiting step, with and without the thread, epochs in turns"),
-        Claim("On a GPU, a prefetcher's host work (asking the loader, which gathers and pins; issuing the "
-              "copy) done in your loop between two steps idles a GPU whose loop syncs every step; on a thread "
-              "of its own it can hide behind the step, with the copy on a side stream.",
+        Claim("A GPU prefetcher's host work (asking the loader, which gathers and pins; issuing the copy) "
+              "idles a GPU that syncs every step when done in your loop; on its own thread it can hide behind "
+              "the step.",
               here="the three loader-fed arms in turns, with a step that syncs and one that does not",
               needs_cuda=True, gpu=True),
     )),

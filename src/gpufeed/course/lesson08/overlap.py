@@ -374,8 +374,9 @@ def between_steps(summary: dict, stage: str = "step") -> dict:
 def settings(mode: str | None = None) -> dict:
     """:func:`measure`'s sizes in ``mode`` (default: this run's, :func:`gpufeed.config.mode`).
 
-    Full mode: 5 runs of each arm (a verdict needs 5), 50 timed steps after 5, a trace of 12
-    steps of each arm in both regimes. Quick mode (and site mode, which has no GPU): 2 runs of 10
+    Full mode: 5 runs of each arm (a verdict needs 5), 30 timed steps after 3, a trace of 12
+    steps of each arm in both regimes: about a minute at the H100's full-size costs
+    (:meth:`Plan.cost`). Quick mode (and site mode, which has no GPU): 2 runs of 10
     steps after 2, a trace of 3 steps of each arm with the step that syncs only: it shows that the
     section runs, on a GPU too, and its verdicts read "this run cannot tell".
 
@@ -384,7 +385,7 @@ def settings(mode: str | None = None) -> dict:
         (10, 5)
     """
     pick = config.picker(mode or config.mode())
-    return {"repeats": pick(2, 5), "warmup": pick(2, 5), "steps": pick(10, 50), "active": pick(3, 12),
+    return {"repeats": pick(2, 5), "warmup": pick(2, 3), "steps": pick(10, 30), "active": pick(3, 12),
             "traced": pick((SYNCED,), tuple(REGIMES))}
 
 
@@ -446,7 +447,7 @@ class Plan:
             >>> p = Plan([], torch.device("cuda"), None, None, None, None, m(0.01), m(0.002), m(0.001),
             ...          {8: m(0.011)}, 8)  # gather 10 ms, copy 2 ms, conversion 1 ms, step 11 ms
             >>> round(p.cost(**settings("quick")), 1), round(p.cost(**settings("full")), 1)
-            (8.6, 51.1)
+            (8.6, 35.2)
         """
         per_step = self.feed_s + self.work_s
         arms = 3 if self.device.type == "cuda" else 2
@@ -520,8 +521,8 @@ def plan(loader: Iterable, device, make_step: Callable[[int, bool], Callable], *
     return p
 
 
-def measure(p: Plan, *, trace_dir: str | Path | None = None, repeats: int = 5, warmup: int = 5,
-            steps: int = 50, active: int = 12, traced=tuple(REGIMES), depth: int = 1,
+def measure(p: Plan, *, trace_dir: str | Path | None = None, repeats: int = 5, warmup: int = 3,
+            steps: int = 30, active: int = 12, traced=tuple(REGIMES), depth: int = 1,
             items: int | None = None) -> tuple[dict, list[Measurement]]:
     """Times the arms in turns with a step of each regime; profiles each in the ``traced`` regimes
     if ``trace_dir``. The sizes (``repeats``, ``warmup``, ``steps``, ``active``, ``traced``) come
