@@ -7,7 +7,8 @@ Each module holds one piece; none needs the lessons to be used safely:
 * :mod:`~gpufeed.data.memmap`: the memmap format (atomic build, load); :mod:`~gpufeed.data.staging`:
   folders that appear all at once or not at all; :mod:`~gpufeed.data.arrays`: the same arrays with
   NumPy alone; :mod:`~gpufeed.data.manifest`: the format's names and manifest, which both use.
-* :mod:`~gpufeed.data.loader`: batched loading (one gather per batch), seeded, sharded.
+* :mod:`~gpufeed.data.loader`: batched loading (one gather per batch), seeded, sharded;
+  :mod:`~gpufeed.data.settings`: a loader's settings, each checked once.
 * :mod:`~gpufeed.data.prefetch`: prefetchers (a CUDA side stream; a thread on the CPU).
 * :mod:`~gpufeed.data.movers`: moving nested batches to a device.
 * :mod:`~gpufeed.data.progress_bar`: the one rule for whether a progress bar is drawn (someone
@@ -16,8 +17,9 @@ Each module holds one piece; none needs the lessons to be used safely:
   constants, per-sample crop + flip, :class:`~gpufeed.data.transforms.DeviceAugment`.
 * :mod:`~gpufeed.data.augment`: per-sample augmentation of whole batches, on any device;
   :mod:`~gpufeed.data.resized`: its RandomResizedCrop for the front door (CPU and device paths).
-* :mod:`~gpufeed.data.image_loader`: the front door, :class:`~gpufeed.data.ImageLoader`: a memmap
-  folder to shuffled, augmented, prefetched batches on the device, for your own training loop.
+* :mod:`~gpufeed.data.image_loader`: the front door, :class:`~gpufeed.data.ImageLoader` (its
+  settings, built once) and its one pass (``ImageLoaderIterator``): a memmap folder to shuffled,
+  augmented, prefetched batches on the device, for your own training loop.
 
 It imports nothing from :mod:`gpufeed.measure` or :mod:`gpufeed.course`, and no plotting library
 (``tests/test_layout.py`` checks it).
@@ -28,7 +30,7 @@ from __future__ import annotations
 import importlib
 
 _MODULES = {'arrays', 'augment', 'folder', 'image_loader', 'jpeg', 'loader', 'manifest', 'memmap',
-            'movers', 'prefetch', 'progress_bar', 'resized', 'staging', 'transforms'}
+            'movers', 'prefetch', 'progress_bar', 'resized', 'settings', 'staging', 'transforms'}
 
 __all__ = sorted(_MODULES | {"ImageLoader"})
 
