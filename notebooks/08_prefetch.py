@@ -191,8 +191,10 @@ for ordered in (False, True):
                 if ordered:
                     torch.cuda.current_stream().wait_stream(s)
         print(f"{'with' if ordered else 'without'} the three lines: no race reported")
-    except CudaRaceError as e:
-        print(f"{'with' if ordered else 'without'} the three lines: " + textwrap.fill(str(e).split(";")[0], 110))
+    except CudaRaceError as e:  # the step's read, and the conversion's write it is not ordered after
+        later, earlier = e.race.later, e.race.earlier
+        print(f"{'with' if ordered else 'without'} the three lines: CudaRaceError ({e.race.kind}): the step's "
+              f"{later.what} on {later.actor.name} may run before the conversion's {earlier.what} on {earlier.actor.name}")
 
 # %% [markdown]
 # ## 3. What each line prevents: three hazards, simulated
