@@ -81,9 +81,9 @@ class Lesson:
             its source, ``.ipynb`` the generated notebook). title: as the outline and the footer say it.
         references: whether a machine without a GPU shows this lesson's committed GPU run
             (``results/<gpu>/lessonNN.json``): then a GPU run keeps its full-mode results.
-        gpu_s: estimated seconds on one H100 (16 cores), ``(quick mode, full mode)``: what
-            ``make test-gpu`` plans with until a run on that GPU has timed it (stated defaults,
-            from the run of 2026-11-26 where it measured them, else rounded up from the CPU).
+        gpu_s: stated seconds on one H100 (16 cores), ``(quick mode, full mode)``: what
+            ``make test-gpu`` plans with only where no committed GPU run timed the lesson
+            (``results/<gpu>/run.json``: the H100's of 2026-11-26 timed most; ``tools/gpurun/plan.py``).
         sizes: the datasets it generates, given ``pick`` and CUDA (see :func:`Lesson.datasets`).
         claims: its one to three headline claims (the evidence box).
     """
