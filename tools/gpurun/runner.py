@@ -88,6 +88,7 @@ class Run:
         inline backend, and the executed notebooks keep their figures."""
         env = {**os.environ, **NO_AUTOLOAD, "PYTHONUNBUFFERED": "1", "GPUFEED_QUICK": "1" if quick else "0",
                "GPUFEED_MODE": "quick" if quick else "full",
+               "GPUFEED_PROGRESS": "0",  # a log and an executed notebook keep results, not progress bars
                "GPUFEED_RESULTS": str(results), "GPUFEED_CACHE": str(self.cache(quick)),
                "PYTHONPATH": os.pathsep.join(filter(None, [str(TOOLS), os.environ.get("PYTHONPATH")])),
                # a python3 kernel of this python, found before any other (a node's user folder may name another)
