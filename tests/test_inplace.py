@@ -163,3 +163,11 @@ def test_the_readme_example_runs_as_written():
         exec(compile(code, "README.md", "exec"), scope)
     assert scope["report"].loader_rate is not None and scope["feed"].report().batches == 5
     assert not all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # the loop trained it
+
+
+def test_an_error_in_the_loop_is_not_masked_by_the_watch():
+    with pytest.raises(ZeroDivisionError), watch(Sleepy(0, n=5)) as feed:
+        for _ in feed:
+            1 / 0
+    with pytest.raises(DiagnoseError, match="nothing to report"):
+        feed.report()

@@ -88,8 +88,10 @@ class Watch:
 
     def __exit__(self, *exc) -> None:
         self.log.__exit__(*exc)
-        if self.taken > self.skip:
+        try:
             self.loop = self.window.end(self.skip, drain=False)
+        except ValueError:  # no batch left to count: report() says so, in one line
+            self.loop = None
 
     def __iter__(self):
         if self.log is None:

@@ -31,6 +31,15 @@ from gpufeed.measure.findings import COMPUTE_BOUND, DATA_BOUND, WORTH, efficienc
 from gpufeed.measure.harness import format_rate, format_time
 from gpufeed.measure.verdict import FASTER, compare
 
+
+def _verdict(a: list, b: list):
+    """A on B (seconds per batch, :func:`gpufeed.measure.verdict.compare`); not measured where a side is
+    missing or holds a zero (two device marks that completed together)."""
+    if not a or not b or min(a + b) <= 0:
+        return compare(None, None)
+    return compare(a, b)
+
+
 #: The bound in words.
 BOUND_WORDS = {"data": "data bound", "compute": "compute bound", "balanced": "between data and compute bound"}
 
@@ -192,13 +201,13 @@ class Report:
         if self.loader_rate is None:
             return head + ("The what-ifs were not measured (feed.what_ifs(step) measures the loader alone and the step "
                            "on a batch kept on the device)." + self._ranks() + "\n" + say_all(self.findings))
-        v = compare(self.loader_s or None, self.model_s or None)
+        v = _verdict(self.loader_s, self.model_s)
         alone = (f"The loader alone makes {format_rate(self.loader_rate, 'images/s')} and the step on a batch already "
                  f"there {format_rate(self.model_rate, 'images/s')}: the loader is {v.words('the step')}; ")
         gain = (f"a loader that never kept it waiting would make your loop at most {self.best_speedup:.2f}x faster."
                 if self.best_speedup >= WORTH else "a faster loader would not speed your loop up.")
         noise = (" (The step alone measured slower than inside your loop: the machine was busy; take more batches.)"
-                 if compare(self.loop_s or None, self.model_s or None).kind == FASTER else "")
+                 if _verdict(self.loop_s, self.model_s).kind == FASTER else "")
         refused = (f" (The step refused a batch kept on {self.device}: {self.resident_note}; the step alone was timed "
                    "on batches as the loader yields them.)" if not self.resident else "")
         return head + alone + gain + noise + refused + self._ranks() + "\n" + say_all(self.findings)
