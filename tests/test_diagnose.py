@@ -104,6 +104,17 @@ def test_the_wait_and_the_best_speed_up_never_pass_the_step_alone(host_wait, mod
     r = Report(items=1, batches=5, device="cpu", period_s=1.0, host_wait_s=host_wait, model_rate=model,
                loader_rate=None if model is None else 1.0)
     assert r.wait_s == pytest.approx(wait) and r.best_speedup == pytest.approx(best)
+    assert r.capped == (model is not None)
+
+
+def test_a_step_alone_measured_slower_than_the_whole_loop_caps_nothing():
+    """A busy machine slowed the what-if (lesson 02 in quick mode read 899 ms alone against a 327 ms loop):
+    the verdict method says the loop ran faster than its own step, so the host's view stands."""
+    loop, alone = [0.33, 0.32, 0.33, 0.34, 0.32], [0.9, 0.88, 0.91, 0.9, 0.89]
+    r = Report(items=8, batches=5, device="cpu", period_s=0.33, host_wait_s=0.23, loader_rate=117.0,
+               model_rate=8 / 0.9, loop_s=loop, model_s=alone, loader_s=[0.07] * 5)
+    assert not r.capped and r.clock == "host" and r.bound == "data" and r.best_speedup == pytest.approx(0.33 / 0.10)
+    assert "the what-ifs bound nothing here" in r.sentences()
 
 
 # --- the loader side ------------------------------------------------------------------------------

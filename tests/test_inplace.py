@@ -168,6 +168,6 @@ def test_the_readme_example_runs_as_written():
 def test_an_error_in_the_loop_is_not_masked_by_the_watch():
     with pytest.raises(ZeroDivisionError), watch(Sleepy(0, n=5)) as feed:
         for _ in feed:
-            1 / 0
+            raise ZeroDivisionError("the step failed")
     with pytest.raises(DiagnoseError, match="nothing to report"):
         feed.report()

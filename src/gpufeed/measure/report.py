@@ -7,7 +7,9 @@ waited for the next batch, and the host's own time inside ``next()`` (``host_wai
 beside it. Without a device clock the host's time inside ``next()`` is all there is; once the
 what-ifs are measured it is capped by them: the loop cannot run faster than the step on a batch
 already on the device, so no more than ``period - that step`` of the wait is the loader's.
-:attr:`Report.best_speedup` holds the same cap on either clock.
+:attr:`Report.best_speedup` holds the same cap on either clock. A step alone that measured slower
+than the whole loop (the verdict method says so) ran on a busier machine and caps nothing
+(:attr:`Report.capped`); the sentences say so.
 
 **Verdicts.** The comparisons the sentences word (the loader alone against the step alone, your
 loop against the step alone) go through :func:`gpufeed.measure.verdict.compare`, on each
@@ -104,9 +106,16 @@ class Report:
     findings: list = field(default_factory=list)
 
     @property
+    def capped(self) -> bool:
+        """Whether the step alone caps the wait and the speed-up: it was measured, and not slower than your
+        whole loop (:func:`~gpufeed.measure.verdict.compare` on the two windows: a step alone that ran slower
+        than the loop that contains it ran on a busier machine, and bounds nothing)."""
+        return bool(self.model_rate) and _verdict(self.loop_s, self.model_s).kind != FASTER
+
+    @property
     def clock(self) -> str:
         """``"device"``, ``"host, capped"`` (by the step alone) or ``"host"``: whose clock ``wait_s`` is."""
-        return "device" if self.device_wait_s is not None else "host, capped" if self.model_rate else "host"
+        return "device" if self.device_wait_s is not None else "host, capped" if self.capped else "host"
 
     @property
     def step_s(self) -> float:
@@ -118,7 +127,7 @@ class Report:
         """The wait for data a faster loader could take away, per batch (see the module docstring)."""
         if self.device_wait_s is not None:
             return self.device_wait_s
-        if self.model_rate:
+        if self.capped:
             return max(0.0, min(self.host_wait_s, self.period_s - self.items / self.model_rate))
         return self.host_wait_s
 
@@ -147,9 +156,9 @@ class Report:
     @property
     def best_speedup(self) -> float:
         """The most any faster loader could speed your loop up: to the period without its wait, and never
-        past the step alone on a resident batch (the what-ifs' cap, where they were measured)."""
+        past the step alone on a resident batch (the what-ifs' cap, where it holds: :attr:`capped`)."""
         gain = self.period_s / max(self.period_s - self.wait_s, 1e-12)
-        return max(1.0, min(gain, self.model_rate / self.rate)) if self.model_rate else gain
+        return max(1.0, min(gain, self.model_rate / self.rate)) if self.capped else gain
 
     def table(self) -> str:
         """The period, split, the device's view, the syncs and copies, the what-ifs, as a short text table."""
@@ -206,8 +215,8 @@ class Report:
                  f"there {format_rate(self.model_rate, 'images/s')}: the loader is {v.words('the step')}; ")
         gain = (f"a loader that never kept it waiting would make your loop at most {self.best_speedup:.2f}x faster."
                 if self.best_speedup >= WORTH else "a faster loader would not speed your loop up.")
-        noise = (" (The step alone measured slower than inside your loop: the machine was busy; take more batches.)"
-                 if _verdict(self.loop_s, self.model_s).kind == FASTER else "")
+        noise = ("" if self.capped else " (The step alone measured slower than your whole loop: the machine was busy, "
+                 "and the what-ifs bound nothing here; take more batches.)")
         refused = (f" (The step refused a batch kept on {self.device}: {self.resident_note}; the step alone was timed "
                    "on batches as the loader yields them.)" if not self.resident else "")
         return head + alone + gain + noise + refused + self._ranks() + "\n" + say_all(self.findings)
