@@ -19,7 +19,7 @@ import torch
 from devicequeue import DeviceQueue, PerSample, Sleepy
 from torch.utils.data import DataLoader
 
-from gpufeed.measure import diagnose, findings
+from gpufeed.measure import diagnose, findings, watch
 from gpufeed.measure.batches import DiagnoseError
 from gpufeed.measure.diagnosis import _device, _on_host
 from gpufeed.measure.probe import Copy
@@ -39,7 +39,7 @@ def assert_evidenced(report):
 
 def test_a_slow_loader_is_data_bound_and_its_wait_is_most_of_the_period():
     r = diagnose(Sleepy(20), sleeper(5), batches=8, warmup=1, probe=1)
-    assert r.bound == "data" and r.clock == "host, capped"
+    assert r.bound == "data" and r.clock == "host" and r.capped
     assert r.wait_fraction == pytest.approx(0.8, abs=0.1)
     assert r.items == 4 and r.loader_rate < r.model_rate
     assert 2 < r.best_speedup <= r.model_rate / r.rate  # the step alone runs at ~200 batches/s, the loop at ~40
@@ -71,10 +71,12 @@ def test_a_step_that_queues_its_work_is_data_bound_within_the_what_ifs_cap(devic
     """Issue 48's stand-in: the loader takes 50 ms on the host, the step queues 20 ms of device work and
     returns. The host waits in next() the whole period; the device idles 30 ms of the 50."""
     step = device_queue.step(0.020)
-    host_only = diagnose(Sleepy(50), step, batches=6, warmup=1, probe=1)  # the host's clock: capped
-    assert host_only.host_wait_s / host_only.period_s > 0.9  # the host's view: all waiting
-    assert host_only.bound == "data" and host_only.best_speedup <= host_only.model_rate / host_only.rate + 1e-9
+    host_only = diagnose(Sleepy(50), step, batches=6, warmup=1, probe=1)  # the host's clock, capped by the what-ifs
+    assert host_only.wait_fraction > 0.9 and host_only.bound == "data"  # the host's view: all waiting
+    assert host_only.removable_s / host_only.period_s == pytest.approx(0.6, abs=0.15)  # 30 ms of 50 the loader's
+    assert host_only.best_speedup <= host_only.model_rate / host_only.rate + 1e-9
     assert host_only.best_speedup < 4  # (main read 627x for this loop; the cap is 2.5x)
+    assert "of it, the most a faster loader could take" in host_only.table()
     on_device = diagnose(Sleepy(50), step, batches=6, warmup=1, probe=1, events=device_queue.event)
     assert on_device.clock == "device" and on_device.bound == "data"
     assert on_device.wait_fraction == pytest.approx(0.6, abs=0.15)  # 30 ms of 50 idle
@@ -86,24 +88,27 @@ def test_a_step_that_queues_more_than_the_loader_takes_is_compute_bound_though_t
     """The loader takes 15 ms, the step queues 20 ms: the host spends most of the period in next() while
     the device works; the device never waits for data."""
     step = device_queue.step(0.020)
-    host_only = diagnose(Sleepy(15), step, batches=6, warmup=1, probe=1)
-    assert host_only.host_wait_s / host_only.period_s > 0.5 and host_only.bound != "data"
+    host_only = diagnose(Sleepy(15), step, batches=6, warmup=1, probe=1)  # the host cannot tell: the cap says so
+    assert host_only.wait_fraction > 0.5 and host_only.best_speedup < findings.WORTH
+    assert [f.key for f in host_only.findings] == ["loader-fine"]  # no loader advice: a faster one gains nothing
+    assert "only a device clock (events=) tells the two apart" in host_only.sentences()
     on_device = diagnose(Sleepy(15), step, batches=6, warmup=1, probe=1, events=device_queue.event)
     assert on_device.bound == "compute" and on_device.device_wait_s < 0.2 * on_device.period_s
     assert on_device.host_wait_s > on_device.device_wait_s  # the host's view beside it
 
 
-@pytest.mark.parametrize(("host_wait", "model", "wait", "best"), [
+@pytest.mark.parametrize(("host_wait", "model", "removable", "best"), [
     (0.8, 5.0, 0.8, 5.0),  # the step alone takes 0.2 s of the 1 s: all the wait is the loader's
     (0.8, 2.0, 0.5, 2.0),  # the step alone takes 0.5 s: at most 0.5 s of the wait can go
     (0.8, 1.0, 0.0, 1.0),  # the step alone takes the whole period: none can
-    (0.8, 0.9, 0.0, 1.0),  # measured slower than the loop (a busy machine): still none, never below 1
+    (0.8, 0.9, 0.0, 1.0),  # longer than the period, no samples to tell a busy machine: still none, never below 1
     (0.8, None, 0.8, 5.0),  # what-ifs not measured: the host's view, uncapped
 ])
-def test_the_wait_and_the_best_speed_up_never_pass_the_step_alone(host_wait, model, wait, best):
+def test_the_best_speed_up_never_passes_the_step_alone(host_wait, model, removable, best):
     r = Report(items=1, batches=5, device="cpu", period_s=1.0, host_wait_s=host_wait, model_rate=model,
                loader_rate=None if model is None else 1.0)
-    assert r.wait_s == pytest.approx(wait) and r.best_speedup == pytest.approx(best)
+    assert r.wait_s == host_wait and r.bound == "data"  # the host's clock: the bound reads its wait
+    assert r.removable_s == pytest.approx(removable) and r.best_speedup == pytest.approx(best)
     assert r.capped == (model is not None)
 
 
@@ -113,7 +118,7 @@ def test_a_step_alone_measured_slower_than_the_whole_loop_caps_nothing():
     loop, alone = [0.33, 0.32, 0.33, 0.34, 0.32], [0.9, 0.88, 0.91, 0.9, 0.89]
     r = Report(items=8, batches=5, device="cpu", period_s=0.33, host_wait_s=0.23, loader_rate=117.0,
                model_rate=8 / 0.9, loop_s=loop, model_s=alone, loader_s=[0.07] * 5)
-    assert not r.capped and r.clock == "host" and r.bound == "data" and r.best_speedup == pytest.approx(0.33 / 0.10)
+    assert not r.capped and r.bound == "data" and r.best_speedup == pytest.approx(0.33 / 0.10)
     assert "the what-ifs bound nothing here" in r.sentences()
 
 
@@ -429,7 +434,7 @@ def test_the_report_draws_its_period_and_saves_as_json(tmp_path):
     assert ax.get_xlabel() == "ms per batch" and len(ax.patches) >= 2
     d = json.loads(json.dumps(r.to_dict()))
     assert d["bound"] == r.bound and [f["key"] for f in d["findings"]] == [f.key for f in r.findings]
-    assert d["clock"] == "host, capped" and d["best_speedup"] == r.best_speedup
+    assert d["clock"] == "host" and d["best_speedup"] == r.best_speedup and d["removable_s"] == r.removable_s
 
 
 @pytest.mark.parametrize(("wait", "words"), [(0.0, "no faster"), (0.04, "no faster"), (0.15, "at most 1.18x faster"),
@@ -467,3 +472,37 @@ def test_the_command_line_says_what_it_retimed(tmp_path, capsys):
     assert main(["diagnose", "--folder", str(folder), "--batch-size", "4", "--crop", "32", "--batches", "2",
                  "--fixes", "0"]) == 0
     assert capsys.readouterr().out.rstrip().endswith("Nothing re-timed: --fixes 0.")
+
+
+# --- on a real GPU (make test-gpu): the device's clock is CUDA's events ------------------------------
+
+def gpu_step(ms: float):
+    """A step that queues about ``ms`` of GPU work (a spin kernel) after a copy, and returns at once."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.cuda._sleep(int(1e7))
+    end.record()
+    end.synchronize()
+    cycles = int(1e7 * ms / start.elapsed_time(end))  # this GPU's spin cycles per ms, measured
+
+    def step(batch):
+        batch[0].to("cuda", non_blocking=True)
+        torch.cuda._sleep(cycles)
+    return step
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize(("loader_ms", "gpu_ms", "bound"), [(50, 20, "data"), (15, 40, "compute")])
+def test_on_a_gpu_the_device_clock_tells_a_queued_step_from_waiting_for_data(loader_ms, gpu_ms, bound):
+    r = diagnose(Sleepy(loader_ms), gpu_step(gpu_ms), batches=6, warmup=2, probe=2)
+    assert r.clock == "device" and r.bound == bound, r
+    assert r.host_wait_s >= r.wait_s  # the host waits in next() at least as long as the device idles
+    assert r.best_speedup <= max(1.0, r.model_rate / r.rate) + 1e-9
+    assert r.gpu_idle is not None and r.compute_s > 0 and r.syncs == {}  # the profiled steps, apart
+    assert r.copies and r.device.startswith("cuda")
+    with watch(Sleepy(loader_ms, n=10)) as feed:
+        step = gpu_step(gpu_ms)
+        for batch in feed:
+            step(batch)
+    assert feed.report().bound == bound and feed.report().clock == "device"

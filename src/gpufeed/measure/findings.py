@@ -101,10 +101,12 @@ def _mb(copies) -> float:
 def find(r) -> list[Finding]:
     """The findings a :class:`~gpufeed.measure.report.Report`'s numbers support, loader side first, then
     copies and syncs; a suggested setting that was re-timed only with its measured gain."""
-    out = [] if r.wait_fraction > COMPUTE_BOUND else [Finding(
+    fine = r.wait_fraction <= COMPUTE_BOUND or r.best_speedup < WORTH  # little wait, or none a loader could take
+    out = [] if not fine else [Finding(
         "loader-fine", f"The loader is not the bottleneck: your loop waits for data {r.wait_fraction:.0%} of its "
         "period, and a loader that never kept it waiting would make it " + (
             f"at most {r.best_speedup:.2f}x faster" if r.best_speedup >= WORTH else "no faster")
+        + ("" if r.wait_fraction <= COMPUTE_BOUND else " (the step alone takes about the whole period)")
         + "; look at the step (the model, its precision, torch.compile).",
         {"wait_fraction": round(r.wait_fraction, 3), "best_speedup": round(r.best_speedup, 3)}, ("11",))]
     if not out:

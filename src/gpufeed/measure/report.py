@@ -4,12 +4,14 @@ the sentences, the bar.
 **Whose clock.** On a GPU the loop's period and its wait come from the device's clock
 (:class:`gpufeed.measure.probe.Window`): ``wait_s`` is the time the device sat idle while the host
 waited for the next batch, and the host's own time inside ``next()`` (``host_wait_s``) is shown
-beside it. Without a device clock the host's time inside ``next()`` is all there is; once the
-what-ifs are measured it is capped by them: the loop cannot run faster than the step on a batch
-already on the device, so no more than ``period - that step`` of the wait is the loader's.
-:attr:`Report.best_speedup` holds the same cap on either clock. A step alone that measured slower
-than the whole loop (the verdict method says so) ran on a busier machine and caps nothing
-(:attr:`Report.capped`); the sentences say so.
+beside it. Without a device clock the host's time inside ``next()`` is all there is, and the bound
+reads it. What a faster loader could take away is capped by the what-ifs on either clock: the loop
+cannot run faster than the step on a batch already on the device, so no more than ``period - that
+step`` of the wait is the loader's (:attr:`Report.removable_s`, :attr:`Report.best_speedup`); where
+the cap takes most of a host's wait away, the sentences say that a step which returns before its
+device work ends waits in ``next()`` too, and that a device clock tells the two apart. A step alone
+that measured slower than the whole loop (the verdict method says so) ran on a busier machine and
+caps nothing (:attr:`Report.capped`); the sentences say that too.
 
 **Verdicts.** The comparisons the sentences word (the loader alone against the step alone, your
 loop against the step alone) go through :func:`gpufeed.measure.verdict.compare`, on each
@@ -20,9 +22,10 @@ Example:
     ...            loader_rate=1600.0, model_rate=6400.0)
     >>> r.bound, round(r.wait_fraction, 2), round(r.best_speedup, 2)  # the step alone: 5 ms of the 25
     ('data', 0.8, 5.0)
-    >>> Report(items=32, batches=10, device="cpu", period_s=0.025, host_wait_s=0.020, loader_rate=1600.0,
-    ...        model_rate=1280.0).bound  # the step alone takes the whole period: none of the wait is the loader's
-    'compute'
+    >>> r = Report(items=32, batches=10, device="cpu", period_s=0.025, host_wait_s=0.020, loader_rate=1600.0,
+    ...            model_rate=1280.0)  # the step alone takes the whole period: none of the wait is the loader's
+    >>> r.bound, r.removable_s, r.best_speedup
+    ('data', 0.0, 1.0)
 """
 
 from __future__ import annotations
@@ -107,15 +110,15 @@ class Report:
 
     @property
     def capped(self) -> bool:
-        """Whether the step alone caps the wait and the speed-up: it was measured, and not slower than your
+        """Whether the step alone caps what a faster loader could take: it was measured, and not slower than your
         whole loop (:func:`~gpufeed.measure.verdict.compare` on the two windows: a step alone that ran slower
         than the loop that contains it ran on a busier machine, and bounds nothing)."""
         return bool(self.model_rate) and _verdict(self.loop_s, self.model_s).kind != FASTER
 
     @property
     def clock(self) -> str:
-        """``"device"``, ``"host, capped"`` (by the step alone) or ``"host"``: whose clock ``wait_s`` is."""
-        return "device" if self.device_wait_s is not None else "host, capped" if self.capped else "host"
+        """``"device"`` or ``"host"``: whose clock ``wait_s`` is."""
+        return "device" if self.device_wait_s is not None else "host"
 
     @property
     def step_s(self) -> float:
@@ -124,12 +127,17 @@ class Report:
 
     @property
     def wait_s(self) -> float:
-        """The wait for data a faster loader could take away, per batch (see the module docstring)."""
-        if self.device_wait_s is not None:
-            return self.device_wait_s
-        if self.capped:
-            return max(0.0, min(self.host_wait_s, self.period_s - self.items / self.model_rate))
-        return self.host_wait_s
+        """The wait for data per batch: the device idle while the host waited, on a device clock; else the
+        host's time inside ``next()``."""
+        return self.device_wait_s if self.device_wait_s is not None else self.host_wait_s
+
+    @property
+    def removable_s(self) -> float:
+        """The most of :attr:`wait_s` a faster loader could take away, per batch: all of it, or where the
+        cap holds (:attr:`capped`) no more than the period less the step alone on a resident batch."""
+        if not self.capped:
+            return self.wait_s
+        return max(0.0, min(self.wait_s, self.period_s - self.items / self.model_rate))
 
     @property
     def wait_fraction(self) -> float:
@@ -157,8 +165,7 @@ class Report:
     def best_speedup(self) -> float:
         """The most any faster loader could speed your loop up: to the period without its wait, and never
         past the step alone on a resident batch (the what-ifs' cap, where it holds: :attr:`capped`)."""
-        gain = self.period_s / max(self.period_s - self.wait_s, 1e-12)
-        return max(1.0, min(gain, self.model_rate / self.rate)) if self.capped else gain
+        return self.period_s / max(self.period_s - self.removable_s, 1e-12)
 
     def table(self) -> str:
         """The period, split, the device's view, the syncs and copies, the what-ifs, as a short text table."""
@@ -168,8 +175,9 @@ class Report:
                  ("  waiting for the next batch (the host, in next())", format_time(self.host_wait_s), f"{self.host_wait_s / p:.0%}")]
         if self.device_wait_s is not None:
             rows.append(("  the device idle meanwhile (waiting for data)", format_time(self.wait_s), f"{self.wait_fraction:.0%}"))
-        elif self.clock == "host, capped":
-            rows.append(("  of it, the most a faster loader could take", format_time(self.wait_s), f"{self.wait_fraction:.0%}"))
+        if self.removable_s < self.wait_s:
+            rows.append(("  of it, the most a faster loader could take", format_time(self.removable_s),
+                         f"{self.removable_s / p:.0%}"))
         rows.append(("  the step and the rest of the loop", format_time(self.step_s), f"{self.step_s / p:.0%}"))
         if self.gpu_idle is not None:
             rows += [("the device, profiled steps: computing", format_time(self.compute_s), ""),
@@ -202,10 +210,11 @@ class Report:
                 f"{self.wait_fraction:.0%} of the time: {BOUND_WORDS[self.bound]}")
         if self.clock == "device":
             head += f" (the device's clock; the host spent {self.host_wait_s / self.period_s:.0%} of it inside next())"
-        elif self.clock == "host, capped" and self.wait_s < self.host_wait_s:
-            head += (f" (the host spent {self.host_wait_s / self.period_s:.0%} of it inside next(), but the step alone "
-                     f"takes {format_time(self.items / self.model_rate)} of the {format_time(self.period_s)}: a step "
-                     "that returns before its device work ends waits there too)")
+        if self.wait_fraction > COMPUTE_BOUND and self.best_speedup < WORTH:  # findings: "loader-fine"
+            head += (f"; but the step alone on a batch already there takes {format_time(self.items / self.model_rate)} "
+                     f"of the {format_time(self.period_s)}, so at most {format_time(self.removable_s)} of that wait is "
+                     "the loader's: a step that returns before its device work ends waits in next() too"
+                     + ("" if self.clock == "device" else ", and only a device clock (events=) tells the two apart"))
         head += ". "
         if self.loader_rate is None:
             return head + ("The what-ifs were not measured (feed.what_ifs(step) measures the loader alone and the step "
@@ -259,6 +268,7 @@ class Report:
     def to_dict(self) -> dict:
         """JSON-ready: the measurements, the derived numbers and the findings."""
         d = asdict(self)
-        d.update(wait_s=self.wait_s, wait_fraction=self.wait_fraction, bound=self.bound, rate=self.rate,
+        d.update(wait_s=self.wait_s, removable_s=self.removable_s, wait_fraction=self.wait_fraction, bound=self.bound,
+                 rate=self.rate,
                  efficiency=self.efficiency, best_speedup=self.best_speedup, clock=self.clock)
         return d
