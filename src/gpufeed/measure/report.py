@@ -10,8 +10,9 @@ cannot run faster than the step on a batch already on the device, so no more tha
 step`` of the wait is the loader's (:attr:`Report.removable_s`, :attr:`Report.best_speedup`); where
 the cap takes most of a host's wait away, the sentences say that a step which returns before its
 device work ends waits in ``next()`` too, and that a device clock tells the two apart. A step alone
-that measured slower than the whole loop (the verdict method says so) ran on a busier machine and
-caps nothing (:attr:`Report.capped`); the sentences say that too.
+that measured slower than the whole loop (the verdict method says so) ran on a busier machine: the
+cap still holds (a gain is never claimed past what the what-ifs allow), and the sentences say the
+two measurements disagree.
 
 **Verdicts.** The comparisons the sentences word (the loader alone against the step alone, your
 loop against the step alone) go through :func:`gpufeed.measure.verdict.compare`, on each
@@ -109,11 +110,10 @@ class Report:
     findings: list = field(default_factory=list)
 
     @property
-    def capped(self) -> bool:
-        """Whether the step alone caps what a faster loader could take: it was measured, and not slower than your
-        whole loop (:func:`~gpufeed.measure.verdict.compare` on the two windows: a step alone that ran slower
-        than the loop that contains it ran on a busier machine, and bounds nothing)."""
-        return bool(self.model_rate) and _verdict(self.loop_s, self.model_s).kind != FASTER
+    def busy(self) -> bool:
+        """Whether the step alone measured slower than your whole loop, which holds it
+        (:func:`~gpufeed.measure.verdict.compare` on the two windows): the machine was busier for one."""
+        return bool(self.model_rate) and _verdict(self.loop_s, self.model_s).kind == FASTER
 
     @property
     def clock(self) -> str:
@@ -133,9 +133,9 @@ class Report:
 
     @property
     def removable_s(self) -> float:
-        """The most of :attr:`wait_s` a faster loader could take away, per batch: all of it, or where the
-        cap holds (:attr:`capped`) no more than the period less the step alone on a resident batch."""
-        if not self.capped:
+        """The most of :attr:`wait_s` a faster loader could take away, per batch: no more than the period
+        less the step alone on a resident batch, where that was measured."""
+        if not self.model_rate:
             return self.wait_s
         return max(0.0, min(self.wait_s, self.period_s - self.items / self.model_rate))
 
@@ -164,7 +164,7 @@ class Report:
     @property
     def best_speedup(self) -> float:
         """The most any faster loader could speed your loop up: to the period without its wait, and never
-        past the step alone on a resident batch (the what-ifs' cap, where it holds: :attr:`capped`)."""
+        past the step alone on a resident batch (the what-ifs' cap, where they were measured)."""
         return self.period_s / max(self.period_s - self.removable_s, 1e-12)
 
     def table(self) -> str:
@@ -224,8 +224,8 @@ class Report:
                  f"there {format_rate(self.model_rate, 'images/s')}: the loader is {v.words('the step')}; ")
         gain = (f"a loader that never kept it waiting would make your loop at most {self.best_speedup:.2f}x faster."
                 if self.best_speedup >= WORTH else "a faster loader would not speed your loop up.")
-        noise = ("" if self.capped else " (The step alone measured slower than your whole loop: the machine was busy, "
-                 "and the what-ifs bound nothing here; take more batches.)")
+        noise = (" (The step alone measured slower than your whole loop: the machine was busier for one of them, "
+                 "and the two disagree; take more batches.)" if self.busy else "")
         refused = (f" (The step refused a batch kept on {self.device}: {self.resident_note}; the step alone was timed "
                    "on batches as the loader yields them.)" if not self.resident else "")
         return head + alone + gain + noise + refused + self._ranks() + "\n" + say_all(self.findings)
