@@ -175,7 +175,7 @@ class Report:
                  ("  waiting for the next batch (the host, in next())", format_time(self.host_wait_s), f"{self.host_wait_s / p:.0%}")]
         if self.device_wait_s is not None:
             rows.append(("  the device idle meanwhile (waiting for data)", format_time(self.wait_s), f"{self.wait_fraction:.0%}"))
-        if self.removable_s < self.wait_s:
+        if self.removable_s < self.wait_s and self.wait_fraction > COMPUTE_BOUND:  # the cap takes some of a real wait
             rows.append(("  of it, the most a faster loader could take", format_time(self.removable_s),
                          f"{self.removable_s / p:.0%}"))
         rows.append(("  the step and the rest of the loop", format_time(self.step_s), f"{self.step_s / p:.0%}"))
