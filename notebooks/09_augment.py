@@ -300,7 +300,7 @@ def both_epoch(loader):
 usual_again, both = interleave({f"per sample, {cores} CPU workers": lambda: workers_epoch(loaders["usual"]),
                                 f"uint8 from {cores} CPU workers, finish on {S.device.type}":
                                     lambda: both_epoch(loaders["both"])},
-                               items=n_images, repeats=config.pick(quick=3, full=5, site=15), warmup=1)
+                               items=n_images, repeats=config.pick(quick=3, full=5, site=25), warmup=1)
 loaders.clear()
 say(reading.late_convert(usual_again, both, cuda=S.cuda))
 

@@ -309,7 +309,7 @@ if HAVE_DALI:
     arms |= {names["DALI"]: partial(dali_epoch, dali_loader), names["DALI memmap"]: partial(dali_epoch, mm_loader)}
 threads = torch.get_num_threads()
 torch.set_num_threads(1)  # this process only hands batches on; the workers and DALI's threads do the rest
-ms = interleave(arms, items=TURN * n_images, repeats=config.pick(quick=3, full=5, site=7), warmup=1)
+ms = interleave(arms, items=TURN * n_images, repeats=config.pick(quick=3, full=5, site=9), warmup=1)
 torch.set_num_threads(threads)
 loaders.clear()  # stops the DataLoaders' workers
 by = {k: next((m for m in ms if m.name == name), None) for k, name in names.items()}
