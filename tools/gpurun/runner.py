@@ -334,14 +334,20 @@ class Run:
         self.datasets["prepared"] = re.findall(r"^(lesson\d\d|bench): (\S+) .*$", text, re.M)
         self.finish(e, child, rc, f"{len(self.datasets['prepared'])} folders and memmaps")
 
-    def run_tests(self, s: Step) -> None:
+    def started_args(self, s: Step) -> tuple[Entry, tuple[str, ...] | None]:
+        """The step's entry and the arguments it runs with here (the stand-in's, on a CPU), or None
+        where it does not run: marked ``not run`` with the reason, or not within the budget."""
         e = self.step_entry(s)
         args = s.standin if self.standin else s.args
         if args is None:
             e.status, e.reason = NOT_RUN_BECAUSE, f"{s.needs_cuda_why} (stand-in run)"
             self.log(f"{s.name}: {e.status} ({e.reason})")
-            return
-        if not self.limit(e, self.cap(s), s.least):
+            return e, None
+        return e, (args if self.limit(e, self.cap(s), s.least) else None)
+
+    def run_tests(self, s: Step) -> None:
+        e, args = self.started_args(s)
+        if args is None:
             return
         records = self.dir / "logs" / f"{s.name}-tests.jsonl"
         cmd = self.test_command(s.name, args)
@@ -446,13 +452,8 @@ class Run:
     def run_command(self, s: Step) -> None:
         """A ``command`` row: its argv once (``python`` is this run's python), under its limit; its
         output is the step's log, its exit status the verdict."""
-        e = self.step_entry(s)
-        argv = s.standin if self.standin else s.args
+        e, argv = self.started_args(s)
         if argv is None:
-            e.status, e.reason = NOT_RUN_BECAUSE, f"{s.needs_cuda_why} (stand-in run)"
-            self.log(f"{s.name}: {e.status} ({e.reason})")
-            return
-        if not self.limit(e, self.cap(s), s.least):
             return
         argv = [self.python, *argv[1:]] if argv[0] == "python" else list(argv)
         if shutil.which(argv[0]) is None and not Path(argv[0]).is_file():
