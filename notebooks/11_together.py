@@ -194,8 +194,9 @@ for key in rungs:
 
 # %% [markdown]
 # Timed in turns (naive, workers, ..., naive, workers, ...), so that a burst of other work on a
-# busy machine slows every rung a little rather than one rung a lot, five passes each: each step
-# is a verdict on the rung against the one above, with an interval, or "this run cannot tell".
+# busy machine slows every rung a little rather than one rung a lot, five passes each (three in
+# quick mode): each step is a verdict on the rung against the one above, with an interval, or
+# "this run cannot tell".
 # Every pass is a whole epoch, except for the naive rung, which decodes every JPEG on one core: its
 # passes are the epoch's first batches, as many as fit in `NAIVE_S` seconds (a shuffled epoch's
 # first batches are like any others). `ladder.Busy` counts the cores each rung keeps busy. DALI's
@@ -214,7 +215,7 @@ def items(cases):  # images per pass: the naive loop's first batches, every othe
     return {k: naive_batches * w.batch if k.startswith("naive") else per_epoch for k in cases}
 
 
-kw = {"repeats": 5, "warmup": 1}  # five timed passes of each rung, after one untimed: a verdict needs five
+kw = {"repeats": config.pick(quick=3, full=5, site=5), "warmup": 1}  # timed passes after one untimed: a verdict needs 5
 busy = ladder.Busy()
 loader_ms = bench.interleave({k: (lambda k=k, e=e: busy.run(k, e)) for k, e in ladder.alone(rungs).items()}, items=items(rungs),
                              params={k: {"section": "ladder", "rung": k} for k in rungs}, desc="the ladder", **kw)
@@ -608,7 +609,7 @@ cut = {k: ladder.first_batches(e, naive_batches) for k, e in  # the first batche
        {"naive": naive_epoch, "course": course_epoch, "resident": lambda: iter(ready)}.items()}
 try:
     heavy_ms = bench.interleave({k: (lambda e=e: train_epoch(e())) for k, e in cut.items()},
-                                items=naive_batches * w.batch, **{**kw, "repeats": config.pick(quick=2, full=5, site=5)})
+                                items=naive_batches * w.batch, **{**kw, "repeats": config.pick(quick=1, full=5, site=5)})
 finally:
     step = section5_step
 heavy_by = {m.name: m for m in heavy_ms}

@@ -256,7 +256,7 @@ print(" ".join(["python", *torchrun_command(2, ["DATA" if a == mm.path else a fo
 from gpufeed.course.lesson12 import pagecache, reading
 from gpufeed.course.prose import say
 
-rounds = pagecache.cold_then_warm(mm.path, rounds=config.pick(quick=1, full=5, site=5))
+rounds = pagecache.cold_then_warm(mm.path, rounds=config.pick(quick=1, full=7, site=7))
 for which in ("first", "second"):
     p = rounds[which][-1]
     before = "unknown" if p["resident_before"] is None else f"{p['resident_before']:.0%}"

@@ -84,7 +84,7 @@ def test_the_efficiency_check_reads_measurements():
     lone = reading.check("dali", at(90), model, None)
     assert lone.bound is None and reading.read_check(lone) == "dali: 0.90 (0.90 to 0.90): the model waited for data."
     text = reading.read_efficiency([naive, reading.check("x", at(90, NOISY), model)])
-    assert text.startswith("- naive: ") and "\n- x: " in text and text.count("This run cannot tell") == 1
+    assert text.startswith("- naive: ") and "\n- x: " in text and text.count("Where this run cannot tell") == 1
 
 
 @pytest.mark.parametrize("v, words", [
@@ -171,3 +171,10 @@ def test_a_noisy_run_read_whole_gives_no_verdict_it_cannot_carry():
     assert steps["prefetch"].agrees(ladder.step_verdicts(loaders)["prefetch"])
     assert steps["prefetch"].interval() in page[0] and steps["prefetch"].interval() in page[1]
     assert course.interval() in page[1] and course.interval() in page[3]
+
+
+def test_advice_is_said_once_and_names_the_samples_a_verdict_needs():
+    assert reading.advice([WIN, TIE, LOSS, NONE]) == ""
+    assert reading.advice([WIN, UNSURE]) == "Where this run cannot tell, full mode (GPUFEED_QUICK=0) or an idle machine would tell."
+    assert "at least 5" in reading.advice([UNSURE, FEW]) and "2 samples per arm" in reading.advice([UNSURE, FEW])
+    assert reading.why_not(UNSURE) == "0.70x to 1.60x" and reading.why_not(FEW) == "2 samples per arm"

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gpufeed.course.lesson11.reading import against, ran
+from gpufeed.course.lesson11.reading import advice, against, ran, why_not
 from gpufeed.data.transforms import IMAGENET_MEAN, IMAGENET_STD, CropFlip, crop_flip, draw_crops
 from gpufeed.measure import pipelines
 from gpufeed.measure.pipelines import Data, Workload
@@ -338,7 +338,7 @@ def read(ms, cores: int, busy: dict[str, float] | None = None) -> str:
             text.append(f"'{r['label']}'{_busy(busy, r['key'], above['key'], 'the rung above')} "
                         f"{ran(step, 'the rung above')}; one likely cause, not measured here: {why}.")
         elif step.kind == CANNOT_TELL:
-            unsure.append(f"'{r['label']}' ({step.interval()})")
+            unsure.append(f"'{r['label']}' ({why_not(step)})")
     if unsure:
         text.append(f"This run cannot tell {', '.join(unsure)} from the rung above.")
     dali = next((r for r in rows({m.name: m.items_per_s for m in ms}) if r["key"] == DALI.key), None)
@@ -354,9 +354,9 @@ def read(ms, cores: int, busy: dict[str, float] | None = None) -> str:
         elif side.kind == FASTER:
             text.append("It decodes every JPEG in every epoch, where the course pipeline reads them decoded: "
                         "what makes it faster here is not measured on this page.")
-    told = [x for x in (total, *(v[r["key"]] for r in main[1:])) if x.kind == CANNOT_TELL]
-    if told:
-        text.append(told[0].advice)
+    said = advice([total, *(v[r["key"]] for r in main[1:]), *((v[DALI.key],) if dali is not None else ())])
+    if said:
+        text.append(said)
     return " ".join(text)
 
 

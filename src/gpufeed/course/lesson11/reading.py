@@ -25,9 +25,11 @@ from gpufeed.measure.findings import efficiency_bounds
 from gpufeed.measure.verdict import (
     CANNOT_TELL,
     FASTER,
+    MIN_SAMPLES,
     NOT_MEASURED,
     SAME,
     SLOWER,
+    WHAT_WOULD_TELL,
     Verdict,
     compare,
 )
@@ -66,6 +68,31 @@ def ran(v: Verdict, than: str, verb: str = "ran", **kw) -> str:
         'trained 2.00x slower than naive (1.82x to 2.22x)'
     """
     return f"{'was' if v.kind in (CANNOT_TELL, NOT_MEASURED) else verb} {v.words(than, **kw)}"
+
+
+def why_not(v: Verdict) -> str:
+    """Why ``v`` cannot tell, in brackets' words: its interval, or too few samples.
+
+    Example:
+        >>> why_not(Verdict(1.1, 0.7, 1.6, 5, CANNOT_TELL)), why_not(Verdict(2.0, 1.5, 2.5, 3, CANNOT_TELL))
+        ('0.70x to 1.60x', '3 samples per arm')
+    """
+    return v.interval() if v.samples >= MIN_SAMPLES else f"{v.samples} samples per arm"
+
+
+def advice(verdicts) -> str:
+    """Once for a page part that words several verdicts: what would tell where one cannot ("" where
+    all tell); a verdict short of samples says how many it needs.
+
+    Example:
+        >>> advice([Verdict(1.5, 1.3, 1.7, 5, FASTER)])
+        ''
+        >>> advice([Verdict(1.1, 0.7, 1.6, 5, CANNOT_TELL)])
+        'Where this run cannot tell, full mode (GPUFEED_QUICK=0) or an idle machine would tell.'
+    """
+    unsure = [v for v in verdicts if v.kind == CANNOT_TELL]
+    few = [v for v in unsure if v.samples < MIN_SAMPLES]
+    return few[0].advice if few else f"Where this run cannot tell, {WHAT_WOULD_TELL}." if unsure else ""
 
 
 def _pct(v: Verdict) -> str:
@@ -175,9 +202,8 @@ def read_check(c: Check) -> str:
 
 def read_efficiency(checks: list[Check]) -> str:
     """Every pipeline's :func:`read_check`, one per line, and once the advice of a run that cannot tell."""
-    lines = [f"- {read_check(c)}" for c in checks]
-    unsure = [c.efficiency for c in checks if c.efficiency.kind == CANNOT_TELL]
-    return "\n".join(lines + ([f"\n{unsure[0].advice}"] if unsure else []))
+    said = advice([v for c in checks for v in (c.efficiency, c.serial)])
+    return "\n".join([f"- {read_check(c)}" for c in checks] + ([f"\n{said}"] if said else []))
 
 
 def read_target(v: Verdict, target: float) -> str:
