@@ -598,18 +598,19 @@ del per_sample, swapped  # stops its workers
 # budget, and pipelines that kept up fall behind. On a GPU the loader works during
 # the step; on a CPU-only machine it runs beside the step on the other cores, with the same budget.
 # Measure as section 5 does, in turns, with the model swapped (same crops, same batches), on the
-# first batches of each pipeline (the naive rung's count): ResNet-50 on a CPU is slow.
+# first batches of each pipeline (the naive rung's count; one in quick mode): ResNet-50 on a CPU is slow.
 import dataclasses
 
 torch.set_num_threads(torch.get_num_threads() if S.cuda else 1)  # as while section 5 measured
 heavy = dataclasses.replace(w, model="resnet50")
 _, heavy_step = make_model(heavy, S.device)
 section5_step, step = step, heavy_step  # section 5's `train_epoch` calls the global `step`
-cut = {k: ladder.first_batches(e, naive_batches) for k, e in  # the first batches of each
+first = config.pick(quick=1, full=naive_batches, site=naive_batches)  # batches a pass
+cut = {k: ladder.first_batches(e, first) for k, e in  # the first batches of each
        {"naive": naive_epoch, "course": course_epoch, "resident": lambda: iter(ready)}.items()}
 try:
     heavy_ms = bench.interleave({k: (lambda e=e: train_epoch(e())) for k, e in cut.items()},
-                                items=naive_batches * w.batch, **{**kw, "repeats": config.pick(quick=1, full=5, site=5)})
+                                items=first * w.batch, **{**kw, "repeats": config.pick(quick=1, full=5, site=5)})
 finally:
     step = section5_step
 heavy_by = {m.name: m for m in heavy_ms}

@@ -237,8 +237,8 @@ print(f"{mm.n} images of {side}x{side} in a memmap of {mm.nbytes / 2**20:.1f} Mi
 # %%
 from gpufeed.course.lesson12.launch import torchrun_command
 
-passes = config.pick(quick=20, full=2)  # epochs per timed sample of loading: an epoch here lasts milliseconds
-script_args = ["--data", mm.path, "--batch-size", "32", "--epochs", str(config.pick(quick=3, full=5)), "--train",
+passes = config.pick(quick=10, full=2, site=20)  # epochs per timed sample of loading: an epoch lasts milliseconds
+script_args = ["--data", mm.path, "--batch-size", "32", "--epochs", str(config.pick(quick=2, full=5, site=3)), "--train",
                "--load-epochs", "5", "--load-passes", str(passes),
                "--backend", "gloo"]  # the CPU, also on a machine with GPUs (section 6 uses them)
 print(" ".join(["python", *torchrun_command(2, ["DATA" if a == mm.path else a for a in script_args])[1:]]))
@@ -269,11 +269,13 @@ say(reading.read_cold_warm(rounds))
 # kernel maps up to 16 neighbouring cached pages per fault), which costs microseconds, not a disk
 # read. And memory: each process's *RSS* counts every page it maps, so the ranks' RSS added up
 # counts the file once per rank; *PSS* divides each shared page among the processes that map it.
-# Eight processes map the file at once below (`pagecache.shared_readers` reads `/proc/<pid>/smaps`).
+# Eight processes (four in quick mode) map the file at once below (`pagecache.shared_readers` reads
+# `/proc/<pid>/smaps`).
 
 # %%
 files = pagecache.memmap_files(mm.path)
-say(reading.read_memory(pagecache.shared_readers(files, 8), sum(f.stat().st_size for f in files)))
+say(reading.read_memory(pagecache.shared_readers(files, config.pick(quick=4, full=8, site=8)),
+                        sum(f.stat().st_size for f in files)))
 
 # %% [markdown]
 # On one machine, then: no rank reads a page from disk that another has already read, and RAM
