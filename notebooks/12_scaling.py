@@ -300,7 +300,8 @@ arms = forked.in_turns({"1 process": (1, 1), "2 processes": (2, 1)}, script_args
                        rounds=config.pick(quick=1, full=5, site=5))
 say(reading.read_scaling(arms["2 processes"], arms["1 process"], short_because=(
     f"Likely causes of the shortfall, not measured here: {cores} cores shared by both ranks, this kernel and "
-    "everything else running, and the gloo all-reduce of the gradients over loopback in every step.")))
+    f"everything else running (the load average was {os.getloadavg()[0]:.1f} after the runs), and the gloo "
+    "all-reduce of the gradients over loopback in every step.")))
 
 # %%
 fig, axes = plt.subplots(2, 1, figsize=(7.5, 4.4))
