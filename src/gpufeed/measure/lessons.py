@@ -164,12 +164,12 @@ def _l08(pick, cuda):
 
 
 def _l09(pick, cuda):
-    n, s = pick(128, 2048), pick(96, 256)
+    n, s = pick(128, 2048, 512), pick(96, 256, 128)
     return [Dataset("lesson09", f"lesson09/jpeg-{s}-{n}", n, (s, s), memmaps=((f"lesson09/mm-{s}-{n}", (s, s)),))]
 
 
 def _l10(pick, cuda):
-    n, (j, m) = pick(64, 1024), pick(((160, 120), (160, 120)), ((640, 480), (320, 240)))
+    n, (j, m) = pick(64, 1024, 256), pick(((160, 120), (160, 120)), ((640, 480), (320, 240)), ((320, 240), (320, 240)))
     return [Dataset("lesson10", f"lesson10/jpeg-{j[0]}-{n}", n, j, memmaps=((f"lesson10/mm-{m[0]}-{n}", m),))]
 
 
@@ -265,14 +265,22 @@ LESSONS: tuple[Lesson, ...] = (
         Claim("A random transform applied to a batch draws one set of parameters for all of it; a few "
               "batched calls give per-sample randomness.", here="the trap and the fix, image by image"),
         Claim("Batched uint8 augmentation on the GPU beats per-sample torchvision in CPU workers.",
-              here="both pipelines on this machine's device", gpu=True),
+              here="both pipelines in turns, the batched one on the GPU", needs_cuda=True, gpu=True),
+        Claim("torch.compile fuses the pointwise tail (to float, jitter, normalise) into far fewer operators "
+              "or kernels, and runs it faster; what that saves of a whole batch depends on the tail's share of it.",
+              here="the eager and compiled tails in turns (quick mode on a CPU skips the compile), the profiler's "
+                   "counts, and the tail's share of a batch"),
     )),
     Lesson("10", "10_dali", "NVIDIA DALI", True, (25, 60), _l10, claims=(
-        Claim("DALI runs a whole input pipeline in C++ threads outside Python; CPU-only, it is measured "
-              "here against the torchvision DataLoader on the same cores.", here="DALI CPU-only against the DataLoader"),
-        Claim("On a GPU, DALI decodes on the device (\"mixed\"), many times faster than one CPU core.",
-              here="DALI with a GPU decoder", needs_cuda=True, gpu=True,
+        Claim("On the same CPU cores, DALI's C++ pipeline is to be weighed against a tuned DataLoader, not only "
+              "the untuned one: the tuning (a decoder without Pillow, uint8 through the workers) closes much of the gap.",
+              here="DALI (CPU-only) and the untuned and tuned DataLoaders, in turns on the same cores"),
+        Claim("On a GPU, nvJPEG, the library DALI's \"mixed\" decoder uses, decodes many times more images per "
+              "second than one CPU thread.", here="DALI with the GPU decoder", needs_cuda=True, gpu=True,
               published=("decode-cuda-batched-tv-a100", "decode-cpu-unfused-tv-a100-host")),
+        Claim("With several ranks, pad_last_batch and the iterator's last-batch policy decide whether every rank "
+              "runs the same steps, reads each file once, or trains on padding.",
+              here="what each setting made two shards read, over two epochs for DROP"),
     )),
     Lesson("11", "11_together", "Putting it together", True, (40, 180), _l11, claims=(
         Claim("The course's loop trains faster than the naive loop on the same model and data.",
