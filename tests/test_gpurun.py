@@ -842,31 +842,31 @@ def test_name_patterns_match_a_folder_only_in_the_shape_its_f_string_makes():
 
 
 def lesson11_workloads(cuda: bool):
-    """``(QUICK, FULL)`` as lesson 11's source defines them, on a machine with or without CUDA."""
+    """``{"quick": QUICK, "site": SITE, "full": FULL}`` as lesson 11's source defines them, on a machine
+    with or without CUDA."""
     import ast
 
     from gpufeed.measure import pipelines
 
     ns = {"pipelines": pipelines, "S": SimpleNamespace(cuda=cuda)}
     for node in ast.parse(lesson_source("lesson11")).body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) in ("QUICK", "FULL") for t in node.targets):
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) in ("QUICK", "SITE", "FULL") for t in node.targets):
             exec(compile(ast.Module([node], type_ignores=[]), "11_together.py", "exec"), ns)
-    return ns["QUICK"], ns["FULL"]
+    return {"quick": ns["QUICK"], "site": ns["SITE"], "full": ns["FULL"]}
 
 
 def test_every_lesson_and_the_bench_have_their_datasets_listed_in_every_mode():
     from gpufeed.measure.datasets import datasets, workload_dataset
 
     for mode, cuda in (("quick", True), ("full", True), ("full", False), ("site", False)):
-        quick = mode != "full"
         specs = datasets(mode, cuda=cuda)
-        quick11, full11 = lesson11_workloads(cuda)
+        workloads11 = lesson11_workloads(cuda)
         assert {d.owner for d in specs} >= {"bench", "lesson05", "lesson07", "lesson09", "lesson10", "lesson11", "lesson12"}
         folders = [d.folder for d in specs]
         assert len(folders) == len(set(folders)), "no folder built twice"
         for d in specs:
             if d.owner == "lesson11":  # named by pipelines.prepare from the lesson's workload
-                want = workload_dataset("lesson11", "lesson11", quick11 if quick else full11)
+                want = workload_dataset("lesson11", "lesson11", workloads11[mode])
                 assert (d.folder, d.memmaps) == (want.folder, want.memmaps), "lesson 11's workload changed"
             elif d.owner.startswith("lesson"):  # each part of each path is a string or f-string of the lesson
                 pats = name_patterns(lesson_source(d.owner))

@@ -178,7 +178,8 @@ def _l11(pick, cuda):
 
     w = pick(pipelines.Workload(n=32, jpeg_size=(96, 72), resize=40, crop=16, batch=16),
              pipelines.Workload(n=2048, jpeg_size=(640, 480), resize=256, crop=224, batch=128) if cuda
-             else pipelines.Workload(n=128, jpeg_size=(640, 480), resize=192, crop=160, batch=16))
+             else pipelines.Workload(n=128, jpeg_size=(640, 480), resize=192, crop=160, batch=16),
+             pipelines.Workload(n=128, jpeg_size=(640, 480), resize=64, crop=32, batch=32))
     return [workload_dataset("lesson11", "lesson11", w)]
 
 
@@ -284,17 +285,24 @@ LESSONS: tuple[Lesson, ...] = (
     Lesson("11", "11_together", "Putting it together", True, (40, 180), _l11, claims=(
         Claim("The course's loop trains faster than the naive loop on the same model and data.",
               here="the two loops in turns on a ResNet-18"),
-        Claim("Loader efficiency (training with the real loader over training on data already on the "
-              "device) says whether the model waits for data.", here="each rung's loader efficiency"),
-        Claim("On a GPU the model computes fast enough that the loader decides the rate.", gpu=True,
+        Claim("Loader efficiency says whether the model waits for data: a loop that makes each batch and then "
+              "trains on it cannot beat 1 / (1 + model rate / loader rate); a prefetch thread lets it.",
+              here="each pipeline's efficiency against that bound, and the naive loop with and without a prefetch "
+                   "thread, in turns"),
+        Claim("On a GPU the model trains thousands of images/s, so the loader must make as many: where it "
+              "cannot, the loader decides the rate.", gpu=True,
               published=("dle-rn50-train-1xa100-amp", "dle-rn50-train-1xv100-amp")),
     )),
     Lesson("12", "12_scaling", "Scaling out", True, (30, 90), _l12, claims=(
-        Claim("Ranks on one machine share one page cache: the dataset is read from disk once.",
-              here="the page faults and memory of two ranks"),
+        Claim("Ranks on one machine share one page cache: the dataset is read from disk once and held in RAM once, "
+              "which their PSS shows and their RSS, added up, does not.",
+              here="the major faults of a cold and a warm reader and of two ranks after a drop; eight readers' RSS "
+                   "and PSS"),
         Claim("Data-parallel training multiplies throughput by the GPUs while each rank's loader keeps up.",
-              here="1 and 2 processes with gloo on this CPU", gpu=True,
+              here="1 and 2 processes with gloo on this CPU, runs in turns", gpu=True,
               published=("dle-rn50-train-8xa100-amp", "dle-rn50-train-1xa100-amp")),
+        Claim("Each rank needs its own augmentation seed: seeded alike, every rank draws the same crops.",
+              here="the crops two ranks draw, seeded alike and by (seed, epoch, rank)"),
     )),
 )
 
