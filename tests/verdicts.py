@@ -5,7 +5,15 @@ and verdicts built from the samples of a noisy run (wide, made-up intervals)."""
 from __future__ import annotations
 
 from gpufeed.measure.harness import Measurement
-from gpufeed.measure.verdict import CANNOT_TELL, FASTER, NOT_MEASURED, SAME, SLOWER, Verdict, compare
+from gpufeed.measure.verdict import (
+    CANNOT_TELL,
+    FASTER,
+    NOT_MEASURED,
+    SAME,
+    SLOWER,
+    Verdict,
+    compare,
+)
 
 WIN = Verdict(2.0, 1.8, 2.2, 5, FASTER, True)
 LOSS = Verdict(0.5, 0.45, 0.55, 5, SLOWER, True)
