@@ -54,6 +54,8 @@ jpeg_dir = synth_folder(config.cache_dir() / "lesson05" / f"jpeg-224-{n_images}"
 mm_dir = build_memmap(jpeg_dir, config.cache_dir() / "lesson05" / f"mm-224-{n_images}", size=(224, 224),
                       workers=cores, reuse=True).path
 device = S.device if S.cuda else None
+
+# %%
 loaders = {"folder": DataLoader(ImageFolderDataset(jpeg_dir, size=(224, 224)), batch_size=batch_size, shuffle=True,
                                 num_workers=cores, persistent_workers=True, pin_memory=S.cuda)}
 memmap_state = {}
@@ -632,6 +634,7 @@ say(reading.writes(compare(w["np.save(f, a)"], w["a.tofile(f)"], paired=True),
                    tobytes_ms=w["a.tobytes() alone"].median * 1e3, fs=fs, on_disk=fs in DISK_FILE_SYSTEMS,
                    fsync_ms={name: statistics.median(v) * 1e3 for name, v in fsync_s.items()}, nbytes=a_write.nbytes))
 
+# %% [markdown]
 # ## Key takeaways
 #
 # * `mmap` maps a file without reading it; pages come in on first touch (a page fault) and stay in
