@@ -413,8 +413,8 @@ say(reading.cold(cold_vs_folder, cold_vs_cache, sorted_vs_not, epoch_bytes=epoch
 from gpufeed.measure import results
 
 torch.set_num_threads(1)
-stream, fetch = ceilings.loader_bounds(load_memmap(mm_dir).images, batch_size, repeats=max(5, repeats),
-                                       min_bytes=config.pick(quick=32, full=256, site=128) << 20)
+stream, fetch = ceilings.loader_bounds(load_memmap(mm_dir).images, batch_size, repeats=config.pick(quick=5, full=9, site=9),
+                                       min_bytes=config.pick(quick=32, full=256, site=256) << 20)
 torch.set_num_threads(threads)
 fetch_v = compare(fetch, stream, paired=True)  # the fetch (A) against the copy in file order (B)
 say(reading.ceiling(fetch_v, epoch_bytes=epoch_bytes, l3=l3))

@@ -184,7 +184,7 @@ rows, buffer = torch.randperm(len(pixels))[:64], torch.empty(64, 3, 224, 224, dt
 assert torch.equal(pixels[rows], torch.index_select(pixels, 0, rows))
 ways = {"t[idx]": lambda: pixels[rows], "index_select": lambda: torch.index_select(pixels, 0, rows),
         "index_select into a buffer": lambda: torch.index_select(pixels, 0, rows, out=buffer)}
-gathers = interleave(ways, nbytes=buffer.numel(), repeats=20)
+gathers = interleave(ways, nbytes=buffer.numel(), repeats=config.pick(quick=20, full=40, site=40))
 paged = {name: sorted(minor_faults(fn) for _ in range(5))[2] for name, fn in ways.items()}  # the median of 5 calls
 deeper = []  # what the optional deep dives below measure, saved with the rest (section 4)
 fig, ax = plotting.bars(gathers, rate="bytes", machine=S.machine, title="gathering 64 images of 224x224 (uint8)")
@@ -475,9 +475,11 @@ quiz_state = {"stream": (b for _ in itertools.count() for b in workers_loader)} 
 dl_batches = config.pick(quick=30, full=N // B)
 
 # %%
-quiz = interleave({"pure Python": python_epoch, "DataLoader with workers": lambda: list(itertools.islice(quiz_state["stream"], dl_batches)),
-                   "NumPy": numpy_epoch}, items={"pure Python": N, "DataLoader with workers": dl_batches * B, "NumPy": N},
-                  repeats=config.pick(quick=2, full=10, site=5))  # in turns; the first call of each untimed
+take = lambda: list(itertools.islice(quiz_state["stream"], dl_batches))  # noqa: E731  dl_batches batches
+take()  # untimed: the workers start here
+quiz = interleave({"pure Python": python_epoch, "DataLoader with workers": take, "NumPy": numpy_epoch}, warmup=0,
+                  items={"pure Python": N, "DataLoader with workers": dl_batches * B, "NumPy": N},
+                  repeats=config.pick(quick=2, full=10, site=5))  # in turns
 quiz_state.clear()
 del workers_loader  # stops the workers
 epochs_1000 = {m.name: 1000 * N / m.items_per_s for m in quiz}  # seconds for 1000 epochs, from the measured rate
