@@ -232,7 +232,7 @@ def piece_speeds(n_images, threads, batch=64):
     try:  # in turns
         return interleave({names[0]: lambda: torch.index_select(pixels, 0, rows, out=buffer),
                            names[1]: lambda: gather_in_pieces(pixels, rows, buffer)}, nbytes=buffer.numel(),
-                          repeats=30, params={n: {"threads": threads} for n in names})
+                          repeats=config.pick(quick=20, full=30, site=30), params={n: {"threads": threads} for n in names})
     finally:
         torch.set_num_threads(before)
 
@@ -286,7 +286,7 @@ def ring_speeds(n_images, batch, rings):
     loaders = {f"ring of {k}": FastLoader(pixels, batch, seed=0, drop_last=True, reuse_buffers=k) for k in rings}
     images = len(next(iter(loaders.values()))) * batch  # per epoch
     return interleave({name: lambda ld=ld: [None for _ in ld] for name, ld in loaders.items()}, items=images,
-                      nbytes=images * pixels[0].numel(), repeats=7,
+                      nbytes=images * pixels[0].numel(), repeats=config.pick(quick=5, full=7, site=7),
                       params={f"ring of {k}": {"batch": batch, "ring": k, "l3_bytes": l3} for k in rings})
 
 
@@ -479,7 +479,7 @@ take = lambda: list(itertools.islice(quiz_state["stream"], dl_batches))  # noqa:
 take()  # untimed: the workers start here
 quiz = interleave({"pure Python": python_epoch, "DataLoader with workers": take, "NumPy": numpy_epoch}, warmup=0,
                   items={"pure Python": N, "DataLoader with workers": dl_batches * B, "NumPy": N},
-                  repeats=config.pick(quick=2, full=10, site=5))  # in turns
+                  repeats=config.pick(quick=1, full=10, site=5))  # in turns
 quiz_state.clear()
 del workers_loader  # stops the workers
 epochs_1000 = {m.name: 1000 * N / m.items_per_s for m in quiz}  # seconds for 1000 epochs, from the measured rate

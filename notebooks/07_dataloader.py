@@ -107,7 +107,7 @@ import matplotlib.pyplot as plt
 from gpufeed.measure import plotting
 from gpufeed.course.lesson07.knobs import heatmap, sweep
 
-kw = {"batch_size": batch_size, "repeats": config.pick(quick=3, full=5, site=5), "device": S.device if S.cuda else None,
+kw = {"batch_size": batch_size, "repeats": config.pick(quick=3, full=5, site=7), "device": S.device if S.cuda else None,
       "budget_s": config.pick(quick=None, full=0.3)}  # full mode: about 0.3 s of timing per configuration
 configs = [{"num_workers": w, "persistent_workers": True, "prefetch_factor": 2} for w in counts]
 pinned = [{**c, "pin_memory": True} for c in configs  # with CUDA: at no workers, the cores and past them
