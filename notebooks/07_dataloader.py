@@ -84,7 +84,7 @@ from gpufeed.data.memmap import build_memmap, load_memmap
 from gpufeed.measure.synth import synth_folder
 
 cores, side = usable_cores(), 224
-n_images, batch_size = config.pick(quick=64, full=2000, site=256), config.pick(quick=16, full=64)
+n_images, batch_size = config.pick(quick=64, full=2000, site=384), config.pick(quick=16, full=64)
 here = config.cache_dir() / "lesson07"
 jpeg_dir = synth_folder(here / f"jpeg-{side}-{n_images}", n=n_images, size=(side, side),
                         workers=config.pick(quick=1, full=cores), progress=False).path  # quick: no process pool
@@ -107,7 +107,7 @@ import matplotlib.pyplot as plt
 from gpufeed.measure import plotting
 from gpufeed.course.lesson07.knobs import heatmap, sweep
 
-kw = {"batch_size": batch_size, "repeats": config.pick(quick=3, full=5, site=7), "device": S.device if S.cuda else None,
+kw = {"batch_size": batch_size, "repeats": config.pick(quick=3, full=5, site=9), "device": S.device if S.cuda else None,
       "budget_s": config.pick(quick=None, full=0.3)}  # full mode: about 0.3 s of timing per configuration
 configs = [{"num_workers": w, "persistent_workers": True, "prefetch_factor": 2} for w in counts]
 pinned = [{**c, "pin_memory": True} for c in configs  # with CUDA: at no workers, the cores and past them

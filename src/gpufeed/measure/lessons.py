@@ -154,7 +154,7 @@ def _l05(pick, cuda):
 
 
 def _l07(pick, cuda):
-    n = pick(64, 2000, 256)
+    n = pick(64, 2000, 384)
     return [Dataset("lesson07", f"lesson07/jpeg-224-{n}", n, (224, 224), memmaps=((f"lesson07/mm-224-{n}", (224, 224)),))]
 
 
