@@ -87,6 +87,7 @@ def test_ceiling_words_each_verdict(name):
         return
     assert f"{v.ratio:.0%}" in text and MARKS[v.kind] in text and "the cache's, not RAM's" in text
     assert "Less than half" not in text  # the loss is 0.5: at the threshold, not below it
+    assert ("does not show why" in text) == (name == "win")  # a fetch faster than its bound
     below = reading.ceiling(reading.Verdict(0.4, 0.35, 0.45, 5, "slower", True), epoch_bytes=1, l3=L3)
     assert "Less than half" in below and "not measured here" in below
 

@@ -34,6 +34,7 @@ def test_gathers_give_faults_as_the_measured_reason(name):
     faulted = reading.gathers(WIN, v, fresh_faults=2352, buffer_faults=0, gb_s=9.0, source_bytes=4 << 30, l3=260 << 20)
     assert "a fault on each first touch" in faulted and "RAM's" in faulted and "not RAM's" not in faulted
     assert "no fault to save" in reading.gathers(WIN, v, fresh_faults=1, buffer_faults=0, gb_s=1, source_bytes=1, l3=None)
+    assert ("does not show why" in text) == (name == "loss")  # a loss the faults do not explain
 
 
 @pytest.mark.parametrize("name", list(GRID))

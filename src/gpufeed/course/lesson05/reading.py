@@ -206,6 +206,8 @@ def ceiling(v: Verdict, *, epoch_bytes: int, l3: int | None) -> str:
     if v.kind == SLOWER and v.ratio < 0.5:
         text += (f" Less than half: {LIKELY} a shuffled gather reads rows from places spread over the file, and each "
                  "batch pays for the loader's Python.")
+    elif v.kind == FASTER:
+        text += " A gather faster than the copy that bounds it is not what the bound predicts: this run does not show why."
     return text + (f" {v.advice}" if v.kind == CANNOT_TELL else "")
 
 

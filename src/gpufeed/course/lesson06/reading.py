@@ -65,6 +65,8 @@ def gathers(v_select: Verdict, v_buffer: Verdict, *, fresh_faults: float, buffer
     else:
         text += (", so here there was no fault to save (the allocator handed back the memory the previous batch "
                  "freed, already touched).")
+    if v_buffer.kind == SLOWER:
+        text += " The buffer's loss is not what the faults predict: this run does not show why."
     text += f" The source's {source_bytes / 1e6:,.0f} MB {cache_fit(source_bytes, l3)}."
     return text + tell(v_select, v_buffer)
 
