@@ -11,7 +11,7 @@ mistakes it avoids; ``notebooks/00_setup.ipynb`` first uses it):
   measurement when its spread is large (shown as a ``[noisy]`` line in a notebook:
   :func:`show_noisy_as_marks`);
 * the **machine** it ran on, and **JSON** save and load, and a table with **ratios to a baseline**;
-* a **time cap** where a run must fit a slot (``GPUFEED_MEASURE_S``, :func:`measure_cap`): each case
+* a **time cap** where a run must fit a slot (``GPUFEED_MEASURE_S``, :func:`gpufeed.config.measure_cap`): each case
   stops sampling once it has spent that long (after at least :data:`MIN_SAMPLES`), and the machine
   record of every result says the cap was on (``measure_s``), so a reader knows.
 
@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from gpufeed.config import ENV_MEASURE_S, measure_cap  # noqa: F401  (re-exported: harness.measure_cap)
+from gpufeed.config import measure_cap
 
 #: IQR / median above which a measurement is flagged as noisy (torch.utils.benchmark uses ~10% too).
 NOISY = 0.10
