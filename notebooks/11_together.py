@@ -200,7 +200,8 @@ for key in rungs:
 # Every pass is a whole epoch, except for the naive rung, which decodes every JPEG on one core: its
 # passes are the epoch's first batches, as many as fit in `NAIVE_S` seconds (a shuffled epoch's
 # first batches are like any others). `ladder.Busy` counts the cores each rung keeps busy. DALI's
-# threads work ahead once an epoch is handed over, so its pass ends when they stop (`ladder.alone`).
+# threads go on working ahead once an epoch's last batch is handed over, so its epoch ends only when
+# they stop (`gpufeed.measure.suite.dali_source`): the rung timed next does not pay for that work.
 
 # %%
 from gpufeed.measure import harness as bench
@@ -217,7 +218,7 @@ def items(cases):  # images per pass: the naive loop's first batches, every othe
 
 kw = {"repeats": config.pick(quick=3, full=5, site=5), "warmup": 1}  # timed passes after one untimed: a verdict needs 5
 busy = ladder.Busy()
-loader_ms = bench.interleave({k: (lambda k=k, e=e: busy.run(k, e)) for k, e in ladder.alone(rungs).items()}, items=items(rungs),
+loader_ms = bench.interleave({k: (lambda k=k, e=e: busy.run(k, e)) for k, e in rungs.items()}, items=items(rungs),
                              params={k: {"section": "ladder", "rung": k} for k in rungs}, desc="the ladder", **kw)
 timed = {m.name: m for m in loader_ms}
 print(f"the naive rung: {naive_batches} of the epoch's {w.n // w.batch} batches per pass")
@@ -241,8 +242,6 @@ say(ladder.read(loader_ms, cores, busy.cores()))  # each step a verdict against 
 # where installed, and the ceiling: the same training step on batches that are already on the
 # device (`pipelines.resident`). One more arm isolates prefetching: the naive loop with a thread
 # that makes its next batch while the model computes (`ThreadPrefetcher`), and nothing else changed.
-# DALI's threads go on working ahead after its epoch: an untimed pause after it (`ladder.settle`)
-# keeps the case timed next from paying for that work.
 # On the CPU, in full mode, we also time the ceiling with all cores, to see what the cores we left
 # to the loader cost the model.
 
@@ -260,8 +259,8 @@ def naive_prefetched():  # the naive loop's first batches, each made on a thread
 ready = pipelines.resident(w, S.device, batches=w.n // w.batch)  # as many batches as an epoch, on the device
 cases = {"naive": ladder.first_batches(naive_epoch, naive_batches), "naive + prefetch": naive_prefetched,
          "tuned": rungs["uint8"], "course": course_epoch, "resident": lambda: iter(ready),
-         **({"dali": rungs["dali"], ladder.SETTLE: ladder.settle} if HAVE_DALI else {})}  # DALI's work ahead: untimed
-runs = {k: (lambda e=e: train_epoch(e())) if k != ladder.SETTLE else e for k, e in cases.items()}
+         **({"dali": rungs["dali"]} if HAVE_DALI else {})}
+runs = {k: (lambda e=e: train_epoch(e())) for k, e in cases.items()}
 ALL_CORES = f"resident, {cores} threads"
 if not S.cuda and not S.quick:  # quick mode: no time for it
     def all_cores():
@@ -272,9 +271,8 @@ if not S.cuda and not S.quick:  # quick mode: no time for it
             torch.set_num_threads(1)
 
     runs[ALL_CORES] = all_cores
-train_ms = [m for m in bench.interleave(runs, items=items(runs), params={k: {"section": "train", "pipeline": k} for k in runs},
-                                        desc="training", **{**kw, "repeats": config.pick(quick=2, full=5, site=5)})
-            if m.name != ladder.SETTLE]
+train_ms = bench.interleave(runs, items=items(runs), params={k: {"section": "train", "pipeline": k} for k in runs},
+                            desc="training", **{**kw, "repeats": config.pick(quick=2, full=5, site=5)})
 trained = {m.name: m for m in train_ms}
 rates = {k: m.items_per_s for k, m in trained.items()}  # median images/s
 for m in train_ms:

@@ -157,7 +157,8 @@ def test_a_noisy_run_read_whole_gives_no_verdict_it_cannot_carry():
             reading.read_efficiency(checks),
             reading.read_payback("the naive training loop", 1.0, 1.0, course),
             engines.read_model_side({"eager": reading.rates(noisy("eager", 100.0))}, reading.rates(noisy("loader", 100.0)),
-                                    reading.rates(trained["resident"]))]
+                                    reading.rates(trained["resident"])),
+            reading.read_watched(watched(noisy("n", 100.0).samples, 0.5), watched(noisy("c", 100.0).samples), course)]
     verdicts = [*steps.values(), course, prefetch, *(c.efficiency for c in checks), *(c.serial for c in checks)]
     assert all(v.kind == CANNOT_TELL for v in verdicts), "every question of this run is inside its noise"
     text = " ".join(page)
@@ -171,6 +172,48 @@ def test_a_noisy_run_read_whole_gives_no_verdict_it_cannot_carry():
     assert steps["prefetch"].agrees(ladder.step_verdicts(loaders)["prefetch"])
     assert steps["prefetch"].interval() in page[0] and steps["prefetch"].interval() in page[1]
     assert course.interval() in page[1] and course.interval() in page[3]
+    assert "section 5 found it not told apart by this run" in page[5]  # section 10 reads section 5's answer
+
+
+def watched(loop_s, wait=0.0, findings=()):
+    """A report of gpufeed.measure.watch's what_ifs: 32 images a batch, ``loop_s`` seconds per batch."""
+    from gpufeed.measure.report import Report
+
+    period = sum(loop_s) / len(loop_s) if loop_s else 1.0
+    return Report(items=32, batches=len(loop_s), device="cpu", period_s=period, host_wait_s=wait * period,
+                  loop_s=list(loop_s), findings=list(findings))
+
+
+@pytest.mark.parametrize("course, words", [
+    ([0.5 * x for x in QUIET], "the course's loop ran 2.00x faster than the naive one ("),            # a win
+    (QUIET[::-1], "the course's loop ran as fast as the naive one (within"),                           # a tie
+    ([2.0 * x for x in QUIET], "the course's loop ran 2.00x slower than the naive one ("),             # a loss
+    ([0.9 * x for x in NOISY], "the course's loop was not told apart from the naive one by this run ("),  # inside the spread
+    ([0.5, 0.5], "the course's loop was not told apart from the naive one by this run (2 samples per arm)"),  # too few
+    ([], "the course's loop was not measured against the naive one"),                                  # none
+])
+@pytest.mark.parametrize("first", GRID.values())
+def test_the_watched_loops_on_a_grid(course, words, first):
+    text = reading.read_watched(watched(QUIET, wait=0.6), watched(course), first)
+    assert text.startswith("The naive loop waited for data 60% of its period (data bound), the course's 0% "
+                           "(compute bound). Watched as they ran, one after the other (not in turns), ")
+    assert words in text
+    v = reading.compare(course or None, QUIET)
+    if first.kind == NOT_MEASURED or v.kind == NOT_MEASURED:
+        assert "section 5" not in text
+    elif v.decided and first.decided:  # both tell: agree, or say how they differ
+        assert ("This agrees with section 5" in text) == v.agrees(first)
+        assert ("This differs from section 5" in text) == (not v.agrees(first))
+    else:
+        assert "where either cannot tell, the two do not disagree" in text
+    assert text.endswith("What the report tells the naive loop:\n\n- Nothing to change that was measured.")
+
+
+def test_the_watched_loops_agree_at_the_threshold_of_a_tie():
+    edge = [1.0, 1.06, 0.94, 1.03, 0.97]  # an interval within 10% of 1: the same
+    text = reading.read_watched(watched(QUIET), watched(edge), TIE)
+    assert "ran as fast as the naive one (within" in text and "This agrees with section 5" in text
+    assert "This differs from section 5, which found it 1.50x faster" in reading.read_watched(watched(QUIET), watched(edge), WIN)
 
 
 def test_advice_is_said_once_and_names_the_samples_a_verdict_needs():

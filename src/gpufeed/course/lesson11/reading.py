@@ -235,3 +235,31 @@ def read_payback(against_what: str, build_s: float, before_s: float, v: Verdict)
     if v.kind == CANNOT_TELL:
         return f"{head}this run cannot tell whether an epoch gets shorter ({v.interval()}), so not when the build pays back."
     return f"{head}not measured."
+
+
+def read_watched(naive, course, first: Verdict | None = None, where: str = "section 5") -> str:
+    """Section 10: the two loops as :func:`gpufeed.measure.watch` saw them run (``naive`` and ``course``:
+    the :class:`~gpufeed.measure.report.Report` of each one's ``what_ifs``): how much of its period
+    each waited for data, the course's loop against the naive one on their seconds per batch (a
+    verdict, not paired: the two loops ran one after the other), that verdict read against ``first``
+    (the same question, timed in turns at ``where``), and what the report tells the naive loop.
+
+    Example:
+        >>> from gpufeed.measure.report import Report
+        >>> naive = Report(items=32, batches=5, device="cpu", period_s=0.2, host_wait_s=0.1, loop_s=[0.2] * 5)
+        >>> course = Report(items=32, batches=5, device="cpu", period_s=0.1, host_wait_s=0.0, loop_s=[0.1] * 5)
+        >>> print(read_watched(naive, course, Verdict(1.8, 1.5, 2.1, 5, FASTER, True)).splitlines()[0])
+        The naive loop waited for data 50% of its period (data bound), the course's 0% (compute bound). Watched as they ran, one after the other (not in turns), the course's loop ran 2.00x faster than the naive one (2.00x to 2.00x). This agrees with section 5 (1.80x faster there, 2.00x faster here).
+    """
+    from gpufeed.measure.findings import say_all
+    from gpufeed.measure.report import BOUND_WORDS
+
+    v = compare(course.loop_s or None, naive.loop_s or None)
+    text = (f"The naive loop waited for data {naive.wait_fraction:.0%} of its period ({BOUND_WORDS[naive.bound]}), the "
+            f"course's {course.wait_fraction:.0%} ({BOUND_WORDS[course.bound]}). Watched as they ran, one after the other "
+            f"(not in turns), the course's loop {v.ran('the naive one')}.")
+    if first is not None and first.kind != NOT_MEASURED and v.kind != NOT_MEASURED:
+        text += " " + v.reads(first, where)
+    elif v.kind == CANNOT_TELL:
+        text += " " + v.advice
+    return text + "\nWhat the report tells the naive loop:\n\n" + say_all(naive.findings)
