@@ -98,6 +98,17 @@ def test_dali_yields_the_same_images_as_naive(square, monkeypatch):
     assert idle == [0, 1]
 
 
+def test_only_dalis_passes_wait_for_its_threads(monkeypatch):
+    from gpufeed.measure import suite
+
+    order = []
+    monkeypatch.setattr(suite, "wait_idle", lambda: order.append("idle"))
+    run = lambda: order.append("pass") or 4  # noqa: E731  (a pass of 4 images)
+    assert suite.ending_idle("dali", run)() == 4 and order == ["pass", "idle"]  # the pass, then the wait, in it
+    order.clear()
+    assert suite.ending_idle("tuned", run) is run and suite.ending_idle("course", run)() == 4 and order == ["pass"]
+
+
 def test_waiting_for_idle_lasts_until_the_threads_of_this_process_stop(monkeypatch):
     import time
 
