@@ -39,8 +39,8 @@ S = gpufeed.setup("11")  # S.device, S.mode, S.machine; shows this lesson's evid
 # normalise) and yields the same `float32` batches on the device. The model is a torchvision
 # ResNet-18 with random weights and an SGD step (`gpufeed.measure.suite.make_model`; on CUDA in
 # channels-last with bfloat16 autocast). Quick mode uses tiny images: read nothing into its numbers.
-# The site's run takes the talks' 640x480 JPEGs with small crops, so that on one CPU core the
-# model's step and the decode of its batch take about as long: the balance a fast GPU and a naive
+# The site's run takes 640x480 JPEGs (a common photo size) with small crops, so that on one CPU core
+# the model's step and the decode of its batch take about as long: the balance a fast GPU and a naive
 # loader strike. Without a GPU the model trains on the loader's cores: section 7 shows what others
 # measured on GPUs.
 
@@ -277,8 +277,8 @@ trained = {m.name: m for m in train_ms}
 rates = {k: m.items_per_s for k, m in trained.items()}  # median images/s
 for m in train_ms:
     print(m)
-say(reading.read_training(reading.against(trained["course"], trained["naive"]),
-                          reading.against(trained["naive + prefetch"], trained["naive"]),
+loops_v = reading.against(trained["course"], trained["naive"])  # in turns; section 10 reads it again
+say(reading.read_training(loops_v, reading.against(trained["naive + prefetch"], trained["naive"]),
                           ladder.step_verdicts(loader_ms)["prefetch"], rates))
 
 # %% [markdown]
@@ -290,8 +290,8 @@ say(reading.read_training(reading.against(trained["course"], trained["naive"]),
 # * **On a GPU** the reading and the copies run on the CPU and the copy engines while the GPU
 #   computes; the course's crop, flip and normalise are GPU kernels that take turns with the
 #   model's, so a good pipeline gets close to 1.0, not to it. The course aims at 0.95
-#   (`efficiency.TARGET`, for `gpufeed bench`'s heavier GPU workload); section 7 says whether a
-#   GPU run of ours has measured it.
+#   (`efficiency.TARGET`, for `gpufeed bench`'s heavier GPU workload); the cell below says whether
+#   a GPU run of ours has measured it.
 # * **On a CPU-only machine** the loader and the model share the cores: a core the loader uses is
 #   one the model does not get.
 #
@@ -344,7 +344,9 @@ else:
 # training, in one run, from a GPU machine and from a CPU-only one. In the loader rows, `cores` is
 # CPU seconds over wall seconds (on 2 cores, 2.00 is every core busy): a loader at the number of
 # cores is bound by the CPU. `course_uint8` is the front door with `dtype=torch.uint8`, the crops
-# without the float tail: what the CPU is left with when a GPU normalises (lesson 03).
+# without the float tail: what the CPU is left with when a GPU normalises (lesson 03). In the
+# training rows, `of ceiling` is the loader efficiency; below each table they are read as section 6
+# reads this page's, each a verdict against that run's `resident` row.
 
 # %%
 from gpufeed.measure import suite as pipeline_bench
@@ -359,6 +361,7 @@ def show_bench(found, kind):
     efficiency.plot(efficiency.efficiency(efficiency.from_bench(doc)), doc["machine"],
                     title=f"gpufeed bench, {doc['workload']['crop']}px batches of {doc['workload']['batch']}")
     plt.show()
+    say(reading.read_bench_training(doc))  # its training rows, each a verdict against its resident run
 
 
 for kind, runs_found in (("GPU", efficiency.committed_bench(gpu=True)), ("CPU-only", efficiency.committed_bench(gpu=False))):
@@ -472,33 +475,37 @@ if not S.cuda and lesson_ref is not None and "model_side" in lesson_ref[1]:
 results.save_lesson("lesson11", loader_ms + train_ms + fwd_ms, workload=w.to_dict(), cores=cores,
                     threads=torch.get_num_threads(), ladder=steps, busy=busy.cores(), efficiency=eff, build_seconds=build_s,
                     dali=gdali.version() if HAVE_DALI else None, model_side=model_side, tensorrt=trt_note)
-torch.set_num_threads(threads)  # what this lesson measured is saved; torch gets its threads back
 
 # %% [markdown]
-# ## 10. Diagnosing the two loops
+# ## 10. Diagnosing the two loops, as they run
 #
-# `gpufeed.measure.diagnose(loader, step)`, which lesson 02 introduced, asks the questions of this
-# lesson of any loop: how long it waits for the next batch, what the loader makes alone, what the
-# step makes on a batch already on the device, and what to change. Here it reads the naive loop
-# (the `DataLoader` above, copied in the step) and the course's loop (its twin in
-# `gpufeed.measure.pipelines`), each run as it is.
+# Lesson 02's diagnosis has an in-place mode, `gpufeed.measure.watch(loader)`: wrap the loader, loop
+# over the wrapper as you would over the loader, and the report reads the loop as it ran (how long
+# it waited for each batch). Then `feed.what_ifs(step)` asks this lesson's questions of it: what the
+# loader makes alone, what the step makes on a batch already on the device, and what to change (for
+# a `DataLoader`, a setting it suggests is first re-timed on a copy, and suggested only if the copy
+# measured faster). Here it watches the naive loop (the `DataLoader` above, copied in the step) and
+# the course's loop (its twin in `gpufeed.measure.pipelines`), each as it is, with torch on one
+# thread as in section 5.
 
 # %%
-from gpufeed.measure import diagnose
+from gpufeed.measure import watch
 
-n_diag, probe = config.pick(quick=(2, 1), full=(8, 3))  # timed batches; steps watched for copies and syncs
-reports = {"naive": diagnose(naive_loader, lambda b: step(b[0].to(S.device), b[1].to(S.device)), batches=n_diag,
-                             warmup=1, probe=probe),
-           "course": diagnose(pipelines.Course(data, w, S.device, seed=0), lambda b: step(*b), batches=n_diag, warmup=1,
-                              probe=probe)}
+n_diag, probe = config.pick(quick=(5, 1), full=(10, 3))  # batches of each what-if; steps watched for copies and syncs
+loops = {"naive": (naive_loader, lambda b: step(b[0].to(S.device), b[1].to(S.device))),
+         "course": (pipelines.Course(data, w, S.device, seed=0), lambda b: step(*b))}
+reports = {}
+for name, (loader, train) in loops.items():
+    with watch(loader) as feed:
+        for _ in range(-(-(n_diag + 1) // len(loader))):  # whole epochs, enough for n_diag batches after the first
+            for batch in feed:  # the loop as it is
+                train(batch)
+    reports[name] = feed.what_ifs(train, batches=n_diag, probe=probe, fixes=config.pick(quick=0, full=10, site=10))
 for name, r in reports.items():
     print(f"{name}: {r.rate:,.0f} images/s, waits {r.wait_fraction:.0%}, {r.bound} bound; findings: "
           f"{', '.join(f.key for f in r.findings)}")
-naive_r, course_r = reports["naive"], reports["course"]
-say(f"The naive loop waits for data {naive_r.wait_fraction:.0%} of its period ({naive_r.bound} bound), the course's "
-    f"{course_r.wait_fraction:.0%} ({course_r.bound} bound). Their rates here come from {n_diag} batches each, not "
-    "timed in turns: section 5's verdict is the one to read. What the report tells the naive loop:\n\n"
-    + "\n".join(str(f) for f in naive_r.findings))
+say(reading.read_watched(reports["naive"], reports["course"], loops_v))  # read against section 5's verdict
+torch.set_num_threads(threads)  # torch gets its threads back
 
 # %% [markdown]
 # ## Key takeaways
@@ -510,8 +517,8 @@ say(f"The naive loop waits for data {naive_r.wait_fraction:.0%} of its period ({
 #   model computes.
 # * Loader efficiency, training throughput over training on data already on the device, is the
 #   number to watch, with its interval and its bound: a loop that cannot overlap cannot beat
-#   `1 / (1 + model rate / loader rate)`. The course aims at 0.95 on a GPU; on a CPU-only machine
-#   the loader and the model share the cores.
+#   `1 / (1 + model rate / loader rate)`. The course aims at 0.95 on a GPU (section 6 says whether a
+#   GPU run has measured it); on a CPU-only machine the loader and the model share the cores.
 # * Decoding once is a one-off cost; divide it by the time saved per epoch to know when it pays.
 # * A model compiler (`torch.compile`; TensorRT for inference on NVIDIA GPUs) speeds up the model,
 #   not the feeding: the loader must then make as many more images per second as the model gained.

@@ -216,6 +216,22 @@ def test_the_watched_loops_agree_at_the_threshold_of_a_tie():
     assert "This differs from section 5, which found it 1.50x faster" in reading.read_watched(watched(QUIET), watched(edge), WIN)
 
 
+def test_a_committed_bench_is_read_row_by_row_against_its_resident_run():
+    def doc(**samples):
+        return {"records": [{"pipeline": p, "mode": m} for p in samples for m in ("loader", "train")],
+                "measurements": [{"name": f"{p} train", "samples": s, "items": 8} for p, s in samples.items()]}
+
+    text = reading.read_bench_training(doc(naive=[2 * x for x in QUIET], course=[0.8 * x for x in QUIET],
+                                           tuned=NOISY, resident=QUIET))
+    assert text.startswith("Its training rows, read as section 6 reads this page's (each against `resident` in turns")
+    assert "- naive: 0.50 (0.50 to 0.50): the model waited for data." in text
+    assert "- course: 1.25 (" in text and "**cannot be right**" in text  # faster than on batches already there
+    assert "- tuned: " in text and "that run cannot tell whether the model waited" in text and "- resident" not in text
+    assert text.endswith("Where that run cannot tell, more passes (`gpufeed bench --repeats`) or an idle machine would tell.")
+    assert "this run" not in text  # a committed run, not this page's
+    assert "no run on batches already on the device" in reading.read_bench_training(doc(naive=QUIET))
+
+
 def test_advice_is_said_once_and_names_the_samples_a_verdict_needs():
     from gpufeed.measure.verdict import advice, what_would_tell
 

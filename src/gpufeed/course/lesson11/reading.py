@@ -119,16 +119,17 @@ def check(name: str, trained, resident, alone=None, *, overlaps: bool = True) ->
     return Check(name, against(trained, resident), serial, bound, overlaps)
 
 
-#: What each verdict on the efficiency says about the model's waiting.
-_FED = {SAME: "the model waited for data no more than this run can see (within {pct} of 1.0)",
+#: What each verdict on the efficiency says about the model's waiting (``{run}``: "this run").
+_FED = {SAME: "the model waited for data no more than {run} can see (within {pct} of 1.0)",
         SLOWER: "the model waited for data",
-        CANNOT_TELL: "this run cannot tell whether the model waited for data"}
+        CANNOT_TELL: "{run} cannot tell whether the model waited for data"}
 
 
-def read_check(c: Check) -> str:
+def read_check(c: Check, run: str = "this run") -> str:
     """One pipeline's efficiency in words: its value and interval, whether the model waited, and
     where it stands against its rate if nothing overlapped; **"cannot be right"** where the
-    numbers break a bound (above 1.0, or a loop that cannot overlap above its serial rate)."""
+    numbers break a bound (above 1.0, or a loop that cannot overlap above its serial rate).
+    ``run``: the run the numbers come from, as the sentence names it ("that run": a committed one)."""
     v, s = c.efficiency, c.serial
     if v.kind == NOT_MEASURED:
         return f"{c.name}: not measured."
@@ -136,7 +137,7 @@ def read_check(c: Check) -> str:
     if v.kind == FASTER:
         return (f"{head}, above 1.0, which **cannot be right**: no loader trains faster than the model on batches "
                 "already there, so these numbers did not all see the same machine; re-run on an idle one.")
-    text = f"{head}: " + _FED[v.kind].format(pct=_pct(v))
+    text = f"{head}: " + _FED[v.kind].format(pct=_pct(v), run=run)
     if s.kind == NOT_MEASURED or c.bound is None:
         return text + "."
     at = f"{c.bound:.2f}, its efficiency if nothing overlapped"
@@ -165,6 +166,34 @@ def read_efficiency(checks: list[Check]) -> str:
     """Every pipeline's :func:`read_check`, one per line, and once the advice of a run that cannot tell."""
     said = advice([v for c in checks for v in (c.efficiency, c.serial)])
     return "\n".join([f"- {read_check(c)}" for c in checks] + ([f"\n{said}"] if said else []))
+
+
+def read_bench_training(doc: dict) -> str:
+    """The training rows of a ``gpufeed bench`` document (``results/<machine>/results.json``) read as
+    section 6 reads this page's: each pipeline's loader efficiency, its training images/s against
+    ``resident``'s (timed in turns in that run), with its interval and what it says (:func:`read_check`).
+
+    Example:
+        >>> doc = {"records": [{"pipeline": p, "mode": "train"} for p in ("naive", "resident")],
+        ...        "measurements": [{"name": f"{p} train", "samples": s, "items": 8} for p, s in
+        ...                         (("naive", [1.6, 1.8, 1.7, 1.6, 1.7]), ("resident", [1.0, 1.1, 1.0, 1.0, 1.0]))]}
+        >>> print(read_bench_training(doc))
+        Its training rows, read as section 6 reads this page's (each against `resident` in turns, in that run):
+        <BLANKLINE>
+        - naive: 0.59 (0.59 to 0.62): the model waited for data.
+    """
+    from gpufeed.measure.harness import Measurement
+
+    ms = {m["name"]: Measurement.from_dict(m) for m in doc.get("measurements", [])}
+    names = [r["pipeline"] for r in doc.get("records", []) if r["mode"] == "train" and r["pipeline"] != "resident"]
+    if "resident train" not in ms or not names:
+        return "Its training rows have no run on batches already on the device to read them against."
+    checks = [check(n, ms.get(f"{n} train"), ms["resident train"]) for n in names]
+    unsure = any(c.efficiency.kind == CANNOT_TELL for c in checks)
+    return ("Its training rows, read as section 6 reads this page's (each against `resident` in turns, in that run):\n\n"
+            + "\n".join(f"- {read_check(c, 'that run')}" for c in checks)
+            + ("\n\nWhere that run cannot tell, more passes (`gpufeed bench --repeats`) or an idle machine would tell."
+               if unsure else ""))
 
 
 def read_target(v: Verdict, target: float) -> str:
