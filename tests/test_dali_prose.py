@@ -105,8 +105,8 @@ def test_gains_are_per_round_ratios_of_times():
 
 def test_scaling_grid():
     text = p.scaling(arm(2.0), arm(2.0, turn=1), arm(2.0, turn=2), arm(1.0, turn=3), cores=2)
-    assert "DataLoader: 128 images/s with 1, 128 with 2: as fast as with 1 (within" in text
-    assert "DALI: 128 images/s with 1, 256 with 2: 2.00x faster than with 1" in text and "(ideal: 2x faster)" in text
+    assert "DataLoader: 128 images/s with 1 worker, 128 with 2: as fast as one worker (within" in text
+    assert "DALI: 128 images/s with 1 thread, 256 with 2: 2.00x faster than one thread" in text and "(ideal: 2x faster)" in text
     assert "DALI's gain from 2 threads was 2.00x larger than the DataLoader gain from 2 workers" in text
     assert LIKELY in text and "section 7" not in text
     same = p.scaling(arm(2.0), arm(1.0, turn=1), arm(2.0, turn=2), arm(1.0, turn=3), cores=2)

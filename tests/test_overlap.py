@@ -465,6 +465,9 @@ def test_share_of_bound_grid(v, said):
     text = prose.share_of_bound(v, 1.4)
     assert (said in text if said else text == ""), text
     assert prose.share_of_bound(told(1.2), 1.0) == "", "a bound of 1 allows no gain to take a share of"
+    assert prose.share_of_bound(told(1.2), 1.4, lead="With X, that is") == " With X, that is 50% of the gain the bound allows."
+    text = prose.thread_reading(told(1.2), told(1.39), 1.4, told(1.0), told(1.1), device_type="cpu", cores=2)
+    assert "(the epoch's first decode, which nothing hides, included). With the real step, that is 50% of the gain" in text
 
 
 def test_chart_data_of_either_format_names_the_old_prefetcher_by_its_commit():

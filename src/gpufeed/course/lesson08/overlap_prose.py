@@ -73,11 +73,11 @@ def said(v: Verdict, verb: str, than: str, *, bold: bool = False, **words) -> st
     return f"{verb} {v.words(than, bold=bold, **words)}"
 
 
-def share_of_bound(v: Verdict, top: float) -> str:
+def share_of_bound(v: Verdict, top: float, lead: str = "That is") -> str:
     """What a prefetched loop's verdict says against the most overlap allows (``top``, from
     :func:`gpufeed.course.lesson08.overlap.bound`), where it gained and its interval stays at or
-    below that bound: at it, or the share of the allowed gain; "" otherwise (no gain, cannot tell,
-    or above the bound, which its caller explains from the costs).
+    below that bound: at it, or the share of the allowed gain (the sentence begins with ``lead``);
+    "" otherwise (no gain, cannot tell, or above the bound, which its caller explains from the costs).
 
     Example:
         >>> share_of_bound(Verdict(1.36, 1.33, 1.42, 15, FASTER, True), 1.41)
@@ -89,7 +89,7 @@ def share_of_bound(v: Verdict, top: float) -> str:
         return ""
     if v.high >= top:
         return " Its interval holds the bound: the overlap hid all it could."
-    return f" That is {(v.ratio - 1) / (top - 1):.0%} of the gain the bound allows."
+    return f" {lead} {(v.ratio - 1) / (top - 1):.0%} of the gain the bound allows."
 
 
 def took(v: Verdict, than: str) -> str:
@@ -319,8 +319,9 @@ def thread_reading(real: Verdict, waiting: Verdict, best: float, decode: Verdict
     shown = f" ({rates[0]:,.0f} images/s with the thread prefetcher, {rates[1]:,.0f} without)" if rates else ""
     text = (f"Training step {where}{shown}: with the thread prefetcher the loop {said(real, 'ran', 'the plain loop', bold=True)}"
             f"; with the waiting step it {said(waiting, 'ran', 'its plain loop', bold=True)}. The overlap allows at "
-            f"most {best:.2f}x (the epoch's first decode, which nothing hides, included). Beside the real step, "
-            f"decoding {took(decode, 'alone in the plain loop')}.")
+            f"most {best:.2f}x (the epoch's first decode, which nothing hides, included)."
+            + share_of_bound(real, best, lead="With the real step, that is")
+            + f" Beside the real step, decoding {took(decode, 'alone in the plain loop')}.")
     if waiting.kind == FASTER and waiting.low > best and waiting_bound is not None:
         text += (f" The waiting step beat that bound, which used the costs timed before the runs: with the "
                  f"costs its runs had, the bound is {waiting_bound:.2f}x"

@@ -134,9 +134,9 @@ def scaling(dl1, dln, dali1, dalin, *, cores: int, section7: Verdict | None = No
     (section 7's Measurements of them, ``{"DataLoader": m, "DALI": m}``) its rates are set against
     section 7's (:func:`~gpufeed.course.lesson09.augment_prose.across_cells`)."""
     v = scaling_verdicts(dl1, dln, dali1, dalin)
-    lines = [f"{name}: {rate(a)} images/s with 1, {rate(b)} with {cores}: {v[key].words('with 1')} "
-             f"(ideal: {cores}x faster)" for name, a, b, key in (("DataLoader", dl1, dln, DL_SCALES),
-                                                                ("DALI", dali1, dalin, DALI_SCALES))]
+    lines = [f"{name}: {rate(a)} images/s with 1 {unit}, {rate(b)} with {cores}: {v[key].words(f'one {unit}')} "
+             f"(ideal: {cores}x faster)" for name, unit, a, b, key in (("DataLoader", "worker", dl1, dln, DL_SCALES),
+                                                                      ("DALI", "thread", dali1, dalin, DALI_SCALES))]
     text = (f"DALI's gain from {cores} threads was "
             f"{v[GAINS].words(f'the DataLoader gain from {cores} workers', more='larger', less='smaller', same='as large')}.")
     if v[GAINS].kind == FASTER:
