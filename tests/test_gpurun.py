@@ -754,6 +754,7 @@ def test_a_copy_without_git_reports_the_commit_it_was_packed_at(tmp_path, monkey
 
 
 def test_a_time_cap_stops_sampling_and_is_recorded(monkeypatch):
+    from gpufeed.config import ENV_MEASURE_S, measure_cap
     from gpufeed.measure import harness
     from gpufeed.measure.machine import machine_info
 
@@ -763,26 +764,28 @@ def test_a_time_cap_stops_sampling_and_is_recorded(monkeypatch):
         calls.append(1)
         time.sleep(0.05)
 
-    monkeypatch.setenv(harness.ENV_MEASURE_S, "0.1")
+    monkeypatch.setenv(ENV_MEASURE_S, "0.1")
     m = harness.benchmark(slow, repeats=50, warmup=5)
     assert len(m.samples) == harness.MIN_SAMPLES and len(calls) == 2 + harness.MIN_SAMPLES  # warm-up cut too
     assert m.machine["measure_s"] == 0.1 and machine_info()["measure_s"] == 0.1
     ms = harness.interleave({"a": slow, "b": slow}, repeats=50, warmup=1)
     assert [len(m.samples) for m in ms] == [harness.MIN_SAMPLES] * 2
-    monkeypatch.setenv(harness.ENV_MEASURE_S, "soon")
+    monkeypatch.setenv(ENV_MEASURE_S, "soon")
     with pytest.raises(ValueError, match="GPUFEED_MEASURE_S='soon'"):
-        harness.measure_cap()
-    monkeypatch.delenv(harness.ENV_MEASURE_S)
+        measure_cap()
+    monkeypatch.delenv(ENV_MEASURE_S)
     assert len(harness.benchmark(lambda: None, repeats=7, warmup=0, with_machine=False).samples) == 7
 
 
 @pytest.mark.slow
 def test_the_bench_keeps_each_pipeline_as_it_finishes(tmp_path, monkeypatch):
-    from gpufeed.measure import harness, pipelines
+    from gpufeed.config import ENV_MEASURE_S
+    from gpufeed.measure import harness as bench
+    from gpufeed.measure import pipelines
     from gpufeed.measure import suite as pb
 
     monkeypatch.setenv("GPUFEED_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv(harness.ENV_MEASURE_S, "0.3")
+    monkeypatch.setenv(ENV_MEASURE_S, "0.3")
 
     def cut(*args, **kwargs):  # the slot ends after the loaders, before the training step
         raise KeyboardInterrupt
@@ -790,7 +793,7 @@ def test_the_bench_keeps_each_pipeline_as_it_finishes(tmp_path, monkeypatch):
     monkeypatch.setattr(pb, "make_model", cut)
     with pytest.raises(KeyboardInterrupt):
         pb.run(tmp_path / "out", quick=True, device="cpu", workload=pipelines.TINY, dali=False, log=lambda s: None)
-    ms, doc = harness.load(tmp_path / "out" / pb.PARTIAL)
+    ms, doc = bench.load(tmp_path / "out" / pb.PARTIAL)
     assert not (tmp_path / "out" / pb.FILE).exists()
     assert [m.params["pipeline"] for m in ms] == ["naive", "tuned", "course", "course_uint8"]
     assert doc["measure_s"] == 0.3 and doc["machine"]["measure_s"] == 0.3
@@ -842,31 +845,31 @@ def test_name_patterns_match_a_folder_only_in_the_shape_its_f_string_makes():
 
 
 def lesson11_workloads(cuda: bool):
-    """``(QUICK, FULL)`` as lesson 11's source defines them, on a machine with or without CUDA."""
+    """``{"quick": QUICK, "site": SITE, "full": FULL}`` as lesson 11's source defines them, on a machine
+    with or without CUDA."""
     import ast
 
     from gpufeed.measure import pipelines
 
     ns = {"pipelines": pipelines, "S": SimpleNamespace(cuda=cuda)}
     for node in ast.parse(lesson_source("lesson11")).body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) in ("QUICK", "FULL") for t in node.targets):
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) in ("QUICK", "SITE", "FULL") for t in node.targets):
             exec(compile(ast.Module([node], type_ignores=[]), "11_together.py", "exec"), ns)
-    return ns["QUICK"], ns["FULL"]
+    return {"quick": ns["QUICK"], "site": ns["SITE"], "full": ns["FULL"]}
 
 
 def test_every_lesson_and_the_bench_have_their_datasets_listed_in_every_mode():
     from gpufeed.measure.datasets import datasets, workload_dataset
 
     for mode, cuda in (("quick", True), ("full", True), ("full", False), ("site", False)):
-        quick = mode != "full"
         specs = datasets(mode, cuda=cuda)
-        quick11, full11 = lesson11_workloads(cuda)
+        workloads11 = lesson11_workloads(cuda)
         assert {d.owner for d in specs} >= {"bench", "lesson05", "lesson07", "lesson09", "lesson10", "lesson11", "lesson12"}
         folders = [d.folder for d in specs]
         assert len(folders) == len(set(folders)), "no folder built twice"
         for d in specs:
             if d.owner == "lesson11":  # named by pipelines.prepare from the lesson's workload
-                want = workload_dataset("lesson11", "lesson11", quick11 if quick else full11)
+                want = workload_dataset("lesson11", "lesson11", workloads11[mode])
                 assert (d.folder, d.memmaps) == (want.folder, want.memmaps), "lesson 11's workload changed"
             elif d.owner.startswith("lesson"):  # each part of each path is a string or f-string of the lesson
                 pats = name_patterns(lesson_source(d.owner))

@@ -147,14 +147,14 @@ def _l04(pick, cuda):
 
 
 def _l05(pick, cuda):
-    n = pick(128, 5000)
+    n = pick(128, 5000, 512)
     return [Dataset("lesson05", "lesson05/demo-jpeg", pick(16, 64), (320, 240), classes=4),
             Dataset("lesson05", f"lesson05/jpeg-224-{n}", n, (224, 224),
                     memmaps=((f"lesson05/mm-224-{n}", (224, 224)), (f"lesson05/mm-112-{n}", (112, 112))))]
 
 
 def _l07(pick, cuda):
-    n = pick(64, 2000)
+    n = pick(64, 2000, 384)
     return [Dataset("lesson07", f"lesson07/jpeg-224-{n}", n, (224, 224), memmaps=((f"lesson07/mm-224-{n}", (224, 224)),))]
 
 
@@ -178,7 +178,8 @@ def _l11(pick, cuda):
 
     w = pick(pipelines.Workload(n=32, jpeg_size=(96, 72), resize=40, crop=16, batch=16),
              pipelines.Workload(n=2048, jpeg_size=(640, 480), resize=256, crop=224, batch=128) if cuda
-             else pipelines.Workload(n=128, jpeg_size=(640, 480), resize=192, crop=160, batch=16))
+             else pipelines.Workload(n=128, jpeg_size=(640, 480), resize=192, crop=160, batch=16),
+             pipelines.Workload(n=128, jpeg_size=(640, 480), resize=64, crop=32, batch=32))
     return [workload_dataset("lesson11", "lesson11", w)]
 
 
@@ -230,22 +231,27 @@ LESSONS: tuple[Lesson, ...] = (
     )),
     Lesson("05", "05_memmap", "Memory-mapped datasets", True, (30, 90), _l05, claims=(
         Claim("A memmap of decoded uint8 images feeds batches many times faster than a folder of JPEGs.",
-              here="the JPEG folder against the memmap, with a warm and a cold page cache"),
+              here="the JPEG folder against the memmap, taken in turns, with a warm and with a cold page cache"),
         Claim("On a many-core GPU machine too, decoded pixels in RAM load several times faster than JPEGs.", gpu=True,
               published=("ffcv-load-ram-raw-256", "ffcv-load-ram-jpeg-512")),
     )),
     Lesson("06", "06_batched", "Batched fetching", False, (25, 60), claims=(
         Claim("One call per batch costs far less than one Python call per sample.",
-              here="per-sample __getitem__ against __getitems__ and a batched loader"),
+              here="per-sample __getitem__ against __getitems__, a BatchSampler and FastLoader, taken in turns"),
+        Claim("Past a few million indices, a grouped shuffle costs less than a full one (torch.randperm).",
+              here="both shuffles taken in turns, up to 10^7 indices (10^8 in full mode)"),
         Claim("A grouped shuffle reads a dataset larger than the memory with far fewer bytes than a full shuffle.",
-              here="a file larger than the memory read in both orders"),
+              here="the bytes read from a file four times the memory allowed, in both orders (a deep dive)"),
     )),
     Lesson("07", "07_dataloader", "DataLoader knobs and moving structures", True, (35, 150), _l07, claims=(
         Claim("Workers pay for decoding JPEGs, up to the cores; a memmap read a batch at a time needs none.",
-              here="the num_workers sweeps on a JPEG folder and a memmap"),
-        Claim("non_blocking=True overlaps a copy only from pinned memory, and a GPU-to-CPU copy read "
-              "before a sync gives wrong values.", here="the four host-to-device copies and the unsafe read",
-              needs_cuda=True, gpu=True, published=_H2D),
+              here="the num_workers sweep of a JPEG folder and a memmap, every configuration taken in turns"),
+        Claim("A copy from pinned host memory reaches the GPU faster than one from pageable memory.",
+              here="the copy of one batch from pinned and from pageable memory", needs_cuda=True, gpu=True,
+              reference="ceilings", published=_H2D),
+        Claim("non_blocking=True returns before the copy ends only from pinned memory, and a GPU-to-CPU copy "
+              "read before a sync gives wrong values.", here="when each copy returns, and the unsafe read",
+              needs_cuda=True, gpu=True),
     )),
     Lesson("08", "08_prefetch", "GPU prefetching", True, (30, 55), _l08, claims=(
         Claim("Each line of a side-stream prefetcher (wait_stream, record_stream, the event) is needed: "
@@ -284,17 +290,24 @@ LESSONS: tuple[Lesson, ...] = (
     Lesson("11", "11_together", "Putting it together", True, (40, 180), _l11, claims=(
         Claim("The course's loop trains faster than the naive loop on the same model and data.",
               here="the two loops in turns on a ResNet-18"),
-        Claim("Loader efficiency (training with the real loader over training on data already on the "
-              "device) says whether the model waits for data.", here="each rung's loader efficiency"),
-        Claim("On a GPU the model computes fast enough that the loader decides the rate.", gpu=True,
+        Claim("Loader efficiency says whether the model waits for data: a loop that makes each batch and then "
+              "trains on it cannot beat 1 / (1 + model rate / loader rate); a prefetch thread lets it.",
+              here="each pipeline's efficiency against that bound, and the naive loop with and without a prefetch "
+                   "thread, in turns"),
+        Claim("On a GPU the model trains thousands of images/s, so the loader must make as many: where it "
+              "cannot, the loader decides the rate.", gpu=True,
               published=("dle-rn50-train-1xa100-amp", "dle-rn50-train-1xv100-amp")),
     )),
     Lesson("12", "12_scaling", "Scaling out", True, (30, 90), _l12, claims=(
-        Claim("Ranks on one machine share one page cache: the dataset is read from disk once.",
-              here="the page faults and memory of two ranks"),
+        Claim("Ranks on one machine share one page cache: the dataset is read from disk once and held in RAM once, "
+              "which their PSS shows and their RSS, added up, does not.",
+              here="the major faults of a cold and a warm reader and of two ranks after a drop; eight readers' RSS "
+                   "and PSS"),
         Claim("Data-parallel training multiplies throughput by the GPUs while each rank's loader keeps up.",
-              here="1 and 2 processes with gloo on this CPU", gpu=True,
+              here="1 and 2 processes with gloo on this CPU, runs in turns", gpu=True,
               published=("dle-rn50-train-8xa100-amp", "dle-rn50-train-1xa100-amp")),
+        Claim("Each rank needs its own augmentation seed: seeded alike, every rank draws the same crops.",
+              here="the crops two ranks draw, seeded alike and by (seed, epoch, rank)"),
     )),
 )
 
