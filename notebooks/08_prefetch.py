@@ -624,9 +624,9 @@ bursty = in_turns(epoch(uneven, 0.005, 8), epoch(uneven, 0.005, 1), names=("dept
                   repeats=turns, desc="uneven batches, depth 8 and 1")
 v = bursty.verdict
 print(f"Section 4's loader, waiting step (an epoch: {even.b.median:.2f} s with depth 1, {even.a.median:.2f} s "
-      f"with depth 8): depth 8 {reading.said(even.verdict, 'ran', 'depth 1')}.")
+      f"with depth 8): depth 8 {even.verdict.ran('depth 1')}.")
 print(f"Uneven batches (an epoch: {bursty.b.median * 1e3:.0f} ms with depth 1, {bursty.a.median * 1e3:.0f} ms "
-      f"with depth 8; the step alone needs {48 * 5} ms): depth 8 {reading.said(v, 'ran', 'depth 1')}. " + (
+      f"with depth 8; the step alone needs {48 * 5} ms): depth 8 {v.ran('depth 1')}. " + (
           "With depth 1 the 25 ms batch finds at most two batches made ahead (one queued, one waiting to be: 10 ms "
           "of steps) and the step waits for the rest; with depth 8 the queue filled during the fast batches and "
           "covered it." if v.kind == "faster" else v.advice if not v.decided else
@@ -686,7 +686,7 @@ limit = overlap.bound(1, 2, n=n)  # 3n / (2n + 1)
 text = (f"Predicted {my_speedup:.2f}x for long epochs, at most 3n / (2n + 1) = {limit:.2f}x for epochs of "
         f"n = {n} batches. Measured with a decode of {d * 1e3:.0f} ms and a {2 * d * 1e3:.0f} ms waiting step, "
         f"{len(timed3.a.samples)} epochs each way in turns: the prefetched loop "
-        f"{reading.said(v, 'ran', 'the plain loop', bold=True)}.")
+        f"{v.ran('the plain loop', bold=True)}.")
 if v.kind == "faster" and v.low > limit:
     had = {way: [statistics.mean(i.duration for i in ran[way] if i.stage == stage) for stage in ("decode", "compute")]
            for way in ran}  # ms, in each arm's last epoch

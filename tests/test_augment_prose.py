@@ -8,7 +8,7 @@ import pytest
 
 from gpufeed.course.lesson09 import augment_prose as p
 from gpufeed.measure.harness import Measurement
-from gpufeed.measure.verdict import CANNOT_TELL, FASTER, NARROW, SAME, SLOWER, Verdict
+from gpufeed.measure.verdict import CANNOT_TELL, NARROW, SAME, SLOWER
 
 QUIET = [1.00, 1.01, 0.99, 1.005, 0.995, 1.002, 0.998]  # about 1% of spread, 7 samples
 NOISY = [1.0, 0.55, 1.9, 0.7, 1.5, 0.8, 1.3]  # a 2-core machine under load
@@ -255,20 +255,6 @@ def test_across_cells_sets_each_rate_against_the_first_cells_own_range():
     assert text.endswith("so only arms timed in turns are compared.") and "Section 1 timed the workers at" in text
     assert "Section 1" not in reading(), "without section 1's measurements, no word on them"
 
-
-def test_advice_grid():
-    told = Verdict(2.0, 1.9, 2.1, 7, FASTER)
-    assert p.advice({}) == "" and p.advice({"a from b": told}) == ""
-    assert p.advice({"x": Verdict(None, None, None, 0, "not measured")}) == ""
-    one = p.advice({"a from b": Verdict(1.0, 0.8, 1.3, 7, CANNOT_TELL), "c from d": told})
-    assert one.startswith("This run cannot tell a from b: the ratio's interval, 0.80x to 1.30x")
-    few = p.advice({"a from b": Verdict(1.0, 0.8, 1.3, 3, CANNOT_TELL)})
-    assert "3 samples per arm" in few
-    two = p.advice({"a from b": Verdict(1.0, 0.8, 1.3, 7, CANNOT_TELL), "c from d": Verdict(1.0, 0.5, 2, 3, CANNOT_TELL)})
-    assert two.startswith("This run cannot tell a from b or c from d:")
-
-
-# --- a noisy run, read whole ----------------------------------------------------------------------
 
 def test_a_noisy_run_reads_cannot_tell_everywhere_and_answers_no_question_both_ways():
     """Every arm of lesson 09 with the spread of a loaded 2-core machine and small true differences:

@@ -28,7 +28,15 @@ import statistics
 from gpufeed.course.lesson08.overlap import IN_LOOP, PLAIN, REGIMES, SYNCED, between_steps, bound
 from gpufeed.course.prose import Verdict, compare, times
 from gpufeed.measure import harness, results
-from gpufeed.measure.verdict import CANNOT_TELL, FASTER, MIN_SAMPLES, SLOWER
+from gpufeed.measure.verdict import (
+    CANNOT_TELL,
+    FASTER,
+    LIKELY,
+    LIKELY_START,
+    MIN_SAMPLES,
+    SLOWER,
+    advice,
+)
 
 #: What the committed reference of the old format ran: not today's CudaPrefetcher.
 OLD_DESIGN = ("an earlier CudaPrefetcher that did its host work in your loop, between two steps, "
@@ -44,12 +52,6 @@ def arms(a: list[float], b: list[float]) -> Verdict:
     return compare(a, b, paired=True)
 
 
-def advice(*verdicts: Verdict) -> str:
-    """What a reader should know where one of ``verdicts`` cannot tell (the first such one's advice,
-    once), else ""."""
-    return next((" " + v.advice for v in verdicts if v.kind == CANNOT_TELL), "")
-
-
 def few_runs(pairs: list[tuple[list[float], list[float], str, str]]) -> str:
     """Comparisons of a reference's arms, ``(a_runs, b_runs, subject, than)`` each: with enough runs
     their verdicts' words; with fewer than a verdict needs, what those runs' medians showed, said
@@ -62,15 +64,6 @@ def few_runs(pairs: list[tuple[list[float], list[float], str, str]]) -> str:
     return (" and ".join(f"{subject} {times(v.ratio, than)}" for v, subject, than in verdicts)
             + f" in the medians of {n} run{'s' if n != 1 else ''} each (too few for a verdict: the course's "
             f"method needs {MIN_SAMPLES} of each, in turns)")
-
-
-def said(v: Verdict, verb: str, than: str, *, bold: bool = False, **words) -> str:
-    """A verdict as a predicate: ``verb`` and its words where it tells (``"ran **1.25x faster**
-    than X (1.1x to 1.4x)"``), ``"was not told apart from X by this run (...)"`` where it cannot.
-    ``words``: :meth:`~gpufeed.measure.verdict.Verdict.words`'s ``more``, ``less`` and ``same``."""
-    if v.kind == CANNOT_TELL:
-        return "was " + v.words(than)
-    return f"{verb} {v.words(than, bold=bold, **words)}"
 
 
 def share_of_bound(v: Verdict, top: float, lead: str = "That is") -> str:
@@ -97,7 +90,7 @@ def took(v: Verdict, than: str) -> str:
     as alone (within 3%)"``, or ``"took a time not told apart from its time alone by this run (...)"``."""
     if v.kind == CANNOT_TELL:
         return "took a time " + v.words(f"its time {than}")
-    return said(v, "took", than, more="less time", less="longer", same="as long")
+    return v.ran(than, "took", more="less time", less="longer", same="as long")
 
 
 def gap_verdict(result_gaps: dict, other: str) -> Verdict | None:
@@ -174,7 +167,7 @@ def against_bound(result: dict, regime: str) -> str:
         return text + (f" Where the rest went, in the trace: {'; '.join(reasons)}." if reasons else "")
     why = "; ".join(reasons) if reasons else (
         "no trace was taken of this regime" if not summaries else "its trace measured no cause") + (
-        "" if reasons else " (one likely cause, not measured here: the conversion's kernels, which share the "
+        "" if reasons else f" ({LIKELY} the conversion's kernels, which share the "
         "GPU with the step's)")
     return f"{other} did not pay here: {why}."
 
@@ -317,8 +310,8 @@ def thread_reading(real: Verdict, waiting: Verdict, best: float, decode: Verdict
     """
     where = "on the CPU" if device_type == "cpu" else f"on {device_type}"
     shown = f" ({rates[0]:,.0f} images/s with the thread prefetcher, {rates[1]:,.0f} without)" if rates else ""
-    text = (f"Training step {where}{shown}: with the thread prefetcher the loop {said(real, 'ran', 'the plain loop', bold=True)}"
-            f"; with the waiting step it {said(waiting, 'ran', 'its plain loop', bold=True)}. The overlap allows at "
+    text = (f"Training step {where}{shown}: with the thread prefetcher the loop {real.ran('the plain loop', bold=True)}"
+            f"; with the waiting step it {waiting.ran('its plain loop', bold=True)}. The overlap allows at "
             f"most {best:.2f}x (the epoch's first decode, which nothing hides, included)."
             + share_of_bound(real, best, lead="With the real step, that is")
             + f" Beside the real step, decoding {took(decode, 'alone in the plain loop')}.")
@@ -327,9 +320,11 @@ def thread_reading(real: Verdict, waiting: Verdict, best: float, decode: Verdict
                  f"costs its runs had, the bound is {waiting_bound:.2f}x"
                  + ("; its interval lies above that too, and these runs cannot say why." if waiting.low > waiting_bound
                     else "."))
-    text += advice(real, waiting)
+    told = advice({"the real step's loop from its plain loop": real,
+                   "the waiting step's loop from its plain loop": waiting})
+    text += f" {told}" if told else ""
     if FASTER in (real.kind, waiting.kind):
-        text += (" The waiting step's gain " + said(more, "was", "the real step's", more="larger", less="smaller",
+        text += (" The waiting step's gain " + more.ran("the real step's", "was", more="larger", less="smaller",
                                                       same="as large") + ".")
         if more.kind == FASTER:
             machine = f" (one torch thread, beside the decoding thread, on {cores} cores)" if cores else ""
@@ -339,7 +334,7 @@ def thread_reading(real: Verdict, waiting: Verdict, best: float, decode: Verdict
                    "native calls, and the decoding thread waits for it")
             text += (" Decoding slowed beside the real step (measured above); one likely cause of that and of the "
                      f"rest, not measured here: {why}." if decode.kind == SLOWER else
-                     f" One likely cause, not measured here: {why}.")
+                     f" {LIKELY_START} {why}.")
     elif real.decided and waiting.decided:
         text += " Neither step gained from the thread here."
     if ref is not None and "thread_speedup" in ref:

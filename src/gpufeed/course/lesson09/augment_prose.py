@@ -30,47 +30,25 @@ Example:
 
 from __future__ import annotations
 
-from gpufeed.course.lesson08.overlap_prose import said
+from gpufeed.measure import verdict
 from gpufeed.measure.verdict import (
-    CANNOT_TELL,
     FASTER,
+    LIKELY_START,
     SAME,
     SLOWER,
-    WHAT_WOULD_TELL,
     Verdict,
+    advice,
     compare,
 )
 from gpufeed.measure.wording import times
 
-#: How a sentence that gives an unmeasured cause begins.
-LIKELY = "One likely cause, not measured here:"
+#: How a sentence that gives an unmeasured cause begins: the verdict module's words, at a sentence's start.
+LIKELY = LIKELY_START
 
 
 def rate(m) -> str:
     """A measurement's median rate in images/s, as the lesson prints it: ``"2,860"``."""
     return f"{m.items_per_s:,.0f}"
-
-
-def advice(verdicts: dict[str, Verdict]) -> str:
-    """What a reader should know and do where some of ``verdicts`` (what they tell apart, in words, to
-    the verdict: ``{"the two tails apart": v}``) cannot tell; "" where every one is decided or not measured.
-
-    Example:
-        >>> print(advice({"the loop from the workers": Verdict(1.0, 0.5, 2.0, 5, CANNOT_TELL),
-        ...               "the two tails apart": Verdict(2.0, 1.9, 2.1, 5, FASTER)}))
-        This run cannot tell the loop from the workers: the ratio's interval, 0.50x to 2.00x, holds both a gain and a loss; full mode (GPUFEED_QUICK=0) or an idle machine would tell.
-        >>> advice({"a from b": Verdict(2.0, 1.9, 2.1, 5, FASTER)})
-        ''
-    """
-    open_ = {what: v for what, v in verdicts.items() if v.kind == CANNOT_TELL}
-    if len(open_) == 1:
-        (what, v), = open_.items()
-        return v.advice.replace("This run cannot tell:", f"This run cannot tell {what}:", 1)
-    if open_:
-        *most, last = open_
-        return (f"This run cannot tell {', '.join(most)} or {last}: each interval holds both a gain and a loss, or "
-                f"an arm has too few samples; {WHAT_WOULD_TELL}.")
-    return ""
 
 
 def _join(*parts: str) -> str:
@@ -115,11 +93,11 @@ def section1(usual, loop, batched, batched_all=None, *, cores: int, cuda: bool, 
             f"Python loop over the batch on {dev} {rate(loop)}, and the batched version on {dev} {rate(batched)}: "
             f"{v[BATCHED_WORKERS].words('the workers', bold=True)} and {v[BATCHED_LOOP].words('the loop')}.")
     if cuda:  # the loop ran on the GPU: read it against the workers too
-        return _join(text, f"Image by image, the GPU's loop {said(v[LOOP_WORKERS], 'ran', 'the workers')}.",
+        return _join(text, f"Image by image, the GPU's loop {v[LOOP_WORKERS].ran('the workers')}.",
                      _batched_lost(v, cuda), advice(v))
     hand_over = (f"{LIKELY} each worker also collates a float32 batch and hands it over to this process (4 bytes a "
                  "value), work that one process does not do.")
-    text = _join(text, f"The loop, on one thread, {said(v[LOOP_WORKERS], 'ran', f'the {cores} workers')}.")
+    text = _join(text, f"The loop, on one thread, {v[LOOP_WORKERS].ran(f'the {cores} workers')}.")
     if v[LOOP_WORKERS].kind == FASTER:  # one core beat every core's worker: the cause once, here
         text, hand_over = _join(text, hand_over), ""
     if batched_all is not None:
@@ -326,7 +304,7 @@ def reference_reading(ms, doc: dict) -> str:
             f"{v['the late conversion from the usual pipeline'].words('the usual pipeline')}.")
     if n["tail, torch.compile"] is not None:
         kernels = {name: cs.get("GPU kernels and copies") for name, cs in doc.get("counts", {}).items()}
-        text = _join(text, f"The torch.compile'd tail {said(v['the two tails apart'], 'ran', 'the eager one')}" + (
+        text = _join(text, f"The torch.compile'd tail {v['the two tails apart'].ran('the eager one')}" + (
             f", {kernels['eager']} GPU kernels and copies per call to {kernels['torch.compile']}."
             if None not in kernels.values() and len(kernels) == 2 else "."))
         batches = -(-doc["n_images"] // doc["batch_size"])
@@ -412,7 +390,7 @@ def batch_size_reading(pairs: dict, *, small: int, big: int, batches: int, cores
     moved = [name for name in v if v[name].kind in (FASTER, SLOWER)]
     text = (f"At batch {big}" + (" (every image this mode has)" if all_images else "") + ", an epoch holds "
             f"{batches} batch{'es' if batches != 1 else ''} for {cores} workers. ")
-    text += " ".join(f"{name.capitalize()} ran {v[name].words()}: {LIKELY.lower()} {WHY[(name, v[name].kind)]}."
+    text += " ".join(f"{name.capitalize()} ran {v[name].words()}: {verdict.LIKELY} {WHY[(name, v[name].kind)]}."
                      for name in moved) if moved else f"No version ran faster or slower than at batch {small} here."
     return "\n".join(lines) + "\n" + _join(text, advice(vs), across_cells(
         earlier or {}, {name: a for name, (a, _) in pairs.items()}, called={"batched": "the batched version"}))

@@ -2,8 +2,8 @@
 
 Every comparison is a verdict of the one method (:mod:`gpufeed.measure.verdict`) on arms timed in
 turns; a cause is stated only where the page measured it, otherwise as "one likely cause, not
-measured here" (:data:`~gpufeed.course.lesson09.augment_prose.LIKELY`; the advice line for a run
-that cannot tell is lesson 09's too, :func:`~gpufeed.course.lesson09.augment_prose.advice`).
+measured here" (:data:`~gpufeed.measure.verdict.LIKELY`), and a run that cannot tell says what
+would (:func:`~gpufeed.measure.verdict.advice`).
 
 * :func:`throughput` (section 7): the untuned and the tuned DataLoader, DALI on the JPEG folder and
   on the memmap, all on the same cores;
@@ -26,9 +26,8 @@ Example:
 
 from __future__ import annotations
 
-from gpufeed.course.lesson08.overlap_prose import said
-from gpufeed.course.lesson09.augment_prose import LIKELY, _join, across_cells, advice, rate
-from gpufeed.measure.verdict import CANNOT_TELL, FASTER, SAME, SLOWER, Verdict, compare
+from gpufeed.course.lesson09.augment_prose import LIKELY, _join, across_cells, rate
+from gpufeed.measure.verdict import CANNOT_TELL, FASTER, SAME, SLOWER, Verdict, advice, compare
 
 #: Section 7's questions, as :func:`advice` words them.
 MEMMAP, TUNED, DALI_TUNED, DALI_UNTUNED, DALI_MEMMAP = (
@@ -147,7 +146,7 @@ def scaling(dl1, dln, dali1, dalin, *, cores: int, section7: Verdict | None = No
                            "queue run beside the thread pool), so a second thread adds less, while one worker does "
                            "everything in turn.")
     if section7 is not None:
-        text = _join(text, f"With {cores} each, DALI {said(v[AT_ALL], 'ran', 'the DataLoader')}.",
+        text = _join(text, f"With {cores} each, DALI {v[AT_ALL].ran('the DataLoader')}.",
                      v[AT_ALL].reads(section7, "section 7"),
                      across_cells(earlier or {}, {"DataLoader": dln, "DALI": dalin}, "section 7",
                                   f"with {cores} workers or threads", {"DALI": "DALI"}))
