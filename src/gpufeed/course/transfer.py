@@ -25,10 +25,11 @@ from dataclasses import dataclass
 
 import torch
 
-from gpufeed.course.prose import times, versus
+from gpufeed.course.prose import times
 from gpufeed.measure import progress
 from gpufeed.measure.ceilings import MB, Reference, h2d_at, size_label
 from gpufeed.measure.harness import Measurement, benchmark
+from gpufeed.measure.verdict import CANNOT_TELL, FASTER, SLOWER, compare
 
 #: The image sizes of the course (width, height), from the talks it grew from.
 SIZES: tuple[tuple[int, int], ...] = ((384, 384), (640, 480), (1280, 960))
@@ -306,35 +307,49 @@ def plot_sweep(ms: Sequence[Measurement], baseline: str, machine: dict | None = 
 # --- what pinning buys, read from a committed GPU reference (lessons 00 and 07) -----------------
 
 def h2d_sentence(ref: Reference) -> str:
-    """What pinning buys on ``ref``'s GPU, read from its largest copy of each source, either way.
+    """What pinning buys on ``ref``'s GPU, read from its largest copy of each source, each comparison
+    decided by the verdict method (:func:`gpufeed.measure.verdict.compare`: the copies move the same
+    bytes, so their times compare).
 
     Example:
         >>> def m(source, s):
-        ...     return Measurement(f"H2D {source}", [s], nbytes=1 << 28, params={"nbytes": 1 << 28, "source": source})
+        ...     return Measurement(f"H2D {source}", [s * f for f in (1, 1.01, 0.99, 1, 1.02)], nbytes=1 << 28,
+        ...                        params={"nbytes": 1 << 28, "source": source})
         >>> ref = Reference([m("pageable", 0.0309), m("pinned", 0.0049), m("pin+copy", 0.0112)], {"gpu": "GPU X"}, "a file")
         >>> print(h2d_sentence(ref))  # doctest: +NORMALIZE_WHITESPACE
-        On GPU X (a file), a 256 MB copy from memory pinned beforehand runs at **54.8 GB/s**, **6.3x** as fast as
-        the 8.7 GB/s from pageable memory. Pinning each batch first and then copying runs at 24.0 GB/s,
-        **2.8x** as fast as pageable: pinning pays for itself even in a serial loop here, although the pin, a
-        copy in RAM of its own, leaves it **2.3x** slower than memory pinned beforehand.
+        On GPU X (a file), a 256 MB copy from memory pinned beforehand runs at **54.8 GB/s**, **6.31x
+        faster** than the 8.7 GB/s from pageable memory (6.18x to 6.43x). Pinning each batch first and
+        then copying runs at 24.0 GB/s, **2.76x faster** than pageable (2.70x to 2.81x): in a serial loop
+        here, pinning paid for itself, and the pin, a copy in RAM of its own, left it **2.29x slower**
+        than memory pinned beforehand (2.24x to 2.33x). As timed here (after a warm-up), each pin copies
+        into a block that PyTorch's caching host allocator had already page-locked; pinning fresh memory
+        every time, as the PyTorch tutorial on `pin_memory()` times it, also page-locks new pages, and may
+        cost more than the faster copy saves.
     """
     at = h2d_at(ref.measurements, max(m.params["nbytes"] for m in ref.measurements))
-    pageable, pinned = at["pageable"].gb_per_s, at["pinned"].gb_per_s
-    text = (f"On {ref.hardware} ({ref.source}), a {size_label(at['pinned'].params['nbytes'])} copy from memory pinned "
-            f"beforehand runs at **{pinned:.1f} GB/s**, {versus(pinned, pageable)} the {pageable:.1f} GB/s from "
-            "pageable memory.")
+    pageable, pinned = at["pageable"], at["pinned"]
+    v = compare(pinned, pageable)
+    text = (f"On {ref.hardware} ({ref.source}), a {size_label(pinned.params['nbytes'])} copy from memory pinned "
+            f"beforehand runs at **{pinned.gb_per_s:.1f} GB/s**, "
+            f"{v.words(f'the {pageable.gb_per_s:.1f} GB/s from pageable memory', bold=True)}."
+            + (f" {v.advice}" if v.kind == CANNOT_TELL else ""))
     if "pin+copy" not in at:
         return text + " This reference predates the pin+copy series: run this cell on a GPU to see what the pin costs."
-    both = at["pin+copy"].gb_per_s
-    text += f" Pinning each batch first and then copying runs at {both:.1f} GB/s, {versus(both, pageable)} pageable: "
-    if both > 1.05 * pageable:
-        text += "pinning pays for itself even in a serial loop here"
-        return text + (f", although the pin, a copy in RAM of its own, leaves it {versus(both, pinned)} memory "
-                       "pinned beforehand." if both < pinned / 1.05 else ".")
-    return text + ("in a serial loop, pinning costs what the faster copy saves; it pays off only when the pin runs "
-                   "on another thread and the copy overlaps compute (lessons 07-08).")
-
-
+    both = at["pin+copy"]
+    v2, v3 = compare(both, pageable), compare(both, pinned)
+    text += f" Pinning each batch first and then copying runs at {both.gb_per_s:.1f} GB/s, {v2.words('pageable', bold=True)}"
+    if v2.kind == FASTER:
+        text += (": in a serial loop here, pinning paid for itself"
+                 + (f", and the pin, a copy in RAM of its own, left it {v3.words('memory pinned beforehand', bold=True)}"
+                    if v3.kind == SLOWER else "") + ".")
+    elif v2.kind == CANNOT_TELL:
+        text += f". {v2.advice}"
+    else:
+        text += (": in a serial loop, pinning cost what the faster copy saved; it pays when the pin runs off the "
+                 "loop's thread and the copy overlaps compute (lessons 07-08).")
+    return text + (" As timed here (after a warm-up), each pin copies into a block that PyTorch's caching host "
+                   "allocator had already page-locked; pinning fresh memory every time, as the PyTorch tutorial on "
+                   "`pin_memory()` times it, also page-locks new pages, and may cost more than the faster copy saves.")
 
 
 def h2d_table(ours: Sequence[Reference], theirs: Sequence, nbytes: int = 16 * MB) -> str:
