@@ -4,9 +4,9 @@ One folder per lesson that has helpers of its own, holding its sweeps, plots and
 prints; beside them, flat, the plumbing several lessons share:
 
 * ``lesson00/``: the sentences that read this machine's ceilings; ``lesson01/``: the sliders over the
-  pipeline simulator; ``lesson04/``: JPEG quality and storage
-  formats; ``lesson06/``: a dataset larger than the memory, shuffles; ``lesson07/``: DataLoader
-  sweeps, moving batches in workers and DataParallel, tensors saved on one device loaded on
+  pipeline simulator; ``lesson03/``: the sentences that read dtypes and transfer order; ``lesson04/``:
+  JPEG quality, decoders and storage formats; ``lesson06/``: a dataset larger than the memory,
+  shuffles; ``lesson07/``: DataLoader sweeps, moving batches in workers and DataParallel, tensors saved on one device loaded on
   another; ``lesson08/``: the stream hazards on :mod:`gpufeed.simcuda`, the prefetcher's timed
   experiment and the sentences that read it; ``lesson11/``: the ladder, loader efficiency, the
   engines; ``lesson12/``: the distributed script, its launcher, shards, the page cache, ports.
@@ -30,7 +30,7 @@ import importlib
 import warnings
 
 _MODULES = {'doctor', 'gpucell', 'instrument', 'prose', 'session', 'simulator', 'timeline', 'trace', 'training', 'transfer',
-            'lesson00', 'lesson01', 'lesson04', 'lesson06', 'lesson07', 'lesson08', 'lesson11', 'lesson12'}
+            'lesson00', 'lesson01', 'lesson03', 'lesson04', 'lesson06', 'lesson07', 'lesson08', 'lesson11', 'lesson12'}
 
 #: modules that moved into a lesson's folder: ``gpufeed.course.<name>`` finds them, with a
 #: DeprecationWarning, for one release (``from gpufeed.course import quality`` keeps working)

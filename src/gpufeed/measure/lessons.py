@@ -220,7 +220,8 @@ LESSONS: tuple[Lesson, ...] = (
         Claim("A uint8 batch puts 4x fewer bytes on the wire than float32, 2x fewer than float16.",
               here="the bytes of each batch"),
         Claim("Sending uint8 and converting on the GPU beats converting on the host first, the more so the "
-              "larger the image.", here="the host's side: what converting on the host costs", gpu=True),
+              "larger the image.", here="the host's side only: converting a batch on the host against a plain "
+              "copy of it, timed in turns", gpu=True),
     )),
     Lesson("04", "04_jpeg", "JPEG quality and decoding", True, (30, 90), _l04, claims=(
         Claim("Lower JPEG quality saves most of the bytes at a small error (PSNR, SSIM).",
