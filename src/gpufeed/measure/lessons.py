@@ -141,9 +141,9 @@ def _l02(pick, cuda):
 
 
 def _l04(pick, cuda):
-    n, (size, m) = pick(16, 64), pick(((384, 384), 32), ((640, 480), 256))
+    n, (size, m) = pick(16, 64), pick(((384, 384), 32), ((640, 480), 256), ((384, 384), 64))
     return [*(Dataset("lesson04", f"lesson04-{w}x{h}-q90-n{n}", n, (w, h))
-              for w, h in pick([(384, 384)], [(384, 384), (640, 480), (1280, 960)])),
+              for w, h in pick([(384, 384)], [(384, 384), (640, 480), (1280, 960)], [(384, 384), (1280, 960)])),
             *(Dataset("lesson04", f"lesson04-{size[0]}x{size[1]}-n{m}-q{q}", m, size, quality=q) for q in (95, 75))]
 
 
