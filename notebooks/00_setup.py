@@ -108,7 +108,10 @@ if in_cache:  # the same question twice (a copy in the caches against RAM): the 
     fastest = max(in_cache, key=lambda m: m.gb_per_s)
     lines.append(readings.cache_sentence(fastest, ram, l3, f"The fastest copy inside the L3 ({fastest.name})"))
     earlier = (readings.cache_verdict(fastest, ram), "the sweep's fastest copy inside the L3")
-lines.append(readings.cache_sentence(first, ram, l3, f"The first cell's {nbytes >> 20} MiB copy", earlier))
+lines.append(readings.cache_sentence(first, ram, l3, f"The first cell's {nbytes >> 20} MiB copy", earlier, cause=False))
+if torch.get_num_threads() > 1:  # torch splits a copy over its threads: time the same copy on one and on all
+    one, every = ceilings.memcpy_threads(nbytes, (1, torch.get_num_threads()), repeats=config.pick(3, 10, site=10))
+    lines.append(readings.split_copy_sentence(one, every))
 say("\n\n".join(lines))
 
 # %% [markdown]
@@ -348,7 +351,7 @@ if my_estimate is not None:
 # the rest of the lesson keeps all its threads. The two are timed in turns (one thread, all, one,
 # all, ...), so that a burst of other work slows both rather than one (lesson 02).
 threads = torch.get_num_threads()
-one_core, all_cores = ceilings.memcpy_threads(ram_bytes, (1, threads), repeats=config.pick(quick=3, full=7, site=7))
+one_core, all_cores = ceilings.memcpy_threads(ram_bytes, (1, threads), repeats=config.pick(quick=3, full=9, site=11))
 print(one_core, all_cores, sep="\n")  # a [noisy] mark: other work shared the cores; rerun
 say(readings.threads_sentence(one_core, all_cores))
 

@@ -113,6 +113,24 @@ def test_threads_sentence(many_s, base, kind, says):
     assert said_kind(text) == kind and says in text and "on 2" in text
 
 
+def test_cache_sentence_leaves_the_cause_to_a_measurement_where_asked():
+    slow = copy(16 * MB, 0.2 * 16 / 1040 * 2)
+    assert "likely cause" not in readings.cache_sentence(slow, RAM, L3, "The copy", cause=False)
+    assert "which no cache explains." in readings.cache_sentence(slow, RAM, L3, "The copy", cause=False)
+
+
+@pytest.mark.parametrize("many_s, base, kind, says", [
+    (0.008, QUIET, "slower", "cost more than it saved. One likely cause, not measured here: each copy waits"),
+    (0.0014, list(reversed(QUIET)), "same", "the threads are not what slowed it. One likely cause"),
+    (0.0007, QUIET, "faster", "the threads are not what slowed it"),
+    (0.0015, NOISY, "cannot tell", "This run cannot tell"),
+])
+def test_split_copy_sentence(many_s, base, kind, says):
+    one, many = copy(16 * MB, 0.0014, threads=1), copy(16 * MB, many_s, base, threads=2)
+    text = readings.split_copy_sentence(one, many)
+    assert said_kind(text) == kind and says in text and "16 MiB copy, on one thread and on 2" in text
+
+
 @pytest.mark.parametrize("decode_s, base, kind, lower", [
     (0.02, QUIET, "faster", "**decoding**"),  # copying's ceiling is higher: decoding is the lower one
     (0.005, QUIET, "slower", "**copying**"),
@@ -164,6 +182,7 @@ def test_a_noisy_run_answers_no_question_both_ways_and_says_it_cannot_tell():
     pages = [*cache,
              readings.read_sentence(read(True, 0.025, NOISY, from_storage=1.0), read(False, 0.022, NOISY[::-1]), True),
              readings.threads_sentence(copy(1040 * MB, 0.2, NOISY, 1), copy(1040 * MB, 0.18, NOISY[::-1], 2)),
+             readings.split_copy_sentence(copy(16 * MB, 0.0014, NOISY, 1), copy(16 * MB, 0.0015, NOISY[::-1], 2)),
              readings.lower_ceiling(ram, Measurement("torchvision 640x480", [0.6 * f for f in NOISY[::-1]], items=16),
                                     2, (640, 480))[0]]
     for text in pages:

@@ -35,6 +35,10 @@ from gpufeed.measure.wording import times
 SYNC_BEHAVIOR = "https://docs.nvidia.com/cuda/cuda-runtime-api/api-sync-behavior.html"
 
 
+#: The cause a slow copy is given where the page measured none.
+OTHER_WORK = "One likely cause, not measured here: other work shared the cores during those samples"
+
+
 def _mib(nbytes: float) -> str:
     return f"{nbytes / MB:g} MiB"
 
@@ -79,7 +83,7 @@ def cache_verdict(m: Measurement, ram: Measurement) -> Verdict:
 
 
 def cache_sentence(m: Measurement, ram: Measurement, l3: int | None, what: str,
-                   earlier: tuple[Verdict, str] | None = None) -> str:
+                   earlier: tuple[Verdict, str] | None = None, cause: bool = True) -> str:
     """How a smaller copy ``m`` compares with the RAM copy, as rates (the sizes differ), with the verdict.
 
     Args:
@@ -89,6 +93,8 @@ def cache_sentence(m: Measurement, ram: Measurement, l3: int | None, what: str,
         what: the subject, e.g. ``"The first cell's 16 MiB copy"``.
         earlier: where the page already answered the same question (a copy inside the caches against
             RAM): ``(its verdict, where)``; the sentence then reads it (:meth:`Verdict.reads`).
+        cause: name a likely cause where the copy ran slower; False where the page times one next
+            (:func:`split_copy_sentence`).
 
     The words follow the verdict: faster (from the caches), the same (no edge from the caches
     here), slower (which no cache explains: the likely cause is named as not measured), or this run
@@ -104,8 +110,8 @@ def cache_sentence(m: Measurement, ram: Measurement, l3: int | None, what: str,
     elif v.kind == SAME:
         text = head + ": on this machine, in this run, the caches gave it no edge."
     elif v.kind == SLOWER:
-        text = head + (", which no cache explains. One likely cause, not measured here: other work shared the "
-                       f"cores during those samples (their spread: {m.spread:.0%}); rerun the cell.")
+        text = head + (", which no cache explains." + (f" {OTHER_WORK} (their spread: {m.spread:.0%}); rerun the cell."
+                                                        if cause else ""))
     else:
         text = head + ". " + v.advice
     return text + (f" {v.reads(*earlier)}" if earlier else "")
@@ -257,6 +263,31 @@ def threads_sentence(one: Measurement, many: Measurement) -> str:
         return head + (". One likely cause, not measured here: the threads wait for each other, and another "
                        "program held a core.")
     return head + ". " + v.advice
+
+
+def split_copy_sentence(one: Measurement, many: Measurement) -> str:
+    """Why a small copy can run slower than a large one: the same copy on one thread and on all,
+    timed in turns (:func:`gpufeed.measure.ceilings.memcpy_threads`), with the verdict.
+
+    Example:
+        >>> one = Measurement("1", [0.0014 * f for f in (1, 1.01, 0.99, 1, 1.02)], nbytes=16 << 20, params={"threads": 1})
+        >>> two = Measurement("2", [0.008 * f for f in (1, 0.99, 1.01, 1, 1.0)], nbytes=16 << 20, params={"threads": 2})
+        >>> print(split_copy_sentence(one, two))  # doctest: +NORMALIZE_WHITESPACE
+        The same 16 MiB copy, on one thread and on 2 in turns: **12.0 GB/s** and **2.1 GB/s**; 2 threads are
+        **5.71x slower** than one (5.60x to 5.83x): split over threads, a copy this small cost more than it
+        saved. One likely cause, not measured here: each copy waits for the other threads to wake up, which
+        some virtual machines make slow.
+    """
+    v = compare(many, one, paired=True)
+    n = many.params["threads"]
+    head = (f"The same {_mib(one.nbytes)} copy, on one thread and on {n} in turns: **{one.gb_per_s:.1f} GB/s** and "
+            f"**{many.gb_per_s:.1f} GB/s**; {n} threads are {v.words('one', bold=True)}")
+    if v.kind == SLOWER:
+        return head + (": split over threads, a copy this small cost more than it saved. One likely cause, not measured "
+                       "here: each copy waits for the other threads to wake up, which some virtual machines make slow.")
+    if v.kind == CANNOT_TELL:
+        return head + ". " + v.advice
+    return head + f": the threads are not what slowed it. {OTHER_WORK}."
 
 
 def lower_ceiling(ram: Measurement, decode: Measurement, cores: int, size: tuple[int, int]) -> tuple[str, float]:
