@@ -9,7 +9,7 @@
 #                  and reference with its status and the plan; offline with the wheelhouse (tools/gpurun/)
 #   make wheelhouse  (with internet) the wheels an offline GPU node lacks, into wheelhouse/
 #   make notebooks  regenerate notebooks/*.ipynb from their .py sources
-#   make book    the course as a static site in build/book/html, every lesson executed (quick mode) here
+#   make book    the course as a static site in build/book/html, every lesson executed here (site mode)
 
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -162,13 +162,17 @@ test-gpu: $(GPU_ENV)
 	GPURUN_NODE_ENV_LOG=$(NODE_VENV).log $(GPU_PYTHON) tools/gpurun run --budget $(GPU_BUDGET_S) --started $(GPU_STARTED) \
 		--lessons "$(LESSONS)" --run-dir $(GPU_RUN) --archive $(GPU_ARCHIVE) $(GPU_ARGS)
 
-# The course as a static site (Sphinx + MyST-NB, tools/book.py): the lessons the cache lacks run in
-# quick mode, offline like `make test` (BOOK_JOBS=2: two at a time, sharing the cores they measure),
-# then the pages are built from the cache into build/book/html. `make slides` first puts the deck in.
+# The course as a static site (Sphinx + MyST-NB, tools/book.py): the datasets of BOOK_MODE first (all
+# cores, once), then the lessons the cache lacks run in BOOK_MODE (site: the sizes whose verdicts this
+# 2-core machine decides; quick: a check that every page builds), offline like `make test`, one at a
+# time (BOOK_JOBS=2: two at a time, sharing the cores they measure), then the pages are built from the
+# cache into build/book/html. `make slides` first puts the deck in.
 BOOK_JOBS ?= 1
+BOOK_MODE ?= site
 book: env
-	GPUFEED_QUICK=1 $(IN_NETNS) nice $(RUN) python tools/book.py execute --jobs $(BOOK_JOBS)
-	GPUFEED_QUICK=1 nice $(RUN) python tools/book.py build
+	GPUFEED_MODE=$(BOOK_MODE) $(RUN) python -m gpufeed data prepare
+	GPUFEED_MODE=$(BOOK_MODE) $(IN_NETNS) nice $(RUN) python tools/book.py execute --jobs $(BOOK_JOBS)
+	GPUFEED_MODE=$(BOOK_MODE) nice $(RUN) python tools/book.py build
 
 bench: env
 	$(RUN) python -m gpufeed bench $(BENCH_ARGS)
