@@ -6,8 +6,8 @@ prints; beside them, flat, the plumbing several lessons share:
 * ``lesson00/``: the sentences that read this machine's ceilings; ``lesson01/``: the sliders over the
   pipeline simulator; ``lesson03/``: the sentences that read dtypes and transfer order; ``lesson04/``:
   JPEG quality, decoders and storage formats; ``lesson06/``: a dataset larger than the memory,
-  shuffles; ``lesson07/``: DataLoader sweeps, moving batches in workers and DataParallel, tensors saved on one device loaded on
-  another; ``lesson08/``: the stream hazards on :mod:`gpufeed.simcuda`, the prefetcher's timed
+  shuffles; ``lesson07/``: DataLoader sweeps, moving batches in workers and DataParallel, tensors
+  saved on one device loaded on another; ``lesson08/``: the stream hazards on :mod:`gpufeed.simcuda`, the prefetcher's timed
   experiment and the sentences that read it; ``lesson11/``: the ladder, loader efficiency, the
   engines; ``lesson12/``: the distributed script, its launcher, shards, the page cache, ports.
 * shared: :mod:`~gpufeed.course.prose` (the wording of every measured comparison),
