@@ -116,7 +116,7 @@ for v in transfer.order_variants(torch.float16):
 
 # %%
 batches = config.pick(quick=(4, 8), full=transfer.BATCHES)
-repeats = config.pick(quick=3, full=7, site=9)  # rounds of every variant; 5 is the least a verdict reads
+repeats = config.pick(quick=3, full=9, site=15)  # rounds of every variant; 5 is the least a verdict reads
 if S.cuda:
     variants, baseline = transfer.order_variants(torch.float16), "x.half().to(dev)"
 else:

@@ -156,12 +156,13 @@ if "torchcodec" not in jpeg.available_decoders():
     print("TorchCodec is not installed: `pip install torchcodec` (with FFmpeg's libraries) adds it to this comparison.")
 decode_sizes = config.pick(quick=[(384, 384)], full=list(transfer.SIZES), site=[(384, 384), (1280, 960)])
 n_decode = config.pick(16, 64)
+decode_rounds = config.pick(quick=3, full=9, site=15)  # the steps of a decode differ by a tenth: many rounds
 decode_ms = []
 for w, h in decode_sizes:
     folder = synth_folder(config.cache_dir() / f"lesson04-{w}x{h}-q90-n{n_decode}", n=n_decode, size=(w, h),
                           quality=90, progress=False).path
     jpegs = [p.read_bytes() for p in sorted(folder.rglob("*.jpg"))]  # in memory: the decoder is timed, not the disk
-    decode_ms += decoders.decode_in_turns(jpegs, decoders.decoder_arms(jpegs), f"{w}x{h}", repeats=rounds)
+    decode_ms += decoders.decode_in_turns(jpegs, decoders.decoder_arms(jpegs), f"{w}x{h}", repeats=decode_rounds)
 largest_decoded = transfer.size_name(decode_sizes[-1])  # `jpegs` holds this size's files
 
 # %%
