@@ -3,8 +3,9 @@
 #
 # **What you will learn:** what JPEG's quality setting trades (file size against error, measured
 # as PSNR and SSIM, and against decode time); whether your Pillow decodes with libjpeg-turbo; how
-# Pillow, torchvision and TorchCodec compare per core, and what a GPU's batched decoder adds;
-# whether you can *see* the difference at a quality that saves most of the bytes; and what the
+# Pillow, torchvision and TorchCodec compare per core, where the time between them goes, what
+# decoding straight to a smaller size saves, and what a GPU's batched decoder adds; whether you
+# can *see* the difference at a quality that saves most of the bytes; and what the
 # storage format does to a DataLoader's throughput.
 #
 # **Time:** about 15 minutes (1-2 minutes in quick mode). **Prerequisites:** lesson 00 (decode
