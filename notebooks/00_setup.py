@@ -377,18 +377,19 @@ say(sentence)
 import tempfile
 from pathlib import Path
 
+from gpufeed.course.prose import compare
 from gpufeed.measure.machine import file_system
 
 other_disk = None  # your folder on another disk, e.g. "/media/usb"; None: this machine's temporary folder
 
 with tempfile.TemporaryDirectory(dir=other_disk) as folder:
     there = ceilings.make_file(Path(folder) / "read-test.bin", read_bytes)
-    cold2, warm2 = (ceilings.file_read(there, cold=c, repeats=3 if S.quick else 5) for c in (True, False))
+    cold2, warm2 = (ceilings.file_read(there, cold=c, repeats=reads) for c in (True, False))
     fs_there, fs_here = file_system(there), file_system(path)
 rows = [("the cache folder", fs_here, cold, warm),
         (f"a temporary folder{' in ' + other_disk if other_disk else ''} (removed since)", fs_there, cold2, warm2)]
 for where, fs, c, w in rows:
-    print(f"{where} on {fs}: cold {c.gb_per_s:.2f} GB/s, warm {w.gb_per_s:.2f} GB/s, warm/cold {w.gb_per_s / c.gb_per_s:.1f}x")
+    print(f"{where} on {fs}: cold {c.gb_per_s:.2f} GB/s, warm {w.gb_per_s:.2f} GB/s, warm {compare(w, c).words('cold')}")
 kept = [f"{where} ({fs})" for where, fs, c, w in rows if not ceilings.reached_disk(c, w)]
 say(f"The 'cold' reads of {' and '.join(kept)} did not reach a disk: that file system kept the data in RAM "
     "(tmpfs, or a cache of its own), so its 'cold' number is not a disk's." if kept else
