@@ -111,7 +111,7 @@ if in_cache:  # the same question twice (a copy in the caches against RAM): the 
 lines.append(readings.cache_sentence(first, ram, l3, f"The first cell's {nbytes >> 20} MiB copy", earlier, cause=False))
 if torch.get_num_threads() > 1:  # torch splits a copy over its threads: time the same copy on one and on all
     one, every = ceilings.memcpy_threads(nbytes, (1, torch.get_num_threads()), repeats=config.pick(3, 10, site=10))
-    lines.append(readings.split_copy_sentence(one, every))
+    lines.append(readings.split_copy_sentence(one, every, slow=readings.cache_verdict(first, ram).kind == "slower"))
 say("\n\n".join(lines))
 
 # %% [markdown]

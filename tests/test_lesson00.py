@@ -131,6 +131,15 @@ def test_split_copy_sentence(many_s, base, kind, says):
     assert said_kind(text) == kind and says in text and "16 MiB copy, on one thread and on 2" in text
 
 
+@pytest.mark.parametrize("many_s, base, says", [
+    (0.008, QUIET, "cost more than it saved"), (0.0007, QUIET, "splitting it over threads paid."),
+    (0.0014, list(reversed(QUIET)), "splitting it gained nothing."), (0.0015, NOISY, "This run cannot tell")])
+def test_split_copy_sentence_names_no_slowness_where_the_copy_was_not_slow(many_s, base, says):
+    text = readings.split_copy_sentence(copy(16 * MB, 0.0014, threads=1), copy(16 * MB, many_s, base, threads=2),
+                                        slow=False)
+    assert says in text and "not what slowed it" not in text and "other work" not in text
+
+
 @pytest.mark.parametrize("decode_s, base, kind, lower", [
     (0.02, QUIET, "faster", "**decoding**"),  # copying's ceiling is higher: decoding is the lower one
     (0.005, QUIET, "slower", "**copying**"),

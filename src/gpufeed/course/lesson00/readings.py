@@ -265,8 +265,9 @@ def threads_sentence(one: Measurement, many: Measurement) -> str:
     return head + ". " + v.advice
 
 
-def split_copy_sentence(one: Measurement, many: Measurement) -> str:
-    """Why a small copy can run slower than a large one: the same copy on one thread and on all,
+def split_copy_sentence(one: Measurement, many: Measurement, slow: bool = True) -> str:
+    """Whether splitting a small copy over torch's threads pays, and, where that copy ran slower than
+    the RAM copy (``slow``), whether the threads are why: the same copy on one thread and on all,
     timed in turns (:func:`gpufeed.measure.ceilings.memcpy_threads`), with the verdict.
 
     Example:
@@ -287,7 +288,9 @@ def split_copy_sentence(one: Measurement, many: Measurement) -> str:
                        "here: each copy waits for the other threads to wake up, which some virtual machines make slow.")
     if v.kind == CANNOT_TELL:
         return head + ". " + v.advice
-    return head + f": the threads are not what slowed it. {OTHER_WORK}."
+    if slow:
+        return head + f": the threads are not what slowed it. {OTHER_WORK}."
+    return head + (": splitting it over threads paid." if v.kind == FASTER else ": splitting it gained nothing.")
 
 
 def lower_ceiling(ram: Measurement, decode: Measurement, cores: int, size: tuple[int, int]) -> tuple[str, float]:
