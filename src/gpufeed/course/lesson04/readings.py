@@ -153,8 +153,9 @@ def gap_sentence(ms: Sequence[Measurement], libs: dict[str, str | None], size: s
     if total.kind == SLOWER and lib.kind in (SAME, FASTER) and SLOWER in (copy.kind, conv.kind):
         text += " So the gap is in the copies out of Pillow, not in the decoder."
     elif total.kind == SLOWER and lib.kind == SLOWER:
-        text += (" Pillow's decode itself is slower here. One likely cause, not measured here: the two builds of the "
-                 "library differ (version, compiler, options).")
+        text += (" Pillow's decode itself is slower here. One likely cause, not measured here: Pillow's decoder also "
+                 "unpacks each decoded row into its own 4-bytes-per-pixel layout, a copy inside its decode; or the two "
+                 "builds of the library differ.")
     return text + _advice(total, lib, copy, conv)
 
 
