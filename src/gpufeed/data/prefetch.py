@@ -23,7 +23,9 @@ prefetcher's). Both share one thread machinery: batches come out in order; an ex
 wrapped loader (or the work on the thread) is raised once in your loop, after the batches made
 before it, with its traceback, then the iterator is exhausted; ``break``, garbage collection,
 ``close()``, ``with`` and the end of the data all stop the thread and drop the batches in flight
-(it never blocks for good on a full queue: it ``put`` s with a timeout and watches a stop event).
+(it never blocks for good on a full queue: it ``put`` s with a timeout and watches a stop event;
+``close()`` returns within :data:`gpufeed.data.producer.GRACE_S` whatever the thread is doing).
+That machinery is :mod:`gpufeed.data.producer`; this module is what each prefetcher makes there.
 Threads are named ``gpufeed-prefetch-N``.
 
 Example:
@@ -34,6 +36,7 @@ Example:
     ...         yield threading.current_thread().name, b
     >>> with prefetch(loader(), "cpu", dtype=torch.float32) as p:
     ...     out = list(p)
+    >>> from gpufeed.data.producer import THREAD_PREFIX
     >>> len(out), out[0][0].startswith(THREAD_PREFIX), out[0][1][0].dtype, out[0][1][0].max().item()
     (3, True, torch.float32, 1.0)
 """
@@ -41,21 +44,16 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import itertools
 import queue
 import threading
-import warnings
 import weakref
 from collections.abc import Callable, Iterable
 
 import torch
 
 from gpufeed.data.movers import leaves, pin, to_device, tree_map
+from gpufeed.data.producer import _END, _POLL_S, _check_depth, _Closable
 from gpufeed.data.transforms import normalize
-
-THREAD_PREFIX = "gpufeed-prefetch"
-_counter = itertools.count(1)
-_POLL_S = 0.05  # how often a blocked producer looks at its stop event
 
 
 def prepare(batch, dtype: torch.dtype | None = None, mean=None, std=None):
@@ -81,209 +79,21 @@ def prepare(batch, dtype: torch.dtype | None = None, mean=None, std=None):
 
 # --- the thread machinery both prefetchers share ----------------------------------------------
 
-class _Failure:
-    """An exception from the producer thread, carried through the queue."""
-
-    def __init__(self, exc: BaseException):
-        self.exc = exc
-
-
-_END = object()
-_GRACE_S = 0.25  # how long close() waits for a producer still inside the loader's next()
-
-
-class _Shared:
-    """What the two threads of one pass share besides the queue."""
-
-    def __init__(self):
-        self.stop = threading.Event()
-        self.in_source = False  # the producer is inside the loader's next(): close() does not wait
-        self.lock = threading.Lock()
-        self.close_error: BaseException | None = None  # from the loader's close() after a stop
-        self.abandoned = False  # close() returned before the producer ended: it warns instead
-
-    def closing_failed(self, e: BaseException) -> None:
-        """The loader's ``close()`` raised after a stop: ``close()`` raises it, or, if it no longer
-        waits, a warning says it (a finaliser cannot raise)."""
-        with self.lock:
-            self.close_error = e
-            if self.abandoned:
-                warnings.warn(f"the prefetcher's loader raised in close(): {e!r}", RuntimeWarning,
-                              stacklevel=2)
-
-
-def _put(q: queue.Queue, item, stop: threading.Event) -> bool:
-    """Puts ``item`` unless ``stop`` is set first; never blocks for long on a full queue."""
-    while not stop.is_set():
-        try:
-            q.put(item, timeout=_POLL_S)
-            return True
-        except queue.Full:
-            continue
-    return False
-
-
-def _asked(source, shared: _Shared):
-    """The loader's next batch, or ``_END``; ``shared.in_source`` says when we are inside it."""
-    shared.in_source = True
-    try:
-        return next(source, _END)
-    finally:
-        shared.in_source = False
-
-
-def _made(make: Callable, batch, stop: threading.Event, k: int):
-    """``make(batch, stop)``; a ``StopIteration`` from it is an error, not the end of the data."""
-    try:
-        return make(batch, stop)
-    except StopIteration as e:  # raised in the consumer's next(), it would end the epoch quietly
-        raise RuntimeError(f"the prefetcher's transform (or prepare) raised StopIteration on "
-                           f"batch {k} of this pass; a transform must return a batch: only the "
-                           "loader ends the data") from e
-
-
-def _produce(source, q: queue.Queue, shared: _Shared, make: Callable | None,
-             scope: Callable[[], contextlib.AbstractContextManager]) -> None:
-    """The producer thread: inside ``scope()`` (entered on this thread), each batch of ``source``
-    through ``make`` into ``q``, then the loader's ``close()`` (a generator's finally blocks run
-    here, in scope; its error is raised like the loader's), then the end. It holds no reference to
-    the consumer's iterator, so dropping that iterator (``break``) lets it be collected, which sets
-    ``stop``; after a stop nothing more is made, and what a late ``put`` left is dropped here."""
-    stop = shared.stop
-    try:
-        with scope():
-            try:
-                for k in itertools.count():
-                    batch = _asked(source, shared)
-                    if batch is _END or stop.is_set():
-                        break
-                    batch = _made(make, batch, stop, k) if make is not None else batch
-                    if batch is _END or not _put(q, batch, stop):  # _END: stopped while waiting
-                        break
-                    del batch  # not kept alive while the loader makes the next one
-            finally:
-                _close_source(source, shared)
-        _put(q, _END, stop)
-    except BaseException as e:  # noqa: BLE001  everything goes to the consumer, traceback included
-        _put(q, _Failure(e), stop)
-    finally:
-        if stop.is_set():
-            _drop(q)  # a put that crossed the consumer's close()
-
-
-def _close_source(source, shared: _Shared) -> None:
-    close = getattr(source, "close", None)
-    if close is None:
-        return
-    try:
-        close()
-    except BaseException as e:  # noqa: BLE001
-        if not shared.stop.is_set():
-            raise  # into the queue, after the batches made before it
-        shared.closing_failed(e)
-
-
-def _drop(q: queue.Queue) -> None:
-    while True:
-        try:
-            q.get_nowait()
-        except queue.Empty:
-            return
-
-
-class _ThreadIterator:
-    """One pass of a prefetcher: ``make(batch, stop)`` runs on the producer thread (inside
-    ``scope``), ``take`` on the consumer's, on each batch as it leaves the queue; ``on_close``
-    when the pass closes (on the consumer's thread, or a finaliser's)."""
-
-    def __init__(self, source, depth: int, make: Callable | None, name: str, *,
-                 scope: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
-                 take: Callable | None = None, on_close: Callable[[], None] | None = None):
-        self._queue: queue.Queue = queue.Queue(maxsize=depth)
-        self._shared = _Shared()
-        self._stop = self._shared.stop
-        self._take, self._on_close = take, on_close
-        self._thread = threading.Thread(target=_produce,
-                                        args=(source, self._queue, self._shared, make, scope),
-                                        name=name, daemon=True)
-        self._done = False
-        self._thread.start()
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        if self._done:
-            raise StopIteration
-        while True:
-            try:
-                item = self._queue.get(timeout=1.0)
-                break
-            except queue.Empty:
-                if not self._thread.is_alive() and self._queue.empty():
-                    self.close()
-                    raise RuntimeError(f"{self._thread.name} ended without a result") from None
-        if item is _END:
-            self.close()
-            raise StopIteration
-        if isinstance(item, _Failure):
-            self.close()
-            raise item.exc  # the producer's traceback is in item.exc.__traceback__
-        return self._take(item) if self._take is not None else item
-
-    def close(self, timeout: float = 5.0) -> None:
-        """Stops the producer and waits for it (unless called from the producer thread itself),
-        but not for a batch the loader is still making: a producer inside the loader's ``next()``
-        gets ``_GRACE_S``, then ends by itself when the loader returns, making nothing more.
-
-        Raises:
-            Exception: what the loader's ``close()`` raised after the stop.
-        """
-        first = not self._done
-        self._done = True
-        self._stop.set()
-        if first and self._on_close is not None:
-            self._on_close()
-        _drop(self._queue)  # now, not when this iterator is collected
-        if self._thread.is_alive() and threading.current_thread() is not self._thread:
-            self._thread.join(_GRACE_S if self._shared.in_source else timeout)
-        _drop(self._queue)  # and what a producer blocked on put put there as the queue emptied
-        with self._shared.lock:
-            self._shared.abandoned = self._thread.is_alive()
-            error, self._shared.close_error = self._shared.close_error, None
-        if error is not None:
-            raise error
-
-    def __del__(self):
-        # never raise from a finaliser (e.g. at interpreter exit): a warning says what close() met
-        with contextlib.suppress(Exception):
-            try:
-                self.close(timeout=5.0)  # returns in milliseconds unless the loader itself is stuck
-            except Exception as e:  # noqa: BLE001
-                warnings.warn(f"the prefetcher's loader raised in close(): {e!r}", RuntimeWarning,
-                              stacklevel=2)
-
-
-def _check_depth(who: str, depth) -> None:
-    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
-        raise ValueError(f"{who}: depth must be a whole number >= 1 (the batches made ahead of the "
-                         f"one you use), got {depth!r}")
-
+_SLOT_POLL_S = (5e-5, 1e-3)  # a producer waiting for a slot polls its release event: first, at most
 
 class _Ring:
     """One pass's ring of ``slots`` batches on the GPU, as FFCV's ``EpochIterator`` keeps
     ``batches_ahead + 2``: the producer makes batch ``k`` only once the consumer's stream is done
     with batch ``k - slots``, which it learns from an event recorded on that stream when the
-    consumer gave that batch up (its next ``next()``, or ``close()``), waited for on the producer's
+    consumer gave that batch up (its next ``next()``, or ``close()``), polled on the producer's
     thread. ``after``: an event the first batch waits for (the last pass's close), or None."""
 
-    def __init__(self, slots: int, inputs_made: torch.cuda.Event, after: torch.cuda.Event | None):
-        self.slots, self.inputs_made = slots, inputs_made
+    def __init__(self, slots: int, after: torch.cuda.Event | None):
+        self.slots = slots
         self.released: queue.Queue = queue.Queue()  # events, one per batch given up, in order
         if after is not None:
             self.released.put(after)
         self.made = -1 if after is not None else 0  # the first batch waits for ``after``
-        self.inputs_ordered = False
         self.held: torch.cuda.Stream | None = None  # the stream the consumer's batch is used on
 
     def wait_for_slot(self, stop: threading.Event) -> bool:
@@ -297,7 +107,13 @@ class _Ring:
                     break
                 except queue.Empty:
                     continue
-            released.synchronize()  # this thread waits (blocking: it sleeps), never the consumer's
+            # This thread polls (never the consumer's), and not in released.synchronize(): behind
+            # a deep GPU queue that could block for seconds, and close() would wait as long.
+            pause, longest = _SLOT_POLL_S
+            while not released.query():
+                if stop.wait(pause):
+                    return False
+                pause = min(2 * pause, longest)
         self.made = max(self.made, 0) + 1
         return True
 
@@ -310,40 +126,6 @@ class _Ring:
         self.held = None
         self.released.put(released)
         return released
-
-
-class _Closable:
-    """What both prefetchers share: the wrapped loader, ``len``, ``close`` and ``with``."""
-
-    loader: Iterable
-
-    def __len__(self) -> int:
-        return len(self.loader)  # TypeError if the loader has no length, as for any iterable
-
-    def close(self) -> None:
-        """Closes every pass still open; then raises the first error a loader's ``close()`` gave."""
-        errors = []
-        for it in list(self._iterators):
-            try:
-                it.close()
-            except Exception as e:  # noqa: BLE001  the others are closed first
-                errors.append(e)
-        if errors:
-            raise errors[0]
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def _started(self, make: Callable | None, **kwargs) -> _ThreadIterator:
-        # iter() here, on the caller's thread: an error in it is raised at once, and a DataLoader
-        # starts its workers from the main thread (where its signal handlers can be installed).
-        it = _ThreadIterator(iter(self.loader), self.depth, make,
-                             f"{THREAD_PREFIX}-{next(_counter)}", **kwargs)
-        self._iterators.add(it)
-        return it
 
 
 class ThreadPrefetcher(_Closable):
@@ -365,6 +147,7 @@ class ThreadPrefetcher(_Closable):
         ...     if i == 3:
         ...         break
         >>> del i
+        >>> from gpufeed.data.producer import THREAD_PREFIX
         >>> [t for t in threading.enumerate() if t.name.startswith(THREAD_PREFIX)]
         []
     """
@@ -394,22 +177,38 @@ class CudaPrefetcher(_Closable):
     ``next()`` instead (the classic apex prefetcher), that host work would sit between the end of
     one step and the launch of the next, with the GPU idle.
 
+    **The stream contract**: a batch is ready on, and its memory kept for, the stream that is
+    current when your ``next()`` takes it (your loop's: the default stream unless you say
+    otherwise). Use it there. To use it on another stream ``s`` (a loop whose ``next()`` runs
+    outside a ``with torch.cuda.stream(s):`` block it computes in), order and mark it yourself::
+
+        s.wait_stream(torch.cuda.current_stream())  # s waits (on the device) for the batch's copy
+        for t in tensors_of_the_batch:
+            t.record_stream(s)  # its memory is not handed out again before s is done with it
+
+    and, for the memory bound below, make the stream of ``next()`` wait for ``s`` before the next
+    ``next()`` (``torch.cuda.current_stream().wait_stream(s)``): the release of a batch is
+    recorded there. Without the first two lines ``s`` may read a batch before its copy has run.
+    The prefetcher cannot see which stream you use a batch on; the CUDA-ordering simulator can: run
+    your loop under :func:`gpufeed.simcuda.simulated_cuda` (a few batches) and a batch read out of
+    order raises :class:`gpufeed.simcuda.CudaRaceError` where it is read.
+
     **How long a batch stays valid**: as long as you hold it. Its memory is not handed out again
     before you drop it and the work your stream queued on it is done, so two batches never share
     memory, whatever you keep (``list(p)`` keeps them all, and that memory is yours).
 
-    **GPU memory** is bounded whatever your loop does, even one that never synchronises and so
-    lets the host run far ahead of the GPU: ``depth + 2`` converted batches in flight (``depth``
-    queued, the one the thread is making, the one you use), besides the loader's own, the
-    conversion's working memory and the batches you keep. As FFCV's ``EpochIterator`` does with
-    its ``batches_ahead + 2`` slots, the thread makes batch ``k`` only once your stream is done
-    with batch ``k - depth - 2``: at your ``next()`` (or ``close()``) an event is recorded on your
-    stream for the batch you give up, and the thread waits for that event before it allocates the
-    next one's memory. The thread waits, not you; in a loop that syncs every step the event is long
-    done when it looks. FFCV overwrites a slot's memory; here the caching allocator hands it out
-    again only once your last reference is gone, so a batch your loop has given up but not yet let
-    go of (your loop variable is rebound just after ``next()`` returns) can make it ``depth + 3``
-    for a moment.
+    **GPU memory** is bounded whatever your loop does on that stream, even a loop that never
+    synchronises and so lets the host run far ahead of the GPU: ``depth + 2`` converted batches in
+    flight (``depth`` queued, the one the thread is making, the one you use), besides the loader's
+    own, the conversion's working memory and the batches you keep. As FFCV's ``EpochIterator``
+    does with its ``batches_ahead + 2`` slots, the thread makes batch ``k`` only once your stream
+    is done with batch ``k - depth - 2``: at your ``next()`` (or ``close()``) an event is recorded
+    on your stream for the batch you give up, and the thread polls that event before it allocates
+    the next one's memory. The thread waits, not you; in a loop that syncs every step the event is
+    long done when it looks. Likewise a pass's first batch waits for the last pass's final
+    release. FFCV overwrites a slot's memory; here the caching allocator hands it out again only
+    once your last reference is gone, so a batch your loop has given up but not yet let go of (your
+    loop variable is rebound just after ``next()`` returns) can make it ``depth + 3`` for a moment.
 
     What it costs, honestly:
 
@@ -449,14 +248,29 @@ class CudaPrefetcher(_Closable):
             freed block only on the stream that allocated it, so a new stream per epoch would strand
             every epoch's blocks in a pool of their own until an allocation fails.
 
-    Tensors the loader hands over already on the GPU are ready on the stream current where it is
-    asked, the side stream (the loader's work runs there; a loader that works on a stream of its
-    own makes the current one wait for it, as ``FastLoader(device="cuda")`` does), or were made
-    before ``iter()`` on the stream current there (your loop's): for those the side stream waits,
-    once a pass, for an event recorded at ``iter()``, not for your latest step at every batch
-    (which would put every copy behind the step before it: no overlap at all). They are marked as
-    used by the side stream (``record_stream``). ``"cuda"`` without an index is the current device
-    when the prefetcher is made (build it after ``torch.cuda.set_device(local_rank)``).
+    **Your loop's work before ``iter()``**: at ``iter()`` (after the loader's own ``iter()``, before
+    the thread first asks it for a batch) an event is recorded on your current stream and the side
+    stream waits for it, once a pass. So the loader's kernels (they run on the side stream, current
+    where it is asked) and the copies come after whatever your loop queued before ``iter()``: GPU
+    tensors it made or wrote, which the loader may hand over or gather from. Not for your latest
+    step at every batch, which would put every copy behind the step before it (no overlap at all).
+    Tensors the loader hands over already on the GPU must be ready on the stream current where it
+    is asked (a loader that works on a stream of its own makes the current one wait for it, as
+    ``FastLoader(device="cuda")`` does); they are marked as used by the side stream
+    (``record_stream``). ``"cuda"`` without an index is the current device when the prefetcher is
+    made (build it after ``torch.cuda.set_device(local_rank)``).
+
+    **CUDA graphs**: while you capture a graph (``torch.cuda.graph``), the thread goes on
+    allocating, pinning, recording and polling events. Under the default
+    ``capture_error_mode="global"`` such calls from another thread during a capture are errors;
+    capture with ``capture_error_mode="thread_local"`` (only your thread's calls are checked), or
+    before ``iter()`` (or between two passes, the last one closed), then copy each batch into the
+    graph's static inputs.
+
+    **Stopping**: ``break``, ``close()``, ``with`` and garbage collection return within
+    :data:`~gpufeed.data.producer.GRACE_S` (0.25 s) whatever the thread is doing: waiting for a
+    slot it polls the release event and the stop flag, never blocking in ``synchronize()``
+    behind a deep GPU queue.
 
     Raises:
         RuntimeError: torch sees no CUDA GPU (use :func:`prefetch`, which falls back to threads).
@@ -494,12 +308,8 @@ class CudaPrefetcher(_Closable):
         conversion and transform issued, and the event after them."""
         if not ring.wait_for_slot(stop):
             return _END
-        on_gpu = [t for t in leaves(batch) if t.is_cuda]
-        if on_gpu:
-            if not ring.inputs_ordered:  # once a pass: after what your stream did before iter()
-                self.stream.wait_event(ring.inputs_made)
-                ring.inputs_ordered = True
-            for t in on_gpu:  # their memory is not handed out again while the side stream reads it
+        for t in leaves(batch):
+            if t.is_cuda:  # its memory is not handed out again while the side stream reads it
                 t.record_stream(self.stream)
         if self.pin_memory:
             batch = pin(batch)  # pinned here, on this thread; dropped once its copy is issued
@@ -528,12 +338,18 @@ class CudaPrefetcher(_Closable):
     def _closed(self, ring: _Ring) -> None:
         self._last_close = ring.give_up() or self._last_close
 
-    def __iter__(self):
+    def _after_your_work(self) -> None:
+        """At ``iter()``, on your thread, before the loader is first asked: the side stream waits
+        (on the device) for what your current stream queued so far, once a pass."""
         inputs_made = torch.cuda.Event()
-        inputs_made.record(torch.cuda.current_stream(self.device))  # the caller's stream, now
-        ring = _Ring(self.depth + 2, inputs_made, self._last_close)
+        inputs_made.record(torch.cuda.current_stream(self.device))
+        self.stream.wait_event(inputs_made)
+
+    def __iter__(self):
+        ring = _Ring(self.depth + 2, self._last_close)
         return self._started(lambda batch, stop: self._make(batch, ring, stop),
-                             scope=self._on_side_stream, take=lambda made: self._take(made, ring),
+                             before=self._after_your_work, scope=self._on_side_stream,
+                             take=lambda made: self._take(made, ring),
                              on_close=lambda: self._closed(ring))
 
 

@@ -24,7 +24,7 @@ what to quote. ``run`` writes ``results.json`` and two plots,
 and ``results.partial.json`` as each pipeline finishes (what a run cut short keeps; removed at the end).
 
 A pass is a whole epoch, or, under a time cap per case (``GPUFEED_MEASURE_S``,
-:func:`gpufeed.measure.harness.measure_cap`; ``make test-gpu`` sets it), as many batches as fit the
+:func:`gpufeed.config.measure_cap`; ``make test-gpu`` sets it), as many batches as fit the
 cap, sized from two probe batches (``passes`` in the results says how many; the naive loader at
 the GPU size takes half a minute an epoch).
 
