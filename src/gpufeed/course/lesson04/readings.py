@@ -150,12 +150,15 @@ def gap_sentence(ms: Sequence[Measurement], libs: dict[str, str | None], size: s
              f"decode alone against {TV_DECODE}: {lib.words(bold=True)}; with the copy out of Pillow's buffer "
              f"(np.asarray), against the decode alone: {copy.words(bold=True)}; with convert(\"RGB\")'s extra copy "
              f"too (decode_pil), against that: {conv.words(bold=True)}.")
-    if total.kind == SLOWER and lib.kind in (SAME, FASTER) and SLOWER in (copy.kind, conv.kind):
+    copies = SLOWER in (copy.kind, conv.kind)
+    if total.kind == SLOWER and lib.kind in (SAME, FASTER) and copies:
         text += " So the gap is in the copies out of Pillow, not in the decoder."
     elif total.kind == SLOWER and lib.kind == SLOWER:
-        text += (" Pillow's decode itself is slower here. One likely cause, not measured here: Pillow's decoder also "
-                 "unpacks each decoded row into its own 4-bytes-per-pixel layout, a copy inside its decode; or the two "
-                 "builds of the library differ.")
+        text += ((" So the gap is in both: Pillow's decode itself, and the copies out of its buffer." if copies else
+                  " Pillow's decode itself is slower here.")
+                 + " One likely cause of the slower decode, not measured here: Pillow's decoder also unpacks each "
+                 "decoded row into its own 4-bytes-per-pixel layout, a copy inside its decode; or the two builds of "
+                 "the library differ.")
     return text + _advice(total, lib, copy, conv)
 
 
