@@ -446,7 +446,7 @@ else:
         plt.show()
         if ref[1].get("warm_verdict"):
             print(f"On {ref[1]['machine'].get('gpu')}, warm, the memmap "
-                  f"{reading.ran(Verdict(**ref[1]['warm_verdict']), 'the JPEG folder')}.")
+                  f"{Verdict(**ref[1]['warm_verdict']).ran('the JPEG folder')}.")
 
 # %% [markdown]
 # ### Deeper (optional): what copies between NumPy and torch

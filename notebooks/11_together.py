@@ -619,7 +619,7 @@ for name, ms in (("ResNet-18", trained), ("ResNet-50", heavy_by)):
     say(reading.read_efficiency([reading.check(k, ms[k], ms["resident"], timed[k], overlaps=k != "naive")
                                  for k in ("naive", "course")]))
 longer = reading.against(trained["resident"], heavy_by["resident"], paired=False)  # two runs: not in turns
-say("ResNet-50's step " + reading.ran(longer, "ResNet-18's", "is", more="longer", less="shorter", same="as long")
+say("ResNet-50's step " + longer.ran("ResNet-18's", "is", more="longer", less="shorter", same="as long")
     + ": the longer the step, the more time the loader has per batch, and the lighter the model, the faster the "
     "loader must be.")
 torch.set_num_threads(threads)

@@ -36,7 +36,7 @@ def test_cold_and_warm_on_a_grid(second, words):
 def test_one_round_cannot_tell_and_a_cache_not_dropped_shows_nothing():
     one = {"dropped": True, "first": touches([0.005], 2, 0.0), "second": touches([0.001], 0, 1.0)}
     text = reading.read_cold_warm(one)
-    assert text.startswith("In one round,") and "(1 samples per arm)" in text and "at least 5" in text
+    assert text.startswith("In one round,") and "(1 sample per arm)" in text and "at least 5" in text
     for kept in ({**one, "dropped": False}, {**one, "first": touches([0.005], 0, 1.0)},
                  {**one, "first": touches([0.005], 0, None)}):
         assert "cannot show who pays for the reads" in reading.read_cold_warm(kept)
@@ -100,7 +100,7 @@ def test_scaling_on_a_grid(two, words):
 
 def test_scaling_with_one_run_of_each_cannot_tell():
     text = reading.read_scaling(arm(150, 150, rounds=1), arm(100, 100, rounds=1))
-    assert "(1 run of each, in turns)" in text and "(1 samples per arm)" in text and "ideal" not in text
+    assert "(1 run of each, in turns)" in text and "(1 sample per arm)" in text and "ideal" not in text
 
 
 @pytest.mark.parametrize("two, words, cause", [

@@ -31,7 +31,7 @@ def test_rates_and_the_serial_bound_are_per_sample():
 
 @pytest.mark.parametrize("name, v", GRID.items())
 def test_ran_words_every_kind_after_a_verb(name, v):
-    text = reading.ran(v, "B", "trained")
+    text = v.ran("B", "trained")
     assert text.startswith("was " if v.kind in (CANNOT_TELL, NOT_MEASURED) else "trained ")
     assert v.words("B") in text
 
@@ -174,7 +174,9 @@ def test_a_noisy_run_read_whole_gives_no_verdict_it_cannot_carry():
 
 
 def test_advice_is_said_once_and_names_the_samples_a_verdict_needs():
-    assert reading.advice([WIN, TIE, LOSS, NONE]) == ""
-    assert reading.advice([WIN, UNSURE]) == "Where this run cannot tell, full mode (GPUFEED_QUICK=0) or an idle machine would tell."
-    assert "at least 5" in reading.advice([UNSURE, FEW]) and "2 samples per arm" in reading.advice([UNSURE, FEW])
-    assert reading.why_not(UNSURE) == "0.70x to 1.60x" and reading.why_not(FEW) == "2 samples per arm"
+    from gpufeed.measure.verdict import advice, what_would_tell
+
+    assert advice([WIN, TIE, LOSS, NONE]) == ""
+    assert advice([WIN, UNSURE]) == advice([UNSURE, UNSURE]) == f"Where this run cannot tell, {what_would_tell()}."
+    assert "at least 5" in advice([UNSURE, FEW]) and "2 samples per arm" in advice([UNSURE, FEW])
+    assert UNSURE.why() == "0.70x to 1.60x" and FEW.why() == "2 samples per arm"

@@ -24,16 +24,14 @@ import math
 from gpufeed.measure.verdict import (
     CANNOT_TELL,
     FASTER,
-    MIN_SAMPLES,
+    LIKELY,
     NOT_MEASURED,
     SAME,
     SLOWER,
-    WHAT_WOULD_TELL,
     Verdict,
+    what_would_tell,
 )
 
-#: How a cause the page did not measure is introduced.
-LIKELY = "one likely cause, not measured here:"
 #: Buffers at least this many times the last-level cache measure RAM ("several times" the cache).
 RAM_TIMES = 4
 
@@ -67,33 +65,10 @@ def cache_fit(nbytes: float, l3: int | None) -> str:
     return f"are {times_l3:.0f}x this CPU's last-level cache ({mib(l3)}): a rate measured on them is RAM's"
 
 
-def ran(v: Verdict, than: str, **kw) -> str:
-    """The verdict with its verb: ``"ran 1.30x faster than X (...)"``, ``"ran as fast as X (within 4%)"``,
-    and for a run that cannot tell (or did not measure) ``"was not told apart from X by this run (...)"``.
-
-    Example:
-        >>> ran(Verdict(1.3, 1.2, 1.4, 5, "faster", True), "X"), ran(Verdict(1.3, 0.9, 1.7, 5, "cannot tell", True), "X")
-        ('ran 1.30x faster than X (1.20x to 1.40x)', 'was not told apart from X by this run (0.90x to 1.70x)')
-    """
-    return f"{'ran' if v.decided else 'was'} {v.words(than, **kw)}"
-
-
-def why(v: Verdict) -> str:
-    """What a verdict rests on, for a parenthesis: its interval, or its too few samples.
-
-    Example:
-        >>> why(Verdict(1.3, 0.9, 1.7, 5, "cannot tell")), why(Verdict(1.3, 0.9, 1.7, 3, "cannot tell"))
-        ('0.90x to 1.70x', '3 samples per arm')
-    """
-    if v.kind == NOT_MEASURED:
-        return "not measured"
-    return v.interval() if v.samples >= MIN_SAMPLES else f"{v.samples} samples per arm"
-
-
 def tell(*verdicts: Verdict) -> str:
     """One closing sentence where any of ``verdicts`` cannot tell (what would tell); "" otherwise."""
     if any(v.kind == CANNOT_TELL for v in verdicts):
-        return f" Where this run cannot tell, {WHAT_WOULD_TELL}."
+        return f" Where this run cannot tell, {what_would_tell()}."
     return ""
 
 
@@ -105,9 +80,9 @@ def headline(v: Verdict, *, memmap: float, folder: float, cores: int) -> str:
         >>> print(headline(Verdict(1.1, 0.6, 1.9, 3, "cannot tell"), memmap=1_100, folder=1_000, cores=2))  # doctest: +NORMALIZE_WHITESPACE
         Warm, the memmap fed **1,100 images/s** on one core and was not told apart from the JPEG folder by this run
         (3 samples per arm), which fed 1,000 images/s with 2 workers. This run cannot tell: 3 samples per arm, and a
-        verdict needs at least 5; full mode (GPUFEED_QUICK=0) or an idle machine would tell.
+        verdict needs at least 5; ... would tell.
     """
-    text = (f"Warm, the memmap fed **{memmap:,.0f} images/s** on one core and {ran(v, 'the JPEG folder', bold=True)}, "
+    text = (f"Warm, the memmap fed **{memmap:,.0f} images/s** on one core and {v.ran('the JPEG folder', bold=True)}, "
             f"which fed {folder:,.0f} images/s with {cores} worker{'s' if cores != 1 else ''}")
     if v.kind == FASTER:
         return text + ": the folder decodes every JPEG in every epoch, the memmap only copies bytes."
@@ -131,7 +106,7 @@ def pages(v: Verdict, faults: dict[str, dict[str, float]], n_pages: int, dropped
     """
     cold, warm, again = (faults[k] for k in ("cold", "warm", "again"))
     per_fault = n_pages / max(1, warm["minor"] + warm["major"])
-    text = f"Cold, touching {n_pages:,} pages {ran(v, 'warm', bold=True)}. "
+    text = f"Cold, touching {n_pages:,} pages {v.ran('warm', bold=True)}. "
     if per_fault > 1.5:
         text += (f"Warm, there were far fewer faults than pages, {per_fault:.1f} pages per fault: on a fault, the kernel "
                  "also maps the neighbouring pages that are already in the page cache (*fault-around*, up to "
@@ -170,9 +145,9 @@ def cold(v_folder: Verdict, v_disk: Verdict, v_sorted: Verdict, *, epoch_bytes: 
         ran 5.00x slower than the same epoch from the page cache (4.00x to 6.67x): it reads 10.0x as many bytes as
         the folder's JPEGs (19 MB of pixels against 2 MB), so the slower the disk, the smaller its lead. The cold
         epoch with each batch's indices sorted was not told apart from the one with them shuffled by this run (0.90x
-        to 1.70x). Where this run cannot tell, full mode (GPUFEED_QUICK=0) or an idle machine would tell.
+        to 1.70x). Where this run cannot tell, ... would tell.
     """
-    text = f"Cold, the memmap {ran(v_folder, 'the cold JPEG folder')}. "
+    text = f"Cold, the memmap {v_folder.ran('the cold JPEG folder')}. "
     if not can_drop:
         text += "This OS cannot drop a file's cached pages (it has no `posix_fadvise`), so this 'cold' is not the disk. "
     elif v_disk.kind == SLOWER:
@@ -183,8 +158,8 @@ def cold(v_folder: Verdict, v_disk: Verdict, v_sorted: Verdict, *, epoch_bytes: 
         text += (f"Its cold epoch ran {v_disk.words('the same epoch from the page cache')}: this disk (or the file "
                  "system's own cache) kept up with the reads, so this 'cold' does not show a slow disk. ")
     else:
-        text += f"This run cannot tell its cold epoch from the same epoch served by the page cache ({why(v_disk)}). "
-    text += f"The cold epoch with each batch's indices sorted {ran(v_sorted, 'the one with them shuffled')}."
+        text += f"This run cannot tell its cold epoch from the same epoch served by the page cache ({v_disk.why()}). "
+    text += f"The cold epoch with each batch's indices sorted {v_sorted.ran('the one with them shuffled')}."
     return text + tell(v_folder, v_disk, v_sorted)
 
 
@@ -201,7 +176,7 @@ def ceiling(v: Verdict, *, epoch_bytes: int, l3: int | None) -> str:
     if v.ratio is None:
         return "The loader's fetch and the copy of the same images were not both measured."
     text = (f"The shuffled fetch ran at **{v.ratio:.0%}** of the speed of a copy of the same images in file order "
-            f"into the same buffers: it {ran(v, 'that copy')}. The epoch's {epoch_bytes / 1e6:,.0f} MB "
+            f"into the same buffers: it {v.ran('that copy')}. The epoch's {epoch_bytes / 1e6:,.0f} MB "
             f"{cache_fit(epoch_bytes, l3)}.")
     if v.kind == SLOWER and v.ratio < 0.5:
         text += (f" Less than half: {LIKELY} a shuffled gather reads rows from places spread over the file, and each "
@@ -227,7 +202,7 @@ def copies(v: Verdict, *, fresh_faults: float, reused_faults: float, other_fresh
         for part of the gap, one likely cause, not measured here: the reused tensor is still in the cache when the
         copy comes round.
     """
-    text = f"Into a tensor that already existed the same copy {ran(v, 'into fresh memory', bold=True)}."
+    text = f"Into a tensor that already existed the same copy {v.ran('into fresh memory', bold=True)}."
     faulted = fresh_faults > reused_faults
     if faulted:
         text += (f" Counted: a copy into fresh memory took {fresh_faults:,.0f} page faults a call (`{other_fresh}`, "
@@ -264,8 +239,8 @@ def writes(v_save: Verdict, v_bytes: Verdict, *, tobytes_ms: float, fsync_ms: di
         18 ms after `a.tofile(f)`: that is the disk (1.9 GB/s), the part that a write without fsync leaves for the
         kernel to do later, when the call has long returned.
     """
-    text = (f"Without fsync, `np.save` {ran(v_save, '`a.tofile(f)`')}: it writes a short header, then the array "
-            f"as `tofile` does. `f.write(a.tobytes())` {ran(v_bytes, '`a.tofile(f)`')}, and `a.tobytes()` alone "
+    text = (f"Without fsync, `np.save` {v_save.ran('`a.tofile(f)`')}: it writes a short header, then the array "
+            f"as `tofile` does. `f.write(a.tobytes())` {v_bytes.ran('`a.tofile(f)`')}, and `a.tobytes()` alone "
             f"took {tobytes_ms:,.0f} ms: it copies the whole array before writing it. ")
     order = "the notes' order (np.save slow, tofile fast, write(tobytes) very fast)"
     if v_save.kind == SLOWER and v_bytes.kind == FASTER:
@@ -296,7 +271,7 @@ def smaller_images(v: Verdict, *, small_gb_s: float, big_gb_s: float) -> str:
         moved). Less than the 4x the bytes alone would give: one likely cause, not measured here: costs per batch
         (Python, the shuffled indices) that do not shrink with the image.
     """
-    text = (f"112x112 {ran(v, '224x224', bold=True)}, for a quarter of the bytes ({small_gb_s:.2f} against "
+    text = (f"112x112 {v.ran('224x224', bold=True)}, for a quarter of the bytes ({small_gb_s:.2f} against "
             f"{big_gb_s:.2f} GB/s moved).")
     if v.decided and v.high < 4:
         return text + (f" Less than the 4x the bytes alone would give: {LIKELY} costs per batch (Python, the shuffled "
@@ -304,7 +279,7 @@ def smaller_images(v: Verdict, *, small_gb_s: float, big_gb_s: float) -> str:
     if v.decided and v.low > 4:
         return text + f" More than the 4x the bytes alone would give: {LIKELY} small images fit the CPU's caches better."
     if v.decided:
-        return text + f" This run cannot tell it from the 4x the bytes alone would give ({why(v)})."
+        return text + f" This run cannot tell it from the 4x the bytes alone would give ({v.why()})."
     return text + (f" {v.advice}" if v.kind == CANNOT_TELL else "")
 
 
@@ -321,8 +296,8 @@ def larger_batch(v_folder: Verdict, v_memmap: Verdict, *, batch: int, big: int, 
         (260 MiB): a rate measured on them is the cache's, not RAM's; so the cache does not explain its loss, and this
         run does not show what does.
     """
-    text = (f"At batch {big} the folder {ran(v_folder, f'itself at batch {batch}')}, the memmap "
-            f"{ran(v_memmap, f'itself at batch {batch}')}.")
+    text = (f"At batch {big} the folder {v_folder.ran(f'itself at batch {batch}')}, the memmap "
+            f"{v_memmap.ran(f'itself at batch {batch}')}.")
     batches = -(-n_images // big)
     if batches < cores:
         text += (f" With {n_images} images, batch {big} makes {batches} batch{'es' if batches != 1 else ''} an "

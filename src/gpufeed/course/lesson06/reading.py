@@ -13,14 +13,14 @@ Example:
 
 from __future__ import annotations
 
-from gpufeed.course.lesson05.reading import LIKELY, cache_fit, ran, tell
-from gpufeed.measure.verdict import CANNOT_TELL, FASTER, SAME, SLOWER, Verdict
+from gpufeed.course.lesson05.reading import cache_fit, tell
+from gpufeed.measure.verdict import CANNOT_TELL, FASTER, LIKELY, SAME, SLOWER, Verdict
 
 
 def talk(v: Verdict, *, calls_us: float, one_us: float) -> str:
     """Section 1: one batched call of 100 samples (A) against 100 ``__getitem__`` calls (B)."""
     return (f"100 samples: {calls_us:,.0f} us one by one, {one_us:,.1f} us in one call: the batched call "
-            f"{ran(v, 'the calls one by one', bold=True)} (the talk's: 36x)." + tell(v))
+            f"{v.ran('the calls one by one', bold=True)} (the talk's: 36x)." + tell(v))
 
 
 def epochs(vs: dict[str, Verdict], rates: dict[str, float]) -> str:
@@ -37,9 +37,9 @@ def epochs(vs: dict[str, Verdict], rates: dict[str, float]) -> str:
     """
     fast = vs["FastLoader"]
     text = (f"Fetching each batch in one call (`FastLoader`, {rates['FastLoader']:,.0f} against "
-            f"{rates['per sample']:,.0f} samples/s) {ran(fast, 'one `__getitem__` per sample', bold=True)}; inside "
-            f"the DataLoader, `__getitems__` {ran(vs['__getitems__'], 'it')} and the BatchSampler "
-            f"{ran(vs['BatchSampler, batch_size=None'], 'it')}.")
+            f"{rates['per sample']:,.0f} samples/s) {fast.ran('one `__getitem__` per sample', bold=True)}; inside "
+            f"the DataLoader, `__getitems__` {vs['__getitems__'].ran('it')} and the BatchSampler "
+            f"{vs['BatchSampler, batch_size=None'].ran('it')}.")
     return text + tell(*vs.values())
 
 
@@ -57,8 +57,8 @@ def gathers(v_select: Verdict, v_buffer: Verdict, *, fresh_faults: float, buffer
         touched). The source's 77 MB fit in this CPU's last-level cache (260 MiB): a rate measured on them is the
         cache's, not RAM's.
     """
-    text = (f"`index_select` {ran(v_select, '`t[idx]`', bold=True)}. Into a reused buffer it "
-            f"{ran(v_buffer, 'into fresh memory')}, at {gb_s:.1f} GB/s: a fresh batch took {fresh_faults:,.0f} page "
+    text = (f"`index_select` {v_select.ran('`t[idx]`', bold=True)}. Into a reused buffer it "
+            f"{v_buffer.ran('into fresh memory')}, at {gb_s:.1f} GB/s: a fresh batch took {fresh_faults:,.0f} page "
             f"faults a call, the buffer {buffer_faults:,.0f}")
     if fresh_faults > buffer_faults + 1:
         text += ": fresh memory comes page by page, a fault on each first touch."
@@ -78,7 +78,7 @@ def pieces(vs: dict[int, Verdict]) -> str:
         >>> print(pieces({1: Verdict(1.0, 0.98, 1.02, 30, "the same", True), 2: Verdict(1.4, 1.3, 1.5, 30, "faster", True)}))
         Measured here: on 1 thread, whole images per thread ran as fast as one image at a time (within 3%); on 2 threads, whole images per thread ran 1.40x faster than one image at a time (1.30x to 1.50x).
     """
-    parts = [f"on {t} thread{'s' if t != 1 else ''}, whole images per thread {ran(v, 'one image at a time')}"
+    parts = [f"on {t} thread{'s' if t != 1 else ''}, whole images per thread {v.ran('one image at a time')}"
              for t, v in vs.items()]
     return "Measured here: " + "; ".join(parts) + "." + tell(*vs.values())
 
@@ -93,13 +93,13 @@ def ring(v: Verdict, *, l3: int, l3_known: bool, batch: int, big_ring: int, imag
         ...            big_ring=16, image_bytes=150_528, small_rate=54_555, large_rate=28_874))  # doctest: +NORMALIZE_WHITESPACE
         L3 of this CPU: 32 MiB. Batches of 53 images (7.6 MiB): a ring of 2 (15.2 MiB) ran at 54,555 images/s, a
         ring of 16 (122 MiB) at 28,874: the small ring was not told apart from the large one by this run (0.70x to
-        1.50x). Where this run cannot tell, full mode (GPUFEED_QUICK=0) or an idle machine would tell.
+        1.50x). Where this run cannot tell, ... would tell.
     """
     mib = 2**20
     text = (f"L3 {'of this CPU' if l3_known else '(not reported by this OS; assumed)'}: {l3 / mib:g} MiB. Batches "
             f"of {batch} images ({batch * image_bytes / mib:.1f} MiB): a ring of 2 ({2 * batch * image_bytes / mib:.1f} "
             f"MiB) ran at {small_rate:,.0f} images/s, a ring of {big_ring} ({big_ring * batch * image_bytes / mib:,.0f} "
-            f"MiB) at {large_rate:,.0f}: the small ring {ran(v, 'the large one', bold=v.decided)}")
+            f"MiB) at {large_rate:,.0f}: the small ring {v.ran('the large one', bold=v.decided)}")
     if v.kind == FASTER:
         return text + f"; {LIKELY} its writes stay in the cache, the large ring's go to RAM."
     if v.kind == SAME:
@@ -129,7 +129,7 @@ def shuffle_cost(v: Verdict, *, n: int, full_ms: float, grouped_ms: float, ns: d
     """
     (full_lo, full_hi), (grp_lo, grp_hi) = ns["randperm"], ns["grouped"]
     text = (f"Shuffling {n:,} indices took {full_ms:,.0f} ms with randperm and {grouped_ms:,.0f} ms grouped: the "
-            f"grouped shuffle {ran(v, 'randperm', bold=True)}. Per index, randperm took {full_lo:,.0f} ns at the "
+            f"grouped shuffle {v.ran('randperm', bold=True)}. Per index, randperm took {full_lo:,.0f} ns at the "
             f"smallest size and {full_hi:,.0f} ns at the largest, the grouped shuffle {grp_lo:,.0f} and {grp_hi:,.0f} ns")
     if v.kind == FASTER and full_hi > 1.5 * full_lo:
         text += (f": {LIKELY} randperm writes each index to a random place of an array of {8 * n / 1e6:,.0f} MB, and "
@@ -150,12 +150,11 @@ def quiz(vs: dict[str, Verdict], slowest: str) -> str:
         >>> print(quiz({"NumPy": Verdict(300.0, 280.0, 320.0, 5, "faster", True),
         ...             "DataLoader with workers": Verdict(1.2, 0.8, 1.7, 5, "cannot tell", True)}, "pure Python"))  # doctest: +NORMALIZE_WHITESPACE
         Fastest: NumPy, which ran 300.00x faster than the slowest, pure Python (280.00x to 320.00x); DataLoader with
-        workers was not told apart from pure Python by this run (0.80x to 1.70x). Where this run cannot tell, full
-        mode (GPUFEED_QUICK=0) or an idle machine would tell.
+        workers was not told apart from pure Python by this run (0.80x to 1.70x). Where this run cannot tell, ... would tell.
     """
     (first, v), *rest = vs.items()
-    text = f"Fastest: {first}, which {ran(v, f'the slowest, {slowest}')}"
-    text += "".join(f"; {name} {ran(w, slowest)}" for name, w in rest) + "."
+    text = f"Fastest: {first}, which {v.ran(f'the slowest, {slowest}')}"
+    text += "".join(f"; {name} {w.ran(slowest)}" for name, w in rest) + "."
     return text + tell(*vs.values())
 
 
@@ -169,7 +168,7 @@ def workers(v: Verdict, *, cores: int, dl_rate: float) -> str:
         at best divide the per-sample cost by 2: with them the DataLoader delivered 150,000 samples/s.
     """
     return (f"The DataLoader pays for 300 `__getitem__` calls, a collate and an inter-process transfer per batch; "
-            f"NumPy makes one call per batch, in C, and {ran(v, 'the DataLoader', bold=True)}. {cores} workers at best "
+            f"NumPy makes one call per batch, in C, and {v.ran('the DataLoader', bold=True)}. {cores} workers at best "
             f"divide the per-sample cost by {cores}: with them the DataLoader delivered {dl_rate:,.0f} samples/s."
             + tell(v))
 
@@ -183,8 +182,8 @@ def batch_sizes(v_per_sample: Verdict, v_fast: Verdict) -> str:
         ran **8.00x faster** than itself at batch 32 (7.00x to 9.00x). FastLoader's rate depends on the batch size:
         its cost is per batch. The per-sample loader's does not: its cost is per sample.
     """
-    text = (f"From batch 32 to 1024, the per-sample DataLoader {ran(v_per_sample, 'itself at batch 32')} and "
-            f"FastLoader {ran(v_fast, 'itself at batch 32', bold=True)}. ")
+    text = (f"From batch 32 to 1024, the per-sample DataLoader {v_per_sample.ran('itself at batch 32')} and "
+            f"FastLoader {v_fast.ran('itself at batch 32', bold=True)}. ")
     if v_fast.kind == FASTER:
         text += "FastLoader's rate depends on the batch size: its cost is per batch. "
     elif v_fast.decided:
@@ -206,7 +205,7 @@ def fast_vs_numpy(v: Verdict) -> str:
         >>> print(fast_vs_numpy(Verdict(0.9, 0.85, 0.95, 5, "slower", True)))
         FastLoader ran 1.11x slower than NumPy (1.05x to 1.18x): one likely cause, not measured here: its Python per batch (slicing the permutation, building the output).
     """
-    text = f"FastLoader {ran(v, 'NumPy')}"
+    text = f"FastLoader {v.ran('NumPy')}"
     if v.kind == SLOWER:
         return text + f": {LIKELY} its Python per batch (slicing the permutation, building the output)."
     return text + "." + tell(v)
@@ -229,7 +228,7 @@ def order_or_footprint(v_two: Verdict, v_one: Verdict, *, stream_two: float, str
         return "an unmeasured share" if v.ratio is None else f"{v.ratio:.0%}"
 
     text = (f"Into a ring of two, the shuffled gather ran at {at(v_two)} of the speed of the copy in file order (it "
-            f"{ran(v_two, 'that copy')}); into one buffer, at {at(v_one)} (it {ran(v_one, 'that copy')}). The copy "
+            f"{v_two.ran('that copy')}); into one buffer, at {at(v_one)} (it {v_one.ran('that copy')}). The copy "
             f"in file order ran at {stream_two:,.0f} images/s into two buffers and {stream_one:,.0f} into one: two "
             "runs, not taken in turns, so this page does not compare them.")
     if SAME in (v_two.kind, v_one.kind):

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import math
 
-from gpufeed.course.lesson05.reading import LIKELY, ran, tell, why
-from gpufeed.measure.verdict import FASTER, SAME, SLOWER, Verdict
+from gpufeed.course.lesson05.reading import tell
+from gpufeed.measure.verdict import FASTER, LIKELY, SAME, SLOWER, Verdict
 
 #: Where the PyTorch tutorial on pinned memory says what pinning first costs.
 TUTORIAL = "https://docs.pytorch.org/tutorials/intermediate/pinmem_nonblock.html"
@@ -28,7 +28,7 @@ def threads(v: Verdict, *, default_threads: int, many_ms: float, one_ms: float) 
     """Section 1: a collate (``torch.stack``) with the default threads (A) against one thread (B)."""
     if default_threads <= 1:
         return "torch already runs one thread per process here: nothing to compare."
-    return (f"With {default_threads} threads the collate {ran(v, 'with one')}: {many_ms:.2f} against {one_ms:.2f} ms."
+    return (f"With {default_threads} threads the collate {v.ran('with one')}: {many_ms:.2f} against {one_ms:.2f} ms."
             + tell(v))
 
 
@@ -46,7 +46,7 @@ def workers(v_gain: Verdict, v_past: Verdict, v_memmap: Verdict, v_handed: Verdi
         than gathered in place (1.67x to 2.50x): one likely cause, not measured here: the hand-over (a copy into
         shared memory, fresh pages on both sides, messages between processes).
     """
-    text = f"The JPEG folder with {cores} workers {ran(v_gain, 'with none', bold=True)}"
+    text = f"The JPEG folder with {cores} workers {v_gain.ran('with none', bold=True)}"
     if v_gain.kind == FASTER:
         text += ": decoding is CPU work that splits by sample. "
     elif v_gain.decided:
@@ -54,16 +54,16 @@ def workers(v_gain: Verdict, v_past: Verdict, v_memmap: Verdict, v_handed: Verdi
                  "and still hands each batch over. ")
     else:
         text += ". "
-    text += f"With {most} workers it {ran(v_past, f'with {cores}')}"
+    text += f"With {most} workers it {v_past.ran(f'with {cores}')}"
     if v_past.kind == SLOWER:
         text += f": {LIKELY} past the cores, no core is free for them. "
     elif v_past.kind == FASTER:
         text += f": {LIKELY} past the cores, the extra workers still found idle moments of a core. "
     else:
         text += ". "
-    text += f"The memmap with no workers {ran(v_memmap, 'the folder with none')}. Through one worker its batches "
+    text += f"The memmap with no workers {v_memmap.ran('the folder with none')}. Through one worker its batches "
     text += "came " + (v_handed.words("gathered in place") if v_handed.decided else
-                       f"not told apart from those gathered in place by this run ({why(v_handed)})")
+                       f"not told apart from those gathered in place by this run ({v_handed.why()})")
     if v_handed.kind == SLOWER:
         text += (f": {LIKELY} the hand-over (a copy into shared memory, fresh pages on both sides, messages between "
                  "processes).")
@@ -76,7 +76,7 @@ def workers(v_gain: Verdict, v_past: Verdict, v_memmap: Verdict, v_handed: Verdi
 
 def pinned(name: str, v: Verdict, cores: int) -> str:
     """Section 2, with CUDA: ``pin_memory=True`` (A) against without (B), at ``cores`` workers."""
-    return f"{name}, `pin_memory=True` at {cores} workers {ran(v, 'without')}." + tell(v)
+    return f"{name}, `pin_memory=True` at {cores} workers {v.ran('without')}." + tell(v)
 
 
 def prefetch(v: Verdict, *, rate: float, bound: float, batches: int, num_workers: int, factors: tuple[int, int]) -> str:
@@ -91,7 +91,7 @@ def prefetch(v: Verdict, *, rate: float, bound: float, batches: int, num_workers
         (2 workers x 4) carries the loader through a burst of short steps, where a queue of 2 runs dry.
     """
     lo, hi = factors
-    text = (f"Over {batches} batches with uneven steps, `prefetch_factor={hi}` {ran(v, f'factor {lo}', bold=True)}: "
+    text = (f"Over {batches} batches with uneven steps, `prefetch_factor={hi}` {v.ran(f'factor {lo}', bold=True)}: "
             f"{rate:,.0f} images/s, where the steps alone allow {bound:,.0f}.")
     if v.kind == FASTER:
         text += (f" {LIKELY[0].upper()}{LIKELY[1:]} a queue of {num_workers * hi} batches ({num_workers} workers x {hi}) "
@@ -111,7 +111,7 @@ def persistence(v: Verdict, *, cores: int, method: str, without_ms: float, with_
         ms: starting 2 workers (fork) every epoch cost about 50% of an epoch, which is why short epochs want
         `persistent_workers=True`.
     """
-    text = (f"memmap: with persistent workers an epoch {ran(v, 'without')}, {with_ms:,.0f} ms against "
+    text = (f"memmap: with persistent workers an epoch {v.ran('without')}, {with_ms:,.0f} ms against "
             f"{without_ms:,.0f} ms")
     if v.kind == FASTER:
         share = (without_ms - with_ms) / with_ms
@@ -133,7 +133,7 @@ def copies(v: Verdict, *, returns_us: float, pinned_ms: float, pageable_returns_
     """
     return (f"From pinned memory, `non_blocking=True` returned after {returns_us:,.0f} us of a {pinned_ms:.2f} ms copy "
             f"({returns_us / 1e3 / pinned_ms:.0%} of it); from pageable memory after {pageable_returns_ms:.2f} ms of "
-            f"{pageable_ms:.2f} ms. The pinned copy {ran(v, 'the pageable one')}." + tell(v))
+            f"{pageable_ms:.2f} ms. The pinned copy {v.ran('the pageable one')}." + tell(v))
 
 
 def pin_caveat(pin_then_copy_gb_s: float | None, pageable_gb_s: float) -> str:
@@ -167,7 +167,7 @@ def pin_caveat(pin_then_copy_gb_s: float | None, pageable_gb_s: float) -> str:
 def pins(vs: dict[str, Verdict], ms: dict[str, float], blocks: dict[str, int]) -> str:
     """Deep dive, with CUDA: ``pin_memory()`` into a cached and into a fresh block (A), each against a
     plain pageable copy (B, ``x.clone()``), with each one's median ms and the pinned blocks it made."""
-    parts = [f"into a {kind} block, {ms[kind]:.2f} ms: it {ran(v, 'a plain copy')} "
+    parts = [f"into a {kind} block, {ms[kind]:.2f} ms: it {v.ran('a plain copy')} "
              f"({blocks.get(kind, '?')} new pinned blocks in the series)" for kind, v in vs.items()]
     return "`pin_memory()` of one 9.6 MB batch: " + "; ".join(parts) + "." + tell(*vs.values())
 
@@ -185,7 +185,7 @@ def movers(vs: dict[str, Verdict], baseline: str, us: dict[str, float], cuda: bo
         (`.to('cpu')` returns the tensor itself): these times are the cost of walking the structure, in Python or
         C++, and of building the result.
     """
-    parts = [f"{name} {ran(v, '')}, {us[name]:,.0f} us" for name, v in vs.items()]
+    parts = [f"{name} {v.ran('')}, {us[name]:,.0f} us" for name, v in vs.items()]
     text = f"Against the {baseline.replace('hand-written recursive', 'hand-written recursive walk')} ({us[baseline]:,.0f} us per batch): " + "; ".join(parts) + ". "
     if cuda:
         text += "On a GPU the copies count too: how many there are, and whether their source is pinned."
@@ -206,7 +206,7 @@ def loading(v: Verdict, *, mib: float, device: str, map_ms: float, move_ms: floa
         was given: True), and they agree. Where they differ is the copy to a GPU, which needs one to time.
     """
     text = (f"Loading {mib:,.0f} MiB to {device}: `map_location` took {map_ms:.1f} ms, loading then moving "
-            f"{move_ms:.1f} ms: `map_location` {ran(v, 'load-then-move')}. ")
+            f"{move_ms:.1f} ms: `map_location` {v.ran('load-then-move')}. ")
     if cuda:
         return text + ("Both read the file into pageable host memory and make blocking copies; `map_location` copies "
                        "each tensor as it is read, so the host holds one tensor at a time rather than the whole file."
@@ -232,7 +232,7 @@ def main_threads(vs: dict[tuple[str, int], Verdict], default_threads: int) -> st
         as fast as with 1 thread (within 4%). The row that moves is memmap at num_workers=0, where the main process
         loads the batches itself: one likely cause, not measured here: its torch copies split over free cores.
     """
-    parts = [f"{name}, num_workers={w}: {ran(v, 'with 1 thread')}" for (name, w), v in vs.items()]
+    parts = [f"{name}, num_workers={w}: {v.ran('with 1 thread')}" for (name, w), v in vs.items()]
     text = "; ".join(parts) + ". "
     if default_threads <= 1:
         return text + "torch runs one thread by default here: both runs are the same configuration."
@@ -259,11 +259,10 @@ def two_threads(v: Verdict, *, cores: int, one_rate: float, two_rate: float) -> 
     Example:
         >>> print(two_threads(Verdict(1.02, 0.9, 1.15, 5, "cannot tell", True), cores=2, one_rate=600, two_rate=610))  # doctest: +NORMALIZE_WHITESPACE
         JPEG folder, one worker: 600 images/s with one torch thread in it, 610 with two, on 2 cores: with two it
-        was not told apart from with one by this run (0.90x to 1.15x). Where this run cannot tell, full mode
-        (GPUFEED_QUICK=0) or an idle machine would tell.
+        was not told apart from with one by this run (0.90x to 1.15x). Where this run cannot tell, ... would tell.
     """
     text = (f"JPEG folder, one worker: {one_rate:,.0f} images/s with one torch thread in it, {two_rate:,.0f} with two, "
-            f"on {cores} cores: with two it {ran(v, 'with one')}")
+            f"on {cores} cores: with two it {v.ran('with one')}")
     if v.kind == SAME:
         return text + ": the decode, most of a sample's time, is one thread either way."
     if v.kind == FASTER:
@@ -291,7 +290,7 @@ def pin_by_difference(v: Verdict, *, hardware: str, source: str, nbytes: int, bo
         blocks, locked anew each time, need a GPU to time.
     """
     text = (f"On {hardware} ({source}), pinning then copying {nbytes >> 20} MiB took {both_ms:.2f} ms against "
-            f"{copy_ms:.2f} ms for the copy from memory pinned beforehand: it {ran(v, 'that copy')}")
+            f"{copy_ms:.2f} ms for the copy from memory pinned beforehand: it {v.ran('that copy')}")
     if v.kind != SLOWER:
         return text + ": this reference cannot say what the pin cost."
     pin_ms = both_ms - copy_ms

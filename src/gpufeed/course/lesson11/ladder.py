@@ -39,11 +39,11 @@ from dataclasses import dataclass
 
 import torch
 
-from gpufeed.course.lesson11.reading import advice, against, ran, why_not
+from gpufeed.course.lesson11.reading import against
 from gpufeed.data.transforms import IMAGENET_MEAN, IMAGENET_STD, CropFlip, crop_flip, draw_crops
 from gpufeed.measure import pipelines
 from gpufeed.measure.pipelines import Data, Workload
-from gpufeed.measure.verdict import CANNOT_TELL, FASTER, SAME, SLOWER, Verdict
+from gpufeed.measure.verdict import CANNOT_TELL, FASTER, SAME, SLOWER, Verdict, advice
 
 
 @dataclass(frozen=True)
@@ -336,20 +336,20 @@ def read(ms, cores: int, busy: dict[str, float] | None = None) -> str:
         step, why = v[r["key"]], RUNGS[r["key"]].slower_because.format(cores=cores)
         if step.kind in (SLOWER, SAME):
             text.append(f"'{r['label']}'{_busy(busy, r['key'], above['key'], 'the rung above')} "
-                        f"{ran(step, 'the rung above')}; one likely cause, not measured here: {why}.")
+                        f"{step.ran('the rung above')}; one likely cause, not measured here: {why}.")
         elif step.kind == CANNOT_TELL:
-            unsure.append(f"'{r['label']}' ({why_not(step)})")
+            unsure.append(f"'{r['label']}' ({step.why()})")
     if unsure:
         text.append(f"This run cannot tell {', '.join(unsure)} from the rung above.")
     dali = next((r for r in rows({m.name: m.items_per_s for m in ms}) if r["key"] == DALI.key), None)
     if dali is not None:
         side = v[DALI.key]
         text.append(f"DALI, as a side rung, made {dali['images_per_s']:,.0f} images/s"
-                    f"{_busy(busy, DALI.key, 'course', 'the course pipeline')}: it {ran(v['dali/naive'], 'naive')} and "
-                    f"{ran(side, 'the course pipeline')}.")
+                    f"{_busy(busy, DALI.key, 'course', 'the course pipeline')}: it {v['dali/naive'].ran('naive')} and "
+                    f"{side.ran('the course pipeline')}.")
         if side.kind == SLOWER:
             text.append(f"One likely cause, not measured here: {DALI.slower_because}."
-                        + (f" In the DataLoader, skipping the decode (the '+ decode once' rung) {ran(v['memmap'], 'the rung above')}."
+                        + (f" In the DataLoader, skipping the decode (the '+ decode once' rung) {v['memmap'].ran('the rung above')}."
                            if "memmap" in v else ""))
         elif side.kind == FASTER:
             text.append("It decodes every JPEG in every epoch, where the course pipeline reads them decoded: "

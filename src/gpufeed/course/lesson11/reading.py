@@ -25,12 +25,11 @@ from gpufeed.measure.findings import efficiency_bounds
 from gpufeed.measure.verdict import (
     CANNOT_TELL,
     FASTER,
-    MIN_SAMPLES,
     NOT_MEASURED,
     SAME,
     SLOWER,
-    WHAT_WOULD_TELL,
     Verdict,
+    advice,
     compare,
 )
 
@@ -57,44 +56,6 @@ def serial_rates(model, loader) -> list[float]:
     return [1 / (1 / m + 1 / x) for m, x in zip(rates(model), rates(loader))]
 
 
-def ran(v: Verdict, than: str, verb: str = "ran", **kw) -> str:
-    """The verdict after a verb: ``"trained 1.52x faster than X (1.31x to 1.70x)"``, and for a run
-    that cannot tell, ``"was not told apart from X by this run (...)"`` (``kw``: :meth:`Verdict.words`'s).
-
-    Example:
-        >>> ran(Verdict(1.0, 0.6, 1.7, 5, CANNOT_TELL), "naive", "trained")
-        'was not told apart from naive by this run (0.60x to 1.70x)'
-        >>> ran(Verdict(0.5, 0.45, 0.55, 5, SLOWER), "naive", "trained")
-        'trained 2.00x slower than naive (1.82x to 2.22x)'
-    """
-    return f"{'was' if v.kind in (CANNOT_TELL, NOT_MEASURED) else verb} {v.words(than, **kw)}"
-
-
-def why_not(v: Verdict) -> str:
-    """Why ``v`` cannot tell, in brackets' words: its interval, or too few samples.
-
-    Example:
-        >>> why_not(Verdict(1.1, 0.7, 1.6, 5, CANNOT_TELL)), why_not(Verdict(2.0, 1.5, 2.5, 3, CANNOT_TELL))
-        ('0.70x to 1.60x', '3 samples per arm')
-    """
-    return v.interval() if v.samples >= MIN_SAMPLES else f"{v.samples} samples per arm"
-
-
-def advice(verdicts) -> str:
-    """Once for a page part that words several verdicts: what would tell where one cannot ("" where
-    all tell); a verdict short of samples says how many it needs.
-
-    Example:
-        >>> advice([Verdict(1.5, 1.3, 1.7, 5, FASTER)])
-        ''
-        >>> advice([Verdict(1.1, 0.7, 1.6, 5, CANNOT_TELL)])
-        'Where this run cannot tell, full mode (GPUFEED_QUICK=0) or an idle machine would tell.'
-    """
-    unsure = [v for v in verdicts if v.kind == CANNOT_TELL]
-    few = [v for v in unsure if v.samples < MIN_SAMPLES]
-    return few[0].advice if few else f"Where this run cannot tell, {WHAT_WOULD_TELL}." if unsure else ""
-
-
 def _pct(v: Verdict) -> str:
     return f"{math.ceil((v.within or 0.0) * 100 - 1e-9):.0f}%"
 
@@ -114,17 +75,17 @@ def read_training(course: Verdict, prefetch: Verdict, alone: Verdict | None, rat
         rates_: median images/s by pipeline (``naive``, ``course``).
     """
     text = (f"Same model, data and augmentation, {rates_['course']:,.0f} against {rates_['naive']:,.0f} images/s: the "
-            f"course's loop {ran(course, 'the naive loop', 'trained', bold=True)}.")
+            f"course's loop {course.ran('the naive loop', 'trained', bold=True)}.")
     if course.kind == CANNOT_TELL:
         text += " " + course.advice
     text += (" Prefetching alone, a thread that makes the naive loop's next batch while the model computes, "
-             f"{ran(prefetch, 'the same loop without it', 'trained')}")
+             f"{prefetch.ran('the same loop without it', 'trained')}")
     text += {FASTER: ": with a model step to overlap with, prefetching pays",
              SAME: ": the thread hid nothing this run could see",
              SLOWER: ": the thread cost more than it hid here",
              CANNOT_TELL: "", NOT_MEASURED: ""}[prefetch.kind]
     if alone is not None and alone.kind != NOT_MEASURED:
-        text += f". Timed alone, with no model step to overlap with (section 4), the prefetch rung {ran(alone, 'the rung above')}"
+        text += f". Timed alone, with no model step to overlap with (section 4), the prefetch rung {alone.ran('the rung above')}"
     return text + "." + (" " + prefetch.advice if prefetch.kind == CANNOT_TELL and course.kind != CANNOT_TELL else "")
 
 
@@ -219,7 +180,7 @@ def read_target(v: Verdict, target: float) -> str:
 def read_all_cores(v: Verdict, cores: int, course: Verdict | None = None) -> str:
     """The model alone on every core against on one thread (``v``, in turns), and, where it gained,
     the course pipeline's efficiency against it (``course``): what sharing the cores costs."""
-    text = f"The model alone on all {cores} cores {ran(v, 'on one thread', 'trained')}."
+    text = f"The model alone on all {cores} cores {v.ran('on one thread', 'trained')}."
     if v.kind == FASTER and course is not None and course.kind != NOT_MEASURED:
         return text + (f" Against it, the course pipeline's efficiency is {_interval(course)}: what leaving the cores to "
                        "the loader costs on a CPU-only machine.")
@@ -243,8 +204,8 @@ def read_order(verdicts: dict[str, Verdict], what: str) -> str:
         Prefetching: before, it ran 1.25x slower than the same loader without it (1.11x to 1.43x); after, it ran 1.40x faster than the same loader without it (1.20x to 1.60x). It does better after.
     """
     (a, va), (b, vb) = verdicts.items()
-    text = (f"{what[:1].upper()}{what[1:]}: {a}, it {ran(va, 'the same loader without it')}; {b}, it "
-            f"{ran(vb, 'the same loader without it')}.")
+    text = (f"{what[:1].upper()}{what[1:]}: {a}, it {va.ran('the same loader without it')}; {b}, it "
+            f"{vb.ran('the same loader without it')}.")
     if va.decided and vb.decided and _RANK[va.kind] != _RANK[vb.kind]:
         return text + f" It does better {a if _RANK[va.kind] > _RANK[vb.kind] else b}."
     return text + " This run does not tell where it does better (the two verdicts are of one kind, or one cannot tell)."
@@ -268,9 +229,9 @@ def read_payback(against_what: str, build_s: float, before_s: float, v: Verdict)
         return (f"{head}{saved:.2f} s saved per epoch, so the {build_s:.2f} s build is paid back after "
                 f"{epochs(v.ratio):.1f} epochs ({epochs(v.high):.1f} to {epochs(v.low):.1f}).")
     if v.kind == SAME:
-        return f"{head}the course pipeline {ran(v, 'it')}: no saving this run can see, so no payback to read."
+        return f"{head}the course pipeline {v.ran('it')}: no saving this run can see, so no payback to read."
     if v.kind == SLOWER:
-        return f"{head}the course pipeline {ran(v, 'it')}: the build never pays back on this machine."
+        return f"{head}the course pipeline {v.ran('it')}: the build never pays back on this machine."
     if v.kind == CANNOT_TELL:
         return f"{head}this run cannot tell whether an epoch gets shorter ({v.interval()}), so not when the build pays back."
     return f"{head}not measured."
