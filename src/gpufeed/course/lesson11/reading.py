@@ -155,11 +155,29 @@ def read_check(c: Check, run: str = "this run") -> str:
         }[s.kind]
     return text + {
         FASTER: f"; above {at}: part of its loading ran beside the model.",
-        SAME: f"; at {at}: none of its loading hid behind the model.",
+        SAME: _at_serial(at, c.bound, s),
         SLOWER: f"; below even {at}: beside the model its loading cost more than alone (one likely cause, not "
                 "measured here: its workers and threads compete with the model for the same cores or device).",
         CANNOT_TELL: f"; this run cannot tell it from {at}.",
     }[s.kind]
+
+
+def _at_serial(at: str, bound: float, s: Verdict) -> str:
+    """A loop that can overlap, trained at its rate if nothing overlapped (``s``: the same within X%):
+    no loading seen to hide, unless all its loading could hide inside that X% (``bound`` near 1.0:
+    a loader many times faster than the model), which this run then cannot see.
+
+    Example:
+        >>> tie = Verdict(1.0, 0.97, 1.03, 5, SAME)
+        >>> _at_serial("0.60, its efficiency if nothing overlapped", 0.6, tie)
+        '; at 0.60, its efficiency if nothing overlapped (within 4%): this run sees none of its loading hide behind the model.'
+        >>> _at_serial("0.98, its efficiency if nothing overlapped", 0.98, tie)
+        '; at 0.98, its efficiency if nothing overlapped (within 4%): its loading is 2% of the loop, too little for this run to see whether it hid behind the model.'
+    """
+    head = f"; at {at} (within {_pct(s)})"
+    if 1.0 / bound - 1.0 <= (s.within or 0.0):  # all of the loading, hidden, would lie inside the tie
+        return f"{head}: its loading is {1.0 - bound:.0%} of the loop, too little for this run to see whether it hid behind the model."
+    return f"{head}: this run sees none of its loading hide behind the model."
 
 
 def read_efficiency(checks: list[Check]) -> str:
@@ -215,7 +233,7 @@ def read_all_cores(v: Verdict, cores: int, course: Verdict | None = None) -> str
                        "the loader costs on a CPU-only machine.")
     if v.kind == SAME:
         return text + " More threads did not speed the model up: leaving cores to the loader cost it nothing this run can see."
-    return text + (" " + v.advice if v.kind == CANNOT_TELL else "")
+    return text + (" " + advice([v]) if v.kind == CANNOT_TELL else "")  # the interval is said once, above
 
 
 _RANK = {FASTER: 2, SAME: 1, SLOWER: 0}
