@@ -242,8 +242,8 @@ say(ladder.read(loader_ms, cores, busy.cores()))  # each step a verdict against 
 # where installed, and the ceiling: the same training step on batches that are already on the
 # device (`pipelines.resident`). One more arm isolates prefetching: the naive loop with a thread
 # that makes its next batch while the model computes (`ThreadPrefetcher`), and nothing else changed.
-# On the CPU, in full mode, we also time the ceiling with all cores, to see what the cores we left
-# to the loader cost the model.
+# On the CPU, except in quick mode, we also time the ceiling with all cores, to see what the cores
+# we left to the loader cost the model.
 
 # %%
 import itertools
@@ -445,7 +445,7 @@ print("The loader-alone line is what a model that waits on its data (a fast GPU)
 # make. Below, eager against `torch.compile` (TorchInductor) for the forward pass on batches
 # already on the device, TensorRT where `torch_tensorrt` is installed (CUDA only), and how much
 # faster the model may get before the loader holds it back. A first compile takes tens of seconds,
-# so quick mode skips it.
+# so only full mode runs it.
 
 # %%
 from gpufeed.course.lesson11 import engines
