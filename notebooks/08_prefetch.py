@@ -396,7 +396,7 @@ plt.show()
 # %%
 import statistics
 
-from gpufeed.course.lesson08 import overlap_prose as reading
+from gpufeed.course.lesson08 import reading
 from gpufeed.course.prose import compare, say
 
 ms = {m.name: m for m in thread_ms}  # seconds an epoch, one sample a round of the turns

@@ -1,4 +1,4 @@
-"""Lesson 08's overlap experiment (gpufeed.course.lesson08.overlap) and its sentences (overlap_prose): the
+"""Lesson 08's overlap experiment (gpufeed.course.lesson08.overlap) and its sentences (reading): the
 structure of the timing on the CPU and under the CUDA-ordering simulator (on a GPU, on CUDA), the
 loader-fed arms, what each mode costs, and sentences that follow the numbers through the verdict
 method in both directions, on a grid and on a noisy run."""
@@ -15,7 +15,7 @@ import torch
 from cudacheck import no_host_sync
 
 from gpufeed.course.lesson08 import feeds, overlap, traced
-from gpufeed.course.lesson08 import overlap_prose as prose
+from gpufeed.course.lesson08 import reading as prose
 from gpufeed.course.lesson08.feeds import IN_LOOP, PLAIN
 from gpufeed.data.transforms import IMAGENET_MEAN, IMAGENET_STD
 from gpufeed.measure import results

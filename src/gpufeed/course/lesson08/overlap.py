@@ -20,7 +20,7 @@ What makes it fair (the lesson's first GPU run, an H100 on 2026-11-26, was not):
   (:func:`gpufeed.course.lesson08.traced.profile_steps`). How many of each
   the mode decides (:func:`settings`: quick mode is quick on a GPU too), and :meth:`Plan.cost`
   estimates what they cost before they run;
-* :mod:`gpufeed.course.lesson08.overlap_prose` turns the result into sentences through the course's
+* :mod:`gpufeed.course.lesson08.reading` turns the result into sentences through the course's
   verdict method, and picks the committed reference a machine without CUDA shows.
 
 Every function takes the device, the step and the sources as arguments: the tests run them on the

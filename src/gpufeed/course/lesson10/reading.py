@@ -26,7 +26,7 @@ Example:
 
 from __future__ import annotations
 
-from gpufeed.course.lesson09.augment_prose import LIKELY, _join, across_cells, rate
+from gpufeed.course.lesson09.reading import LIKELY, _join, across_cells, rate
 from gpufeed.measure.verdict import CANNOT_TELL, FASTER, SAME, SLOWER, Verdict, advice, compare
 
 #: Section 7's questions, as :func:`advice` words them.
@@ -131,7 +131,7 @@ def scaling(dl1, dln, dali1, dalin, *, cores: int, section7: Verdict | None = No
     ``cores``, all four timed in turns; with ``section7`` (section 7's verdict on DALI against the
     untuned DataLoader, the same two at ``cores``), this run's answer reads it, and with ``earlier``
     (section 7's Measurements of them, ``{"DataLoader": m, "DALI": m}``) its rates are set against
-    section 7's (:func:`~gpufeed.course.lesson09.augment_prose.across_cells`)."""
+    section 7's (:func:`~gpufeed.course.lesson09.reading.across_cells`)."""
     v = scaling_verdicts(dl1, dln, dali1, dalin)
     lines = [f"{name}: {rate(a)} images/s with 1 {unit}, {rate(b)} with {cores}: {v[key].words(f'one {unit}')} "
              f"(ideal: {cores}x faster)" for name, unit, a, b, key in (("DataLoader", "worker", dl1, dln, DL_SCALES),

@@ -1,4 +1,4 @@
-"""Lesson 09's sentences (gpufeed.course.lesson09.augment_prose) on a grid: ties, losses, wins inside
+"""Lesson 09's sentences (gpufeed.course.lesson09.reading) on a grid: ties, losses, wins inside
 and outside the spread, too few samples, the thresholds, missing sides; and a noisy run read whole."""
 
 import itertools
@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from gpufeed.course.lesson09 import augment_prose as p
+from gpufeed.course.lesson09 import reading as p
 from gpufeed.measure.harness import Measurement
 from gpufeed.measure.verdict import CANNOT_TELL, NARROW, SAME, SLOWER
 

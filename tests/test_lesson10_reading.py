@@ -1,4 +1,4 @@
-"""Lesson 10's sentences (gpufeed.course.lesson10.dali_prose) on a grid: ties, losses, wins inside and
+"""Lesson 10's sentences (gpufeed.course.lesson10.reading) on a grid: ties, losses, wins inside and
 outside the spread, too few samples, the thresholds, missing sides; the shard findings on DALI's
 own behaviour as measured; and a noisy run read whole."""
 
@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from gpufeed.course.lesson09.augment_prose import LIKELY
-from gpufeed.course.lesson10 import dali_prose as p
+from gpufeed.course.lesson09.reading import LIKELY
+from gpufeed.course.lesson10 import reading as p
 from gpufeed.measure.harness import Measurement
 from gpufeed.measure.verdict import CANNOT_TELL, FASTER, NARROW, SAME, SLOWER, Verdict
 
