@@ -127,7 +127,8 @@ def train_epoch(batches):
 # batched step (lesson 09). The training loop is the same `train_epoch`.
 
 # %%
-from gpufeed.data.loader import FastLoader, seeded_generator
+from gpufeed.data.loader import FastLoader
+from gpufeed.data.orders import seeded_generator
 from gpufeed.data.memmap import load_memmap
 from gpufeed.data.prefetch import ThreadPrefetcher
 from gpufeed.data.transforms import DeviceAugment

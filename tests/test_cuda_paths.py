@@ -229,7 +229,7 @@ def test_fast_loader_on_cuda_copies_on_its_own_side_stream(on_cuda):
 def test_a_loader_keeps_one_side_stream_per_device(on_cuda):
     """FastLoader and ImageLoader share one helper: a device's stream is made once, whichever way
     the device is named, so every epoch's blocks come back to one stream's pool."""
-    from gpufeed.data.loader import SideStreams
+    from gpufeed.data.streams import SideStreams
 
     streams = SideStreams()
     first = streams.on()

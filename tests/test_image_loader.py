@@ -7,8 +7,8 @@ from cudacheck import consume_on_the_gpu, no_host_sync
 import gpufeed.data
 from gpufeed.data.buffers import _HAS_USE_COUNT  # torch's storage use count
 from gpufeed.data.image_loader import ImageLoader
-from gpufeed.data.loader import seeded_generator
 from gpufeed.data.memmap import MemmapError, build_memmap, load_memmap
+from gpufeed.data.orders import seeded_generator
 from gpufeed.data.transforms import IMAGENET_MEAN, IMAGENET_STD, normalize
 from gpufeed.measure.synth import synth_folder
 

@@ -8,7 +8,11 @@ Each module holds one piece; none needs the lessons to be used safely:
   folders that appear all at once or not at all; :mod:`~gpufeed.data.arrays`: the same arrays with
   NumPy alone; :mod:`~gpufeed.data.manifest`: the format's names and manifest, which both use.
 * :mod:`~gpufeed.data.loader`: batched loading (one gather per batch), seeded, sharded;
-  :mod:`~gpufeed.data.settings`: a loader's settings, each checked once.
+  :mod:`~gpufeed.data.settings`: a loader's settings, each checked once;
+  :mod:`~gpufeed.data.orders`: the epochs' sample orders (seeded, full or grouped shuffles);
+  :mod:`~gpufeed.data.gather`: rows of every field in one ``index_select`` each, and a dataset a
+  DataLoader fetches a batch at a time; :mod:`~gpufeed.data.streams`: a loader's side stream per
+  device and its ring of buffers, each refilled once the copies out of it are done.
 * :mod:`~gpufeed.data.prefetch`: prefetchers (a CUDA side stream; a thread on the CPU), both run
   on :mod:`~gpufeed.data.producer`'s thread (a bounded queue, errors carried, a quick close).
 * :mod:`~gpufeed.data.movers`: moving nested batches to a device.
@@ -31,9 +35,9 @@ from __future__ import annotations
 
 import importlib
 
-_MODULES = {'arrays', 'augment', 'buffers', 'folder', 'image_loader', 'jpeg', 'loader',
-            'manifest', 'memmap', 'movers', 'prefetch', 'producer', 'progress_bar', 'resized',
-            'settings', 'staging', 'transforms'}
+_MODULES = {'arrays', 'augment', 'buffers', 'folder', 'gather', 'image_loader', 'jpeg', 'loader',
+            'manifest', 'memmap', 'movers', 'orders', 'prefetch', 'producer', 'progress_bar',
+            'resized', 'settings', 'staging', 'streams', 'transforms'}
 
 __all__ = sorted(_MODULES | {"ImageLoader"})
 

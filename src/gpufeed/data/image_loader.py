@@ -105,10 +105,12 @@ import torch
 from gpufeed.data.arrays import open_arrays
 from gpufeed.data.augment import RATIO
 from gpufeed.data.buffers import FreeBuffers
-from gpufeed.data.loader import FastLoader, SideStreams, seeded_generator
+from gpufeed.data.loader import FastLoader
+from gpufeed.data.orders import seeded_generator
 from gpufeed.data.prefetch import CudaPrefetcher, ThreadPrefetcher
 from gpufeed.data.resized import ResizedCropAugment
 from gpufeed.data.settings import ImageSettings
+from gpufeed.data.streams import SideStreams
 from gpufeed.data.transforms import IMAGENET_MEAN, IMAGENET_STD, DeviceAugment, crop_pool
 
 
@@ -140,7 +142,7 @@ class ImageLoader:
         shuffle: a new random order each epoch; False: the stored order.
         group_size: with ``shuffle``, FFCV's ``QUASI_RANDOM`` order for datasets larger than the
             memory: blocks of ``group_size`` neighbouring rows in a random order, each block
-            shuffled within itself (:func:`gpufeed.data.loader.grouped_permutation`), so the reads
+            shuffled within itself (:func:`gpufeed.data.orders.grouped_permutation`), so the reads
             stay inside a few blocks of the file at a time and the page cache needs to hold only
             those. A batch then mixes only a few blocks: build the memmap in a shuffled order
             (``build_memmap(..., order_seed=0)``) so neighbours are not the same class.
