@@ -17,12 +17,13 @@ import pytest
 import torch
 from tensordict import TensorDict
 
+from gpufeed.data.device_augment import DeviceAugment
 from gpufeed.data.image_loader import ImageLoader
 from gpufeed.data.loader import FastLoader
 from gpufeed.data.memmap import build_memmap
 from gpufeed.data.movers import equal, leaves, to_device
 from gpufeed.data.prefetch import CudaPrefetcher, prefetch
-from gpufeed.data.transforms import IMAGENET_MEAN, IMAGENET_STD, DeviceAugment
+from gpufeed.data.transforms import IMAGENET_MEAN, IMAGENET_STD
 from gpufeed.measure.synth import synth_folder
 
 

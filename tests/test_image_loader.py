@@ -89,7 +89,7 @@ def test_uint8_out_is_the_crops_as_stored_and_normalises_to_the_float_batches(mm
 
 
 def test_an_error_in_a_crop_task_reaches_the_loop_and_stops_the_epoch(mm, monkeypatch):
-    import gpufeed.data.transforms as il  # DeviceAugment.tasks makes the tasks there
+    import gpufeed.data.device_augment as il  # DeviceAugment.tasks makes the tasks there
 
     real, calls = il.crop_tasks, []
 

@@ -18,8 +18,10 @@ Each module holds one piece; none needs the lessons to be used safely:
 * :mod:`~gpufeed.data.movers`: moving nested batches to a device.
 * :mod:`~gpufeed.data.progress_bar`: the one rule for whether a progress bar is drawn (someone
   watches: a terminal or a notebook; not in quick mode, under pytest or CI).
-* :mod:`~gpufeed.data.transforms`: the device transforms, each once: normalise, the ImageNet
-  constants, per-sample crop + flip, :class:`~gpufeed.data.transforms.DeviceAugment`.
+* :mod:`~gpufeed.data.transforms`: the transforms, each once: normalise, the ImageNet constants,
+  per-sample crop + flip; :mod:`~gpufeed.data.cpu_crops`: the CPU's one pass from stored bytes to
+  normalised crops, on a pool of threads; :mod:`~gpufeed.data.device_augment`:
+  :class:`~gpufeed.data.device_augment.DeviceAugment`, both on a whole batch where it lives.
 * :mod:`~gpufeed.data.augment`: per-sample augmentation of whole batches, on any device;
   :mod:`~gpufeed.data.resized`: its RandomResizedCrop for the front door (CPU and device paths).
 * :mod:`~gpufeed.data.image_loader`: the front door, :class:`~gpufeed.data.ImageLoader` (its
@@ -35,9 +37,9 @@ from __future__ import annotations
 
 import importlib
 
-_MODULES = {'arrays', 'augment', 'buffers', 'folder', 'gather', 'image_loader', 'jpeg', 'loader',
-            'manifest', 'memmap', 'movers', 'orders', 'prefetch', 'producer', 'progress_bar',
-            'resized', 'settings', 'staging', 'streams', 'transforms'}
+_MODULES = {'arrays', 'augment', 'buffers', 'cpu_crops', 'device_augment', 'folder', 'gather',
+            'image_loader', 'jpeg', 'loader', 'manifest', 'memmap', 'movers', 'orders', 'prefetch',
+            'producer', 'progress_bar', 'resized', 'settings', 'staging', 'streams', 'transforms'}
 
 __all__ = sorted(_MODULES | {"ImageLoader"})
 
