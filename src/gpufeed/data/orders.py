@@ -65,9 +65,16 @@ def grouped_permutation(n: int, group: int, seed: int = 0, epoch: int = 0) -> to
 
 
 def grouped_chunks(n: int, group: int, seed: int, epoch: int, lo: int,
-                    hi: int) -> Iterator[torch.Tensor]:
-    """Positions ``lo..hi-1`` of the grouped order, one block at a time. Each block is shuffled by
-    its own generator (seed, epoch, block), so every rank computes only the blocks it needs."""
+                   hi: int) -> Iterator[torch.Tensor]:
+    """Positions ``lo..hi-1`` of :func:`grouped_permutation`'s order, one block at a time. Each
+    block is shuffled by its own generator (seed, epoch, block), so every rank computes only the
+    blocks it needs.
+
+    Example:
+        >>> part = torch.cat(list(grouped_chunks(12, 4, seed=0, epoch=0, lo=2, hi=9)))
+        >>> torch.equal(part, grouped_permutation(12, 4, seed=0, epoch=0)[2:9])
+        True
+    """
     base = _seed(seed, epoch)
     blocks = torch.randperm(math.ceil(n / group),
                             generator=torch.Generator().manual_seed(base)).tolist()
