@@ -213,7 +213,7 @@ for ordered in (False, True):
 #   it that the default stream still reads it.
 # * **pinned buffer reused**: a loader that gathers each batch into one pinned buffer it keeps and
 #   copies it with `non_blocking=True`, without waiting for the last copy out of it before
-#   refilling it (`gpufeed.data.loader.BufferRing` waits on an event for exactly this).
+#   refilling it (`gpufeed.data.streams.BufferRing` waits on an event for exactly this).
 
 # %%
 from IPython.display import Markdown, display

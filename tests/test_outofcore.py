@@ -54,7 +54,7 @@ def test_a_written_dataset_is_one_every_reader_opens(dataset):
 @pytest.mark.parametrize("reader", ["numpy", "imageloader"])
 def test_the_fallback_keeps_no_more_than_the_limit_cached_and_reads_from_disk(dataset, tmp_path,
                                                                               reader):
-    from gpufeed.data.loader import permutation
+    from gpufeed.data.orders import permutation
 
     order = permutation(2048, 0).numpy()  # ImageLoader's own order for seed 0
     np.save(tmp_path / "order.npy", order)

@@ -188,14 +188,14 @@ def loader_bounds(images: torch.Tensor, batch: int, repeats: int = 5, seed: int 
       (the page cache), as a loader's do; unlike :func:`memcpy`, whose one small buffer stays in the
       CPU cache and bounds nothing. It is the limit of any gather of these rows into that ring.
     * ``batch_fetch``: an epoch of shuffled batches gathered by :class:`~gpufeed.data.loader.FastLoader`
-      (:func:`~gpufeed.data.loader.take_rows` into a ring of ``buffers``), nothing else: the course
+      (:func:`~gpufeed.data.gather.take_rows` into a ring of ``buffers``), nothing else: the course
       pipeline's raw fetch. Two buffers is the least a pipelined loader needs (one batch in use while
       the next is gathered); more is slower once the ring outgrows the CPU's last-level cache (four
       11 MB batches of 240x240 images do not fit 32 MB), since every write then goes to RAM.
 
     Both write into the same ring because the size of the ring, not the order of the rows, sets
     the speed: a stream into one reused buffer keeps its 9.6 MB of writes in a 32 MB L3 and never
-    writes RAM, a ring of two (19 MB) does not (:func:`gpufeed.data.loader.take_rows` has the
+    writes RAM, a ring of two (19 MB) does not (:func:`gpufeed.data.gather.take_rows` has the
     measurements). ``fetch_fraction(stream, fetch)`` is the number to quote, so both are timed in
     turns (stream, fetch, stream, fetch, ...: a slow spell of a shared machine slows both), and each
     sample copies at least ``min_bytes`` in whole epochs (22 epochs of the quick bench's 12.6 MB

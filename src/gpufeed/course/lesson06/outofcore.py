@@ -2,7 +2,7 @@
 
 Lesson 06 reads one memmap dataset (:func:`write_dataset`), four times larger than the memory
 the reading process may use, in two orders: a full shuffle (``torch.randperm``) and the grouped
-shuffle FFCV calls ``QUASI_RANDOM`` (:func:`gpufeed.data.loader.grouped_permutation`). Each epoch
+shuffle FFCV calls ``QUASI_RANDOM`` (:func:`gpufeed.data.orders.grouped_permutation`). Each epoch
 runs in a reader process started for it (:func:`read_epoch`), or one after another in one reader
 process (:func:`read_epochs`: one interpreter start, and for ImageLoader one torch import, about
 3 s of CPU, for all of them); each starts with none of the file in the page cache and reports
@@ -235,7 +235,7 @@ def compare(dataset: str | os.PathLike, batch: int, group: int, limit: int, seed
         ``{"full shuffle": ..., "full shuffle, MADV_RANDOM": ..., "grouped": ...,
         "ImageLoader, full shuffle": ..., "ImageLoader, grouped": ...}``.
     """
-    from gpufeed.data.loader import grouped_permutation, permutation
+    from gpufeed.data.orders import grouped_permutation, permutation
 
     n = read_manifest(dataset)["count"]
     full = permutation(n, seed).numpy()[:first]
