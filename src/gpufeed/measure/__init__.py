@@ -1,6 +1,8 @@
 """gpufeed.measure: measuring, honestly.
 
-* :mod:`~gpufeed.measure.harness`: warm up, sync CUDA, keep every sample, median and spread.
+* :mod:`~gpufeed.measure.harness`: warm up, sync CUDA, keep every sample, median and spread;
+  :mod:`~gpufeed.measure.noise`: when a measurement is noisy, and the ``[noisy]`` line that says so;
+  :mod:`~gpufeed.measure.units`: times, rates and sizes in the units a reader takes in.
 * :mod:`~gpufeed.measure.machine`: what a measurement ran on; :mod:`~gpufeed.measure.results`:
   where measurements are kept, this machine's and the committed GPU references;
   :mod:`~gpufeed.measure.published`: figures others published, shown where no GPU reference is committed.
@@ -38,7 +40,7 @@ import importlib
 _MODULES = {'ceilings', 'pipelines', 'suite', 'synth', 'machine', 'harness', 'plotting', 'dali', 'results', 'photos',
             'memory', 'peers', 'cpu', 'published', 'progress', 'datasets', 'wording', 'traces', 'diagnosis',
             'findings', 'lessons', 'verdict', 'references', 'evidence', 'bench_report', 'probe', 'report', 'batches',
-            'dataloaders', 'inplace'}
+            'dataloaders', 'inplace', 'noise', 'units'}
 
 __all__ = sorted(_MODULES | {"diagnose", "watch"})
 

@@ -78,7 +78,7 @@ class Figure:
             >>> f(2541465.3, "us per 1000 images").reading(), f(2470.0, "images/s").reading()
             (' (2.54 ms per image, 393 images/s)', '')
         """
-        from gpufeed.measure.harness import format_time
+        from gpufeed.measure.units import format_time
 
         m = re.fullmatch(r"us per ([\d,]+) images?", self.unit)
         if not m or self.figure <= 0:
