@@ -77,7 +77,7 @@ print(first)
 # %%
 import matplotlib.pyplot as plt
 
-from gpufeed.measure import ceilings, plotting
+from gpufeed.measure import ceilings, plotting, storage
 
 from gpufeed.measure.machine import cache_bytes
 
@@ -140,7 +140,7 @@ from gpufeed.measure import published, results
 
 if S.cuda:
     h2d = ceilings.h2d_series([1 << p for p in range(20, (25 if S.quick else 29), 2)])  # 1 MiB .. 256 MiB
-    ours = ceilings.Reference(h2d, S.machine, "measured here")
+    ours = results.Reference(h2d, S.machine, "measured here")
 else:
     ours = ceilings.committed(lambda m: m.name.startswith("H2D"))  # None where nothing is committed
     h2d = []  # nothing measured here
@@ -245,11 +245,11 @@ say("\n".join(lines))
 read_bytes = config.pick(quick=32 << 20, full=1 << 30)  # 32 MiB or 1 GiB
 path = ceilings.make_file(config.cache_dir() / f"lesson00-read-{read_bytes >> 20}MiB.bin", read_bytes)
 reads = config.pick(quick=3, full=5, site=5)  # 5 per arm: the least a verdict reads
-cold = ceilings.file_read(path, cold=True, repeats=reads)
-warm = ceilings.file_read(path, cold=False, repeats=reads)
+cold = storage.file_read(path, cold=True, repeats=reads)
+warm = storage.file_read(path, cold=False, repeats=reads)
 fig, ax = plotting.bars([cold, warm], rate="bytes", machine=S.machine, title="reading one file")
 plt.show()
-on_disk = ceilings.reached_disk(cold, warm)  # fetched from storage (where the OS counts), else 1.5x slower
+on_disk = storage.reached_disk(cold, warm)  # fetched from storage (where the OS counts), else 1.5x slower
 say(reading.read_sentence(cold, warm, on_disk))
 
 # %% [markdown]
@@ -270,7 +270,7 @@ import textwrap
 node = ceilings.committed(lambda m: m.name.startswith("read "), names=["ceilings"])  # the H100 node's reads
 fast_storage = [f for f in published.for_lesson("lesson00") if not f.id.startswith("h2d-")]  # NVMe, RAID, network
 honest_cold = cold if on_disk else None  # a "cold" read the file system served from RAM is not the disk
-ladder = ceilings.storage_ladder(honest_cold, warm, fast_storage, node)
+ladder = storage.storage_ladder(honest_cold, warm, fast_storage, node)
 rows = ["| read from | GB/s | as published | whose number |", "|---|---|---|---|"]
 rows += [f"| {r.what} | {r.gb_per_s:.2f} | {r.published or '-'} | {r.source} |" for r in ladder]
 say("\n".join(rows))
@@ -384,13 +384,13 @@ other_disk = None  # your folder on another disk, e.g. "/media/usb"; None: this 
 
 with tempfile.TemporaryDirectory(dir=other_disk) as folder:
     there = ceilings.make_file(Path(folder) / "read-test.bin", read_bytes)
-    cold2, warm2 = (ceilings.file_read(there, cold=c, repeats=reads) for c in (True, False))
+    cold2, warm2 = (storage.file_read(there, cold=c, repeats=reads) for c in (True, False))
     fs_there, fs_here = file_system(there), file_system(path)
 rows = [("the cache folder", fs_here, cold, warm),
         (f"a temporary folder{' in ' + other_disk if other_disk else ''} (removed since)", fs_there, cold2, warm2)]
 for where, fs, c, w in rows:
     print(f"{where} on {fs}: cold {c.gb_per_s:.2f} GB/s, warm {w.gb_per_s:.2f} GB/s, warm {compare(w, c).words('cold')}")
-kept = [f"{where} ({fs})" for where, fs, c, w in rows if not ceilings.reached_disk(c, w)]
+kept = [f"{where} ({fs})" for where, fs, c, w in rows if not storage.reached_disk(c, w)]
 say(f"The 'cold' reads of {' and '.join(kept)} did not reach a disk: that file system kept the data in RAM "
     "(tmpfs, or a cache of its own), so its 'cold' number is not a disk's." if kept else
     "Both file systems dropped the pages when asked: each cold number is its disk's own rate.")

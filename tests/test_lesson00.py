@@ -8,8 +8,9 @@ import pytest
 
 from gpufeed.course.lesson00 import reading
 from gpufeed.measure import published
-from gpufeed.measure.ceilings import MB, Reference
 from gpufeed.measure.harness import Measurement
+from gpufeed.measure.results import Reference
+from gpufeed.measure.units import MB
 
 QUIET = [1.00, 1.01, 0.99, 1.005, 0.995, 1.002, 0.998]  # about 1% of spread
 NOISY = [1.0, 1.9, 0.5, 1.6, 0.7, 1.4, 0.6]  # a shared machine: the arms cannot be told apart

@@ -112,7 +112,7 @@ def crop_tasks(src: torch.Tensor, rows: Sequence[int], corners: torch.Tensor, fl
     of ``mul_`` then ``add_`` (236 against 28 µs an image at 224, one core, in the cache). Nor is
     the memory's bandwidth what holds the float path back: side by side in one run on a 2-core
     EPYC (twice), writing a batch's float32 alone (``fill_``) ran at 0.80 and 0.95 of the rate the
-    bench's bandwidth bound allows (:func:`gpufeed.measure.ceilings.bandwidth_bound`), converting
+    bench's bandwidth bound allows (:func:`gpufeed.measure.rates.bandwidth_bound`), converting
     ready ``uint8`` crops to float at 0.80 and 0.85, and this path at 0.31 and 0.29: the rest is
     the work per sample (its crop, its flip, the scaling passes, the Python between ops). One
     read and one write a value
