@@ -31,15 +31,7 @@ Example:
 from __future__ import annotations
 
 from gpufeed.measure import verdict
-from gpufeed.measure.verdict import (
-    FASTER,
-    LIKELY_START,
-    SAME,
-    SLOWER,
-    Verdict,
-    advice,
-    compare,
-)
+from gpufeed.measure.verdict import FASTER, LIKELY_START, SAME, SLOWER, Verdict, advice, compare
 from gpufeed.measure.wording import sentences, times
 
 

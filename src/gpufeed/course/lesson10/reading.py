@@ -27,16 +27,8 @@ Example:
 from __future__ import annotations
 
 from gpufeed.course.lesson09.reading import across_cells, rate
-from gpufeed.measure.verdict import (
-    CANNOT_TELL,
-    FASTER,
-    LIKELY_START,
-    SAME,
-    SLOWER,
-    Verdict,
-    advice,
-    compare,
-)
+from gpufeed.measure import verdict
+from gpufeed.measure.verdict import FASTER, LIKELY_START, SAME, SLOWER, Verdict, advice, compare
 from gpufeed.measure.wording import sentences
 
 #: Section 7's questions, as :func:`advice` words them.
@@ -102,7 +94,7 @@ def throughput(jpeg, tuned, memmap, dali=None, dali_memmap=None, *, cores: int, 
             if not cuda and v[DALI_TUNED].kind == FASTER and v[DALI_MEMMAP].kind != FASTER:
                 text = sentences(text, "That weighs against the likely cause above: on the memmap too DALI runs no Python "
                                    "per sample and no worker processes, yet " + (
-                                       "this run could not tell a gain there" if v[DALI_MEMMAP].kind == CANNOT_TELL
+                                       "this run could not tell a gain there" if v[DALI_MEMMAP].kind == verdict.CANNOT_TELL
                                        else "it gained nothing there") + "; this page does not settle what DALI's "
                                    "gain on the folder comes from.")
     return sentences(text, advice(v))
