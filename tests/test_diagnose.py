@@ -42,7 +42,7 @@ def test_a_slow_loader_is_data_bound_and_its_wait_is_most_of_the_period():
     assert r.bound == "data" and r.clock == "host" and not r.busy
     assert r.wait_fraction == pytest.approx(0.8, abs=0.1)
     assert r.items == 4 and r.loader_rate < r.model_rate
-    assert 2 < r.best_speedup <= r.model_rate / r.rate  # the step alone runs at ~200 batches/s, the loop at ~40
+    assert 2 < r.best_speedup <= r.model_rate / r.rate + 1e-9  # the step alone runs at ~200 batches/s, the loop at ~40
     keys = [f.key for f in r.findings]  # a bare loader: nothing says which stage is slow, unless the
     assert keys and set(keys) <= {"loader-slow", "overlap"}, keys  # noise puts it well apart from the step
     assert_evidenced(r)
