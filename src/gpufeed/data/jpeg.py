@@ -53,7 +53,10 @@ def collate_images(images: Sequence[torch.Tensor]) -> torch.Tensor:
     strided copy several times slower than a plain one. This stacks the pixels as they lie, into a
     batch in ``torch.channels_last`` memory format: the same shape and values as ``torch.stack``,
     NHWC in memory, which convolutions take as they are (and on a GPU with Tensor Cores, prefer).
-    Images that are not such views (contiguous ``[3, H, W]`` tensors, say) go to ``torch.stack``.
+    The copy runs on the calling thread: torch would split a batch this size over its intra-op
+    threads, and on a busy machine wait for the slowest (8 images of 224x224 on 2 busy cores: a
+    mean of 1.3 ms with torch's two threads, 0.2 ms on one). Images that are not such views
+    (contiguous ``[3, H, W]`` tensors, say, or on a GPU) go to ``torch.stack``.
 
     Args:
         images: ``uint8 [3, H, W]`` tensors of one shape, e.g. from :func:`decode_pil`.
@@ -75,9 +78,12 @@ def collate_images(images: Sequence[torch.Tensor]) -> torch.Tensor:
     """
     if not images:
         raise ValueError("collate_images needs at least one image")
-    if all(t.dim() == 3 and t.shape[0] > 1 and t.permute(1, 2, 0).is_contiguous() for t in images):
-        # a plain copy of each image's pixels into [B, H, W, C], seen as [B, C, H, W]
-        return torch.stack([t.permute(1, 2, 0) for t in images]).permute(0, 3, 1, 2)
+    if all(t.dim() == 3 and t.shape[0] > 1 and t.device.type == "cpu"
+           and t.permute(1, 2, 0).is_contiguous() for t in images):
+        # one plain copy of each image's pixels into [B, H, W, C], seen as [B, C, H, W]; numpy
+        # copies on this thread, where torch would split it over its threads and wait for the last
+        hwc = np.stack([t.permute(1, 2, 0).numpy() for t in images])
+        return torch.from_numpy(hwc).permute(0, 3, 1, 2)
     return torch.stack(list(images))
 
 
