@@ -1,0 +1,158 @@
+"""Lesson 02's sentences (gpufeed.course.lesson02.wording) on a grid of verdicts: a tie, a loss, a win
+inside the spread, too few samples, the narrow threshold, a missing side; a noisy run read whole; and
+the first step timed in fresh processes (gpufeed.course.lesson02.firststep)."""
+
+import pytest
+from verdict_grid import CANT, FEW, LOSS, NONE, QUIET, TIE, WIDE, WIN, reads_as_cannot_tell
+
+from gpufeed.course.lesson02 import firststep, wording
+from gpufeed.measure.verdict import (
+    CANNOT_TELL,
+    FASTER,
+    NARROW,
+    SAME,
+    SLOWER,
+    Verdict,
+    compare,
+)
+
+
+def grid(fn, cases):
+    for v, has, lacks in cases:
+        text = fn(v)
+        assert all(h in text for h in has), text
+        assert not any(w in text for w in lacks), text
+
+
+def test_lazy_reading_on_a_grid():
+    grid(lambda v: wording.lazy_reading(v, 8, 150e-9, 5e-3), [
+        (Verdict(1 / 30000, 1 / 33000, 1 / 27000, 5, SLOWER, True), ["150 ns", "5.0 ms", "**30000x longer**",
+                                                                      "measured nothing"], ["cannot"]),
+        (TIE, ["as long", "did not see the work"], ["measured nothing"]),
+        (WIN, ["shorter", "did not see the work"], ["measured nothing"]),
+        (CANT, ["Is it longer than the lazy time? This run cannot tell"], ["measured nothing"]),
+        (FEW, ["3 samples per arm"], ["measured nothing"]),
+        (NONE, ["This run cannot tell"] if NONE.advice else ["Is it longer"], ["measured nothing"]),
+    ])
+
+
+def test_first_reading_on_a_grid():
+    cause = "starting two worker processes"
+    grid(lambda v: wording.first_reading(v, "the first batch", "each batch after it", cause), [
+        (LOSS, ["The first batch took **2.00x longer** than each batch after it",
+                "One likely cause, not measured here: starting two worker processes."], ["paid nothing"]),
+        (TIE, ["**as long** as each batch after it", "paid nothing that shows"], ["likely cause"]),
+        (WIN, ["**1.50x shorter**", "paid nothing that shows"], ["likely cause"]),
+        (CANT, ["Does the first batch take longer than each batch after it? This run cannot tell"], ["likely"]),
+        (FEW, ["3 samples per arm"], ["likely"]),
+        (NONE, ["The first batch was not measured here."], ["likely"]),
+    ])
+    assert "likely" not in wording.first_reading(LOSS, "the first batch", "the rest")  # no cause given, none said
+    assert wording.first_reading(LOSS, "a new DataLoader's first batch", "the rest").startswith("A new DataLoader's")
+
+
+def test_sync_reading_on_a_grid():
+    grid(lambda v: wording.sync_reading(v, "H100"), [
+        (Verdict(50.0, 45.0, 55.0, 7, FASTER, True), ["On H100", "**50.00x shorter** than the one with a sync",
+                                                      "timed the queueing"], ["cannot"]),
+        (TIE, ["**as long**", "one likely cause, not measured here"], ["queueing"]),
+        (LOSS, ["longer", "run the cell again"], ["queueing"]),
+        (CANT, ["does the timer without a sync read less than the one with it? This run cannot tell"], ["queueing"]),
+        (FEW, ["3 samples per arm"], ["queueing"]),
+        (NONE, ["were not measured"], ["queueing"]),
+    ])
+
+
+def test_tools_agree_on_a_grid():
+    grid(lambda v: wording.tools_agree(v, 7), [
+        (TIE, ["Timed in turns, 7 rounds each, the harness read **the same** as Timer (within 4%)",
+               "the same answer"], ["disagree"]),
+        (WIN, ["**1.50x shorter** than Timer", "disagree beyond this run's noise", "not measured here"], ["same answer"]),
+        (LOSS, ["**2.00x longer** than Timer", "disagree"], ["same answer"]),
+        (CANT, ["Do the harness and Timer agree, timed in turns (7 rounds each)? This run cannot tell"], ["disagree"]),
+        (FEW, ["3 samples per arm"], ["disagree", "same answer"]),
+        (NONE, ["not compared here"], ["same answer"]),
+    ])
+
+
+def test_collate_reading_on_a_grid():
+    grid(lambda v: wording.collate_reading(v, 8, 1.2), [
+        (LOSS, ["Stacking 8 decoded images (1.2 MB), torch.stack took **2.00x longer** than collate_images",
+                "the strides above"], ["nothing that shows"]),
+        (TIE, ["**as long**", "cost nothing that shows"], ["strides"]),
+        (WIN, ["**1.50x shorter**", "cost nothing that shows"], ["strides"]),
+        (CANT, ["Is torch.stack slower than collate_images on 8 images? This run cannot tell"], ["strides"]),
+        (FEW, ["3 samples per arm"], ["strides"]),
+        (NONE, ["not compared here"], ["strides"]),
+    ])
+
+
+def test_iter_reading_on_a_grid():
+    ms = {"iter0": 0.1, "next0": 0.7, "iter2": 60.0, "next2": 20.0}
+    text = wording.iter_reading(LOSS, LOSS, LOSS, ms)
+    assert "with workers **2.00x longer** than with 0" in text
+    assert "the work is in next(): 0.70 ms, 2.00x longer than iter() (1.82x to 2.22x); timing only iter()" in text
+    assert "most of the start-up landed in iter(), which starts the worker processes: 60.0 ms, 2.00x longer" in text
+    text = wording.iter_reading(LOSS, TIE, WIN, ms)
+    assert "first next() took as long as iter()" in text and "the first next() took longer: 20.0 ms" in text
+    assert "split between them" in wording.iter_reading(LOSS, LOSS, TIE, ms)
+    noisy = wording.iter_reading(CANT, FEW, NONE, ms)
+    assert noisy.count("This run cannot tell") == 2 and "3 samples per arm" in noisy
+    assert "does the start-up land in iter() or in the first next()?" in noisy
+
+
+def test_verdict_table_lines_up_every_kind():
+    table = wording.verdict_table({"win": WIN, "loss": LOSS, "tie": TIE, "wide": CANT, "few": FEW, "none": NONE})
+    lines = table.splitlines()
+    assert lines[0].split() == ["A", "against", "B", "samples", "ratio", "interval", "verdict"]
+    col = lines[0].index("verdict")  # every column padded to one width: the verdicts line up under it
+    assert [line[col:] for line in lines[1:]] == ["faster", "slower", "the same", "cannot tell",
+                                                  "cannot tell (fewer than 5)", "not measured"]
+    assert lines[6].split()[1:4] == ["0", "-", "-"]
+
+
+def test_the_narrow_threshold_decides_between_the_same_and_cannot_tell():
+    inside = [1.0 + (x - 1.0) * 5 for x in QUIET]     # about 5% of spread: within the narrow band
+    wider = [1.0 + (x - 1.0) * 40 for x in QUIET]     # about 40%
+    tie, cant = compare(inside, inside[::-1], paired=True), compare(wider, wider[::-1], paired=True)
+    assert tie.kind == SAME and tie.within <= NARROW and cant.kind == CANNOT_TELL
+    assert "the same answer" in wording.tools_agree(tie, 7) and "cannot tell" in wording.tools_agree(cant, 7)
+
+
+def test_a_noisy_run_reads_cannot_tell_and_never_both_ways():
+    """Made-up numbers of a noisy 2-core run, every arm inside the other's spread: each question the
+    page words is answered "cannot tell", and none gets a gain in one sentence and a loss in another."""
+    def noisy(scale, shift=0):
+        return [scale * x for x in WIDE[shift:] + WIDE[:shift]]
+    page = {
+        "lazy": wording.lazy_reading(compare(noisy(1.0), noisy(1.1, 3), paired=True), 8, 1e-3, 1e-3),
+        "first batch": wording.first_reading(compare(noisy(1.1), noisy(1.0, 2), paired=True), "the first batch", "the rest"),
+        "first step": wording.first_reading(compare(noisy(1.0)[:1], noisy(1.0)[:1], paired=True), "the first step", "the rest"),
+        "sync": wording.sync_reading(compare(noisy(1.0), noisy(0.95, 1), paired=True), "H100"),
+        "tools": wording.tools_agree(compare(noisy(1.05), noisy(1.0, 4), paired=True), 7),
+        "collate": wording.collate_reading(compare(noisy(1.1), noisy(1.0, 5), paired=True), 8, 1.2),
+        "iter": wording.iter_reading(*(compare(noisy(1.0), noisy(1.05, k), paired=True) for k in (1, 2, 3)),
+                                     {"iter0": 1.0, "next0": 1.0, "iter2": 1.0, "next2": 1.0}),
+    }
+    for question, text in page.items():
+        assert reads_as_cannot_tell(text), (question, text)
+    table = wording.verdict_table({"a": compare(noisy(1.0), noisy(1.1, 3), paired=True)})
+    assert table.splitlines()[1].endswith("cannot tell")
+
+
+def test_a_fresh_process_times_its_own_first_step():
+    first, steady = firststep.in_fresh_processes(2, batch_size=2, size=32, steps=2)
+    assert len(first.samples) == len(steady.samples) == 2 and first.items == 2
+    assert first.params == {"batch_size": 2, "size": 32, "device": "cpu"}
+    assert all(s > 0 for s in first.samples + steady.samples)
+
+
+def test_one_process_and_bad_arguments(capsys):
+    out = firststep.one_process(batch_size=2, size=16, steps=2, device="cpu")
+    assert set(out) == {"first_s", "steady_s"} and out["first_s"] > 0
+    firststep.main(["--batch", "2", "--size", "16", "--steps", "1"])
+    assert '"first_s"' in capsys.readouterr().out
+    with pytest.raises(ValueError, match="n >= 1"):
+        firststep.in_fresh_processes(0, batch_size=2, size=16, steps=1)
+    with pytest.raises(RuntimeError, match="fresh process failed"):
+        firststep.in_fresh_processes(1, batch_size=2, size=16, steps=1, device="no-such-device")
