@@ -4,12 +4,13 @@
 #   make bench   this machine's ceilings: JSON + plots under the results folder
 #   make test-oldest  the unit tests, doctests and quick notebooks with the oldest torch pyproject allows (every core)
 #   make test-gpu  one GPU slot in GPU_BUDGET_S seconds (460, make node-env included): preflight, the cuda
-#                  tests, the same under the CUDA Stream Sanitizer, every notebook in quick mode (nbmake),
-#                  then the stale full-mode references that fit; run.json names each step, test, notebook
-#                  and reference with its status and the plan; offline with the wheelhouse (tools/gpurun/)
+#                  tests, the same under the CUDA Stream Sanitizer, every notebook in quick mode, then the
+#                  full-mode references that fit (GPU_PLAN=references: the references right after the cuda
+#                  tests); run.json names each step, test, notebook and reference with its status and the
+#                  plan; offline with the wheelhouse (tools/gpurun/)
 #   make wheelhouse  (with internet) the wheels an offline GPU node lacks, into wheelhouse/
 #   make notebooks  regenerate notebooks/*.ipynb from their .py sources
-#   make book    the course as a static site in build/book/html, every lesson executed (quick mode) here
+#   make book    the course as a static site in build/book/html, every lesson executed here (site mode)
 
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -124,29 +125,39 @@ wheelhouse: env
 
 # On the node: a venv of the node's python that sees that python's own packages (its torch, also
 # where that python is itself a venv: its site folders in a .pth, not --system-site-packages), after
-# checking that it has every --have package at a version the wheels accept (else one line naming
-# it); then the wheelhouse installed without an index, and this checkout's src/ on the path.
+# checking that it has every --have package, and that every package pip will see there, the node's and
+# the wheels', fits the others (else one line naming the conflict); then the wheelhouse installed
+# without an index, and this checkout's src/ on the path. Where OUT is set its log goes there as it
+# is written, and where it fails run.json and summary.txt too: a run that dies here still says why.
 NODE_PYTHON ?= python3
 NODE_VENV ?= $(CURDIR)/.venv-node
 node-env: $(NODE_VENV)/.installed
 $(NODE_VENV)/.installed: $(WHEELHOUSE)/requirements.txt
 	set -o pipefail; $(NODE_PYTHON) tools/wheelhouse.py node-env --venv $(NODE_VENV) --wheelhouse $(WHEELHOUSE) \
-		2>&1 | tee $(NODE_VENV).log
+		$(if $(OUT),--out "$(OUT)") 2>&1 | tee $(NODE_VENV).log
 	touch $@
 
 # make test-gpu: one run that fits a short GPU slot (tools/gpurun/, its steps one row each in
-# tools/gpurun/steps.py): preflight (stops at once, one line, if the node lacks something), the cuda
-# tests with pytest-xdist, the same under the CUDA Stream Sanitizer, every notebook in quick mode with
-# nbmake several at a time, then full-mode references one at a time, stale ones first
-# (results/<gpu>/references.json), as many as fit. GPU_BUDGET_S counts from make's start
-# (GPU_STARTED), so `make node-env` is inside it: 460 s returns within 480 s on one H100 node; a
-# large budget (CI) does everything. It prints its plan first, writes GPU_RUN (run.json with the plan,
-# junit, references, logs, executed notebooks with their figures) and packs it into GPU_ARCHIVE after
-# every step ($OUT/gpu-run.tar.gz where OUT is set). LESSONS="tests 03 08 bench" runs only those parts.
-# `not run (budget)` is no failure: the next slot runs it. GPUFEED_GPU_STANDIN=cpu checks the run on a
-# CPU (the simulator for CUDA, quick mode). With wheelhouse/ present, offline in the node's venv.
+# tools/gpurun/steps.py): preflight (stops at once, one line, if the node lacks something, disk for
+# the plan's datasets included), the cuda tests with pytest-xdist, the same under the CUDA Stream
+# Sanitizer, every notebook in quick mode several at a time (each saved after every cell), then
+# full-mode references one at a time, those of the lessons whose claims have no GPU number of ours
+# first, then the stalest (results/<gpu>/references.json), as many as fit. GPU_PLAN=references runs
+# the references right after the cuda tests (then the sanitizer and the quick notebooks with what is
+# left). Every pytest runs with plugin autoload off, the plugins it needs named. GPU_BUDGET_S counts
+# from make's start (GPU_STARTED), so `make node-env` is inside it: 460 s returns within 480 s on one
+# node; a large budget (CI) does everything. It prints its plan first (estimates from the committed
+# runs: results/<gpu>/run.json, the H100's for a GPU never seen), writes GPU_RUN (run.json with the
+# plan, junit, references, logs, executed notebooks with their figures) and packs it into GPU_ARCHIVE
+# (under 12 MiB, what it leaves out named) after every step; where OUT is set, OUT also gets run.json,
+# summary.txt (one screen), the node-env log and the junit files, each as soon as it exists.
+# LESSONS="tests 03 08 bench" runs only those parts. `not run (budget)` is no failure: the next slot
+# runs it. GPUFEED_GPU_STANDIN=cpu checks the run on a CPU (the simulator for CUDA, quick mode). With
+# wheelhouse/ present, offline in the node's venv. `python tools/gpurun plan --gpu "NVIDIA H200"
+# --cores 16` prints the plan a GPU would get, running nothing.
 GPU_BUDGET_S ?= 460
 GPU_STARTED := $(shell date +%s)
+GPU_PLAN ?= default
 LESSONS ?= all
 GPU_RUN ?= $(CURDIR)/build/gpu-run
 GPU_ARCHIVE ?= $(if $(OUT),$(OUT),$(CURDIR)/build)/gpu-run.tar.gz
@@ -160,15 +171,20 @@ GPU_PYTHON := $(RUN) python
 endif
 test-gpu: $(GPU_ENV)
 	GPURUN_NODE_ENV_LOG=$(NODE_VENV).log $(GPU_PYTHON) tools/gpurun run --budget $(GPU_BUDGET_S) --started $(GPU_STARTED) \
-		--lessons "$(LESSONS)" --run-dir $(GPU_RUN) --archive $(GPU_ARCHIVE) $(GPU_ARGS)
+		--plan $(GPU_PLAN) --lessons "$(LESSONS)" --run-dir $(GPU_RUN) --archive $(GPU_ARCHIVE) \
+		$(if $(OUT),--out "$(OUT)") $(GPU_ARGS)
 
-# The course as a static site (Sphinx + MyST-NB, tools/book.py): the lessons the cache lacks run in
-# quick mode, offline like `make test` (BOOK_JOBS=2: two at a time, sharing the cores they measure),
-# then the pages are built from the cache into build/book/html. `make slides` first puts the deck in.
+# The course as a static site (Sphinx + MyST-NB, tools/book.py): the datasets of BOOK_MODE first (all
+# cores, once), then the lessons the cache lacks run in BOOK_MODE (site: the sizes whose verdicts this
+# 2-core machine decides; quick: a check that every page builds), offline like `make test`, one at a
+# time (BOOK_JOBS=2: two at a time, sharing the cores they measure), then the pages are built from the
+# cache into build/book/html. `make slides` first puts the deck in.
 BOOK_JOBS ?= 1
+BOOK_MODE ?= site
 book: env
-	GPUFEED_QUICK=1 $(IN_NETNS) nice $(RUN) python tools/book.py execute --jobs $(BOOK_JOBS)
-	GPUFEED_QUICK=1 nice $(RUN) python tools/book.py build
+	GPUFEED_MODE=$(BOOK_MODE) $(RUN) python -m gpufeed data prepare
+	GPUFEED_MODE=$(BOOK_MODE) $(IN_NETNS) nice $(RUN) python tools/book.py execute --jobs $(BOOK_JOBS)
+	GPUFEED_MODE=$(BOOK_MODE) nice $(RUN) python tools/book.py build
 
 bench: env
 	$(RUN) python -m gpufeed bench $(BENCH_ARGS)

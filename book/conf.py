@@ -1,7 +1,7 @@
 """Sphinx configuration of the course site (`make book`; the logic lives in tools/book.py).
 
 Built from the repository root (``sphinx-build -c book . build/book/html``): the README is the home
-page, the lessons are ``notebooks/NN_*.ipynb`` executed in quick mode through jupyter-cache.
+page, the lessons are ``notebooks/NN_*.ipynb`` executed in site mode through jupyter-cache.
 """
 
 import sys
@@ -25,7 +25,7 @@ exclude_patterns = [".*", "build", "out", "data", "slides", "src", "tests", "too
 extensions = ["myst_nb"]
 
 # Execution: outputs come from the jupyter-cache that `tools/book.py execute` filled (every lesson
-# run once, in quick mode, on this machine); a lesson missing there is run here. A cell that raises
+# run once, in site mode (BOOK_MODE), on this machine); a lesson missing there is run here. A cell that raises
 # fails the build, as under nbmake.
 nb_execution_mode = "cache"
 nb_execution_cache_path = str(book.cache_dir())

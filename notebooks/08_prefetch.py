@@ -29,9 +29,9 @@ S = gpufeed.setup("08")  # S.device, S.mode, S.machine; shows this lesson's evid
 # * `tensor.record_stream(current)`: memory allocated on `s` and used on `current` must not be
 #   handed out again by PyTorch's caching allocator until `current` is done with it.
 #
-# A copy overlaps compute only from **pinned** memory (lesson 07). The idea, drawn by lesson 01's
-# simulator with a copy about as long as the step: without a GPU prefetch the copy of batch `i + 1`
-# waits for step `i`; with it, the copy runs during the step.
+# A copy overlaps compute only from **pinned** memory (lesson 07). Lesson 01's simulator draws the
+# idea: without a GPU prefetch the copy of batch `i + 1` waits for step `i`; with it, the copy runs
+# during the step.
 
 # %%
 import textwrap
@@ -109,16 +109,17 @@ print(inspect.getsource(hand_prefetch))  # the whole prefetcher: about 15 lines 
 #
 # `gpufeed.data.prefetch.CudaPrefetcher(loader, device, dtype=None, mean=None, std=None, depth=1)` is
 # the same idea, made general and moved off your thread: a **producer thread** with its own side
-# stream asks the loader for each batch, pins what is not pinned yet, issues the copy and the
-# conversion, records an event after them and puts the batch in a queue of `depth` batches; your
-# loop only takes the next batch, makes its stream wait for that batch's event (the GPU waits, not
-# the host) and marks its tensors with `record_stream`. It takes batches of any structure (tuples,
-# dicts, TensorDicts; `gpufeed.data.movers`), raises a loader's exception in your loop, and holds
-# at most `depth + 2` converted batches on the GPU whatever your loop does: as in FFCV's loader, its
-# thread reuses a slot only after your stream has passed the point where you gave that batch up.
-# It can convert on the side stream: `uint8` travels (4x fewer bytes than float32, lesson 03) and
-# float is made on the GPU, by kernels that share the GPU with your step's. The conversion is
-# `gpufeed.data.transforms.normalize`, checked here against the textbook formula:
+# stream asks the loader for each batch, pins it, issues the copy and the conversion, records an
+# event after them and queues the batch; your loop only takes the next batch, makes its stream
+# wait for that event (the GPU waits, not the host) and marks its tensors with `record_stream`.
+# So use a batch on the stream current at `next()` (the deep dive below shows another stream). It
+# takes batches of any structure (`gpufeed.data.movers`), raises a loader's exception in your
+# loop, and keeps at most `depth + 2` converted batches in flight (`depth + 3` for a moment),
+# besides those you keep: its thread makes batch `k` only once your stream is done with batch
+# `k - depth - 2`, in fresh memory (FFCV reuses fixed slots). It converts on the side stream:
+# `uint8` travels (4x fewer bytes than float32, lesson 03) and float is made on the GPU, by
+# kernels that share it with your step's. The conversion is `gpufeed.data.transforms.normalize`,
+# checked here against the textbook formula:
 
 # %%
 from gpufeed.data.prefetch import prepare
@@ -135,9 +136,8 @@ print([(tuple(t.shape), t.dtype) for t in batch])
 
 # %% [markdown]
 # Both prefetchers must give exactly what a plain loop gives. On a GPU this runs on it; without
-# one, it runs on the CUDA-ordering simulator, which checks the ordering rather than the speed:
-# a batch read before its copy ran would be NaN there, and it reports any pair of accesses that
-# no `wait_stream`/`record_stream` orders (`CudaRaceError`).
+# one, on the simulator, where a batch read before its copy ran would be NaN, and any pair of
+# accesses that nothing orders raises `CudaRaceError`.
 
 # %%
 import contextlib
@@ -158,13 +158,51 @@ where = f"on {torch.cuda.get_device_name()}" if S.cuda else "on the CUDA-orderin
 print(f"{where}: the hand-written and gpufeed prefetchers give the plain loop's batches, in order")
 
 # %% [markdown]
+# ### Deeper (optional): another stream, CUDA graphs, stopping
+
+# %% [markdown] tags=["deeper"]
+# A batch is ready on, and its memory kept for, the stream current when `next()` takes it. A loop
+# that calls `next()` outside a `with torch.cuda.stream(s):` block and computes inside it must
+# order the batch itself: `s.wait_stream(torch.cuda.current_stream())`, then `t.record_stream(s)`
+# for each tensor, and `torch.cuda.current_stream().wait_stream(s)` before the next `next()`, so
+# that the release the thread waits for follows `s`'s work (the memory bound). The prefetcher
+# cannot see which stream you use; the simulator can: below, the same loop without and with
+# those lines. **CUDA graphs**: while you capture one, the thread goes on allocating, pinning and
+# polling events, which the default `capture_error_mode="global"` forbids from any thread:
+# capture with `capture_error_mode="thread_local"`, or before `iter()`. **Stopping**: `break`,
+# `close()` or leaving a `with` block returns within 0.25 s whatever the thread is doing: waiting
+# for a free slot, it polls the release event and a stop flag rather than block behind a deep GPU
+# queue.
+
+# %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+from gpufeed.simcuda import CudaRaceError
+
+for ordered in (False, True):
+    try:
+        with simulated_cuda(seed=0):
+            s = torch.cuda.Stream()
+            for x, y in CudaPrefetcher(data, "cuda", dtype=torch.float32):
+                if ordered:
+                    s.wait_stream(torch.cuda.current_stream())
+                    for t in (x, y):
+                        t.record_stream(s)
+                with torch.cuda.stream(s):
+                    loss = x.mean() + y.float().mean()  # the step, on s
+                if ordered:
+                    torch.cuda.current_stream().wait_stream(s)
+        print(f"{'with' if ordered else 'without'} the three lines: no race reported")
+    except CudaRaceError as e:  # the step's read, and the conversion's write it is not ordered after
+        later, earlier = e.race.later, e.race.earlier
+        print(f"{'with' if ordered else 'without'} the three lines: CudaRaceError ({e.race.kind}): the step's "
+              f"{later.what} on {later.actor.name} may run before the conversion's {earlier.what} on {earlier.actor.name}")
+
+# %% [markdown]
 # ## 3. What each line prevents: three hazards, simulated
 #
 # Each line of `hand_prefetch` is there because CUDA's rules leave something unordered without
 # it, and a short test on a real GPU usually runs in the lucky order anyway. The simulator
-# reports the race whatever order it runs the queued work in (four orders below: everything as late
-# as allowed, the side stream ahead, the default stream ahead, random paces), and in some orders
-# the race also gives a wrong batch. Batch `k` is filled with the number `k`, so what a batch
+# reports the race whatever order it runs the queued work in (four orders below), and in some
+# orders the race also gives a wrong batch. Batch `k` is filled with the number `k`, so what a batch
 # holds says which batch it really was. The consumer does what a training loop does: it queues a
 # step reading each batch, drops the batch, and looks at the results only at the end.
 #
@@ -235,8 +273,6 @@ display(Markdown("\n".join(lines)))
 # thinks is missing:
 
 # %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
-from gpufeed.simcuda import CudaRaceError
-
 try:
     with simulated_cuda(seed=0):
         for x in hazards.hand_prefetch(hazards.numbered_batches(3), "cuda", record_stream=False):
@@ -263,10 +299,11 @@ from torch.utils.data import DataLoader
 from gpufeed import config
 from gpufeed.data.folder import ImageFolderDataset
 from gpufeed.course.instrument import tiny_model, train_step
+from gpufeed.course.lesson08 import overlap
 from gpufeed.measure.synth import synth_folder
 
 torch.set_num_threads(1)
-B, n_images = config.pick(quick=16, full=32), config.pick(quick=64, full=512)
+B, n_images = config.pick(quick=16, full=32), config.pick(quick=64, full=512, site=128)
 folder = synth_folder(config.cache_dir() / "lesson08" / f"jpeg-224-{n_images}", n=n_images, size=(224, 224),
                       progress=False).path
 dataset = ImageFolderDataset(folder, size=(224, 224))
@@ -280,9 +317,10 @@ t0 = time.perf_counter()
 for x, y in batches:
     step(x.to(S.device), y.to(S.device))
 compute_ms = (time.perf_counter() - t0) / len(batches) * 1e3
-best = (decode_ms + compute_ms) / max(decode_ms, compute_ms)
+best = overlap.bound(decode_ms, compute_ms, n=len(batches))  # the epoch's first decode: nothing hides it
 print(f"per batch of {B}: decoding {decode_ms:.1f} ms, training step {compute_ms:.1f} ms; if they overlap "
-      f"perfectly, a batch takes the longer of the two: at best {best:.2f}x faster")
+      f"perfectly, a batch takes the longer of the two after the first: at best {best:.2f}x faster over "
+      f"an epoch of {len(batches)} batches")
 
 # %% [markdown]
 # Now the two loops, each recording when every batch was loaded (and on which thread) and when
@@ -326,8 +364,8 @@ def waiting_step(x, y):  # stands for a step on a GPU: the CPU waits, and leaves
 # We run four loops: the real training step on `S.device` (the CPU on a machine without a GPU),
 # with and without the prefetcher; then a step that only *waits* as long (what a CPU does while a
 # GPU computes), with and without. Each sample is one epoch, the four loops timed in turns (ABCD,
-# ABCD, ...: a burst of other work slows all four), by the harness of lesson 02, which also
-# bounds the time where a run must fit a slot (`GPUFEED_MEASURE_S`).
+# ABCD, ...: a burst of other work slows all four), by the harness of lesson 02; each comparison
+# is read by the course's verdict method (lesson 02, section 8).
 
 # %%
 from gpufeed.measure import plotting
@@ -343,8 +381,8 @@ def one_epoch(name):
     return lambda: history[name].append(run(prefetched, step_fn)[0])
 
 
-thread_ms = interleave({name: one_epoch(name) for name in cases}, repeats=3, warmup=1, items=len(batches) * B,
-                       desc="four loops, in turns")
+thread_ms = interleave({name: one_epoch(name) for name in cases}, repeats=config.pick(quick=3, full=5, site=9),
+                       warmup=1, items=len(batches) * B, desc="four loops, in turns")
 logs = {name: runs[-1] for name, runs in history.items()}  # the last epoch of each, to draw
 shown = ["plain loop", "ThreadPrefetcher", "ThreadPrefetcher, waiting step"]
 fig, axes = plt.subplots(3, 1, figsize=(9, 3.8), sharex=True)
@@ -359,29 +397,34 @@ plt.show()
 import statistics
 
 from gpufeed.course.lesson08 import overlap_prose as reading
-from gpufeed.course.prose import say
+from gpufeed.course.prose import compare, say
 
-rate = {m.name: m.items_per_s for m in thread_ms}
+ms = {m.name: m for m in thread_ms}  # seconds an epoch, one sample a round of the turns
+rate = {name: m.items_per_s for name, m in ms.items()}
 speedup = rate["ThreadPrefetcher"] / rate["plain loop"]
 waiting_speedup = rate["ThreadPrefetcher, waiting step"] / rate["plain loop, waiting step"]
-mean_ms = {name: {stage: statistics.mean(i.duration for log in history[name][1:] for i in log if i.stage == stage)
-                  for stage in ("decode", "compute")} for name in cases}  # over the timed epochs
-slower = {stage: mean_ms["ThreadPrefetcher"][stage] / mean_ms["plain loop"][stage] for stage in ("decode", "compute")}
-plain_costs, ahead_costs = mean_ms["plain loop, waiting step"], mean_ms["ThreadPrefetcher, waiting step"]
-waiting_bound = sum(plain_costs.values()) / max(ahead_costs.values())  # the costs the waiting runs had
+real = reading.arms(ms["ThreadPrefetcher"].samples, ms["plain loop"].samples)
+waiting = reading.arms(ms["ThreadPrefetcher, waiting step"].samples, ms["plain loop, waiting step"].samples)
+gains = {name: [a / b for a, b in zip(ms[f"plain loop{name}"].samples, ms[f"ThreadPrefetcher{name}"].samples)]
+         for name in ("", ", waiting step")}  # round by round
+more = compare(gains[", waiting step"], gains[""], paired=True, higher=True)
+durations = {name: {stage: [i.duration for log in history[name][1:] for i in log if i.stage == stage]
+                    for stage in ("decode", "compute")} for name in cases}  # ms, over the timed epochs
+decode = compare(durations["ThreadPrefetcher"]["decode"], durations["plain loop"]["decode"])
+costs = {name: [statistics.mean(d) for d in durations[name].values()] for name in cases}  # decode, step
+waiting_bound = overlap.bound(*costs["plain loop, waiting step"], n=len(batches),  # the costs the runs had
+                              beside=costs["ThreadPrefetcher, waiting step"])
 ref = None if S.cuda else reading.reference("lesson08")  # our committed GPU run, if any
-say(reading.thread_reading(speedup, waiting_speedup, best, slower, device_type=S.device.type,
+say(reading.thread_reading(real, waiting, best, decode, more, device_type=S.device.type,
                            cores=S.machine.get("cores"), waiting_bound=waiting_bound,
                            ref=ref[1] if ref else None, rates=(rate["ThreadPrefetcher"], rate["plain loop"])))
 
 # %% [markdown]
 # The `prefetch thread` row is the background thread: its decoding runs under the main thread's
-# steps. A gain well below the bound means the two did not get a core each (a busy machine), or
-# both held the GIL (Python code between the native calls: the model's layers, the DataLoader's
-# bookkeeping). A waiting step stands for a GPU step whose host side only waits. A real GPU step
-# is not all waiting: its host side launches every kernel and runs autograd and the optimiser,
-# holding the GIL between native calls. The sentences above say which of the two this machine's
-# real step was like.
+# steps. A waiting step stands for a GPU step whose host side only waits; a real GPU step's host
+# side also launches kernels and runs autograd and the optimiser, holding the GIL between native
+# calls. Two likely causes of a gain well below the bound, which this page does not tell apart:
+# the stages did not get a core each, or both held the GIL.
 
 # %% [markdown]
 # ### Deeper (optional): errors and shutdown
@@ -428,45 +471,49 @@ print(f"after a break: prefetch threads alive: {alive}")
 #
 # Does `CudaPrefetcher` make a training loop faster, and is it the thread or the side stream that
 # pays? The first GPU run of this lesson (an H100, November 2026, with an older prefetcher that did
-# its host work in your loop) found no gain; a machine without CUDA shows that run below until a
-# newer one is committed. The experiment (`gpufeed.course.lesson08.overlap`) is built to favour no one:
+# its host work in your loop) found the loop 1.16x slower with it, in one profiled run each way:
+# too few runs for a verdict. A machine without CUDA shows that run below until a newer one is
+# committed. The experiment (`gpufeed.course.lesson08.overlap`) is built to favour no one:
 #
-# * **Three arms**: the copy on the default stream, just before each step; `hand_prefetch` of
-#   section 2 (a side stream, its host work in your loop); and `CudaPrefetcher` (a side stream, its
-#   host work on its thread). Each arm is built once and reused, with its one side stream.
-# * **The batches** are a few pinned `uint8` batches in memory, as a perfect DataLoader would
-#   deliver them: only the copy is left to hide.
-# * **The model** is made just wide enough for its step to take about as long as the copy: next to
-#   a much longer step there is little to hide.
-# * **Two kinds of step**: one that reads its loss every step (`loss.item()`, as loops that log
-#   do), so the host waits for the GPU each step; and one that never waits. Each has its own bound,
-#   (copy + step) / max(copy, step), from that step timed alone (on a GPU the conversion counts with
-#   the step: their kernels share the GPU).
-# * **The timing**: 100 steps after 10 untimed ones, the three arms in turns (ABCABC: a burst of
-#   other work slows all), the GPU synchronised before the clock starts and stops; medians of
-#   three runs each, with the memory each arm held.
-# * **A profiler trace** of 12 steps of each, the first steps left out, for the picture and the
-#   reason; and the memory peaks (`torch.cuda.memory_stats()`).
+# * **Three arms**: the plain `pin_memory` + `non_blocking` copy on the default stream, just before
+#   each step; `hand_prefetch` of section 2 (a side stream, its host work in your loop); and
+#   `CudaPrefetcher` (a side stream, its host work on its thread). Each arm is built once and
+#   reused, with its one side stream.
+# * **The loader** gathers each batch's rows from `uint8` images in memory and pins them, as
+#   `FastLoader` does: host work a thread can move, and a copy a side stream can hide. So the
+#   prefetcher's gain over `hand_prefetch` is the host work its thread moved.
+# * **The model** is made just wide enough for its step to take about as long as the gathering and
+#   the copy: next to a much longer step there is little to hide.
+# * **Two kinds of step**: one that reads its loss every step (`loss.item()`), so the host waits
+#   for the GPU each step; and one that never waits. Each has its own bound, section 4's bound
+#   function with that step timed alone (the first batch falls in the untimed warm-up).
+# * **The timing**: the arms in turns (ABCABC), the GPU synchronised before the clock starts and
+#   stops; five runs of each in full mode (a verdict needs five), two in quick mode, which only
+#   shows that the section runs. The cell says first what the timing will cost.
+# * **A profiler trace** of each, the first steps left out, for the picture and the reason; and
+#   the memory peaks (`torch.cuda.memory_stats()`).
 
 # %%
-from gpufeed.course.lesson08 import overlap
 from gpufeed.measure import results
 
 trace_dir = config.cache_dir() / "lesson08" / "traces"
 if S.cuda:
     h, w = config.pick(quick=(384, 384), full=(960, 1280))
-    images = torch.randint(0, 256, (B, 3, h, w), dtype=torch.uint8)
-    pinned = [(images.pin_memory(), torch.randint(0, 10, (B,)).pin_memory()) for _ in range(4)]
-    plan = overlap.plan(pinned, S.device, overlap.model_steps(S.device), dtype=torch.float32,
+    n = 4 * B  # four batches' worth of images in memory, gathered in a new order each epoch
+    feed = overlap.feeding_loader(torch.randint(0, 256, (n, 3, h, w), dtype=torch.uint8),
+                                  torch.randint(0, 10, (n,)), B, S.device)
+    plan = overlap.plan(feed, S.device, overlap.model_steps(S.device), dtype=torch.float32,
                         mean=MEAN, std=STD, items=B)
-    say(f"Batches of {B} images at {w}x{h}. " + plan.describe())
+    sizes = overlap.settings()  # this mode's runs, steps and traces
+    say(f"Batches of {B} images at {w}x{h}. " + plan.describe() + f" Timing the arms should take about "
+        f"{plan.cost(**sizes):.0f} s in this mode ({plan.cost(**overlap.settings('full')):.0f} s in full mode).")
 else:
     print("No CUDA here: this experiment needs a GPU; below, our committed reference from one.")
 
 # %%
 found, measured = None, []
 if S.cuda:
-    found, measured = overlap.measure(plan, trace_dir=trace_dir, items=B)
+    found, measured = overlap.measure(plan, trace_dir=trace_dir, items=B, **sizes)
     say(reading.read(found))
 elif ref is None:
     results.no_reference("lesson08")
@@ -515,14 +562,16 @@ saved = results.save_lesson("lesson08", [*thread_ms, *measured], batch_size=B, d
 # * A loop that reads its loss every step (`loss.item()`) waits for the GPU each step, so whatever
 #   the host does between two steps is time the GPU sits idle: it is on the critical path. A
 #   prefetcher's host work (asking the loader, pinning, issuing the copies) belongs on a thread of
-#   its own, as `CudaPrefetcher` and FFCV's loader do it.
+#   its own, as `CudaPrefetcher` and FFCV's loader do it. Use each batch on the stream current at
+#   `next()`, or order it yourself (`wait_stream` + `record_stream`).
 # * Without CUDA, a thread prefetcher overlaps loading with the step when either releases the GIL;
 #   make it stop on `break`, raise the loader's errors in the loop, and never block for good. A
 #   waiting step shows the mechanism; a real step's host side may not leave it the GIL.
-# * Test a prefetcher before you believe it: a step about as long as the copy, the bound first,
-#   the variants in turns over many steps, with a step that syncs and one that does not; then read
-#   the trace (the GPU's idle fraction, the host's time between steps) for the reason. Section 5
-#   reads what was measured, whichever way it went.
+# * Test a prefetcher before you believe it: fed by a loader that does its host work per batch, a
+#   step about as long as what it hides, the bound first, the variants in turns, with a step that
+#   syncs and one that does not, each comparison read by the verdict method; then read the trace
+#   (the host's time between steps) for the reason. Section 5 reads what was measured, whichever
+#   way it went, or says that the run cannot tell.
 #
 # ## Exercises
 #
@@ -554,11 +603,12 @@ if my_speedup is not None:
 # average) against a 5 ms step. Sleeps, so that the costs are exact even on a busy machine.
 
 
-def timed(source, step_s, depth):
-    t0 = time.perf_counter()
-    for _ in ThreadPrefetcher(source, depth=depth):
-        time.sleep(step_s)
-    return time.perf_counter() - t0
+from gpufeed.course.prose import in_turns
+
+
+def epoch(source, step_s, depth):
+    """One epoch of ``source()`` through a ThreadPrefetcher of ``depth``, a waiting step each batch."""
+    return lambda: [time.sleep(step_s) for _ in ThreadPrefetcher(source(), depth=depth)]
 
 
 def uneven(n=48, fast_s=0.001, slow_s=0.025):
@@ -567,17 +617,21 @@ def uneven(n=48, fast_s=0.001, slow_s=0.025):
         yield i
 
 
-even = {d: timed(loader, compute_ms / 1e3, d) for d in (1, 8)}
-bursty = {d: timed(uneven(), 0.005, d) for d in (1, 8)}
-print(f"Section 4's loader, waiting step: depth 8 took {reading.as_long(even[8] / even[1], 'depth 1')} "
-      f"(an epoch: {even[1]:.2f} s with depth 1, {even[8]:.2f} s with depth 8).")
-print(f"Uneven batches: depth 1 takes {bursty[1] * 1e3:.0f} ms, depth 8 {bursty[8] * 1e3:.0f} ms (depth 8 "
-      f"{reading.times(bursty[1] / bursty[8], flat=0.1)}); the step alone needs {48 * 5} ms. " + (
+turns = config.pick(quick=3, full=5, site=9)  # epochs of each depth, in turns (a verdict needs 5)
+even = in_turns(epoch(lambda: loader, compute_ms / 1e3, 8), epoch(lambda: loader, compute_ms / 1e3, 1),
+                names=("depth 8", "depth 1"), repeats=turns, desc="section 4's loader, depth 8 and 1")
+bursty = in_turns(epoch(uneven, 0.005, 8), epoch(uneven, 0.005, 1), names=("depth 8", "depth 1"),
+                  repeats=turns, desc="uneven batches, depth 8 and 1")
+v = bursty.verdict
+print(f"Section 4's loader, waiting step (an epoch: {even.b.median:.2f} s with depth 1, {even.a.median:.2f} s "
+      f"with depth 8): depth 8 {reading.said(even.verdict, 'ran', 'depth 1')}.")
+print(f"Uneven batches (an epoch: {bursty.b.median * 1e3:.0f} ms with depth 1, {bursty.a.median * 1e3:.0f} ms "
+      f"with depth 8; the step alone needs {48 * 5} ms): depth 8 {reading.said(v, 'ran', 'depth 1')}. " + (
           "With depth 1 the 25 ms batch finds at most two batches made ahead (one queued, one waiting to be: 10 ms "
           "of steps) and the step waits for the rest; with depth 8 the queue filled during the fast batches and "
-          "covered it." if bursty[1] > 1.1 * bursty[8] else
-          "Not what the reasoning predicts: on a busy machine a sleeping thread wakes late, which blurs the costs; "
-          "run it again."))
+          "covered it." if v.kind == "faster" else v.advice if not v.decided else
+          "Not what the reasoning predicts; one likely cause, not measured here: on a busy machine a sleeping "
+          "thread wakes late, which blurs the costs."))
 
 
 # %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["solution", "hide-cell"]
@@ -616,37 +670,33 @@ print(f"A training loop that never waits: wrong batches in {len(wrong)} of {len(
 # speed-up is 3d / 2d = 1.5, whatever d is. An epoch of n batches also starts with a decode that
 # nothing hides: n x 3d against d + n x 2d, at most 3n / (2n + 1). To check it, time section 4's
 # `run` with a waiting step of twice the decode time measured just before (it changes as the
-# machine's load does), three times in turn with and without the prefetcher, and take medians. If
-# the measurement beats the bound, the bound's costs were not the runs' costs: recompute it from
+# machine's load does), in turns with and without the prefetcher, and read the verdict. If its
+# whole interval beats the bound, the bound's costs were not the runs' costs: recompute it from
 # what the runs' logs recorded.
 my_speedup = (1 + 2) / max(1, 2)
 assert abs(my_speedup - expected) < 0.05, "the self-check above would say 'not quite'"
 t0 = time.perf_counter()
 list(loader)
 d = (time.perf_counter() - t0) / len(batches)  # seconds to decode a batch, now
-
-
-def twice_decode(x, y):
-    time.sleep(2 * d)
-
-
-seconds, ran = {False: [], True: []}, {}
-for _ in range(3):
-    for prefetched in seconds:
-        ran[prefetched], elapsed = run(prefetched, twice_decode)
-        seconds[prefetched].append(elapsed)
-measured = statistics.median(seconds[False]) / statistics.median(seconds[True])
-n = len(batches)
+ran = {}  # each arm's last epoch's log
+timed3 = in_turns(*(lambda way=way: ran.__setitem__(way, run(way, lambda x, y: time.sleep(2 * d))[0])
+                    for way in (True, False)), names=("with the prefetcher", "without"), repeats=turns)
+v, n = timed3.verdict, len(batches)
 limit = overlap.bound(1, 2, n=n)  # 3n / (2n + 1)
 text = (f"Predicted {my_speedup:.2f}x for long epochs, at most 3n / (2n + 1) = {limit:.2f}x for epochs of "
-        f"n = {n} batches. Measured with a decode of {d * 1e3:.0f} ms and a {2 * d * 1e3:.0f} ms waiting step: "
-        f"**{reading.times(measured)}** (median of 3 epochs each way).")
-if measured > limit * (1 + reading.FLAT):
-    costs = {stage: statistics.mean(i.duration for i in ran[False] if i.stage == stage) for stage in ("decode", "compute")}
-    again = overlap.bound(costs["decode"], costs["compute"], n=n)
+        f"n = {n} batches. Measured with a decode of {d * 1e3:.0f} ms and a {2 * d * 1e3:.0f} ms waiting step, "
+        f"{len(timed3.a.samples)} epochs each way in turns: the prefetched loop "
+        f"{reading.said(v, 'ran', 'the plain loop', bold=True)}.")
+if v.kind == "faster" and v.low > limit:
+    had = {way: [statistics.mean(i.duration for i in ran[way] if i.stage == stage) for stage in ("decode", "compute")]
+           for way in ran}  # ms, in each arm's last epoch
+    again = overlap.bound(*had[False], n=n, beside=had[True])
     text += (f" That beats the bound, which took decoding to cost the {d * 1e3:.0f} ms measured before the runs: in "
-             f"the plain runs it cost {costs['decode']:.0f} ms and the step {costs['compute']:.0f} ms, and with those "
-             f"the bound is {again:.2f}x" + (", and the rest is noise." if measured > again * (1 + reading.FLAT) else "."))
+             f"the last runs it cost {had[False][0]:.0f} ms alone and {had[True][0]:.0f} ms beside the step, and with "
+             f"those the bound is {again:.2f}x" + ("; the interval lies above that too, and these runs cannot say why."
+                                                  if v.low > again else "."))
+elif not v.decided:
+    text += " " + v.advice
 say(text)
 
 # %% [markdown]

@@ -91,18 +91,34 @@ def test_the_setup_cell_prints_what_the_page_header_reads(capsys):
     assert book().MACHINE_LINE.search(out) and book().MODE_LINE.search(out)
 
 
-def test_cache_key_follows_the_package_and_quick_mode(monkeypatch):
+def test_cache_key_follows_the_package_and_the_mode(monkeypatch):
+    monkeypatch.delenv("GPUFEED_MODE", raising=False)
     monkeypatch.setenv("GPUFEED_QUICK", "1")
     quick = book().cache_key()
     assert quick == book().cache_key() and re.fullmatch(r"[0-9a-f]{12}", quick)
-    monkeypatch.setenv("GPUFEED_QUICK", "0")
-    assert book().cache_key() != quick
+    monkeypatch.setenv("GPUFEED_MODE", "site")
+    site = book().cache_key()
+    monkeypatch.setenv("GPUFEED_MODE", "full")
+    assert len({quick, site, book().cache_key()}) == 3
 
 
 def test_execute_refuses_full_mode(monkeypatch, capsys):
     monkeypatch.delenv("GPUFEED_QUICK", raising=False)
+    monkeypatch.delenv("GPUFEED_MODE", raising=False)
     assert book().execute() == 2
-    assert "GPUFEED_QUICK=1" in capsys.readouterr().err
+    assert "GPUFEED_MODE=site" in capsys.readouterr().err
+
+
+def test_the_page_header_says_what_the_mode_can_carry_and_shows_the_evidence_box():
+    needs_the_book_group()
+    text = lambda mode: "".join(t for t, _ in book().mode_note(["cpu-epyc"], mode))  # noqa: E731
+    assert "cannot tell" in text("site") and "decided" in text("site")
+    assert "only to show that the lesson runs" in text("quick")
+    from gpufeed.measure.lessons import LESSONS
+
+    for x in LESSONS:
+        box = book().evidence_nodes(x.number, cuda=False).astext()
+        assert all(c.says in box for c in x.claims), x.number
 
 
 def test_an_error_output_fails_the_build():
@@ -499,7 +515,8 @@ def test_the_built_site_in_chromium(page, site):
         title = page.locator("h1").first.inner_text()
         assert title.startswith(stem[:2] + " ·"), title
         note = page.locator(".machine-note").inner_text()
-        assert re.search(r"measured on .+ \(device \w+, quick mode\)", note), f"{stem}: {note}"
+        assert re.search(r"measured on .+ \(device \w+, (site|quick) mode\)", note), f"{stem}: {note}"
+        assert "Evidence on this page" in note, f"{stem}: no evidence box under 'Measured on'"
         assert figures_drawn(page) >= 1, f"{stem}: no figure drawn"
         assert page.locator("article table").count() >= 1, f"{stem}: no table"
         errors = page.locator(".cell_output .traceback, .cell_output .output.error, .cell_output .stderr").filter(
@@ -535,11 +552,13 @@ def test_the_built_site_in_chromium(page, site):
     assert not page.errors, f"script errors: {page.errors}"
 
 
-def test_make_book_runs_the_lessons_as_make_test_does():
-    """In CI `make book` is the notebooks' only run: quick mode, offline, errors fail it."""
+def test_make_book_runs_the_lessons_in_site_mode_offline():
+    """In CI `make book` is the notebooks' only run: site mode (its datasets first), offline, errors fail it."""
     makefile = (ROOT / "Makefile").read_text()
+    assert "BOOK_MODE ?= site" in makefile
     target = makefile[makefile.index("\nbook:"):].split("\n\n")[0]
-    assert "GPUFEED_QUICK=1 $(IN_NETNS)" in target and "tools/book.py execute" in target
+    assert "GPUFEED_MODE=$(BOOK_MODE) $(IN_NETNS)" in target and "tools/book.py execute" in target
+    assert target.index("data prepare") < target.index("tools/book.py execute")
     assert "tools/book.py build" in target
     conf = (ROOT / "book" / "conf.py").read_text()
     assert "nb_execution_raise_on_error = True" in conf and 'nb_execution_mode = "cache"' in conf

@@ -121,6 +121,35 @@ def test_cuda_prefetcher_inputs_already_on_the_gpu_are_waited_for_and_kept_alive
     same(deferred(it), [(x.float().sum(dim=(1, 2, 3)) / 255, y) for x, y in want])
 
 
+class GatherOnTheGpu:
+    """A loader whose own kernels read GPU memory: batch ``k`` is a copy of ``data[k]``, made on
+    the stream current where it is asked (the prefetcher's side stream, on its thread)."""
+
+    def __init__(self, data: torch.Tensor):
+        self.data = data  # uint8 [n, B, 3, H, W] on the GPU
+
+    def __iter__(self):
+        for k in range(self.data.shape[0]):
+            yield self.data[k].clone(), torch.tensor([k])
+
+
+def test_cuda_prefetcher_loader_kernels_read_what_your_loop_wrote_before_iter(on_cuda):
+    """Issue 47: the side stream's once-a-pass wait for your loop's work must be issued before the
+    loader is first asked, since the loader's own kernels run on the side stream. Here the loop
+    rewrites the loader's GPU data before each pass (behind a long kernel, so on a GPU the write
+    lands late), and the loader gathers from it. One prefetcher, two passes: the event is recorded
+    at each iter(), not once when the prefetcher is made. Read later, as a training loop does."""
+    base = torch.randint(0, 200, (5, 2, 3, 4, 4), dtype=torch.uint8)
+    data = base.to("cuda")
+    torch.cuda.synchronize()
+    p = CudaPrefetcher(GatherOnTheGpu(data), "cuda", dtype=torch.float32, depth=1)
+    for epoch in (1, 2):
+        torch.cuda._sleep(int(5e7))  # your stream is busy for a while (a GPU: tens of ms)
+        data.add_(1)  # your loop's last write before iter(), queued behind it
+        want = [((base[k] + epoch).float().sum(dim=(1, 2, 3)) / 255, torch.tensor([k])) for k in range(5)]
+        same(deferred(p), want)
+
+
 @pytest.mark.parametrize("depth", [1, 3])
 def test_cuda_prefetcher_batches_read_later_are_the_loaders(depth, on_cuda):
     want = [(torch.randint(0, 256, (4, 3, 8, 8), dtype=torch.uint8), torch.arange(4) + k) for k in range(7)]

@@ -5,6 +5,8 @@ of the harness; the bench's partial results; the shared dataset builds."""
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -17,7 +19,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
-from gpurun import notebook, plan, preflight, procs, report, runner, steps  # noqa: E402  (tools/gpurun/)
+import nodevenv  # noqa: E402  (tests/nodevenv.py: a GPU node's python, made here)
+from gpurun import notebook, outbox, plan, preflight, procs, report, runner, steps  # noqa: E402  (tools/gpurun/)
 from gpurun.report import Entry  # noqa: E402
 
 from gpufeed.measure import references  # noqa: E402
@@ -43,7 +46,8 @@ def sleeper(seconds: float, rc: int = 0, write: Path | None = None, grandchild: 
     return [PY, "-c", code]
 
 
-@pytest.mark.parametrize("module", [notebook, plan, preflight, references, report, runner, steps], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", [notebook, outbox, plan, preflight, references, report, runner, steps],
+                         ids=lambda m: m.__name__)
 def test_the_examples_in_the_docstrings_hold(module):
     """tools/ is outside make test's doctest paths: its examples run here."""
     import doctest
@@ -84,9 +88,16 @@ def test_estimates_come_from_the_last_passed_run_on_that_gpu(tmp_path):
     new.write_text(json.dumps({"finished": "2026-11-27T10:00:00", "steps": [{"name": "cuda", "status": "passed", "seconds": 55}],
                                "items": [{"step": "quick", "name": "08_prefetch", "status": "passed", "seconds": 21},
                                          {"step": "quick", "name": "11_together", "status": "cut", "seconds": 99}]}))
-    known = plan.estimates(plan.last_run([old, new, tmp_path / "missing.json"]))
-    assert known == {("cuda", "cuda"): 55, ("quick", "08_prefetch"): 21, ("quick", "11_together"): 148.5}, (
-        "a cut one takes longer than it ran")
+    runs = plan.read_runs([old, new, tmp_path / "missing.json"])
+    assert plan.estimates(runs[0]) == {("cuda", "cuda"): (55, ""), ("quick", "08_prefetch"): (21, ""),
+                                       ("quick", "11_together"): (148.5, "cut at 99 s there, x1.5")}, (
+        "the newest first; a cut one takes longer than it ran")
+    est = plan.Estimator("fake", runs, {}, None, cores=2, lanes=1)
+    assert est("quick", "08_prefetch", 30) == (21, "last run on fake") and est("quick", "00_setup", 30)[1] == "default (no GPU run timed it)"
+    old.write_text(json.dumps({"finished": "2026-11-26T10:00:00", "steps": [], "items": [
+        {"step": "quick", "name": "00_setup", "status": "passed", "seconds": 12}]}))
+    est = plan.Estimator("fake", plan.read_runs([old, new]), {}, None, cores=2, lanes=1)
+    assert est("quick", "00_setup", 30) == (12, "last run on fake"), "what the newest did not time, an older run did"
 
 
 def test_a_reference_is_stale_when_the_lesson_or_the_package_changed():
@@ -110,6 +121,88 @@ def test_the_committed_h100_references_are_indexed_at_the_commit_they_name():
         tree = references.commit_files(made["lesson08"]["commit"])
         assert references.record(made["lesson08"]["source"], [], None, None, "", tree)["package_sha256"] == \
             made["lesson08"]["package_sha256"]
+
+
+# --- estimates for a GPU never seen: the committed H100 run ------------------------------------
+
+H100 = ROOT / "results" / "h100-80gb-hbm3" / "run.json"
+
+
+def test_the_committed_h100_run_says_where_each_number_comes_from():
+    from gpufeed.measure.lessons import LESSONS
+
+    doc = json.loads(H100.read_text())
+    assert doc["format"] == runner.FORMAT and doc["machine"]["cores"] == 16 and doc["lanes"] == 6
+    assert doc["commit"] == references.load(H100.parent)["lesson08"]["commit"], "the run that made the references"
+    assert sorted(e["name"] for e in doc["items"] if e["step"] == "quick") == [x.stem for x in LESSONS]
+    for e in [*doc["steps"], *doc["items"]]:
+        assert e["source"] and e["status"] in ("passed", "failed", "finished", "cut", "not run"), e["name"]
+        assert (e["seconds"] is None) == (e["status"] == "not run"), e["name"]
+    quick = {e["name"]: e["status"] for e in doc["items"] if e["step"] == "quick"}
+    assert sorted(quick.values()).count("finished") == 10 and [n for n, v in quick.items() if v == "cut"] == [
+        "07_dataloader", "08_prefetch"], "10 of 13 finished before the cut at 200 s; 07 and 08 were cut"
+
+
+def results_with(tmp_path, runs: dict[str, dict]) -> Path:
+    """A checkout root whose results hold the committed H100 run and ``runs`` (``{slug: run.json}``)."""
+    (tmp_path / "results" / "h100-80gb-hbm3").mkdir(parents=True)
+    shutil.copy(H100, tmp_path / "results" / "h100-80gb-hbm3" / "run.json")
+    for slug, doc in runs.items():
+        (tmp_path / "results" / slug).mkdir()
+        (tmp_path / "results" / slug / "run.json").write_text(json.dumps(doc))
+    return tmp_path
+
+
+def plan_for(root: Path, slug: str = "h200", cores: int = 16, lanes: int = 5, standin: bool = False) -> dict:
+    selected, numbers = runner.selection("all")
+    rows, _ = plan.build(order=steps.ORDERS["default"], selected=selected, lessons=numbers, slug=slug, standin=standin,
+                         cores=cores, lanes=lanes, left=10_000, budget=460, earlier=[], root=root)
+    return {e.name: e for e in rows}
+
+
+def test_a_gpu_never_seen_plans_with_the_h100_run_scaled_by_the_lanes_not_with_defaults(tmp_path):
+    doc = json.loads(H100.read_text())
+    timed = {e["name"] for e in [*doc["steps"], *doc["items"]] if e.get("seconds")}
+    rows = plan_for(results_with(tmp_path, {}))
+    for name, e in rows.items():  # Lesson.gpu_s only where the H100 timed nothing
+        assert e.basis.startswith("h100-80gb-hbm3 2026-11-26") if name in timed else e.basis == "default (no GPU run timed it)"
+    assert sorted(n for n, e in rows.items() if e.basis.startswith("default")) == [
+        "09_augment", "lesson01", "lesson02", "lesson04", "lesson05", "lesson10", "lesson12"]
+    assert {n: rows[n].estimate_s for n in ("00_setup", "07_dataloader", "08_prefetch", "lesson08", "bench", "cuda")} == {
+        "00_setup": 100, "07_dataloader": 150, "08_prefetch": 300, "lesson08": 53, "bench": 225,
+        "cuda": 115}, "finished as timed, cut x1.5, a step at most its cap (a quarter of 460 s)"
+    fewer = plan_for(results_with(tmp_path / "b", {}), cores=8, lanes=4)  # 2 cores a lane, there 16 / 6
+    assert (fewer["00_setup"].estimate_s, fewer["lesson08"].estimate_s) == (133.0, 106.0)
+    assert fewer["00_setup"].basis.endswith("x1.33 (4 lanes on 8 cores, there 6 on 16)")
+    roomier = plan_for(results_with(tmp_path / "c", {}), cores=64, lanes=6)
+    assert roomier["00_setup"].estimate_s == 100, "never scaled down: a notebook does not use all its share"
+
+
+def test_a_run_on_the_same_gpu_wins_and_the_stand_in_never_takes_a_gpus_figures(tmp_path):
+    own = {"finished": "2026-12-01", "machine": {"cores": 16}, "lanes": 5, "steps": [],
+           "items": [{"step": "quick", "name": "08_prefetch", "status": "passed", "seconds": 40}]}
+    rows = plan_for(results_with(tmp_path, {"h200": own}))
+    assert (rows["08_prefetch"].estimate_s, rows["08_prefetch"].basis) == (40, "last run on h200")
+    assert rows["00_setup"].basis.startswith("h100-80gb-hbm3"), "what this GPU's run did not time, the H100's did"
+    standin = plan_for(results_with(tmp_path / "b", {}), slug="cpu-x", cores=2, lanes=1, standin=True)
+    assert all("(stand-in)" in e.basis for e in standin.values())
+    assert standin["lesson08"].estimate_s == steps.producers()[6].lesson.gpu_s[0] * plan.STANDIN_FACTOR, (
+        "the stand-in's references run in quick mode: their quick default")
+
+
+def test_the_references_of_lessons_without_a_gpu_number_come_first():
+    refs = [Entry("lesson03", "references", 90, stale=True), Entry("lesson08", "references", 50, stale=True),
+            Entry("lesson09", "references", 60, stale=False), Entry("lesson12", "references", 60, stale=True)]
+    made = {"lesson03": {"when": "2026-11-20"}, "lesson08": {"when": "2026-11-26"}, "lesson09": {"when": "2026-11-25"}}
+    ordered = plan.order_references(refs, made, lacking={"lesson03", "lesson12"})
+    assert [e.name for e in ordered] == ["lesson12", "lesson03", "lesson08", "lesson09"], (
+        "no GPU number first (none made is oldest), then stale, then fresh")
+    lacking = plan.lacking_numbers()
+    from gpufeed.measure import evidence
+    from gpufeed.measure.lessons import LESSONS
+
+    assert {x.owner for x in LESSONS if x.references and evidence.lacks_gpu_number(x)} <= lacking
+    assert "ceilings" not in lacking and "lesson08" not in lacking, "lesson 00's GPU claim names the committed ceilings"
 
 
 # --- the whole run, every command a sleep -----------------------------------------------------
@@ -148,18 +241,25 @@ class FakeRun(runner.Run):
         return sleeper(NAP)
 
     def test_command(self, name, args):
-        return sleeper(30, grandchild=self.kept) if name == "csan" else sleeper(NAP)
+        return sleeper(30, grandchild=self.kept) if name == "csan" else sleeper(NAP, write=self.dir / "junit" / "cuda.xml")
 
-    def quick_command(self, i, copy):
+    def quick_command(self, i):
         return sleeper(NAP, rc=1 if self.fail and i.name.startswith("11") else 0)
 
     def reference_command(self, i, p):
         return sleeper(NAP, write=self.results() / "lesson08.json" if p.name == "lesson08" else None)
 
 
-def fake_args(tmp_path, budget: float) -> SimpleNamespace:
+def fake_args(tmp_path, budget: float, plan: str = "default") -> SimpleNamespace:
     return SimpleNamespace(budget=budget, started=None, run_dir=tmp_path / "run", archive=tmp_path / "out" / "gpu-run.tar.gz",
-                           standin=None, jobs=3, measure_s=5.0, cache=tmp_path / "cache", lessons="all")
+                           out=tmp_path / "out", standin=None, jobs=3, measure_s=5.0, cache=tmp_path / "cache",
+                           lessons="all", plan=plan)
+
+
+@pytest.fixture
+def room(monkeypatch):
+    """Disk enough for any plan: the fake runs plan full-mode datasets they never build (12 GiB)."""
+    monkeypatch.setattr(preflight, "disk_problems", lambda cache, need: [])
 
 
 def earlier_run(tmp_path, quick_s: float, reference_s: dict) -> None:
@@ -174,7 +274,7 @@ def earlier_run(tmp_path, quick_s: float, reference_s: dict) -> None:
 
 
 @pytest.mark.parametrize("fail", [False, True], ids=["all-passed", "a-notebook-fails"])
-def test_the_run_keeps_to_its_budget_and_names_every_step_and_lesson(tmp_path, monkeypatch, capsys, fail):
+def test_the_run_keeps_to_its_budget_and_names_every_step_and_lesson(tmp_path, monkeypatch, capsys, room, fail):
     from gpufeed.measure.lessons import LESSONS
 
     monkeypatch.setattr(runner, "STEPS", FAKE_STEPS)
@@ -211,6 +311,17 @@ def test_the_run_keeps_to_its_budget_and_names_every_step_and_lesson(tmp_path, m
     out = capsys.readouterr().out
     assert out.index("plan for") < out.index("cuda: started"), "the plan is printed before anything runs"
     assert out.strip().splitlines()[-1].startswith(f"test-gpu: {'FAILED' if fail else 'passed'}; steps: ")
+    # $OUT: at most 8 files, each readable without the archive; run.json as in the run folder
+    got = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert got == sorted(["gpu-run.tar.gz", "run.json", "summary.txt", "cuda.xml", "quick.xml", "references.xml"]), (
+        "the fakes write no csan.xml (cut) and no node-env log")
+    assert set(got) <= set(outbox.NAMES) and len(outbox.NAMES) <= 8
+    assert json.loads((tmp_path / "out" / "run.json").read_text()) == doc
+    screen = (tmp_path / "out" / "summary.txt").read_text().splitlines()
+    assert len(screen) <= 24 and max(map(len, screen)) <= 100
+    assert screen[0].startswith(f"test-gpu: {'FAILED (exit 1)' if fail else 'passed'}")
+    assert [x.split(":")[0] for x in screen if x.startswith("  failed ")] == (["  failed 11_together"] if fail else [])
+    assert doc["archive"]["left_out"] == [] and doc["archive"]["bytes"] == (tmp_path / "out" / "gpu-run.tar.gz").stat().st_size
 
 
 def _alive(pid: int) -> bool:
@@ -233,6 +344,96 @@ def test_a_preflight_that_fails_stops_the_run_with_one_line(tmp_path, monkeypatc
         (s.name, "not run") for s in steps.STEPS[1:]]
     assert capsys.readouterr().err.strip() == "test-gpu: preflight failed: torch sees no CUDA GPU: this runs on a GPU node"
     assert (tmp_path / "run" / "logs" / "pip-freeze.txt").read_text().count("==") > 20
+
+
+def test_the_references_plan_runs_references_after_the_cuda_tests_and_before_the_notebooks(tmp_path, monkeypatch, capsys,
+                                                                                          room):
+    """GPU_PLAN=references: the cuda tests, then the references (those whose lessons have no GPU
+    number of ours first), then the sanitizer and the quick notebooks with what is left."""
+    monkeypatch.setattr(runner, "STEPS", FAKE_STEPS)
+    earlier_run(tmp_path, 0.5, {p.name: 0.5 for p in steps.producers()})
+    run = FakeRun(fake_args(tmp_path, budget=120.0, plan="references"))
+    run.kept = tmp_path / "kernel.pid"
+    assert run.main(*runner.selection("all")) == 0
+    started = [line.split("] ", 1)[1].split(":")[0] for line in capsys.readouterr().out.splitlines()
+               if ": started, limit" in line]
+    refs = [p.name for p in steps.producers()]
+    first_ref = min(started.index(n) for n in refs)
+    assert started.index("cuda") < first_ref and max(started.index(n) for n in refs) < started.index("csan")
+    assert started.index("csan") < min(started.index(n) for n in started if n[:2].isdigit())
+    lacking = plan.lacking_numbers()
+    assert [n for n in started if n in refs] == [n for n in refs if n in lacking] + [n for n in refs if n not in lacking]
+    doc = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert doc["plan_name"] == "references" and [s["name"] for s in doc["steps"]] == list(steps.ORDERS["references"])
+
+
+def test_a_run_that_breaks_still_returns_why(tmp_path, monkeypatch, room):
+    monkeypatch.setattr(runner, "STEPS", FAKE_STEPS)
+
+    def broken(self, s):
+        raise RuntimeError("the step broke")
+
+    monkeypatch.setitem(runner.Run.RUNS, "notebooks", broken)
+    run = FakeRun(fake_args(tmp_path, budget=60.0))
+    run.kept = tmp_path / "kernel.pid"
+    with pytest.raises(RuntimeError, match="the step broke"):
+        run.main(*runner.selection("all"))
+    doc = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert doc["error"] == "RuntimeError: the step broke" and doc["steps"][2]["status"] == "passed", "cuda ran before"
+    assert (tmp_path / "out" / "summary.txt").read_text().splitlines()[2] == "error: RuntimeError: the step broke"
+    assert "raise RuntimeError" in (tmp_path / "run" / "logs" / "gpurun-error.txt").read_text()
+
+
+def test_the_preflight_asks_for_the_disk_the_plans_datasets_need(tmp_path, monkeypatch, capsys):
+    from gpufeed.measure.lessons import lesson
+
+    monkeypatch.setattr(runner, "STEPS", FAKE_STEPS)
+    earlier_run(tmp_path, 0.5, {p.name: 0.5 for p in steps.producers()})
+    free = SimpleNamespace(free=3 * 2**30, total=2**40, used=0)
+    monkeypatch.setattr(preflight.shutil, "disk_usage", lambda path: free)
+    everything = FakeRun(fake_args(tmp_path, budget=120.0))
+    assert everything.main(*runner.selection("all")) == 3, "the bench's and the lessons' full datasets: 12 GiB"
+    assert everything.need_bytes > 10 * 2**30
+    line = capsys.readouterr().err.strip()
+    assert line == (f"test-gpu: preflight failed: 3.0 GiB free at {tmp_path / 'cache'}, the plan needs "
+                    f"{everything.need_bytes / 2**30:.1f} GiB: free some, set GPUFEED_CACHE to a larger disk, or plan "
+                    "less (LESSONS=...)").replace(f"at {tmp_path / 'cache'}", f"at {preflight.existing(tmp_path / 'cache')}")
+    (tmp_path / "run").rename(tmp_path / "failed")
+    one = FakeRun(fake_args(tmp_path, budget=120.0))
+    assert one.main(*runner.selection("08")) == 0, "lesson 08's datasets fit in 3 GiB"
+    assert one.need_bytes == preflight.need_bytes([*lesson("08").datasets("quick", True), *lesson("08").datasets("full", True)])
+
+
+def test_the_cache_goes_to_the_largest_free_disk_that_is_not_in_memory(tmp_path, monkeypatch):
+    a, b, c = (tmp_path / n for n in "abc")
+    for d in (a, b, c):
+        d.mkdir()
+    gib = {a: 5, b: 50, c: 500}
+    monkeypatch.setattr(preflight.shutil, "disk_usage", lambda p: SimpleNamespace(free=gib[Path(p)] * 2**30))
+    chosen, said = preflight.choose_cache([a / "x", b / "x", c / "x"], mounts=f"tmpfs {c} tmpfs rw 0 0\n")
+    assert chosen == b / "x"
+    assert said == [f"{a / 'x'}: 5.0 GiB free", f"{b / 'x'}: 50.0 GiB free", f"{c / 'x'}: in memory (tmpfs): not used"]
+
+
+def test_the_archive_keeps_under_its_cap_leaving_out_the_least_useful_first(tmp_path):
+    run = tmp_path / "gpu-run"
+    files = {"results/h200/run.json": b"{}", "results/h200/lesson08.json": os.urandom(300_000),
+             "logs/cuda.log": b"ok\n" * 1000, "executed/08_prefetch.ipynb": os.urandom(300_000),
+             "executed/quick/00_setup.ipynb": os.urandom(200_000), "executed/quick/04_jpeg.ipynb": os.urandom(600_000)}
+    for name, data in files.items():
+        (run / name).parent.mkdir(parents=True, exist_ok=True)
+        (run / name).write_bytes(data)
+    packer = outbox.Packer(cap=1_000_000, margin=10_000)
+    kept, left = packer.select(run)
+    assert left == [("executed/quick/04_jpeg.ipynb", 600_000)], "a quick notebook's figures go first, the largest first"
+    size = packer.pack(run, tmp_path / "out" / "a.tar.gz", kept)
+    assert size == (tmp_path / "out" / "a.tar.gz").stat().st_size <= 1_000_000
+    with tarfile.open(tmp_path / "out" / "a.tar.gz") as tar:
+        assert sorted(tar.getnames()) == sorted(f"gpu-run/{n}" for n in files if n != "executed/quick/04_jpeg.ipynb")
+    assert outbox.put_file(tmp_path / "out", "node-env.log", run / "logs" / "cuda.log", cap=30) is None
+    assert (tmp_path / "out" / "node-env.log").read_text() == "[the first 2970 of 3000 bytes left out]\n" + "ok\n" * 10
+    with pytest.raises(ValueError, match="holds only"):
+        outbox.put(tmp_path / "out", "extra.txt", "no")
 
 
 def test_a_step_that_ends_leaves_no_process_behind(tmp_path):
@@ -309,6 +510,74 @@ def test_a_notebook_run_names_the_failing_cell_and_keeps_what_it_did(tmp_path):
     assert "ZeroDivisionError" in doc["error"] and doc["cells_done"] == 2 and doc["cells_total"] == 3
     executed = nbformat.read(tmp_path / "ex" / "t.ipynb", as_version=4)
     assert executed.cells[2].outputs[0]["text"] == "1\n"  # the outputs up to the failure are kept
+
+
+@pytest.mark.slow
+def test_a_quick_notebook_cut_at_its_limit_keeps_the_cells_it_finished(tmp_path):
+    """A quick notebook runs through the course's notebook runner (saved after every cell), with a
+    kernel of the run's own python: cut in its second cell, it keeps the first's output."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import sys\nprint(sys.executable)"),
+                                         nbformat.v4.new_code_cell("import time\ntime.sleep(600)"),
+                                         nbformat.v4.new_code_cell("print('never')")])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, tmp_path / "t.ipynb")
+    run = runner.Run(fake_args(tmp_path, budget=600.0))
+    i = Entry("t", "quick", 5, limit_s=600)
+    executed, result = tmp_path / "run" / "executed" / "quick" / "t.ipynb", tmp_path / "run" / "logs" / "quick-t.json"
+    env = {**run.env(quick=True, results=tmp_path / "results", kernel=True), "JUPYTER_DATA_DIR": str(tmp_path / "user")}
+    child = run.start(i, run.notebook_command(tmp_path / "t.ipynb", executed, result, 600), env, log="logs/quick-t.log")
+    deadline = time.monotonic() + 300
+    while not (result.is_file() and json.loads(result.read_text())["cells_done"] == 1) and time.monotonic() < deadline:
+        assert child.poll() is None, (tmp_path / "run" / "logs" / "quick-t.log").read_text()
+        time.sleep(0.2)
+    child.limit = 0  # the slot's limit, now
+    run.notebook_done(i, child, child.wait(), result)
+    assert (i.status, i.cells_done, i.cells_total) == ("cut", 1, 3)
+    kept = nbformat.read(executed, as_version=4)
+    assert kept.cells[0].outputs[0]["text"].strip() == sys.executable, "the kernel is the run's python"
+    assert json.loads((tmp_path / "run" / "results" / "gpu" / "run.json").read_text())["items"] == [], "saved"
+
+
+#: Two pytest plugins a GPU node might have installed: one fails to import, one deselects every test.
+NODE_PLUGINS = {"nodeplug_broken": "raise RuntimeError('a plugin of the node that fails to import')\n",
+                "nodeplug_greedy": ("def pytest_collection_modifyitems(config, items):\n"
+                                    "    config.hook.pytest_deselected(items=list(items))\n    items.clear()\n")}
+
+
+@pytest.mark.slow
+def test_the_nodes_own_pytest_plugins_cannot_break_the_run(tmp_path):
+    """A node-like python: a venv whose site folder reaches a second, "node" site-packages through a
+    .pth, holding pytest plugins of its own (one raises at import, one deselects everything), and
+    this environment's (torch, pytest, Jupyter). Through ``make node-env``'s venv, a bare pytest
+    dies of the broken plugin; the run's own commands collect the ``cuda`` tests and run a lesson."""
+    site = tmp_path / "node-site"
+    for name, code in NODE_PLUGINS.items():
+        nodevenv.dist_folder(site, name, code, entry_points=f"[pytest11]\n{name} = {name}\n")
+    python = nodevenv.node_python(tmp_path / "opt-venv", [site])
+    house = nodevenv.wheelhouse_of(tmp_path / "wheelhouse", have=["pyyaml"], requires=[])
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTEST_DISABLE_PLUGIN_AUTOLOAD")}
+    made = subprocess.run([str(python), str(ROOT / "tools" / "wheelhouse.py"), "node-env", "--venv", str(tmp_path / "venv"),
+                           "--wheelhouse", str(house)], capture_output=True, text=True, env=env, timeout=600)
+    assert made.returncode == 0, made.stderr
+    node = tmp_path / "venv" / "bin" / "python"
+    bare = subprocess.run([str(node), "-m", "pytest", "--collect-only", "-q", "tests/test_config.py"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert bare.returncode != 0 and "a plugin of the node that fails to import" in bare.stdout + bare.stderr
+
+    run = runner.Run(SimpleNamespace(**{**vars(fake_args(tmp_path, budget=600.0)), "standin": "cpu"}))  # no CUDA here
+    run.python = str(node)
+    os.environ.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD", None)  # the run sets it itself (conftest restores the environment)
+    collect = run.test_command("cuda", (*steps.step("cuda").args, "--collect-only", "-q"))
+    child = procs.Child(collect, tmp_path / "cuda.log", run.env(quick=True, results=tmp_path / "r", measured=False), 300)
+    assert child.wait() == 0, (tmp_path / "cuda.log").read_text()[-3000:]
+    collected = re.search(r"(\d+)/\d+ tests collected", (tmp_path / "cuda.log").read_text())
+    assert collected and int(collected.group(1)) > 20, "the cuda tests, none deselected by the node's plugin"
+
+    i = Entry("01_bottlenecks", "quick", 30, limit_s=600)
+    run.notebook_done(i, child := run.quick_child(i), child.wait(), tmp_path / "run" / "logs" / "quick-01_bottlenecks.json")
+    assert (i.status, i.cells_done) == ("passed", i.cells_total), (tmp_path / "run" / i.log).read_text()[-3000:]
 
 
 def test_junit_names_each_notebook_a_failure_with_its_cell_and_what_was_not_run():
@@ -465,7 +734,11 @@ def test_a_copy_without_git_reports_the_commit_it_was_packed_at(tmp_path, monkey
     monkeypatch.delenv(machine.ENV_COMMIT, raising=False)
     assert machine.git_commit() == commit
     machine.write_commit_file(repo)
-    subprocess.run(["rm", "-rf", str(repo / ".git")], check=True)  # the node's copy has no .git
+    subprocess.run(["mv", str(repo / ".git"), str(tmp_path / "elsewhere")], check=True)
+    (repo / ".git").write_text(f"gitdir: {tmp_path / 'gone'}\n")  # .git travelled, but git cannot answer
+    machine._commit_from_file.cache_clear()
+    assert machine.git_commit() == commit
+    (repo / ".git").unlink()  # the node's copy has no .git
     machine._commit_from_file.cache_clear()
     assert machine.git_commit() == commit
     (repo / "src" / "a.py").write_text("A = 2\n")

@@ -220,12 +220,72 @@ def test_break_leaves_no_thread(mm):
     ({"dtype": torch.int32}, r"dtype must be torch.uint8 \(the crops alone\) or a floating type"),
     ({"dtype": torch.uint8, "mean": (0.5,) * 3, "std": (0.2,) * 3}, "not normalised, so mean=.* would go unused"),
     ({"depth": 0}, "depth must be a whole number"),
+    ({"group_size": 0}, "group_size must be None or a whole number"),
+    ({"reuse_buffers": -1}, "reuse_buffers must be a whole number"),
+    ({"threads": 0}, "threads must be None or a whole number"),
+    ({"memory_format": torch.preserve_format}, "memory_format must be"),
 ])
 def test_bad_arguments_get_one_clear_line(mm, kwargs, message):
     kwargs = {"batch_size": 4, **kwargs}
     with pytest.raises(ValueError, match=message) as info:
         ImageLoader(mm, **kwargs)
-    assert "\n" not in str(info.value) and "ImageLoader" in str(info.value)
+    # the loader the learner built is named, never one of its parts (FastLoader)
+    assert "\n" not in str(info.value) and str(info.value).startswith("ImageLoader: ")
+
+
+def test_settings_are_checked_once_and_read_by_name(mm):
+    loader = ImageLoader(mm, 4, crop=16, seed=3, group_size=2)
+    assert loader.settings.crop == loader.crop == 16 and loader.seed == 3 and loader.group_size == 2
+    # the batching settings the loader's FastLoader follows are the same, checked in one place
+    assert loader.loader.settings.batching() == {**loader.settings.batching(), "reuse_buffers": 0}
+    with pytest.raises(AttributeError, match="no attribute 'cropp'"):
+        loader.cropp  # noqa: B018
+
+
+def test_the_readme_names_every_setting():
+    """The README's "Use it in your own training" lists the options: none may be missing there."""
+    import dataclasses
+    from pathlib import Path
+
+    from gpufeed.data.settings import ImageSettings
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme[readme.index("## Use it in your own training"):]
+    section = section[:section.index("\n## ", 5)]
+    missing = [f.name for f in dataclasses.fields(ImageSettings) if f.name != "owner" and f"`{f.name}" not in section]
+    assert not missing, f"the README's ImageLoader section does not name {missing}"
+
+
+def test_each_iterator_owns_its_pass_and_its_position(mm):
+    """Two live iterators: each keeps its own epoch and count; the loader's state_dict follows the
+    latest, and each iterator can say where it stands."""
+    loader = ImageLoader(mm, 4, crop=16, device="cpu")
+    a = iter(loader)  # epoch 0
+    next(a)
+    b = iter(loader)  # epoch 1
+    for _ in range(2):
+        next(b)
+    next(a)
+    assert (a.state_dict()["epoch"], a.state_dict()["batch"]) == (0, 2)
+    assert (b.state_dict()["epoch"], b.state_dict()["batch"]) == (1, 2)
+    assert loader.state_dict() == b.state_dict()
+    a.close()
+    with pytest.raises(StopIteration):
+        next(a)  # a closed pass is over
+    assert next(b)[0].shape == (4, 3, 16, 16)  # the other one goes on
+
+
+def test_a_dropped_iterator_is_not_kept_alive_by_its_loader(mm):
+    import gc
+    import weakref
+
+    loader = ImageLoader(mm, 4, crop=16)
+    it = iter(loader)
+    next(it)
+    gone = weakref.ref(it)
+    del it
+    gc.collect()
+    assert gone() is None and loader.state_dict()["batch"] == 1  # its position outlives it
 
 
 def test_a_folder_that_is_not_a_memmap_dataset(tmp_path):

@@ -187,14 +187,3 @@ def import_circles() -> list[list[str]]:
 
 def test_no_module_imports_one_that_imports_it_back():
     assert import_circles() == []
-
-
-def test_a_moved_or_renamed_module_answers_to_its_old_name_with_a_warning():
-    """For one release: gpufeed.data.watch is gpufeed.data.progress_bar, and a course module that
-    moved into its lesson's folder is found under gpufeed.course."""
-    with pytest.warns(DeprecationWarning, match="gpufeed.data.watch is now gpufeed.data.progress_bar"):
-        from gpufeed.data import watch
-    assert watch.__name__ == "gpufeed.data.progress_bar" and watch.show_progress(False) is False
-    with pytest.warns(DeprecationWarning, match="gpufeed.course.quality is now gpufeed.course.lesson04.quality"):
-        from gpufeed.course import quality
-    assert quality.__name__ == "gpufeed.course.lesson04.quality"

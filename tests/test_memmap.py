@@ -13,6 +13,7 @@ from gpufeed.data import folder, memmap
 from gpufeed.data.folder import ImageFolderDataset
 from gpufeed.data.jpeg import decode_pil
 from gpufeed.data.memmap import ImageData, MemmapError, build_memmap, load_memmap, read_manifest
+from gpufeed.data.progress_bar import show_progress
 from gpufeed.measure.synth import synth_folder
 
 
@@ -257,13 +258,13 @@ def test_skip_bad_cuts_the_files_in_place_without_a_second_copy(tmp_path, with_b
 
 def test_the_progress_bar_shows_only_where_someone_watches(tmp_path, src, capfd, monkeypatch):
     """A bar on a terminal or in a notebook; none in a log (stderr not a terminal), under CI or
-    GPUFEED_QUICK, or with progress=False."""
-    monkeypatch.delenv("CI", raising=False)
-    monkeypatch.delenv("GPUFEED_QUICK", raising=False)
+    with progress=False."""
+    for name in ("CI", "GPUFEED_QUICK", "GPUFEED_MODE", "GPUFEED_PROGRESS", "PYTEST_CURRENT_TEST"):
+        monkeypatch.delenv(name, raising=False)
     build_memmap(src, tmp_path / "a", (16, 16))  # pytest's stderr is not a terminal
     assert "img" not in capfd.readouterr().err
-    assert memmap.show_progress(True) is False and memmap.show_progress(False) is False
+    assert show_progress(True) is False and show_progress(False) is False
     monkeypatch.setattr("sys.stderr.isatty", lambda: True, raising=False)
-    assert memmap.show_progress(True) is True
-    monkeypatch.setenv("GPUFEED_QUICK", "1")
-    assert memmap.show_progress(True) is False
+    assert show_progress(True) is True
+    monkeypatch.setenv("CI", "1")
+    assert show_progress(True) is False

@@ -101,3 +101,34 @@ def test_pin_and_move_to_the_gpu_and_back(on_cuda):
     moved = as_tensordict(batch).consolidate(pin_memory=True).to("cuda", non_blocking=True)
     torch.cuda.synchronize()
     assert equal(plain(moved), batch)
+
+
+class Encoding(collections.UserDict):
+    """Hugging Face's BatchEncoding is a UserDict with attributes of its own."""
+
+    def __init__(self, data=None, n_sequences=1):
+        super().__init__(data)
+        self.n_sequences = n_sequences
+
+
+def test_mappings_of_every_kind_are_walked_and_come_back_as_they_were():
+    from types import MappingProxyType
+
+    enc = Encoding({"input_ids": torch.ones(2, 5, dtype=torch.long), "mask": [torch.ones(2, 5)]}, n_sequences=2)
+    ordered = collections.OrderedDict(w=torch.ones(2))
+    ordered._metadata = {"": {"version": 2}}  # a module's state_dict carries its version here
+    batch = {"enc": enc, "state": ordered, "ro": MappingProxyType({"x": torch.zeros(1)}), "pair": Pair(torch.ones(1), 2)}
+    for walked in (to_device(batch, "cpu"), tree_map(lambda t: t + 1, batch)):
+        assert type(walked["enc"]) is Encoding and walked["enc"].n_sequences == 2 and walked["enc"] is not enc
+        assert type(walked["state"]) is collections.OrderedDict and walked["state"]._metadata == ordered._metadata
+        assert type(walked["ro"]) is dict and type(walked["pair"]) is Pair  # a read-only mapping becomes a dict
+    assert len(leaves(batch)) == 5 and equal(plain(to_device(batch, "cpu")), plain(batch))
+    assert enc["input_ids"].sum() == 10  # tree_map left the original alone
+
+
+def test_batch_size_reads_a_tensordict_or_the_first_tensor():
+    from gpufeed.data.movers import batch_size
+
+    images = ImageData(images=torch.zeros(3, 3, 4, 4, dtype=torch.uint8), targets=torch.zeros(3), batch_size=[3])
+    assert batch_size(images) == 3 and batch_size(Encoding({"ids": torch.zeros(5, 2)})) == 5
+    assert batch_size({"scalar": torch.tensor(1.0), "x": torch.zeros(7)}) == 7 and batch_size(("a", 1)) is None

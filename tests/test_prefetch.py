@@ -277,60 +277,87 @@ def test_cuda_prefetcher_raises_once_with_the_traceback(on_cuda):
         next(it)
 
 
+class StandIn:
+    """torch.cuda's streams and events replaced by recorders (no GPU needed): ``calls`` lists
+    ``(what, ..., thread name)`` in order. ``done_after``: how many polls (``query()``) an event
+    answers "not done" before it says done; None: never (a GPU queue that does not drain)."""
+
+    def __init__(self, monkeypatch, done_after: int | None = 1):
+        import contextlib
+
+        self.calls, self.done_after = [], done_after
+        standin = self
+
+        class Stream:
+            def __init__(self, name="side"):
+                self.name = name
+
+            def wait_event(self, event):
+                standin.log("wait", event.n, self.name)
+
+        class Event:
+            count = 0
+
+            def __init__(self, **kwargs):
+                self.polls = 0
+
+            def record(self, stream):
+                Event.count += 1
+                self.n = Event.count
+                standin.log("record", self.n, stream.name)
+
+            def query(self):
+                self.polls += 1
+                done = standin.done_after is not None and self.polls > standin.done_after
+                standin.log("poll", self.n, done)
+                return done
+
+            def synchronize(self):  # blocks as a GPU would, until done (a queue that never drains: 5 s)
+                standin.log("host waits", self.n)
+                deadline = time.monotonic() + 5
+                while not self.query() and time.monotonic() < deadline:
+                    time.sleep(0.01)
+
+        @contextlib.contextmanager
+        def stream(s):
+            self.log("enter", s.name)
+            yield
+            self.log("exit", s.name)
+
+        for name, value in {"is_available": lambda: True, "current_device": lambda: 0,
+                            "Stream": lambda device: Stream(), "Event": Event, "stream": stream,
+                            "current_stream": lambda device: Stream("current"),
+                            "device": lambda device: contextlib.nullcontext()}.items():
+            monkeypatch.setattr(torch.cuda, name, value)
+
+    def log(self, *call):
+        self.calls.append((*call, threading.current_thread().name))
+
+    def prefetcher(self, loader, depth=1):
+        p = CudaPrefetcher(loader, "cuda", dtype=torch.float32, depth=depth, pin_memory=False)
+        p.device = torch.device("cpu")  # the copies themselves stay on the CPU here
+        return p
+
+
 def test_cuda_prefetcher_protocol_with_a_stand_in_for_torch_cuda(monkeypatch):
     """Runs without a GPU: torch.cuda's streams and events are replaced by recorders, so that the
-    order of the protocol is checked: on the prefetcher's thread, with the side stream current for
-    its whole life, each batch is asked for, copied and its event recorded, and from the
-    (depth + 2)th on, it first waits on the host for the release of the batch depth + 2 before;
-    on the caller's thread, an event at iter(), then at each hand-over the current stream waits
-    for the batch's event (after it was recorded) and the batch before is released."""
-    import contextlib
-
-    calls = []
-
-    def log(*call):
-        calls.append((*call, threading.current_thread().name))
-
-    class Stream:
-        def __init__(self, name="side"):
-            self.name = name
-
-        def wait_event(self, event):
-            log("wait", event.n)
-
-    class Event:
-        count = 0
-
-        def __init__(self, **kwargs):
-            pass
-
-        def record(self, stream):
-            Event.count += 1
-            self.n = Event.count
-            log("record", self.n, stream.name)
-
-        def synchronize(self):
-            log("host waits", self.n)
-
-    @contextlib.contextmanager
-    def stream(s):
-        log("enter", s.name)
-        yield
-        log("exit", s.name)
+    order of the protocol is checked. On the caller's thread at iter(): an event on its stream,
+    and the side stream waits for it before the loader is first asked. On the prefetcher's thread,
+    with the side stream current for its whole life: each batch asked for, copied and its event
+    recorded, and from the (depth + 2)th on, first the release of the batch depth + 2 before
+    polled until done (never a blocking synchronize). On the caller's thread at each hand-over:
+    the current stream waits for the batch's event (after it was recorded) and the batch before
+    is released."""
+    standin = StandIn(monkeypatch, done_after=1)  # each release is polled twice: not yet, done
+    calls = standin.calls
 
     def loader():
         for k, batch in enumerate(batches(5)):
-            log("ask", k)
+            standin.log("ask", k)
             yield batch
 
-    for name, value in {"is_available": lambda: True, "current_device": lambda: 0, "Stream": lambda device: Stream(),
-                        "Event": Event, "stream": stream, "current_stream": lambda device: Stream("current"),
-                        "device": lambda device: contextlib.nullcontext()}.items():
-        monkeypatch.setattr(torch.cuda, name, value)
-    p = CudaPrefetcher(loader(), "cuda", dtype=torch.float32, depth=1, pin_memory=False)
-    p.device = torch.device("cpu")  # the copies themselves stay on the CPU here
     got = []
-    for batch in p:
+    for batch in standin.prefetcher(loader()):
         got.append(batch)
         time.sleep(0.05)  # the producer runs into the ring's bound
     main = threading.current_thread().name
@@ -338,22 +365,80 @@ def test_cuda_prefetcher_protocol_with_a_stand_in_for_torch_cuda(monkeypatch):
     threads = {c[-1] for c in calls if c[-1] != main}
     assert len(threads) == 1 and threads.pop().startswith(THREAD_PREFIX)  # one producer thread, ours
     mine = [c[:-1] for c in calls if c[-1] == main]
-    assert mine[0] == ("record", 1, "current")  # at iter(): what the caller's stream did so far
+    assert mine[:2] == [("record", 1, "current"), ("wait", 1, "side")]  # at iter(): after your work
+    assert calls.index(("wait", 1, "side", main)) < min(i for i, c in enumerate(calls) if c[0] == "ask")
     done = [c[1] for c in producer if c[0] == "record"]
-    assert [c[1] for c in mine if c[0] == "wait"] == done  # each batch waited for on the device, in order
-    released = [c[1] for c in mine[1:] if c[0] == "record"]
-    assert len(released) == 5 and all(c[2] == "current" for c in mine[1:] if c[0] == "record")  # 4 + close
+    assert [c[1] for c in mine if c[0] == "wait" and c[2] == "current"] == done  # each waited for, in order
+    released = [c[1] for c in mine[2:] if c[0] == "record"]
+    assert len(released) == 5 and all(c[2] == "current" for c in mine[2:] if c[0] == "record")  # 4 + close
     assert producer[0] == ("enter", "side") and producer[-1] == ("exit", "side")
+    assert not [c for c in calls if c[0] == "host waits"], "no blocking wait: it polls"
     asks = [i for i, c in enumerate(producer) if c[0] == "ask"]
-    assert [c for c in producer if c[0] == "host waits"] == [("host waits", released[k]) for k in range(2)]
+    polled = [c[1:] for c in producer if c[0] == "poll"]
+    assert polled == [(released[0], False), (released[0], True), (released[1], False), (released[1], True)]
     for k in range(3, 5):  # batch k is made only after the release of batch k - 3 (depth + 2 = 3 slots)
-        assert producer.index(("host waits", released[k - 3])) > asks[k]
-        assert producer.index(("host waits", released[k - 3])) < producer.index(("record", done[k], "side"))
+        ready = producer.index(("poll", released[k - 3], True))
+        assert asks[k] < ready < producer.index(("record", done[k], "side"))
     at = {c[:2]: i for i, c in enumerate(calls)}
     assert all(at["record", n] < at["wait", n] for n in done)  # each waited for after its record
     for got_batch, want in zip(got, batches(5)):
         assert got_batch[0].dtype == torch.float32 and torch.allclose(got_batch[0], want[0] / 255)
         assert torch.equal(got_batch[1], want[1])
+
+
+def blocked(state: str, monkeypatch):
+    """A prefetcher pass whose producer is in ``state``, and a way to let it go: (iterator, go)."""
+    gate = threading.Event()
+    standin = StandIn(monkeypatch, done_after=None)  # releases never done: a GPU queue that does not drain
+
+    def loader():
+        for k, batch in enumerate(batches(12)):
+            if state == "in the loader" and k == 1:
+                gate.wait(10)  # the loader takes long over batch 1
+            yield batch
+
+    def transform(batch):
+        if state == "in the transform" and calls["n"] == 1:
+            gate.wait(10)
+        calls["n"] += 1
+        return batch
+
+    calls = {"n": 0}
+    p = standin.prefetcher(loader(), depth=1)
+    p.transform = transform
+    it = iter(p)
+    if state != "not started":
+        next(it)
+    if state == "waiting for a slot":
+        next(it), next(it)  # the ring's 3 slots taken: the next batch waits for a release
+    deadline = time.monotonic() + 10
+    while state == "waiting for a slot" and not any(c[0] == "poll" for c in standin.calls):
+        assert time.monotonic() < deadline, "the producer never polled a release"
+        time.sleep(0.01)
+    time.sleep(0.1)  # the producer is where the state says (a full queue: blocked on put)
+    return it, gate
+
+
+@pytest.mark.parametrize("state", ["not started", "blocked on a full queue", "waiting for a slot",
+                                   "in the loader", "in the transform"])
+def test_close_returns_within_the_grace_whatever_the_producer_is_doing(state, monkeypatch):
+    """Issue 47: close() used to wait up to 5 s for a producer blocked in released.synchronize()
+    behind a deep GPU queue. Here no release ever completes (the stand-in's events are never
+    done), the loader or the transform may be stuck for seconds: close() returns within GRACE_S
+    (a loaded machine may add a little to the join's wake-up), and the thread ends by itself."""
+    from gpufeed.data.prefetch import GRACE_S
+
+    it, gate = blocked(state, monkeypatch)
+    t0 = time.perf_counter()
+    it.close()
+    took = time.perf_counter() - t0
+    gate.set()  # whatever was stuck returns; the thread sees the stop and makes nothing more
+    deadline = time.monotonic() + 10
+    while live_threads() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    print(f"{state}: close() took {took * 1e3:.0f} ms")
+    assert took < GRACE_S + 0.5, f"close() took {took:.2f} s with the producer {state}"
+    assert live_threads() == []
 
 
 # --- issue 29: the host work happens on the prefetcher's thread, so it overlaps a syncing loop ---
@@ -702,3 +787,113 @@ def test_inputs_already_on_the_gpu_wait_once_a_pass_not_for_every_step():
         values = torch.cat(got).tolist()
     assert values == [1001.0 * k for k in range(6)]
     assert len(waits) == 1, [w.what for w in waits]
+
+
+# --- issue 47: the prefetcher's GPU-only edges ----------------------------------------------------
+
+def pinned_batches(n, shape=(2, 3, 8, 8)):
+    """``n`` pinned batches, batch ``k`` all ``k`` (its images) and ``[k]`` (its label)."""
+    return [(torch.full(shape, k, dtype=torch.uint8).pin_memory(), torch.tensor([k])) for k in range(n)]
+
+
+@pytest.mark.simcuda
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_batch_used_on_another_stream_is_a_race_unless_ordered_and_marked(seed):
+    """The stream contract: a batch is ready on the stream current at ``next()``. A loop that
+    computes in ``with torch.cuda.stream(s):`` reads it before its copy (the simulator raises
+    where); ``s.wait_stream(current)`` and ``record_stream(s)``, as the docstring says, order it,
+    and ``current.wait_stream(s)`` before the next ``next()`` keeps the ring's back-pressure."""
+    from gpufeed.simcuda import CudaRaceError, simulated_cuda
+
+    with simulated_cuda(seed), pytest.raises(CudaRaceError, match="read after write"):
+        s = torch.cuda.Stream()
+        for images, _ in CudaPrefetcher(pinned_batches(4), "cuda", dtype=torch.float32):
+            with torch.cuda.stream(s):
+                images.sum()  # on s: nothing orders it after the batch's copy
+    with simulated_cuda(seed) as sim:
+        s, got = torch.cuda.Stream(), []
+        for images, labels in CudaPrefetcher(pinned_batches(6), "cuda", dtype=torch.float32):
+            current = torch.cuda.current_stream()
+            s.wait_stream(current)
+            for t in (images, labels):
+                t.record_stream(s)
+            with torch.cuda.stream(s):
+                sim.busy(1.0, "model step")
+                got.append(images.mean() * 255 + 1000 * labels)
+            current.wait_stream(s)  # the release recorded at the next next() follows s's work
+            del images, labels
+        assert torch.cat(got).tolist() == [1001.0 * k for k in range(6)] and sim.races == []
+
+
+@pytest.mark.simcuda
+@pytest.mark.parametrize("depth", [1, 2])
+def test_the_thread_makes_batch_k_once_your_stream_is_done_with_batch_k_minus_depth_minus_2(depth):
+    """The ring has exactly depth + 2 slots. Under schedule 0 the GPU runs only when the host
+    makes it: in a loop that never syncs only the producer's polls of the releases move it. So
+    when batch k is made (its transform runs), the work the loop queued on batch k - depth - 2 is
+    done, and no more is needed: a ring one slot larger would make batch k sooner, before that
+    work ran (and the memory bound would grow by a batch)."""
+    from gpufeed.simcuda import simulated_cuda
+
+    slots, n = depth + 2, 10
+    with simulated_cuda(seed=0) as sim:
+        made_at = []  # the default stream's steps run when each batch was made
+
+        def transform(batch):
+            made_at.append(sim.default.done)
+            return batch
+
+        queued = []  # the default stream's steps issued once the loop queued its work on batch j
+        for images, labels in CudaPrefetcher(pinned_batches(n), "cuda", dtype=torch.float32, depth=depth,
+                                             transform=transform):
+            sim.busy(1.0, "model step")
+            loss = images.mean() * labels.float().mean()  # queued behind the step, never read
+            queued.append(sim.default.issued)
+        del loss
+    assert len(made_at) == n
+    for k in range(slots, n):
+        assert made_at[k] >= queued[k - slots], f"batch {k} made before the loop's work on batch {k - slots} ran"
+    assert any(made_at[k] < queued[k - slots + 1] for k in range(slots, n)), \
+        "the thread waited for more than depth + 2 slots need"
+
+
+@pytest.mark.simcuda
+@pytest.mark.parametrize("seed", SEEDS)
+def test_device_memory_stays_bounded_across_many_short_passes_of_a_loop_that_never_syncs(seed):
+    """One prefetcher, 20 passes of 2 batches each, a loop that never syncs. Each pass alone
+    holds fewer batches than the ring has slots, so within a pass the thread never waits; what
+    bounds memory across passes is that a pass's first batch waits for the last pass's release
+    (the close of the pass before). Without it every pass adds its batches: 40 in all."""
+    from gpufeed.simcuda import simulated_cuda
+
+    data, depth = [(torch.randint(0, 256, (8, 3, 32, 32), dtype=torch.uint8), torch.arange(8)) for _ in range(2)], 1
+    per_batch = rounded(prepare(data[0], torch.float32))
+    with simulated_cuda(seed) as sim:
+        p = CudaPrefetcher(data, "cuda", dtype=torch.float32, depth=depth)
+        assert sum(never_syncing_loop(sim, p) for _ in range(20)) == 40
+        reserved = torch.cuda.memory_reserved() / per_batch
+    assert reserved <= depth + 4.1, f"{reserved:.1f} batches of device memory reserved over 20 passes"
+
+
+def test_close_returns_within_the_grace_behind_a_deep_gpu_queue(on_cuda):
+    """On a GPU: your stream holds a long kernel and the loop never syncs, so the ring's slots are
+    not released for a while and the thread waits for one; close() returns within the grace (the
+    thread polls the release with the stop flag). Under the simulator the wait is nominal."""
+    from gpufeed.data.prefetch import GRACE_S
+
+    p = CudaPrefetcher(pinned_batches(8), "cuda", dtype=torch.float32, depth=1)
+    it = iter(p)
+    for _ in range(3):  # the ring's 3 slots: the next batch waits for the first one's release
+        images, _labels = next(it)
+        torch.cuda._sleep(int(2e9))  # about 1.5 s of GPU time each on an H100, queued, never waited for
+        del images, _labels
+    time.sleep(0.1)
+    t0 = time.perf_counter()
+    it.close()
+    took = time.perf_counter() - t0
+    assert took < GRACE_S + 0.5, f"close() took {took:.2f} s behind the GPU's queue"
+    torch.cuda.synchronize()
+    deadline = time.monotonic() + 10
+    while live_threads() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert live_threads() == []

@@ -1,4 +1,5 @@
-"""The long loops' progress bars: the one rule for when they show, and the loops that draw them."""
+"""The long loops' progress bars: the one rule for when they show (gpufeed.data.progress_bar), and the
+loops that draw them (the library's memmap build, the course's sweeps)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sys
 import pytest
 import torch
 
+from gpufeed.data.progress_bar import ENV_PROGRESS, show_progress
 from gpufeed.measure import harness, progress
 
 
@@ -19,7 +21,7 @@ def terminal(monkeypatch):
     pytest, stderr a terminal); returns that stderr. (pytest sets ``PYTEST_CURRENT_TEST`` again
     between a fixture and the test, so it is removed in the test's own phase.)"""
     def become():
-        for name in (progress.ENV_PROGRESS, "GPUFEED_QUICK", "CI", "PYTEST_CURRENT_TEST"):
+        for name in (ENV_PROGRESS, "GPUFEED_QUICK", "GPUFEED_MODE", "CI", "PYTEST_CURRENT_TEST"):
             monkeypatch.delenv(name, raising=False)
         tty = io.StringIO()
         tty.isatty = lambda: True
@@ -31,47 +33,70 @@ def terminal(monkeypatch):
 
 def test_a_terminal_in_full_mode_sees_bars(terminal):
     terminal()
-    assert progress.wanted()
+    assert show_progress()
 
 
-@pytest.mark.parametrize("name, value", [("GPUFEED_QUICK", "1"), ("CI", "true"), ("CI", "1"),
+@pytest.mark.parametrize("name, value", [("CI", "true"), ("CI", "1"),
                                          ("PYTEST_CURRENT_TEST", "tests/x.py::t (call)"),
                                          ("GPUFEED_PROGRESS", "0")])
 def test_quick_mode_ci_pytest_and_the_switch_silence_them(terminal, monkeypatch, name, value):
     terminal()
     monkeypatch.setenv(name, value)
-    assert not progress.wanted()
+    assert not show_progress()
 
 
 def test_ci_set_to_false_is_not_ci(terminal, monkeypatch):
     terminal()
     monkeypatch.setenv("CI", "false")
-    assert progress.wanted()
+    assert show_progress()
 
 
 def test_no_terminal_no_bars_but_a_notebook_kernel_has_them(terminal, monkeypatch):
+    from gpufeed.data import progress_bar
+
     watched = terminal()
     watched.isatty = lambda: False  # output piped to a log file
-    monkeypatch.delitem(sys.modules, "ipykernel", raising=False)
-    assert not progress.wanted()
-    monkeypatch.setitem(sys.modules, "ipykernel", sys)  # what a Jupyter kernel has loaded
-    assert progress.wanted()
+    monkeypatch.setitem(sys.modules, "ipykernel", sys)  # imported, but no kernel runs this: no notebook
+    assert not show_progress()
+    monkeypatch.setattr(progress_bar, "in_a_notebook", lambda: True)  # a Jupyter kernel's shell
+    assert show_progress()
 
 
-def test_the_switch_forces_bars_even_in_quick_mode_and_a_typo_is_an_error(terminal, monkeypatch):
+@pytest.mark.parametrize("env", [{"GPUFEED_QUICK": "0"}, {"GPUFEED_QUICK": "1"}, {"CI": "false"}, {"CI": "off"},
+                                 {"GPUFEED_MODE": "site"}])
+def test_settings_that_say_no_are_not_read_as_yes(terminal, monkeypatch, env):
+    """The cases where the two rules this one replaced disagreed (CI=false, GPUFEED_QUICK=0): each reads
+    as its words say; the course's modes play no part in the rule."""
     terminal()
-    monkeypatch.setenv("GPUFEED_QUICK", "1")
-    monkeypatch.setenv(progress.ENV_PROGRESS, "1")
-    assert progress.wanted()
-    monkeypatch.setenv(progress.ENV_PROGRESS, "sometimes")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert show_progress()
+
+
+def test_the_switch_wins_over_ci(terminal, monkeypatch):
+    terminal()
+    monkeypatch.setenv("CI", "1")
+    monkeypatch.setenv(ENV_PROGRESS, "1")
+    assert show_progress()
+    monkeypatch.setenv(ENV_PROGRESS, "0")
+    assert not show_progress() and not show_progress(False)
+
+
+def test_the_switch_forces_bars_even_under_ci_and_a_typo_is_an_error(terminal, monkeypatch):
+    terminal()
+    monkeypatch.setenv("CI", "true")
+    monkeypatch.setenv(ENV_PROGRESS, "1")
+    assert show_progress()
+    monkeypatch.setenv(ENV_PROGRESS, "sometimes")
     with pytest.raises(ValueError, match="GPUFEED_PROGRESS"):
-        progress.wanted()
+        show_progress()
 
 
 def test_a_process_started_by_a_test_is_silent_as_nbmake_kernels_are():
     """nbmake's kernels are processes started during a test: they inherit ``PYTEST_CURRENT_TEST``."""
-    env = {k: v for k, v in os.environ.items() if k not in ("GPUFEED_QUICK", "CI", progress.ENV_PROGRESS)}
-    code = "import sys; sys.stderr.isatty = lambda: True; from gpufeed.measure import progress; print(progress.wanted())"
+    env = {k: v for k, v in os.environ.items() if k not in ("GPUFEED_QUICK", "CI", ENV_PROGRESS)}
+    code = ("import sys; sys.stderr.isatty = lambda: True; from gpufeed.data.progress_bar import show_progress; "
+            "print(show_progress())")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

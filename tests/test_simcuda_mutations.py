@@ -7,6 +7,9 @@ that one call replaced by ``(None)`` (what each of them returns) must fail the C
 the simulator (``tests/test_cuda_paths.py`` and the ``cuda`` tests of the library's own test files,
 marker ``simcuda``). A deletion that fails nothing would be a call the library does not need, or a
 path no test covers.
+
+Besides deletions, :data:`WRONG_PREFETCHERS` are plausible wrong versions of
+``CudaPrefetcher`` that keep every call (issue 47): each must fail the same suite too.
 """
 
 import ast
@@ -86,6 +89,44 @@ def test_the_library_has_the_ordering_calls_this_file_checks():
     assert names == ORDERING, "a kind of ordering call appeared or went: update ORDERING"
 
 
+#: Wrong versions of ``src/gpufeed/data/prefetch.py`` that delete no ordering call, as
+#: ``{name: ([(text, replacement), ...], tests that catch it, run first)}``: each text occurs once.
+WRONG_PREFETCHERS = {
+    # the event a pass's side stream waits for, recorded once when the prefetcher is made, not at
+    # each iter(): the loop's work between the two goes unordered (every test used to make a new
+    # prefetcher per pass, which hid it)
+    "inputs_made recorded in __init__": ([
+        ("        inputs_made = torch.cuda.Event()\n"
+         "        inputs_made.record(torch.cuda.current_stream(self.device))\n"
+         "        self.stream.wait_event(inputs_made)\n",
+         "        self.stream.wait_event(self._inputs_made)\n"),
+        ("        self._last_close: torch.cuda.Event | None = None  # the last pass's last release\n",
+         "        self._last_close: torch.cuda.Event | None = None  # the last pass's last release\n"
+         "        self._inputs_made = torch.cuda.Event()\n"
+         "        self._inputs_made.record(torch.cuda.current_stream(self.device))\n"),
+    ], ["tests/test_cuda_paths.py::test_cuda_prefetcher_loader_kernels_read_what_your_loop_wrote_before_iter[simcuda0]"]),
+    # a pass's first batch no longer waits for the last pass's release
+    "the cross-pass after event deleted": ([
+        ("_Ring(self.depth + 2, self._last_close)", "_Ring(self.depth + 2, None)"),
+    ], ["tests/test_prefetch.py::test_device_memory_stays_bounded_across_many_short_passes_of_a_loop_that_never_syncs[0]"]),
+    "a ring one slot larger": ([
+        ("_Ring(self.depth + 2, self._last_close)", "_Ring(self.depth + 3, self._last_close)"),
+    ], ["tests/test_prefetch.py::test_the_thread_makes_batch_k_once_your_stream_is_done_with_batch_k_minus_depth_minus_2[1]"]),
+    # the consumer's thread waits for the batch on the host (no sync-debug mode reports a poll)
+    "a consumer spinning on done.query()": ([
+        ("        current.wait_event(done)\n", "        while not done.query():\n            pass\n"),
+    ], ["tests/test_prefetch.py::test_the_loop_never_waits_on_the_host_the_producer_thread_does[0]"]),
+}
+
+
+def mutant_copy(tmp_path: Path) -> Path:
+    """A copy of the package under ``tmp_path / "src"`` for one mutant."""
+    src = tmp_path / "src"
+    shutil.copytree(ROOT / "src" / "gpufeed", src / "gpufeed", ignore=shutil.ignore_patterns("__pycache__"))
+    (src / "gpufeed" / "measure" / "_photos").symlink_to(ROOT / "assets" / "photos")  # where a wheel has them
+    return src
+
+
 @pytest.fixture(scope="module")
 def mutant_server():
     """``tests/mutant_server.py``: one process per test worker that runs each mutant's suite in a
@@ -96,10 +137,10 @@ def mutant_server():
     args = [*SUITE, "-m", "simcuda", "-x", "-q", "-p", "no:cacheprovider", "-p", "mutant_run", "--no-header",
             "-o", "addopts=", "--rootdir", str(ROOT)]
 
-    def run(src: Path, log: Path) -> int:
+    def run(src: Path, log: Path, first: list[str] = RUN_FIRST) -> int:
         # only the plugins named in args: the installed ones (nbmake, xdist...) are not needed here,
         # and nbmake's import alone cost each run 3 s (jsonschema compiles its format grammars)
-        env = {"GPUFEED_MUTANT_SRC": str(src), "GPUFEED_RUN_FIRST": "\n".join(RUN_FIRST),
+        env = {"GPUFEED_MUTANT_SRC": str(src), "GPUFEED_RUN_FIRST": "\n".join(first),
                "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
         server.stdin.write(json.dumps({"src": str(src), "env": env, "args": args, "log": str(log)}) + "\n")
         server.stdin.flush()
@@ -118,9 +159,7 @@ def mutant_server():
                          ids=lambda v: str(v))
 def test_deleting_one_ordering_call_fails_a_cuda_path_test(tmp_path, mutant_server, file, line, col, end_line, end_col,
                                                            source):
-    src = tmp_path / "src"
-    shutil.copytree(ROOT / "src" / "gpufeed", src / "gpufeed", ignore=shutil.ignore_patterns("__pycache__"))
-    (src / "gpufeed" / "measure" / "_photos").symlink_to(ROOT / "assets" / "photos")  # where a wheel has them
+    src = mutant_copy(tmp_path)
     target = src / "gpufeed" / "data" / file
     text = target.read_text()
     assert (line, col, end_line, end_col, source) in calls_in(text)
@@ -129,3 +168,22 @@ def test_deleting_one_ordering_call_fails_a_cuda_path_test(tmp_path, mutant_serv
     out = (tmp_path / "run.log").read_text()
     assert exit_code == 1, f"deleting {source} ({file}:{line}) failed no test (exit {exit_code}):\n{out[-4000:]}"
     assert "FAILED" in out, out[-3000:]  # a test failed (not only a fixture's setup)
+
+
+@pytest.mark.simcuda
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(WRONG_PREFETCHERS))
+def test_each_wrong_prefetcher_fails_a_cuda_path_test(tmp_path, mutant_server, name):
+    edits, first = WRONG_PREFETCHERS[name]
+    src = mutant_copy(tmp_path)
+    target = src / "gpufeed" / "data" / "prefetch.py"
+    text = target.read_text()
+    for old, new in edits:
+        assert text.count(old) == 1, f"{name}: the text to change is not in prefetch.py once: {old!r}"
+        text = text.replace(old, new)
+    ast.parse(text)
+    target.write_text(text)
+    exit_code = mutant_server(src, tmp_path / "run.log", first)
+    out = (tmp_path / "run.log").read_text()
+    assert exit_code == 1, f"the wrong prefetcher ({name}) failed no test (exit {exit_code}):\n{out[-4000:]}"
+    assert f"FAILED {first[0]}" in out, out[-3000:]  # the test written for it, not another one

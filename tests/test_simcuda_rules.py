@@ -57,13 +57,18 @@ def test_event_query_synchronize_and_which_waits_torch_reports():
         x = pinned_batch(2.0).to("cuda", non_blocking=True) + 1
         done = torch.cuda.Event()
         done.record()
-        polls = 0
+        polls = 1
         while not done.query():  # the GPU moves on while the host polls
             polls += 1
-        assert polls >= 1 and sim.syncs == []
+        assert polls >= 2 and sim.syncs == []
+        # every poll is a host wait (a loop that spins on query() waits for the GPU), by thread,
+        # though set_sync_debug_mode reports none of them
+        assert sim.waits == ["Event.query() (a poll)"] * polls
+        assert sim.waits_by_thread == {threading.current_thread().name: sim.waits}
         done.synchronize()
         torch.cuda.synchronize()
-        assert sim.syncs == [] and len(sim.waits) == 2  # neither is reported by set_sync_debug_mode
+        assert sim.syncs == [] and sim.waits[polls:] == ["Event.synchronize()", "torch.cuda.synchronize()"]
+        assert torch.cuda.current_stream().query() and sim.waits[-1] == "default stream.query() (a poll)"
         torch.cuda.current_stream().synchronize()  # c10::cuda::stream_synchronize: reported
         assert len(sim.syncs) == 1 and x.sum().item() == 24.0
 

@@ -1,20 +1,19 @@
 """The wheelhouse for an offline GPU node (tools/wheelhouse.py): which wheels, checked offline."""
 
-import base64
-import hashlib
 import json
 import os
 import subprocess
 import sys
 import sysconfig
-import zipfile
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
+import nodevenv  # noqa: E402  (tests/nodevenv.py: a node's python, its wheels and packages)
 import wheelhouse  # noqa: E402  (tools/wheelhouse.py)
+from nodevenv import wheelhouse_of  # noqa: E402
 
 ENV = wheelhouse.marker_environment("3.12")
 
@@ -81,31 +80,6 @@ def test_make_test_gpu_runs_offline_from_the_wheelhouse():
         "the node-env log goes into the run's archive")
 
 
-def tiny_wheel(folder: Path, name: str, requires: list[str]) -> Path:
-    """A pure-Python wheel ``name-0.1`` whose module ``name`` sets ``OK = True``, made by hand (offline)."""
-    info = f"{name}-0.1.dist-info"
-    files = {f"{name}/__init__.py": "OK = True\n",
-             f"{info}/METADATA": "Metadata-Version: 2.1\nName: " + name + "\nVersion: 0.1\n"
-                                 + "".join(f"Requires-Dist: {r}\n" for r in requires),
-             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
-    record = "".join(f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b'=').decode()},"
-                     f"{len(text.encode())}\n" for path, text in files.items()) + f"{info}/RECORD,,\n"
-    wheel = folder / f"{name}-0.1-py3-none-any.whl"
-    with zipfile.ZipFile(wheel, "w") as z:
-        for path, text in {**files, f"{info}/RECORD": record}.items():
-            z.writestr(path, text)
-    return wheel
-
-
-def wheelhouse_of(folder: Path, have: list[str], requires: list[str]) -> Path:
-    folder.mkdir()
-    tiny_wheel(folder, "gpufeedtiny", requires)
-    (folder / "requirements.txt").write_text("gpufeedtiny==0.1\n")
-    python = f"{sys.version_info[0]}.{sys.version_info[1]}"
-    (folder / wheelhouse.MANIFEST).write_text(json.dumps({"python": python, "have": have}))
-    return folder
-
-
 #: The tests that use :func:`node_python` keep to one xdist worker (``--dist loadgroup``): a module
 #: fixture is made once per worker.
 NODE_PYTHON = pytest.mark.xdist_group("wheelhouse-node-python")
@@ -115,21 +89,13 @@ NODE_PYTHON = pytest.mark.xdist_group("wheelhouse-node-python")
 def node_python(tmp_path_factory) -> Path:
     """A Python that is itself a venv with torch, as on a cluster's GPU node (``/opt/torch/.venv``):
     a venv of this Python's base interpreter, given this environment's site-packages by a .pth."""
-    node = tmp_path_factory.mktemp("opt") / "torch-venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(node)], check=True)
-    purelib = subprocess.run([str(node / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                             check=True, capture_output=True, text=True).stdout.strip()
-    (Path(purelib) / "node-torch.pth").write_text(f"import site; site.addsitedir({sysconfig.get_path('purelib')!r})\n")
-    python = node / "bin" / "python"
-    probe = "import importlib.util, sys; print(sys.prefix != sys.base_prefix, importlib.util.find_spec('torch').origin)"
-    assert subprocess.run([str(python), "-c", probe], capture_output=True, text=True, check=True).stdout.startswith("True")
-    return python
+    return nodevenv.node_python(tmp_path_factory.mktemp("opt") / "torch-venv")
 
 
-def node_env(python: Path, venv: Path, house: Path) -> subprocess.CompletedProcess:
+def node_env(python: Path, venv: Path, house: Path, *more: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     return subprocess.run([str(python), str(ROOT / "tools" / "wheelhouse.py"), "node-env", "--venv", str(venv),
-                           "--wheelhouse", str(house)], capture_output=True, text=True, env=env, timeout=600)
+                           "--wheelhouse", str(house), *more], capture_output=True, text=True, env=env, timeout=600)
 
 
 @pytest.mark.slow
@@ -170,3 +136,60 @@ def test_node_env_refuses_wheels_for_another_python(tmp_path):
     (house / wheelhouse.MANIFEST).write_text(json.dumps({"python": "3.99", "have": []}))
     with pytest.raises(wheelhouse.NodeEnvError, match=r"for Python 3\.99.*--python"):
         wheelhouse.check_node(house)
+
+
+# --- every package pip will see, checked against the wheels before anything installs ----------
+
+NODE = {"torch": ("2.11.0+cu130", ["typing-extensions>=4.10", "filelock"], "/opt/torch/.venv/site-packages"),
+        "typing-extensions": ("4.12.2", [], "/opt"), "filelock": ("3.16.1", [], "/opt"),
+        "psutil": ("5.9.0", [], "/opt"), "pytest": ("7.4.0", ["pluggy<2,>=0.12"], "/opt"),
+        "pluggy": ("1.5.0", [], "/opt"), "pytest-benchmark": ("4.0.0", ["pytest>=3.8"], "/opt"),
+        "oldtool": ("1.0", ["pytest<7"], "/opt")}
+
+
+@pytest.mark.parametrize(("wheels", "bad", "notes"), [
+    ({"tensordict": ("0.10.0", ["torch>=2.9"])}, [], []),
+    ({"tensordict": ("0.10.0", ["torch>=2.12"])},  # the node's torch is too old for a wheel
+     ["tensordict 0.10.0 needs torch>=2.12: the node has torch 2.11.0+cu130 (/opt/torch/.venv/site-packages) and "
+      "the wheelhouse has none"], []),
+    ({"ipython": ("9.8.0", ["psutil>=7; sys_platform != 'emscripten'"])},  # the H100's node-env failure, found first
+     ["ipython 9.8.0 needs psutil>=7: the node has psutil 5.9.0 (/opt) and the wheelhouse has none"], []),
+    ({"ipython": ("9.8.0", ["psutil>=7"]), "psutil": ("7.0.0", [])}, [], []),  # the wheelhouse brings it
+    ({"nbmake": ("1.5", ["nbclient>=0.6"])}, ["nbmake 1.5 needs nbclient>=0.6: neither the node nor the wheelhouse has it"], []),
+    ({"typing-extensions": ("4.8.0", [])},  # replaces what torch (what the course runs) needs
+     ["the wheelhouse's typing-extensions 4.8.0 replaces the node's 4.12.2, and torch 2.11.0+cu130 needs "
+      "typing-extensions>=4.10"], []),
+    ({"pytest": ("8.3.5", ["pluggy<2,>=1.5"])}, [],  # replaces what a package the course does not run needs
+     ["the wheelhouse's pytest 8.3.5 replaces the node's 7.4.0, and oldtool 1.0 needs pytest<7"]),
+    ({"nbmake": ("1.5", ["nbclient>=0.6 ; extra == 'x'", "pytest>=6 ; python_version < '3.0'"])}, [], []),  # not for this node
+], ids=["fits", "node-too-old", "node-psutil", "wheel-brings-it", "nobody-has-it", "breaks-torch", "breaks-a-tool",
+        "markers-and-extras"])
+def test_every_package_pip_will_see_is_checked_against_the_wheels(wheels, bad, notes):
+    from packaging.markers import default_environment
+
+    env = {**default_environment(), "python_version": "3.12", "python_full_version": "3.12.3", "extra": ""}
+    assert wheelhouse.conflicts(wheels, NODE, ["torch"], env) == (bad, notes)
+
+
+@pytest.mark.slow
+@NODE_PYTHON
+def test_node_env_names_a_conflict_of_the_nodes_own_packages_in_one_line_and_returns_why(node_python, tmp_path):
+    """A wheel that needs a newer version of a package the node has (not a --have one): stopped
+    before pip runs, in one line naming both; with --out (``$OUT`` on the node) the log, run.json
+    and summary.txt are there."""
+    import yaml
+
+    house = wheelhouse_of(tmp_path / "wheelhouse", have=["pyyaml"], requires=["pyyaml>=999"])
+    made = node_env(node_python, tmp_path / "node-venv", house, "--out", str(tmp_path / "out"))
+    (line,) = made.stderr.strip().splitlines()
+    assert made.returncode == 1 and not (tmp_path / "node-venv").exists()
+    assert f"gpufeedtiny 0.1 needs pyyaml>=999: the node has pyyaml {yaml.__version__}" in line
+    assert "make wheelhouse" in line
+    out = tmp_path / "out"
+    assert sorted(p.name for p in out.iterdir()) == ["node-env.log", "run.json", "summary.txt"]
+    assert line in (out / "node-env.log").read_text()
+    assert json.loads((out / "run.json").read_text())["steps"][0] == {
+        "name": "node-env", "step": "node-env", "status": "failed", "summary": line}
+    said = (out / "summary.txt").read_text().split("\n\n")[0]
+    assert said.replace("\n", " ") == f"test-gpu: FAILED in node-env: {line}", "the first lines say why, wrapped"
+    assert max(map(len, (out / "summary.txt").read_text().splitlines())) <= 100

@@ -1,13 +1,16 @@
-"""The course as a static site (`make book`): every lesson executed in quick mode on this machine.
+"""The course as a static site (`make book`): every lesson executed in site mode on this machine.
 
-Two steps, so that each lesson runs once and an unchanged one never again::
+Site mode (``GPUFEED_MODE=site``, :func:`gpufeed.config.mode`) sizes each measurement so that the
+verdicts a page prints are decided on a 2-core machine wherever the effect is real; ``make test``'s
+quick mode only shows that a lesson runs. Two steps, so that each lesson runs once and an unchanged
+one never again::
 
-    python tools/book.py execute [--jobs N]   # run the lessons jupyter-cache lacks (GPUFEED_QUICK=1)
+    python tools/book.py execute [--jobs N]   # run the lessons jupyter-cache lacks (GPUFEED_MODE=site)
     python tools/book.py build                # Sphinx + MyST-NB from that cache into build/book/html
 
 ``execute`` keeps a jupyter-cache under ``build/book/cache/<key>``; a lesson is looked up by the
 hash of its code cells, and ``<key>`` hashes what else makes its numbers (the gpufeed package's
-source, ``uv.lock``, quick mode), so a change to the library runs every lesson again and the site
+source, ``uv.lock``, the mode), so a change to the library runs every lesson again and the site
 never shows numbers from code that is no longer there. A lesson whose cell raises stops the build
 with the lesson's name and traceback, as nbmake would; so does an output a learner should not read
 (:func:`output_problems`: a stderr block, a path of this machine, maintainers' jargon). ``--jobs 2`` runs two lessons at a time
@@ -17,8 +20,9 @@ the machine to itself, which is what the numbers on the site claim).
 ``build`` runs Sphinx afresh (``-E``: the hooks below change pages in ways their sources do not
 show) with ``book/conf.py``, whose hooks (:func:`setup`) make the README the home page with the
 lessons in order, put "measured on <machine>" at the top of every lesson (read from the lesson's
-own setup cell output, which the page folds: it opens on the lesson), with one line on what full
-mode measures and where those figures are, fold each optional deep dive into one closed block
+own setup cell output, which the page folds: it opens on the lesson), with one line on what the
+modes measure and where the figures of real machines are, and the lesson's evidence box
+(:mod:`gpufeed.measure.evidence`: its headline claims and where each one's evidence comes from), fold each optional deep dive into one closed block
 under its visible heading, turn the Colab badge into a plain link (the badge image would be
 fetched from Colab at view time), and copy the built slide deck (``slides/dist``, `make slides`)
 into the site when it is there. Warnings fail the build (a broken link between lessons is one).
@@ -76,9 +80,15 @@ def lessons() -> list[Path]:
     return registered or sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
 
 
+#: The modes a site may be built in: site (what is published) or quick (a check that every page builds).
+SITE_MODES = ("site", "quick")
+
+
 def cache_key() -> str:
     """A hash of what a lesson's outputs depend on besides its own code cells."""
-    h = hashlib.sha256(os.environ.get("GPUFEED_QUICK", "0").encode())
+    from gpufeed import config
+
+    h = hashlib.sha256(config.mode().encode())
     for path in sorted((ROOT / "src" / "gpufeed").rglob("*.py")) + [ROOT / "uv.lock"]:
         h.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
     return h.hexdigest()[:12]
@@ -97,8 +107,11 @@ def _run_one(data):
 
 def execute(jobs: int = 1) -> int:
     """Runs every lesson the cache lacks; returns 0, or 1 after naming the lessons that failed."""
-    if os.environ.get("GPUFEED_QUICK") != "1":
-        print("book: set GPUFEED_QUICK=1 (make book does): the site shows the quick-mode run", file=sys.stderr)
+    from gpufeed import config
+
+    if config.mode() not in SITE_MODES:
+        print("book: set GPUFEED_MODE=site (make book does; GPUFEED_QUICK=1 for a quick check): full mode would "
+              "take hours on this machine", file=sys.stderr)
         return 2
     from jupyter_cache import get_cache
     from jupyter_cache.executors.basic import ProcessData
@@ -108,6 +121,7 @@ def execute(jobs: int = 1) -> int:
         if old != here:
             print(f"book: the package or uv.lock changed since {old.name}: every lesson runs again")
             shutil.rmtree(old)
+    os.environ["GPUFEED_PROGRESS"] = "0"  # the kernels inherit it: a page keeps results, not progress bars
     cache = get_cache(str(here))
     # The project lists notebooks by absolute path: forget those of another checkout (a cache copied
     # from elsewhere, as CI restores it) or of a renamed lesson, whose outputs stay matched by hash.
@@ -118,7 +132,8 @@ def execute(jobs: int = 1) -> int:
     for nb in sorted(current):
         cache.add_nb_to_project(nb)
     todo = sorted(cache.list_unexecuted(), key=lambda r: r.uri)
-    print(f"book: {len(lessons()) - len(todo)} lessons cached, {len(todo)} to run ({jobs} at a time)", flush=True)
+    print(f"book: {len(lessons()) - len(todo)} lessons cached, {len(todo)} to run in {config.mode()} mode "
+          f"({jobs} at a time)", flush=True)
     work = [ProcessData(r.pk, r.uri, cache, TIMEOUT_S, False) for r in todo]
     start = time.perf_counter()
     if jobs > 1 and len(work) > 1:
@@ -155,14 +170,14 @@ def execute(jobs: int = 1) -> int:
 #: virtual environment, an installed package's file. :func:`machine_paths` adds this machine's own.
 MACHINE_PATH = re.compile(r"(?<![\w.~])(?:/tmp/|/var/tmp/|/home/\w|/root/|/Users/\w|[A-Za-z]:\\Users\\)"
                           r"|(?<![\w-])\.venv\b|\bsite-packages\b|\bdist-packages\b")
-#: The maintainers' words, by kind. GPUFEED_QUICK is no maintainers' word: it is the learner's switch
-#: for quick mode, which the README and every lesson's setup cell name; the course's other
-#: variables (GPUFEED_RESULTS, GPUFEED_MEASURE_S, ...) are for whoever maintains it.
+#: The maintainers' words, by kind. GPUFEED_QUICK and GPUFEED_MODE are no maintainers' words: they are
+#: the learner's switches between modes, which the README and every lesson's setup cell name; the
+#: course's other variables (GPUFEED_RESULTS, GPUFEED_MEASURE_S, ...) are for whoever maintains it.
 JARGON = {
     "commit hash": re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b"),
     "issue number": re.compile(r"\bissues? #?\d+", re.I),
     "pull request": re.compile(r"\b(?:pull request|PR) ?#\d+", re.I),
-    "maintainers' variable": re.compile(r"\bGPUFEED_(?!QUICK\b)[A-Z0-9_]+"),
+    "maintainers' variable": re.compile(r"\bGPUFEED_(?!(?:QUICK|MODE)\b)[A-Z0-9_]+"),
 }
 #: A web address: a link to a published source may pin the commit it cites (a permalink); that
 #: is a citation, not the course's jargon, so :data:`JARGON` is looked for outside addresses.
@@ -364,20 +379,30 @@ def committed_results() -> list[str]:
     return sorted(p.name for p in RESULTS.iterdir() if p.is_dir()) if RESULTS.is_dir() else []
 
 
-def full_mode_note(machines: list[str]) -> list[tuple[str, str | None]]:
-    """The line under the machine note, as (text, link or None) pieces: what full mode measures
-    instead of quick mode, and where the committed full-size and GPU figures are.
+#: What each mode's numbers can carry, said under the machine note.
+MODE_NOTES = {
+    "site": "Site mode sizes each measurement so that this page's verdicts (faster, slower, the same) are decided "
+            "on this machine where the effect is real; a sentence that says \"this run cannot tell\" could not "
+            "tell here. ",
+    "quick": "Quick mode (GPUFEED_QUICK=1) uses tiny sizes, only to show that the lesson runs: most of its "
+             "verdicts read \"this run cannot tell\". ",
+}
+
+
+def mode_note(machines: list[str], mode: str = "site") -> list[tuple[str, str | None]]:
+    """The line under the machine note, as (text, link or None) pieces: what this page's mode can
+    carry, what full mode measures instead, and where the committed full-size and GPU figures are.
 
     Example:
-        >>> pieces = full_mode_note(["cpu-epyc", "h100-80gb-hbm3"])
-        >>> print("".join(text for text, _ in pieces))
-        Full mode (no GPUFEED_QUICK, as a learner runs it) measures at the talks' sizes instead: images up to 1280x960 on a GPU, larger datasets, more repeats. Full-mode and GPU figures of real machines: results/cpu-epyc/, results/h100-80gb-hbm3/ (GPU); how they are made: results/README.md.
+        >>> pieces = mode_note(["cpu-epyc", "h100-80gb-hbm3"])
+        >>> print("".join(text for text, _ in pieces))  # doctest: +ELLIPSIS
+        Site mode sizes each measurement so that this page's verdicts ... Full mode (no GPUFEED_QUICK or GPUFEED_MODE, as a learner runs it) measures at the talks' sizes instead: images up to 1280x960 on a GPU, larger datasets, more repeats. Full-mode and GPU figures of real machines: results/cpu-epyc/, results/h100-80gb-hbm3/ (GPU); how they are made: results/README.md.
         >>> [link for _, link in pieces if link][-1]
         'https://github.com/gpufeed/gpufeed/blob/main/results/README.md'
     """
-    pieces: list[tuple[str, str | None]] = [(
-        "Full mode (no GPUFEED_QUICK, as a learner runs it) measures at the talks' sizes instead: images "
-        "up to 1280x960 on a GPU, larger datasets, more repeats. ", None)]
+    pieces: list[tuple[str, str | None]] = [(MODE_NOTES.get(mode, ""), None), (
+        "Full mode (no GPUFEED_QUICK or GPUFEED_MODE, as a learner runs it) measures at the talks' sizes instead: "
+        "images up to 1280x960 on a GPU, larger datasets, more repeats. ", None)]
     if machines:
         pieces.append(("Full-mode and GPU figures of real machines: ", None))
         for i, name in enumerate(machines):
@@ -388,6 +413,37 @@ def full_mode_note(machines: list[str]) -> list[tuple[str, str | None]]:
         pieces.append(("Where the figures of real machines go and how they are made: ", None))
     pieces += [("results/README.md", f"{repo_url()}/blob/main/results/README.md"), (".", None)]
     return pieces
+
+
+def evidence_nodes(number: str, cuda: bool):
+    """The lesson's evidence box as docutils nodes (:mod:`gpufeed.measure.evidence`, the same
+    sources the notebook's setup cell shows): a rubric, then each claim with its sources.
+
+    Example:
+        >>> box = evidence_nodes("08", cuda=False)
+        >>> box["classes"], box.astext().splitlines()[0]
+        (['evidence'], 'Evidence on this page')
+    """
+    from docutils import nodes
+
+    from gpufeed.measure import evidence
+    from gpufeed.measure.lessons import lesson
+
+    box = nodes.container(classes=["evidence"])
+    box += nodes.rubric(text="Evidence on this page")
+    claims = nodes.enumerated_list()
+    for claim in lesson(number).claims:
+        item = nodes.list_item("", nodes.paragraph(text=claim.says))
+        found = nodes.bullet_list()
+        for src in evidence.sources(claim, number, cuda):
+            para = nodes.paragraph("", "", nodes.emphasis(text=src.kind), nodes.Text(f": {src.text}"))
+            if src.link:
+                para += [nodes.Text(" ("), nodes.reference("source", "source", refuri=src.link), nodes.Text(")")]
+            found += nodes.list_item("", para)
+        item += found
+        claims += item
+    box += claims
+    return box
 
 
 def fold_deep_dives(doctree) -> int:
@@ -516,10 +572,14 @@ def _doctree_read(app, doctree) -> None:
     note = nodes.admonition(classes=["machine-note"])
     note += nodes.title(text="Measured on")
     note += nodes.paragraph(text=machine_note(outputs[0], data.get("mtime"), data.get("runtime")))
+    setup = MODE_LINE.search(outputs[0])
     full = nodes.paragraph(classes=["full-mode"])
-    for text, link in full_mode_note(committed_results()):
+    for text, link in mode_note(committed_results(), setup.group(2) if setup else "site"):
         full += nodes.reference(text, text, refuri=link) if link else nodes.Text(text)
     note += full
+    registered = {x.stem: x.number for x in LESSONS}  # a test's fixture lesson has no claims to show
+    if setup and docname.removeprefix("notebooks/") in registered:
+        note += evidence_nodes(registered[docname.removeprefix("notebooks/")], cuda=setup.group(1).startswith("cuda"))
     section = doctree.next_node(nodes.section)
     section.insert(1, note)
     # The setup cell folds (tools/notebooks.py tags it): the page opens on the lesson.
@@ -539,7 +599,7 @@ def setup(app) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("execute", help="run the lessons the cache lacks (GPUFEED_QUICK=1)")
+    run = sub.add_parser("execute", help="run the lessons the cache lacks (GPUFEED_MODE=site, or GPUFEED_QUICK=1)")
     run.add_argument("--jobs", type=int, default=1, help="lessons at a time (default 1: numbers undisturbed)")
     sub.add_parser("build", help="the site from the cache, into build/book/html")
     args = parser.parse_args(argv)

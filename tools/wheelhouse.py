@@ -13,15 +13,18 @@ every platform); this tool evaluates the markers for the node's Python and platf
 ``pip download --no-deps --only-binary=:all:``. ``wheelhouse.json`` beside the wheels records the
 node's Python and the ``--have`` list, and ``.gpufeed-commit`` in the checkout the commit (the
 node's copy has no ``.git``; :func:`gpufeed.measure.machine.git_commit` reads it). Copy the folder
-(and the repository) to the node, then ``make node-env`` there (``make test-gpu`` runs it) makes a
-venv that sees the node Python's own packages, checks that it has every ``--have`` package at a
-version the wheels accept, and installs the wheels with ``pip --no-index``.
+(and the repository) to the node, then ``make node-env`` there (``make test-gpu`` runs it) checks,
+before anything installs, that the node has every ``--have`` package and that every package pip will
+see in the venv, the node's own and the wheels', fits the others (:func:`conflicts`: one line naming
+the first conflict), makes a venv that sees the node Python's own packages and installs the wheels
+with ``pip --no-index``. With ``--out`` (``$OUT`` on the node) its log goes there as it is written,
+and ``run.json`` and ``summary.txt`` where it fails.
 
 Usage::
 
     python tools/wheelhouse.py collect [--python 3.12] [--glibc 2.28] [--have torch,numpy,...]
                                        [--dali] [--out wheelhouse] [--dry-run] [--uv uv]
-    python3 tools/wheelhouse.py node-env --venv .venv-node [--wheelhouse wheelhouse]  # with the node's python
+    python3 tools/wheelhouse.py node-env --venv .venv-node [--wheelhouse wheelhouse] [--out $OUT]  # the node's python
 
 Only the collect step needs the network; the tests check the selection offline.
 """
@@ -232,21 +235,134 @@ def _have_versions(names: list[str]) -> dict[str, str | None]:
     return out
 
 
-def wheel_requirements(wheel: Path) -> list:
-    """The ``Requires-Dist`` lines of a wheel's METADATA (``packaging`` Requirements)."""
-    from packaging.requirements import Requirement
+def _packaging():
+    """``packaging``'s ``requirements``, ``markers`` and ``version`` modules: the package where this
+    Python has it, else the copy pip vendors (a node's python often has pip and not packaging)."""
+    try:
+        from packaging import markers, requirements, version
+    except ImportError:
+        from pip._vendor.packaging import markers, requirements, version
+    return requirements, markers, version
 
+
+def _metadata_fields(text: str) -> tuple[str, str, list[str]]:
+    """``(Name, Version, [Requires-Dist])`` of a METADATA file's headers."""
+    head = text.split("\n\n", 1)[0].splitlines()
+    field = lambda key: [x.split(":", 1)[1].strip() for x in head if x.startswith(f"{key}:")]  # noqa: E731
+    return (field("Name") or [""])[0], (field("Version") or [""])[0], field("Requires-Dist")
+
+
+def wheel_metadata(wheel: Path) -> tuple[str, str, list[str]]:
+    """A wheel's ``(name, version, Requires-Dist lines)``, read from its METADATA."""
     with zipfile.ZipFile(wheel) as z:
         meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
-        text = z.read(meta).decode("utf-8", "replace")
-    return [Requirement(line.split(":", 1)[1].strip()) for line in text.split("\n\n", 1)[0].splitlines()
-            if line.startswith("Requires-Dist:")]
+        return _metadata_fields(z.read(meta).decode("utf-8", "replace"))
 
 
-def check_node(wheelhouse: Path) -> dict:
+def wheel_requirements(wheel: Path) -> list:
+    """The ``Requires-Dist`` lines of a wheel's METADATA (``packaging`` Requirements)."""
+    Requirement = _packaging()[0].Requirement
+    return [Requirement(line) for line in wheel_metadata(wheel)[2]]
+
+
+def installed() -> dict[str, tuple[str, list[str], str]]:
+    """Every distribution this Python sees, as pip in the node venv will (its site folders are on
+    the venv's path): ``{name: (version, Requires-Dist lines, where)}``, the first on ``sys.path``
+    where one is installed twice, as imports and pip take it."""
+    from importlib import metadata
+
+    out: dict[str, tuple[str, list[str], str]] = {}
+    for dist in metadata.distributions():
+        name = canonicalize_name(dist.metadata["Name"] or "")
+        if name and name not in out:
+            where = str(getattr(dist, "_path", "") or "")
+            out[name] = (dist.version, list(dist.requires or []), str(Path(where).parent) if where else "")
+    return out
+
+
+def conflicts(wheels: dict[str, tuple[str, list[str]]], node: dict[str, tuple[str, list[str], str]],
+              have: list[str], env: dict[str, str]) -> tuple[list[str], list[str]]:
+    """What pip will meet in the node venv, before anything installs: ``(conflicts, notes)``, one
+    line each. The venv will see every wheel (``{name: (version, requires)}``) and, where no wheel
+    shadows it, every package of the node (``{name: (version, requires, where)}``).
+
+    A conflict: a wheel that needs a package neither the wheelhouse nor the node has at a version it
+    accepts (pip, offline, would stop there), or a wheel that replaces a package that the ``have``
+    packages (what the course runs on: torch, ...) or what they need do not accept. A note: a wheel
+    that replaces a package another of the node's packages does not accept (a package the course
+    does not run: the venv may break it, the run does not).
+
+    Example:
+        >>> env = {"python_version": "3.12", "python_full_version": "3.12.3", "sys_platform": "linux",
+        ...        "platform_machine": "x86_64", "extra": ""}
+        >>> node = {"torch": ("2.11.0", ["typing-extensions>=4.10"], "/opt"),
+        ...         "typing-extensions": ("4.12.2", [], "/opt"), "psutil": ("5.9.0", [], "/opt")}
+        >>> wheels = {"ipykernel": ("7.1.0", ["psutil>=5.7"]), "tensordict": ("0.10.0", ["torch>=2.9"])}
+        >>> conflicts(wheels, node, ["torch"], env)
+        ([], [])
+        >>> wheels["ipython"] = ("9.8.0", ["psutil>=7; sys_platform != 'emscripten'"])
+        >>> print(conflicts(wheels, node, ["torch"], env)[0][0])
+        ipython 9.8.0 needs psutil>=7: the node has psutil 5.9.0 (/opt) and the wheelhouse has none
+        >>> wheels["typing-extensions"] = ("4.8.0", [])
+        >>> print(conflicts(wheels, node, ["torch"], env)[0][1])
+        the wheelhouse's typing-extensions 4.8.0 replaces the node's 4.12.2, and torch 2.11.0 needs typing-extensions>=4.10
+    """
+    reqs, _, version = _packaging()
+    seen = {n: (v, r, "the wheelhouse") for n, (v, r) in wheels.items()}
+    seen.update({n: x for n, x in node.items() if n not in wheels})
+
+    def needs(requires: list[str]):
+        for line in requires:
+            try:
+                r = reqs.Requirement(line)
+                if r.marker is None or r.marker.evaluate(env):
+                    yield r
+            except Exception:  # noqa: BLE001 - an unparsable line of someone else's metadata
+                continue
+
+    def accepts(r, v: str) -> bool:
+        try:
+            return r.specifier.contains(version.Version(v), prereleases=True)
+        except Exception:  # noqa: BLE001 - a version PEP 440 cannot read: pip cannot tell either
+            return True
+
+    course = set()  # the have packages and what they need, as the node has them
+    todo = [canonicalize_name(h) for h in have]
+    while todo:
+        n = todo.pop()
+        if n in course or n not in node:
+            continue
+        course.add(n)
+        todo += [canonicalize_name(r.name) for r in needs(node[n][1])]
+    bad, notes = [], []
+    for name, (v, requires) in sorted(wheels.items()):
+        for r in needs(requires):
+            dep = canonicalize_name(r.name)
+            if dep not in seen:
+                bad.append(f"{name} {v} needs {r.name}{r.specifier}: neither the node nor the wheelhouse has it")
+            elif not accepts(r, seen[dep][0]):
+                where = f"the node has {r.name} {seen[dep][0]} ({seen[dep][2]})" if dep not in wheels else \
+                    f"the wheelhouse has {r.name} {seen[dep][0]}"
+                bad.append(f"{name} {v} needs {r.name}{r.specifier}: {where}" +
+                           (" and the wheelhouse has none" if dep not in wheels else ""))
+    for name, (v, requires, _) in sorted(node.items()):
+        if name in wheels:
+            continue
+        for r in needs(requires):
+            dep = canonicalize_name(r.name)
+            if dep in wheels and dep in node and not accepts(r, wheels[dep][0]):
+                line = (f"the wheelhouse's {dep} {wheels[dep][0]} replaces the node's {node[dep][0]}, "
+                        f"and {name} {v} needs {r.name}{r.specifier}")
+                (bad if name in course else notes).append(line)
+    return bad, notes
+
+
+def check_node(wheelhouse: Path, log=print) -> dict:
     """What ``node-env`` checks before it installs anything, in this (the node's) Python: the
-    wheels were collected for its version, it has every ``--have`` package, and each at a version
-    that every wheel accepts. Returns the manifest; raises :class:`NodeEnvError` (one line)."""
+    wheels were collected for its version, it has every ``--have`` package (and it imports), and
+    every package pip will see in the venv, the node's and the wheels', fits the others
+    (:func:`conflicts`; the notes go to ``log``). Returns the manifest; raises
+    :class:`NodeEnvError`, one line naming the first conflict."""
     change = "change WHEELHOUSE_ARGS (--have ...) and run `make wheelhouse` again on a machine with internet"
     path = wheelhouse / MANIFEST
     if not path.is_file():
@@ -262,28 +378,51 @@ def check_node(wheelhouse: Path) -> dict:
         raise NodeEnvError(f"node-env: {sys.executable} has no {', '.join(missing)} (or it does not import), "
                            f"but the wheelhouse left it out (--have): take it out of --have, i.e. {change}")
     try:
-        from packaging.markers import default_environment
+        markers = _packaging()[1]
     except ImportError:
-        print("node-env: no `packaging` here, so the --have versions are not checked against the wheels",
-              file=sys.stderr)
+        log("node-env: neither packaging nor pip here, so the node's packages are not checked against the wheels")
         return manifest
-    env = {**default_environment(), "extra": ""}
+    wheels = {}
     for wheel in sorted(wheelhouse.glob("*.whl")):
-        for req in wheel_requirements(wheel):
-            name = canonicalize_name(req.name)
-            if name in versions and (req.marker is None or req.marker.evaluate(env)) \
-                    and not req.specifier.contains(versions[name], prereleases=True):
-                raise NodeEnvError(f"node-env: {wheel.name} needs {req.name}{req.specifier}, {sys.executable} has "
-                                   f"{req.name} {versions[name]}: take {req.name} out of --have, i.e. {change}")
+        name, version, requires = wheel_metadata(wheel)
+        wheels[canonicalize_name(name)] = (version, requires)
+    node = installed()
+    bad, notes = conflicts(wheels, node, manifest["have"], {**markers.default_environment(), "extra": ""})
+    for line in notes:
+        log(f"node-env: note: {line} (not a package the course runs)")
+    if bad:
+        more = f" (and {len(bad) - 1} more: {'; '.join(bad[1:3])}{'; ...' if len(bad) > 3 else ''})" if len(bad) > 1 else ""
+        raise NodeEnvError(f"node-env: {bad[0]}{more}: {change}")
+    log(f"node-env: {len(node)} packages of {sys.executable} and {len(wheels)} wheels checked: no conflict")
     return manifest
 
 
-def node_env(venv: Path, wheelhouse: Path, checkout: Path = ROOT) -> None:
+class Log:
+    """``make node-env``'s output: each line to stdout and, where ``out`` is given (``$OUT`` on a
+    GPU node), appended to ``out/node-env.log`` at once, so that a run that dies here returns it."""
+
+    def __init__(self, out: Path | None):
+        self.lines: list[str] = []
+        self.file = None
+        if out is not None:
+            out.mkdir(parents=True, exist_ok=True)
+            self.file = open(out / "node-env.log", "w")  # noqa: SIM115 - open while node-env runs
+
+    def __call__(self, line: str, err: bool = False) -> None:
+        line = line.rstrip("\n")
+        self.lines.append(line)
+        print(line, file=sys.stderr if err else sys.stdout, flush=True)
+        if self.file:
+            self.file.write(line + "\n")
+            self.file.flush()
+
+
+def node_env(venv: Path, wheelhouse: Path, checkout: Path = ROOT, log=print) -> None:
     """Makes ``venv`` on this (the node's) Python: it sees this Python's own packages (a ``.pth``
     that adds :func:`node_site_dirs`, since ``--system-site-packages`` would give the *base*
     interpreter's where this Python is itself a venv), gets the wheelhouse with ``pip --no-index``
-    and the checkout's ``src/`` on its path. Checks first (:func:`check_node`)."""
-    manifest = check_node(wheelhouse)
+    and the checkout's ``src/`` on its path. Checks first (:func:`check_node`); pip's output goes to ``log``."""
+    manifest = check_node(wheelhouse, log)
     sites = node_site_dirs()
     if not (venv / "bin" / "python").exists():
         made = subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True)
@@ -306,8 +445,16 @@ def node_env(venv: Path, wheelhouse: Path, checkout: Path = ROOT) -> None:
                            f"{sys.executable} ({seen.stderr.strip().splitlines()[-1:] or 'no error'})")
     has_pip = subprocess.run([str(python), "-m", "pip", "--version"], capture_output=True).returncode == 0
     pip = [str(python), "-m", "pip"] if has_pip else [sys.executable, "-m", "pip", "--python", str(python)]
-    subprocess.run([*pip, "install", "--quiet", "--no-index", "--find-links", str(wheelhouse),
-                    "-r", str(wheelhouse / "requirements.txt")], check=True)
+    cmd = [*pip, "install", "--quiet", "--no-index", "--find-links", str(wheelhouse), "-r", str(wheelhouse / "requirements.txt")]
+    log(f"$ {shlex.join(cmd)}")
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+        said = []
+        for line in proc.stdout:
+            log(line)
+            said += [line] if line.strip() else []
+    if proc.returncode:
+        errors = [x for x in said if x.startswith("ERROR")] or said or [f"exit status {proc.returncode}"]
+        raise NodeEnvError(f"node-env: pip install from {wheelhouse} failed: {errors[0].strip()}")
 
 
 def main(argv: list[str]) -> int:
@@ -317,6 +464,8 @@ def main(argv: list[str]) -> int:
                                         "with the wheelhouse installed")
     n.add_argument("--venv", type=Path, required=True)
     n.add_argument("--wheelhouse", type=Path, default=ROOT / "wheelhouse")
+    n.add_argument("--out", type=Path, default=None,
+                   help="a folder that gets node-env.log as it is written, and run.json and summary.txt if it fails ($OUT)")
     c = sub.add_parser("collect", help="download the wheels a GPU node lacks")
     c.add_argument("--python", default="3.12", help="the node's Python, MAJOR.MINOR (default 3.12)")
     c.add_argument("--glibc", default="2.28", help="the node's glibc (`ldd --version`); default 2.28")
@@ -330,12 +479,18 @@ def main(argv: list[str]) -> int:
     c.add_argument("--uv", default=None, help="the uv that exports uv.lock (default: $UV, uv on PATH, .uv/bin/uv)")
     args = parser.parse_args(argv[1:])
     if args.command == "node-env":
+        log = Log(args.out)
         try:
-            node_env(args.venv.absolute(), args.wheelhouse.absolute())
-        except NodeEnvError as e:
-            print(e, file=sys.stderr)
+            node_env(args.venv.absolute(), args.wheelhouse.absolute(), log=log)
+        except (NodeEnvError, OSError, subprocess.SubprocessError) as e:
+            line = str(e) if isinstance(e, NodeEnvError) else f"node-env: {type(e).__name__}: {e}"
+            log(line, err=True)
+            sys.path.insert(0, str(Path(__file__).parent))  # tools/: gpurun.outbox (standard library only)
+            from gpurun import outbox
+
+            outbox.failed_early(args.out, "node-env", line, log.lines[-20:])
             return 1
-        print(f"node-env: {args.venv} sees {sys.executable}'s packages; the wheelhouse is installed")
+        log(f"node-env: {args.venv} sees {sys.executable}'s packages; the wheelhouse is installed")
         return 0
     split = lambda s: [x for x in s.replace(" ", ",").split(",") if x]  # noqa: E731
     wheels = select(marker_environment(args.python), split(args.have), split(args.tools), args.dali,

@@ -94,31 +94,43 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--model", default="resnet18", help="a torchvision classification model, random weights")
     d.add_argument("--crop", type=int, default=224, help="RandomResizedCrop's size")
     d.add_argument("--batches", type=int, default=10, help="timed batches of each measurement")
+    d.add_argument("--fixes", type=float, default=10.0, metavar="SECONDS",
+                   help="time the DataLoader settings a finding suggests may take to be re-timed (0: none)")
     return p
 
 
 def _diagnose(args) -> int:
     """The usual pipeline (ImageFolder, RandomResizedCrop, flip, ToTensor, Normalize; a DataLoader; a
-    torchvision model, SGD, the loss read every step) on ``--folder``, diagnosed."""
+    torchvision model, SGD, the loss read every step) on ``--folder``, diagnosed. Every failure is one
+    line on stderr (the loader's, the step's, the pipeline's own), never a traceback."""
     import torch
     import torchvision
     from torch.utils.data import DataLoader
     from torchvision import transforms as T
 
     from gpufeed.data.transforms import IMAGENET_MEAN, IMAGENET_STD
-    from gpufeed.measure.diagnosis import DiagnoseError, diagnose
+    from gpufeed.measure.batches import DiagnoseError, line
+    from gpufeed.measure.diagnosis import diagnose
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
 
-    def run():
+    def build():
         if not hasattr(torchvision.models, args.model):
             raise DiagnoseError(f"--model {args.model}: torchvision.models has no such model (try resnet18)")
         tf = T.Compose([T.RandomResizedCrop(args.crop), T.RandomHorizontalFlip(), T.ToTensor(),
                         T.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
-        dataset = torchvision.datasets.ImageFolder(args.folder, transform=tf)
-        loader = DataLoader(dataset, batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
-                            pin_memory=args.pin_memory, drop_last=True)
-        model = getattr(torchvision.models, args.model)(num_classes=len(dataset.classes)).to(device)
+        try:
+            dataset = torchvision.datasets.ImageFolder(args.folder, transform=tf)
+            loader = DataLoader(dataset, batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
+                                pin_memory=args.pin_memory, drop_last=True)
+            model = getattr(torchvision.models, args.model)(num_classes=len(dataset.classes)).to(device)
+        except Exception as e:
+            raise DiagnoseError(f"diagnose: building the pipeline on --folder {args.folder} failed: "
+                                f"{type(e).__name__}: {line(e)}") from e
+        return loader, model
+
+    def run():
+        loader, model = build()
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
 
         def step(batch):
@@ -129,11 +141,16 @@ def _diagnose(args) -> int:
             opt.step()
             return loss.item()  # as a loop that logs every step
 
-        return diagnose(loader, step, batches=args.batches)
+        return diagnose(loader, step, batches=args.batches, fixes=args.fixes)
 
-    report, status = _guarded(run, (DiagnoseError, FileNotFoundError))
+    report, status = _guarded(run, (DiagnoseError,))
     if not status:
         print(report)
+        done = [r.setting for r in report.retimed if not r.note]
+        left = [f"{r.setting} ({r.note})" for r in report.retimed if r.note]
+        print(f"\nRe-timed within {args.fixes:g} s: {', '.join(done) or 'nothing'}" + (
+            f"; not re-timed: {'; '.join(left)}." if left else ".") if report.retimed else
+            "\nNothing re-timed: " + ("--fixes 0." if not args.fixes else "no DataLoader setting was suggested."))
     return status
 
 

@@ -124,3 +124,58 @@ def one_line(steps: list[dict], items: list[dict], exit_code: int) -> str:
     for step in dict.fromkeys(e["step"] for e in items):
         parts.append(f"{step}: {count([e for e in items if e['step'] == step])}")
     return f"test-gpu: {'passed' if exit_code == 0 else 'FAILED'}; " + "; ".join(parts)
+
+
+def summary(doc: dict, exit_code: int | None, columns: int = 100, rows: int = 24) -> str:
+    """The run on one screen (``summary.txt``, at most ``rows`` lines of ``columns``): the verdict,
+    the machine, each step, each failure or cut with its cell, and what the archive left out.
+    ``exit_code`` None: the run is still going (the file is rewritten after every step).
+
+    Example:
+        >>> doc = {"budget_s": 460, "elapsed_s": 300, "plan_name": "default", "machine": {"gpu": "H200", "cores": 16},
+        ...        "commit": "abc", "steps": [{"name": "cuda", "status": "passed", "seconds": 80, "summary": "47 passed"}],
+        ...        "items": [{"name": "03_dtypes", "step": "quick", "status": "failed", "cells_done": 4,
+        ...                   "cells_total": 9, "cell": {"index": 7, "first_line": "f()"}, "error_line": "ValueError: v"}],
+        ...        "archive": {"bytes": 2**20, "left_out": []}}
+        >>> print(summary(doc, 1))
+        test-gpu: FAILED (exit 1), 300 of 460 s, plan default
+        H200, 16 cores, commit abc
+        cuda         passed              80 s  47 passed
+        quick: 1 failed
+          failed 03_dtypes: cell 7 (f()): ValueError: v
+        archive: 1.0 MiB, nothing left out
+    """
+    m = doc.get("machine") or {}
+    state = "running" if exit_code is None else ("passed" if exit_code == 0 else f"FAILED (exit {exit_code})")
+    lines = [f"test-gpu: {state}, {doc.get('elapsed_s', 0):.0f} of {doc.get('budget_s', 0):.0f} s, "
+             f"plan {doc.get('plan_name', 'default')}",
+             ", ".join(str(x) for x in (m.get("gpu") or m.get("cpu"), f"{m.get('cores')} cores" if m.get("cores") else None,
+                                        f"torch {m['torch']}" if m.get("torch") else None,
+                                        f"driver {m['driver']}" if m.get("driver") else None,
+                                        f"commit {doc.get('commit')}") if x)]
+    if doc.get("error"):  # the run itself broke: said before anything else
+        lines.append(f"error: {doc['error']}")
+    for s in doc.get("steps", []):
+        lines.append(f"{s['name']:12} {s['status']:16} {_secs(s.get('seconds')):>5} s  {s.get('summary') or s.get('reason') or ''}")
+    items = doc.get("items", [])
+    notes = []
+    for step in dict.fromkeys(e["step"] for e in items):
+        mine = [e for e in items if e["step"] == step]
+        lines.append(f"{step}: {count(mine)}")
+        for e in mine:
+            if e["status"] in FAILURES:
+                where = f"cell {e['cell']['index']} ({e['cell']['first_line'][:30]}): " if e.get("cell") else ""
+                notes.append(f"  {e['status']} {e['name']}: {where}{e.get('error_line') or ''}")
+            elif e["status"] == CUT:
+                notes.append(f"  cut {e['name']}: {e.get('cells_done', 0)}/{e.get('cells_total', 0)} cells done")
+        lines += notes
+        notes = []
+    archive = doc.get("archive") or {}
+    if archive:
+        left = archive.get("left_out") or []
+        lines.append(f"archive: {(archive.get('bytes') or 0) / 2**20:.1f} MiB, " + (
+            f"left out {len(left)} files ({sum(b for _, b in left) / 2**20:.1f} MiB): " + ", ".join(n for n, _ in left)
+            if left else "nothing left out"))
+    if len(lines) > rows:  # the failures beyond the screen: run.json names them all
+        lines = lines[:rows - 1] + [f"... {len(lines) - rows + 1} more lines: run.json has them all"]
+    return "\n".join((x if len(x) <= columns else x[:columns - 3] + "...").rstrip() for x in lines)

@@ -6,7 +6,14 @@ every step, notebook and producer with status and seconds, each test, for a fail
 first line and the error), ``results/<gpu>/`` the references made (with ``references.json``),
 ``results-quick/`` what the quick notebooks saved (not references), ``executed/quick/`` and
 ``executed/`` every notebook with its outputs and figures, ``junit/``, ``logs/`` (each step's
-output, ``pip-freeze.txt``, ``node-env.log``, ``machine.json``).
+output, ``pip-freeze.txt``, ``node-env.log``, ``machine.json``), ``summary.txt``. And into ``$OUT``
+(:mod:`gpurun.outbox`), after every step: the archive (under 12 MiB), ``run.json``, ``summary.txt``,
+the node-env log and the junit files.
+
+Every pytest it starts runs with plugin autoload off (``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1``) and the
+plugins it needs named (``-p xdist.plugin``, ``-p gpurun.plugin``; the tests' own ``cudasan`` comes
+from ``conftest.py``): a node's own pytest plugins, one that fails to import or one that changes
+collection, then cannot matter. The notebooks run through :mod:`gpurun.notebook` (no pytest).
 """
 
 from __future__ import annotations
@@ -16,20 +23,19 @@ import os
 import re
 import shutil
 import sys
-import tarfile
 import time
 from dataclasses import asdict
 from pathlib import Path
 
 from gpufeed.measure import references
-from gpurun import ROOT, TOOLS, plan, preflight, report
+from gpurun import ROOT, TOOLS, outbox, plan, preflight, report
 from gpurun.procs import Child
 from gpurun.report import CUT, FAILED, FAILURES, NOT_RUN, NOT_RUN_BECAUSE, PASSED, Entry
-from gpurun.steps import STEPS, Producer, Step, producers
+from gpurun.steps import ORDERS, STEPS, Producer, Step, producers
 
 FORMAT = "gpufeed-gpu-run"
-#: Seconds a pytest that has reported its notebook may take to exit before it is stopped.
-GRACE_S = 5.0
+#: What every pytest of the run gets in its environment: only the plugins its command names load.
+NO_AUTOLOAD = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
 
 
 class Run:
@@ -48,7 +54,15 @@ class Run:
         self.quick = bool(self.standin)
         self.python = sys.executable
         self.cores = usable_cores()
-        self.lanes = args.jobs or max(1, min(6, self.cores // 3))
+        self.lanes = args.jobs or lanes(self.cores)
+        self.plan_name = getattr(args, "plan", None) or "default"
+        self.order = ORDERS[self.plan_name]
+        self.out: Path | None = getattr(args, "out", None)
+        self.packer = outbox.Packer()
+        self.archive: dict = {}
+        self.error: str | None = None
+        self.exit_code: int | None = None
+        self.need_bytes = 0
         self.steps: list[Entry] = []
         self.items: list[Entry] = []
         self.plan: list[Entry] = []
@@ -72,9 +86,13 @@ class Run:
         """A child's environment: its mode, results and cache folders, the time cap per measured
         case, the commit. No ``MPLBACKEND`` for a notebook (``kernel``): ipykernel then uses its
         inline backend, and the executed notebooks keep their figures."""
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "GPUFEED_QUICK": "1" if quick else "0",
+        env = {**os.environ, **NO_AUTOLOAD, "PYTHONUNBUFFERED": "1", "GPUFEED_QUICK": "1" if quick else "0",
+               "GPUFEED_MODE": "quick" if quick else "full",
+               "GPUFEED_PROGRESS": "0",  # a log and an executed notebook keep results, not progress bars
                "GPUFEED_RESULTS": str(results), "GPUFEED_CACHE": str(self.cache(quick)),
-               "PYTHONPATH": os.pathsep.join(filter(None, [str(TOOLS), os.environ.get("PYTHONPATH")]))}
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(TOOLS), os.environ.get("PYTHONPATH")])),
+               # a python3 kernel of this python, found before any other (a node's user folder may name another)
+               "JUPYTER_PATH": os.pathsep.join(filter(None, [str(self.kernelspec()), os.environ.get("JUPYTER_PATH")]))}
         for name in ("GPUFEED_MEASURE_S", "TORCH_CUDA_SANITIZER", "GPUFEED_REQUIRE_CUDA", "MPLBACKEND"):
             env.pop(name, None)
         if not kernel:
@@ -91,6 +109,17 @@ class Run:
         """Quick and full datasets share folder names, so each mode has a cache folder of its own."""
         return Path(self.args.cache) / f"gpurun-{'quick' if quick else 'full'}"
 
+    def kernelspec(self) -> Path:
+        """A Jupyter data folder whose ``python3`` kernel is this python (``JUPYTER_PATH`` puts it
+        first): the notebooks run on the run's own python whatever kernels the node has."""
+        folder = self.dir / ".jupyter"
+        spec = folder / "kernels" / "python3" / "kernel.json"
+        if not spec.is_file():
+            spec.parent.mkdir(parents=True, exist_ok=True)
+            spec.write_text(json.dumps({"argv": [self.python, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                                        "display_name": "Python 3 (gpurun)", "language": "python"}))
+        return folder
+
     # --- the report, after every step ------------------------------------------------------
     def document(self) -> dict:
         from gpufeed.measure.lessons import LESSONS
@@ -101,77 +130,87 @@ class Run:
             if found:
                 lessons.setdefault(key, found)
         return {
-            "format": FORMAT, "version": 2, "budget_s": self.args.budget, "elapsed_s": round(self.budget.elapsed(), 1),
-            "finished": time.strftime("%Y-%m-%dT%H:%M:%S"), "standin": self.standin,
+            "format": FORMAT, "version": 3, "budget_s": self.args.budget, "elapsed_s": round(self.budget.elapsed(), 1),
+            "finished": time.strftime("%Y-%m-%dT%H:%M:%S"), "standin": self.standin, "plan_name": self.plan_name,
+            "error": self.error, "cache": {"path": str(self.args.cache), "need_gib": round(self.need_bytes / 2**30, 1),
+                                           "candidates": getattr(self.args, "cache_candidates", [])},
             "mode": {"quick": "quick", "references": "quick" if self.quick else "full"}, "measure_s": self.args.measure_s,
             "commit": self.machine.get("commit"), "machine": self.machine, "lanes": self.lanes,
             "plan": [{k: v for k, v in asdict(e).items() if k in ("name", "step", "estimate_s", "basis", "stale", "why", "fits")}
                      for e in self.plan],
-            "steps": [asdict(s) for s in sorted(self.steps, key=lambda e: [s.name for s in STEPS].index(e.name))],
+            "steps": [asdict(s) for s in sorted(self.steps, key=lambda e: self.order.index(e.name))],
             "items": [asdict(e) for e in self.items],
-            "lessons": lessons, "tests": self.tests, "datasets": self.datasets,
+            "lessons": lessons, "tests": self.tests, "datasets": self.datasets, "archive": self.archive,
         }
 
     def save(self) -> Path:
+        """``run.json``, the junit files of the notebooks and references, ``summary.txt``, the archive
+        (what does not fit its cap left out, and named), each also into ``$OUT`` as soon as written."""
         path = self.results() / "run.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(".run.json.tmp")
-        tmp.write_text(json.dumps(self.document(), indent=1) + "\n")
-        tmp.replace(path)
         for step in ("quick", "references"):
             entries = [e for e in self.items if e.step == step]
             if entries:
                 report.junit(entries, self.dir / "junit" / f"{step}.xml", step)
-        self.pack()
+        for xml in sorted((self.dir / "junit").glob("*.xml")):
+            if xml.name in outbox.NAMES:
+                outbox.put_file(self.out, xml.name, xml)
+        node_log = self.dir / "logs" / "node-env.log"
+        if node_log.is_file():
+            outbox.put_file(self.out, "node-env.log", node_log)
+        self.write_reports(path)  # before the archive, which holds them: a slot that ends while it packs keeps them
+        files, left = self.packer.select(self.dir)
+        self.archive = {"name": self.args.archive.name, "bytes": None, "left_out": left}
+        self.write_reports(path)
+        size = self.packer.pack(self.dir, self.args.archive, files)
+        self.archive["bytes"] = size
+        self.write_reports(path)
         return path
 
-    def pack(self) -> None:
-        archive: Path = self.args.archive
-        archive.parent.mkdir(parents=True, exist_ok=True)
-        tmp = archive.with_name(f".{archive.name}.tmp")
-        with tarfile.open(tmp, "w:gz", compresslevel=3) as tar:
-            for path in sorted(self.dir.rglob("*")):
-                if path.is_file() and not path.name.startswith("."):
-                    tar.add(path, arcname=f"{self.dir.name}/{path.relative_to(self.dir)}")
-        tmp.replace(archive)
+    def write_reports(self, path: Path) -> None:
+        doc = self.document()
+        text = json.dumps(doc, indent=1) + "\n"
+        tmp = path.with_name(".run.json.tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+        screen = report.summary(doc, self.exit_code) + "\n"
+        (self.dir / "summary.txt").write_text(screen)
+        outbox.put(self.out, "run.json", text)
+        outbox.put(self.out, "summary.txt", screen)
 
     # --- the plan --------------------------------------------------------------------------
     def make_plan(self, selected: set[str], lessons: list[str]) -> None:
-        from gpufeed.measure.lessons import LESSONS
-
-        committed = ROOT / "results" / self.slug()
-        self.made = references.load(committed)
-        earlier = [committed / "run.json", *self.dir.parent.glob(f"{self.dir.name}-*/results/{self.slug()}/run.json")]
-        known = plan.estimates(plan.last_run(earlier))
-        factor = plan.STANDIN_FACTOR if self.standin else 1.0
-        est = lambda step, name, default: plan.estimate(step, name, default, known,  # noqa: E731
-                                                        self.made if step == "references" else {}, factor, self.slug())
-        rows: list[Entry] = []
-        for s in STEPS:
-            if s.name not in selected:
-                continue
-            if s.kind == "notebooks":  # the quickest first: as many pass or fail by name as the time allows
-                quick = [Entry(x.stem, s.name, *est(s.name, x.stem, x.gpu_s[0])) for x in LESSONS if x.number in lessons]
-                rows += sorted(quick, key=lambda e: e.estimate_s)
-            elif s.kind == "references":
-                refs = []
-                for p in producers():
-                    if p.lesson is not None and p.lesson.number not in lessons or p.lesson is None and p.name not in selected:
-                        continue
-                    stale, why = references.staleness(self.made.get(p.name), p.source)
-                    refs.append(Entry(p.name, s.name, *est(s.name, p.name, p.estimate_s), stale=stale, why=why))
-                rows += plan.order_references(refs, self.made)
-            elif s.kind == "tests" and (s.standin if self.standin else s.args) is not None:
-                seconds, basis = est(s.name, s.name, s.estimate_s)
-                rows.append(Entry(s.name, s.name, min(seconds, self.cap(s)), basis))  # stopped at its cap at the latest
-        self.plan = plan.fit(rows, self.budget.left(), {"quick": self.lanes})
-        print(plan.describe(self.plan, self.budget.left()), flush=True)
+        earlier = list(self.dir.parent.glob(f"{self.dir.name}-*/results/{self.slug()}/run.json"))
+        self.plan, self.made = plan.build(order=self.order, selected=selected, lessons=lessons, slug=self.slug(),
+                                          standin=bool(self.standin), cores=self.cores, lanes=self.lanes,
+                                          left=self.budget.left(), budget=self.args.budget, earlier=earlier)
+        header = (f" on {self.slug()} ({self.cores} cores, {at_a_time(self.lanes)}), plan "
+                  f"{self.plan_name}; estimates: the last run on this GPU, else another GPU's committed run, "
+                  "else stated defaults")
+        print(plan.describe(self.plan, self.budget.left(), header), flush=True)
         self.items = [Entry(**{**asdict(e), "status": "pending"}) for e in self.plan if e.step != e.name]
         for e in (e for e in self.plan if e.step == e.name and e.name not in [s.name for s in self.steps]):
             self.steps.append(Entry(**asdict(e)))
 
+    def planned_datasets(self) -> list:
+        """The datasets of what fits the plan: the quick notebooks' (quick mode; on the stand-in every
+        lesson's, which its data step builds) and the references' (full mode on a GPU, quick on the
+        stand-in), the bench's where it fits."""
+        from gpufeed.measure import pipelines
+        from gpufeed.measure.lessons import lesson, workload_dataset
+
+        fits = [i for i in self.items if i.fits]
+        mode = "quick" if self.quick else "full"
+        quick = self.args.lesson_numbers if self.standin else [i.name[:2] for i in fits if i.step == "quick"]
+        out = [d for n in quick for d in lesson(n).datasets("quick", not self.standin)]
+        out += [d for i in fits if i.step == "references" and i.name.startswith("lesson")
+                for d in lesson(i.name[-2:]).datasets(mode, not self.standin)]
+        if any(i.step == "references" and i.name == "bench" for i in fits):
+            out.append(workload_dataset("bench", "bench", pipelines.workload(self.quick, "cpu" if self.standin else "cuda")))
+        return out
+
     def cap(self, s: Step) -> float:
-        return min(s.cap, s.share * self.args.budget)
+        return plan.cap(s, self.args.budget)
 
     def step_entry(self, s: Step) -> Entry:
         entry = next((e for e in self.steps if e.name == s.name), None)
@@ -186,26 +225,32 @@ class Run:
                 "--device", "cpu" if self.standin else "cuda", "--only", ",".join(owners)]
 
     def test_command(self, name: str, args: tuple[str, ...]) -> list[str]:
+        """pytest for a ``tests`` step, run with :data:`NO_AUTOLOAD`: every plugin it needs named."""
         workers = max(1, min(8, self.cores // 2)) if not self.standin else max(1, self.cores)
-        xdist = ["-n", str(workers), "--dist", "loadfile"] if preflight.importlib.util.find_spec("xdist") else []
+        xdist = ["-p", "xdist.plugin", "-n", str(workers), "--dist", "loadfile"] \
+            if preflight.importlib.util.find_spec("xdist") else []
         return [self.python, "-m", "pytest", *args, "-p", "gpurun.plugin", "-p", "no:cacheprovider",
                 "-rfEs", "--junitxml", str(self.dir / "junit" / f"{name}.xml"), *xdist]
 
-    def quick_command(self, i: Entry, copy: Path) -> list[str]:
-        return [self.python, "-m", "pytest", "--nbmake", "--overwrite", f"--nbmake-timeout={int(i.limit_s) + 30}",
-                "-p", "gpurun.plugin", "-p", "no:cacheprovider", "-o", "addopts=", "-q",
-                "--junitxml", str(self.dir / "junit" / f"quick-{i.name}.xml"), str(copy)]
+    def notebook_command(self, src: Path, executed: Path, result: Path, limit_s: float) -> list[str]:
+        """One notebook through :mod:`gpurun.notebook`: saved after every cell, so a cut keeps what it did."""
+        return [self.python, str(TOOLS / "gpurun"), "notebook", str(src), "--executed", str(executed),
+                "--result", str(result), "--cell-timeout", str(int(limit_s) + 60)]
+
+    def quick_command(self, i: Entry) -> list[str]:
+        return self.notebook_command(ROOT / "notebooks" / f"{i.name}.ipynb", self.dir / "executed" / "quick" / f"{i.name}.ipynb",
+                                     self.dir / "logs" / f"quick-{i.name}.json", i.limit_s)
 
     def reference_command(self, i: Entry, p: Producer) -> list[str]:
         if p.lesson is not None:
-            return [self.python, str(TOOLS / "gpurun"), "notebook", str(ROOT / p.lesson.notebook),
-                    "--executed", str(self.dir / "executed" / f"{p.lesson.stem}.ipynb"),
-                    "--result", str(self.dir / "logs" / f"ref-{p.name}.json"), "--cell-timeout", str(int(i.limit_s) + 60)]
+            return self.notebook_command(ROOT / p.lesson.notebook, self.dir / "executed" / f"{p.lesson.stem}.ipynb",
+                                         self.dir / "logs" / f"ref-{p.name}.json", i.limit_s)
         return [self.python, "-m", "gpufeed", *p.command, "--device", "cpu" if self.standin else "cuda"] + (
             ["--quick"] if self.quick and p.name == "bench" else [])
 
     # --- the steps -------------------------------------------------------------------------
     def preflight(self) -> bool:
+        """The machine (saved at once), then what it lacks: a line each, in ``self.problems``."""
         from gpufeed.measure.machine import machine_info, slug
 
         e = Entry("preflight", "preflight", 8, "default")
@@ -221,14 +266,26 @@ class Run:
         node_log = os.environ.get("GPURUN_NODE_ENV_LOG")
         if node_log and Path(node_log).is_file():
             shutil.copy(node_log, logs / "node-env.log")
-        bad = preflight.problems(self.machine, standin=bool(self.standin), cache=Path(self.args.cache),
-                                 need_gib=2 if self.standin else 20)
+        bad = preflight.problems(self.machine, standin=bool(self.standin), cache=Path(self.args.cache), need_gib=0)
         e.seconds, e.limit_s = round(time.monotonic() - t0, 1), 15
         e.status = FAILED if bad else PASSED
         e.summary = "; ".join(bad) or (f"{self.machine.get('gpu') or self.machine.get('cpu')}, driver "
                                        f"{self.machine['driver']}, torch {self.machine.get('torch')}, CUDA "
                                        f"{self.machine.get('cuda')}, commit {self.machine.get('commit')}")
         self.log(f"preflight: {e.status} in {e.seconds:.1f} s: {e.summary}")
+        return not bad
+
+    def check_disk(self) -> bool:
+        """The preflight's last check, once the plan says which datasets: room for them on the cache's disk."""
+        e = self.step_entry(next(s for s in STEPS if s.kind == "preflight"))
+        self.need_bytes = preflight.need_bytes(self.planned_datasets())
+        bad = preflight.disk_problems(Path(self.args.cache), self.need_bytes)
+        if bad:
+            e.status, e.summary = FAILED, bad[0]
+            self.log(f"preflight: {FAILED}: {bad[0]}")
+        else:
+            self.log(f"preflight: the plan's datasets need {self.need_bytes / 2**30:.1f} GiB; the cache "
+                     f"{self.args.cache} has {preflight.shutil.disk_usage(preflight.existing(Path(self.args.cache))).free / 2**30:.1f} GiB free")
         return not bad
 
     def finish(self, e: Entry, child: Child, rc: int, summary: str = "", failed: bool | None = None) -> None:
@@ -320,12 +377,10 @@ class Run:
                 running[i.name] = (i, self.quick_child(i))
             time.sleep(self.poll_s)
             for name, (i, child) in list(running.items()):
-                if report.read_tests(self.dir / "logs" / f"quick-{i.name}.jsonl"):  # pytest said: done
-                    child.limit = min(child.limit, time.monotonic() - child.start + GRACE_S)  # however slow its exit
                 rc = child.poll()
                 if rc is not None:
                     del running[name]
-                    self.quick_done(i, child, rc)
+                    self.notebook_done(i, child, rc, self.dir / "logs" / f"quick-{i.name}.json")
         e.seconds = round(time.monotonic() - t0, 1)
         bad = [i for i in entries if i.status in FAILURES]
         e.status = FAILED if bad else PASSED
@@ -334,34 +389,28 @@ class Run:
         self.save()
 
     def quick_child(self, i: Entry) -> Child:
-        copy = self.dir / "executed" / "quick" / f"{i.name}.ipynb"
-        copy.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(ROOT / "notebooks" / f"{i.name}.ipynb", copy)
-        records = self.dir / "logs" / f"quick-{i.name}.jsonl"
-        cmd = self.quick_command(i, copy)
-        env = {**self.env(quick=True, results=self.dir / "results-quick", kernel=True), "GPURUN_TESTS": str(records)}
+        env = self.env(quick=True, results=self.dir / "results-quick", kernel=True)
         i.status = "running"
-        return self.start(i, cmd, env, log=f"logs/quick-{i.name}.log")
+        return self.start(i, self.quick_command(i), env, log=f"logs/quick-{i.name}.log")
 
-    def quick_done(self, i: Entry, child: Child, rc: int) -> None:
-        from gpurun.notebook import outcome
-
-        copy = self.dir / "executed" / "quick" / f"{i.name}.ipynb"
-        doc = outcome(copy)
-        i.cells_done, i.cells_total = doc["cells_done"], doc["cells_total"]
-        said = report.read_tests(self.dir / "logs" / f"quick-{i.name}.jsonl")  # nbmake's verdict, if it gave one
-        i.seconds = child.seconds  # its wall time, pytest's start included: what the next plan needs
-        if said:
-            i.status = PASSED if said[0]["status"] == PASSED else FAILED
-            i.summary = f"nbmake: {said[0]['seconds']:.0f} s executing"
-        else:
-            i.status = CUT if child.cut else PASSED if rc == 0 else FAILED
-        if i.status == FAILED:
-            i.cell, i.error = doc.get("cell"), doc.get("error") or (self.dir / i.log).read_text(errors="replace")[-2000:]
+    def notebook_done(self, i: Entry, child: Child, rc: int, result: Path) -> None:
+        """A notebook's status from its runner (:mod:`gpurun.notebook`'s result, saved after every
+        cell): passed, failed (with its cell and error) or cut (with the cells it finished)."""
+        i.seconds = child.seconds  # its wall time, the kernel's start included: what the next plan needs
+        i.status = CUT if child.cut else (PASSED if rc == 0 else FAILED)
+        if result.is_file():
+            doc = json.loads(result.read_text())
+            i.cells_done, i.cells_total = doc.get("cells_done", 0), doc.get("cells_total", 0)
+            if i.status == FAILED:
+                i.cell, i.error = doc.get("cell"), doc.get("error")
+        if i.status == FAILED and not i.error:
+            i.error = (self.dir / i.log).read_text(errors="replace")[-2000:]
+        if i.error:
             i.error_line = ([x for x in i.error.splitlines() if x.strip()] or [""])[-1][:200]
         where = f", cell {i.cell['index']} ({i.cell['first_line']}): {i.error_line}" if i.cell else ""
-        self.log(f"quick {i.name}: {i.status} in {i.seconds:.0f} s, {i.cells_done}/{i.cells_total} cells{where}")
-        self.save()
+        self.log(f"{i.step} {i.name}: {i.status} in {i.seconds:.0f} s, {i.cells_done}/{i.cells_total} cells{where}")
+        if i.step == "quick":
+            self.save()
 
     def run_references(self, s: Step) -> None:
         e = self.step_entry(s)
@@ -384,56 +433,83 @@ class Run:
         env = self.env(quick=self.quick, results=self.dir / "results", kernel=p.lesson is not None)
         i.status = "running"
         child = self.start(i, self.reference_command(i, p), env, log=f"logs/ref-{p.name}.log")
-        rc = child.wait()
-        i.seconds = child.seconds
-        i.status = CUT if child.cut else (PASSED if rc == 0 else FAILED)
-        result = self.dir / "logs" / f"ref-{p.name}.json"
-        if result.is_file():
-            doc = json.loads(result.read_text())
-            i.cells_done, i.cells_total = doc.get("cells_done", 0), doc.get("cells_total", 0)
-            if i.status == FAILED:
-                i.cell, i.error = doc.get("cell"), doc.get("error")
-        if i.status == FAILED and not i.error:
-            i.error = (self.dir / i.log).read_text(errors="replace")[-2000:]
-        if i.error:
-            i.error_line = ([x for x in i.error.splitlines() if x.strip()] or [""])[-1][:200]
+        self.notebook_done(i, child, child.wait(), self.dir / "logs" / f"ref-{p.name}.json")
         if i.status == PASSED:
             files = [f.name for f in out.glob("*") if f.is_file() and f.name not in ("run.json", references.FILE)
                      and before.get(f) != f.stat().st_mtime]
             self.made[p.name] = {**references.record(p.source, files, self.machine.get("commit"), i.seconds,
                                                      time.strftime("%Y-%m-%d")), "mode": "quick" if self.quick else "full"}
             references.save(out, self.made, self.machine.get("gpu"))
-        self.log(f"reference {p.name}: {i.status} in {i.seconds:.0f} s")
         self.save()
 
     RUNS = {"data": run_data, "tests": run_tests, "notebooks": run_notebooks, "references": run_references}
 
     def main(self, selected: set[str], lessons: list[str]) -> int:
+        """The whole run: 0 when nothing that ran failed, 1 when something did, 3 when the preflight
+        stopped it, 2 when the run itself broke (its error in run.json and summary.txt)."""
         self.dir.mkdir(parents=True, exist_ok=True)
         self.args.lesson_numbers = lessons
+        try:
+            return self._main(selected, lessons)
+        except BaseException as e:  # KeyboardInterrupt too: the slot's end, said in what comes back
+            import traceback
+
+            self.error = f"{type(e).__name__}: {e}"
+            self.exit_code = 2
+            (self.dir / "logs").mkdir(parents=True, exist_ok=True)
+            (self.dir / "logs" / "gpurun-error.txt").write_text(traceback.format_exc())
+            self.save()
+            raise
+
+    def _main(self, selected: set[str], lessons: list[str]) -> int:
         self.log(f"budget {self.args.budget:.0f} s ({self.budget.elapsed():.0f} s spent before this, make node-env "
-                 f"included), {self.cores} cores, run in {self.dir}, archive {self.args.archive}"
+                 f"included), {self.cores} cores, plan {self.plan_name}, run in {self.dir}, archive {self.args.archive}"
                  + (f", stand-in: {self.standin} (quick mode, the simulator for CUDA)" if self.standin else ""))
-        if not self.preflight():
+        ok = self.preflight()
+        if ok:
+            self.make_plan(selected, lessons)
+            ok = self.check_disk()
+        if not ok:
+            self.items = []
             for s in STEPS[1:]:
+                self.steps = [x for x in self.steps if x.name != s.name]
                 self.steps.append(Entry(s.name, s.name, s.estimate_s, status=NOT_RUN_BECAUSE,
                                         reason="the preflight failed: give the GPU back"))
+            self.exit_code = 3
             self.save()
             print(f"test-gpu: preflight failed: {self.steps[0].summary}", file=sys.stderr)
             return 3
-        self.make_plan(selected, lessons)
         self.save()
-        for s in STEPS[1:]:
+        for name in self.order[1:]:
+            s = next(x for x in STEPS if x.name == name)
             if s.name in selected:
                 self.RUNS[s.kind](self, s)
         self.join_data()
-        path = self.save()
         rc = 1 if any(x.status in FAILURES for x in [*self.steps, *self.items]) else 0
+        self.exit_code = rc
+        path = self.save()
         doc = self.document()
         print(report.table(doc["steps"], doc["items"]))
-        self.log(f"done: {path.relative_to(self.dir)} and the archive {self.args.archive}")
+        self.log(f"done: {path.relative_to(self.dir)} and the archive {self.args.archive}"
+                 + (f" ({len(self.archive['left_out'])} files left out of it: summary.txt names them)"
+                    if self.archive.get("left_out") else ""))
         print(report.one_line(doc["steps"], doc["items"], rc))
         return rc
+
+
+def at_a_time(n: int) -> str:
+    """``"5 notebooks at a time"``, ``"1 notebook at a time"``."""
+    return f"{n} notebook{'s' if n != 1 else ''} at a time"
+
+
+def lanes(cores: int) -> int:
+    """Quick notebooks at a time on a machine with ``cores``: a third of them, 1 to 6.
+
+    Example:
+        >>> lanes(16), lanes(2), lanes(64)
+        (5, 1, 6)
+    """
+    return max(1, min(6, cores // 3))
 
 
 def selection(lessons: str) -> tuple[set[str], list[str]]:

@@ -18,8 +18,9 @@ from gpufeed.measure.lessons import LESSONS, Lesson
 
 #: What the runner does for a kind of step: ``preflight`` (in the runner itself), ``data`` (a
 #: command in the background, joined before the first step that reads its datasets), ``tests``
-#: (pytest with the plugin, xdist workers and junit), ``notebooks`` (every lesson in quick mode with
-#: nbmake, several at a time), ``references`` (the producers one at a time, stale first).
+#: (pytest with plugin autoload off, the plugins it needs named: xdist's and the run's own, and
+#: junit), ``notebooks`` (every lesson in quick mode through :mod:`gpurun.notebook`, several at a
+#: time, each saved after every cell), ``references`` (the producers one at a time, in the plan's order).
 KINDS = ("preflight", "data", "tests", "notebooks", "references")
 
 
@@ -61,9 +62,19 @@ STEPS: tuple[Step, ...] = (
          share=0.25),
     Step("csan", "tests", "the cuda tests under the CUDA Stream Sanitizer", 20, 120, 60,
          ("-m", "cuda", "--cuda-sanitizer", "tests", "src"), None, "the CUDA Stream Sanitizer needs CUDA", share=0.25),
-    Step("quick", "notebooks", "every notebook in quick mode with nbmake, several at a time", 20, 240, 150),
-    Step("references", "references", "full-mode references one at a time, stale first, as many as fit", 20, 10_000, 0),
+    Step("quick", "notebooks", "every notebook in quick mode (the course's notebook runner), several at a time",
+         20, 240, 150),
+    Step("references", "references", "full-mode references one at a time, those of the lessons with no GPU number "
+         "first, then the stalest, as many as fit", 20, 10_000, 0),
 )
+
+#: The steps in the order they run, for each plan (``GPU_PLAN``): ``default`` gives the tests and
+#: every notebook a verdict first; ``references`` spends the slot on references once the ``cuda``
+#: tests have passed or failed, then the sanitizer and the quick notebooks with what is left.
+ORDERS: dict[str, tuple[str, ...]] = {
+    "default": ("preflight", "data", "cuda", "csan", "quick", "references"),
+    "references": ("preflight", "data", "cuda", "references", "csan", "quick"),
+}
 
 
 @dataclass(frozen=True)

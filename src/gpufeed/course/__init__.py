@@ -27,18 +27,9 @@ import it.
 from __future__ import annotations
 
 import importlib
-import warnings
 
 _MODULES = {'doctor', 'gpucell', 'instrument', 'prose', 'session', 'simulator', 'timeline', 'trace', 'training', 'transfer',
             'lesson01', 'lesson02', 'lesson04', 'lesson06', 'lesson07', 'lesson08', 'lesson11', 'lesson12'}
-
-#: modules that moved into a lesson's folder: ``gpufeed.course.<name>`` finds them, with a
-#: DeprecationWarning, for one release (``from gpufeed.course import quality`` keeps working)
-_MOVED = {'explorer': 'lesson01', 'quality': 'lesson04', 'formats': 'lesson04', 'outofcore': 'lesson06',
-          'shuffles': 'lesson06', 'knobs': 'lesson07', 'collate': 'lesson07', 'devicefiles': 'lesson07',
-          'hazards': 'lesson08', 'overlap': 'lesson08', 'overlap_prose': 'lesson08', 'ladder': 'lesson11',
-          'efficiency': 'lesson11', 'engines': 'lesson11', 'distributed': 'lesson12', 'launch': 'lesson12',
-          'shards': 'lesson12', 'pagecache': 'lesson12', 'ports': 'lesson12'}
 
 __all__ = sorted(_MODULES)
 
@@ -46,8 +37,4 @@ __all__ = sorted(_MODULES)
 def __getattr__(name: str):
     if name in _MODULES:
         return importlib.import_module(f"{__name__}.{name}")
-    if name in _MOVED:
-        new = f"{__name__}.{_MOVED[name]}.{name}"
-        warnings.warn(f"{__name__}.{name} is now {new}", DeprecationWarning, stacklevel=2)
-        return importlib.import_module(new)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

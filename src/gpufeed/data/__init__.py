@@ -7,17 +7,19 @@ Each module holds one piece; none needs the lessons to be used safely:
 * :mod:`~gpufeed.data.memmap`: the memmap format (atomic build, load); :mod:`~gpufeed.data.staging`:
   folders that appear all at once or not at all; :mod:`~gpufeed.data.arrays`: the same arrays with
   NumPy alone; :mod:`~gpufeed.data.manifest`: the format's names and manifest, which both use.
-* :mod:`~gpufeed.data.loader`: batched loading (one gather per batch), seeded, sharded.
+* :mod:`~gpufeed.data.loader`: batched loading (one gather per batch), seeded, sharded;
+  :mod:`~gpufeed.data.settings`: a loader's settings, each checked once.
 * :mod:`~gpufeed.data.prefetch`: prefetchers (a CUDA side stream; a thread on the CPU).
 * :mod:`~gpufeed.data.movers`: moving nested batches to a device.
-* :mod:`~gpufeed.data.progress_bar`: whether a progress bar is drawn (someone watches: a terminal
-  or a notebook).
+* :mod:`~gpufeed.data.progress_bar`: the one rule for whether a progress bar is drawn (someone
+  watches: a terminal or a notebook; not in quick mode, under pytest or CI).
 * :mod:`~gpufeed.data.transforms`: the device transforms, each once: normalise, the ImageNet
   constants, per-sample crop + flip, :class:`~gpufeed.data.transforms.DeviceAugment`.
 * :mod:`~gpufeed.data.augment`: per-sample augmentation of whole batches, on any device;
   :mod:`~gpufeed.data.resized`: its RandomResizedCrop for the front door (CPU and device paths).
-* :mod:`~gpufeed.data.image_loader`: the front door, :class:`~gpufeed.data.ImageLoader`: a memmap
-  folder to shuffled, augmented, prefetched batches on the device, for your own training loop.
+* :mod:`~gpufeed.data.image_loader`: the front door, :class:`~gpufeed.data.ImageLoader` (its
+  settings, built once) and its one pass (``ImageLoaderIterator``): a memmap folder to shuffled,
+  augmented, prefetched batches on the device, for your own training loop.
 
 It imports nothing from :mod:`gpufeed.measure` or :mod:`gpufeed.course`, and no plotting library
 (``tests/test_layout.py`` checks it).
@@ -26,12 +28,9 @@ It imports nothing from :mod:`gpufeed.measure` or :mod:`gpufeed.course`, and no 
 from __future__ import annotations
 
 import importlib
-import warnings
 
 _MODULES = {'arrays', 'augment', 'folder', 'image_loader', 'jpeg', 'loader', 'manifest', 'memmap',
-            'movers', 'prefetch', 'progress_bar', 'resized', 'staging', 'transforms'}
-#: renamed modules: the old name finds the new one, with a DeprecationWarning, for one release
-_RENAMED = {'watch': 'progress_bar'}
+            'movers', 'prefetch', 'progress_bar', 'resized', 'settings', 'staging', 'transforms'}
 
 __all__ = sorted(_MODULES | {"ImageLoader"})
 
@@ -39,10 +38,6 @@ __all__ = sorted(_MODULES | {"ImageLoader"})
 def __getattr__(name: str):
     if name in _MODULES:
         return importlib.import_module(f"{__name__}.{name}")
-    if name in _RENAMED:
-        warnings.warn(f"{__name__}.{name} is now {__name__}.{_RENAMED[name]}", DeprecationWarning,
-                      stacklevel=2)
-        return importlib.import_module(f"{__name__}.{_RENAMED[name]}")
     if name == "ImageLoader":  # lazily: importing gpufeed.data stays cheap
         return importlib.import_module(f"{__name__}.image_loader").ImageLoader
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -26,7 +26,10 @@ channels-last model, ``group_size`` reads in FFCV's quasi-random order (a datase
 memory, lesson 06), and :meth:`ImageLoader.state_dict` / :meth:`ImageLoader.load_state_dict`
 resume an interrupted epoch at its next batch.
 
-**The lifecycle of an iterator** (``it = iter(loader)``; a ``for`` loop makes one):
+**The lifecycle of an iterator** (``it = iter(loader)``, an :class:`ImageLoaderIterator`; a ``for``
+loop makes one). The loader holds the settings, checked once when it is built
+(:class:`gpufeed.data.settings.ImageSettings`); each iterator owns one pass (FFCV splits its
+``Loader`` and ``EpochIterator`` the same way):
 
 * *Start.* ``iter()`` takes the epoch (the next one, or the one :meth:`ImageLoader.set_epoch` or
   :meth:`ImageLoader.load_state_dict` set) at once. On CUDA the producer threads start and begin
@@ -97,20 +100,16 @@ import threading
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, wait
+from dataclasses import fields
 
 import torch
 
 from gpufeed.data.arrays import open_arrays
 from gpufeed.data.loader import FastLoader, SideStreams, seeded_generator
 from gpufeed.data.prefetch import CudaPrefetcher, ThreadPrefetcher
-from gpufeed.data.resized import RATIO, ResizedCropAugment, check_range
-from gpufeed.data.transforms import (
-    IMAGENET_MEAN,
-    IMAGENET_STD,
-    DeviceAugment,
-    crop_pool,
-    output_stats,
-)
+from gpufeed.data.resized import RATIO, ResizedCropAugment
+from gpufeed.data.settings import ImageSettings
+from gpufeed.data.transforms import IMAGENET_MEAN, IMAGENET_STD, DeviceAugment, crop_pool
 
 
 def _use_count(t: torch.Tensor) -> int:
@@ -260,76 +259,43 @@ class ImageLoader:
                  reuse_buffers: int = 0, threads: int | None = None, scale=None, ratio=RATIO,
                  group_size: int | None = None,
                  memory_format: torch.memory_format = torch.contiguous_format):
-        self.device = torch.device(device)
-        if self.device.type == "cuda" and not torch.cuda.is_available():
-            raise ValueError(f"ImageLoader: device={str(device)!r} but torch sees no CUDA GPU; "
-                             "pass device='cpu' (or gpufeed.config.device(), which picks what this "
-                             "machine has)")
-        if not (isinstance(world_size, int) and world_size >= 1 and isinstance(rank, int)
-                and 0 <= rank < world_size):
-            raise ValueError(f"ImageLoader: need 0 <= rank < world_size (got rank={rank}, "
-                             f"world_size={world_size}); rank counts from 0")
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError("ImageLoader: batch_size must be a whole number, at least 1 (got "
-                             f"{batch_size!r})")
-        if not isinstance(depth, int) or depth < 1:
-            raise ValueError(f"ImageLoader: depth must be a whole number >= 1 (got {depth!r})")
-        if not isinstance(reuse_buffers, int) or reuse_buffers < 0:
-            raise ValueError("ImageLoader: reuse_buffers must be a whole number >= 0 (got "
-                             f"{reuse_buffers!r})")
-        if threads is not None and (not isinstance(threads, int) or threads < 1):
-            raise ValueError("ImageLoader: threads must be None or a whole number >= 1 (got "
-                             f"{threads!r})")
-        # a clear ValueError if they do not fit dtype
-        mean, std = output_stats("ImageLoader", dtype, mean, std)
         # read-only; MemmapError in one line if path is not a dataset
         images, targets, _ = open_arrays(path)
-        n, _, height, width = images.shape
-        crop = min(height, width) if crop is None else crop
-        if scale is not None:  # resized: any output side
-            scale = check_range("ImageLoader", "scale", scale)
-            ratio = check_range("ImageLoader", "ratio", ratio)
-            if not isinstance(crop, int) or crop < 1:
-                raise ValueError(f"ImageLoader: crop={crop!r} must be a whole number >= 1 "
-                                 "(the side of the resized crops)")
-        elif not isinstance(crop, int) or not 0 < crop <= min(height, width):
-            raise ValueError(f"ImageLoader: crop={crop!r} does not fit the stored {height}x{width} "
-                             f"(height x width) images of {path}; pick 1..{min(height, width)} or "
-                             "rebuild the memmap with a larger size")
-        shard = n // world_size + (rank < n % world_size)
-        if drop_last and batch_size > n // world_size:
-            raise ValueError(f"ImageLoader: batch_size={batch_size} is larger than the {shard} "
-                             f"images of {'this shard of ' if world_size > 1 else ''}{path}, so "
-                             "drop_last=True would yield no batch; use a smaller batch_size or "
-                             "drop_last=False")
-        self.path, self.batch_size, self.crop = path, batch_size, crop
-        self.flip, self.dtype = flip, dtype
-        self.mean, self.std = mean, std
-        if memory_format not in (torch.contiguous_format, torch.channels_last):
-            raise ValueError("ImageLoader: memory_format must be torch.contiguous_format or "
-                             f"torch.channels_last (got {memory_format!r})")
-        self.scale, self.ratio, self.memory_format = scale, ratio, memory_format
-        self.seed, self.rank, self.world_size, self.depth = seed, rank, world_size, depth
-        self.threads = threads or min(8, len(os.sched_getaffinity(0))
-                                      if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
-        self.reuse_buffers = reuse_buffers if self.device.type != "cuda" else 0
-        self.cuda = self.device.type == "cuda"
+        #: every setting, checked once (:class:`gpufeed.data.settings.ImageSettings`); the loader's
+        #: attributes of the same names read them
+        self.settings = ImageSettings.checked(
+            "ImageLoader", stored=tuple(images.shape), path=path, batch_size=batch_size,
+            device=device, crop=crop, flip=flip, mean=mean, std=std, dtype=dtype, shuffle=shuffle,
+            drop_last=drop_last, seed=seed, rank=rank, world_size=world_size, depth=depth,
+            reuse_buffers=reuse_buffers, threads=threads, scale=scale, ratio=ratio,
+            group_size=group_size, memory_format=memory_format)
+        self.path, self.cuda = path, self.settings.device.type == "cuda"
         self._streams = SideStreams()  # CUDA: the loader's one side stream per device
         # plain read-only views of the memmap: the CPU path reads them
         self._images, self._targets = images, targets
         # CUDA: gathered into fresh pinned memory from torch's caching host allocator, which keeps
         # each block until the copy out of it is done. The CPU path only takes its indices
-        # (_on_cpu).
-        self.loader = FastLoader((images, targets), batch_size, shuffle=shuffle, seed=seed,
-                                 drop_last=drop_last, rank=rank, world_size=world_size,
-                                 pin_memory=self.cuda, group_size=group_size)
+        # (_on_cpu). The loader's own buffers are the CPU path's (reuse_buffers is 0 on CUDA).
+        self.loader = FastLoader((images, targets),
+                                 **{**self.settings.batching(), "reuse_buffers": 0},
+                                 pin_memory=self.cuda)
         self.epoch = 0
         self._resume = 0  # batches of self.epoch the next iter() skips (load_state_dict)
-        self._progress: list[int] | None = None  # [epoch, batches handed out] of the latest iter()
+        # the latest iter()'s position, [epoch, batches handed out], which state_dict reads (its
+        # position only: holding the iterator would keep its threads alive after you drop it)
+        self._latest: list[int] | None = None
         # CPU, reuse_buffers > 0: (ring, cursor)
         self._cpu_rings: list[tuple[list[torch.Tensor], int]] = []
         # the CPU path's outputs by default: reused once dropped
         self._free: FreeBuffers | None = None
+
+    def __getattr__(self, name: str):
+        """The settings by name (``loader.crop``, ``loader.device``, ...), read from
+        :attr:`settings`."""
+        settings = self.__dict__.get("settings")
+        if settings is not None and name in {f.name for f in fields(settings)} - {"owner"}:
+            return getattr(settings, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __len__(self) -> int:
         """Batches per epoch on this rank."""
@@ -338,15 +304,18 @@ class ImageLoader:
     def set_epoch(self, epoch: int) -> None:
         """The epoch the next ``iter()`` uses (each ``iter()`` then moves on by one by itself), from
         its first batch."""
-        self.epoch, self._resume, self._progress = epoch, 0, None
+        self.epoch, self._resume, self._latest = epoch, 0, None
 
     def _config(self) -> dict:
         """What a saved position only means for: the same samples, order, crops and shard."""
-        return {"samples": self.loader.fields.n, "batch_size": self.batch_size, "seed": self.seed,
-                "rank": self.rank, "world_size": self.world_size, "shuffle": self.loader.shuffle,
-                "drop_last": self.loader.drop_last, "group_size": self.loader.group_size,
-                "crop": self.crop, "flip": self.flip,  # lists, not tuples: the same after JSON
-                "scale": self.scale and list(self.scale), "ratio": self.scale and list(self.ratio)}
+        return self.settings.resume_key(self.loader.fields.n)
+
+    def _position(self, epoch: int, done: int) -> dict:
+        """A position as :meth:`state_dict` gives it: a finished epoch reads as the next one's
+        batch 0."""
+        if done >= len(self):
+            epoch, done = epoch + 1, 0
+        return {"epoch": epoch, "batch": done, "config": self._config()}
 
     def state_dict(self) -> dict:
         """Where the loader stands: the epoch and the batch within it that come next.
@@ -355,14 +324,13 @@ class ImageLoader:
         :meth:`load_state_dict` on a new loader (in a new process) makes the next ``iter()`` start
         at exactly the next batch, with the same samples and the same crops and flips as the
         interrupted epoch would have given. It counts the batches the latest ``iter()`` *handed
-        to you* (not those prepared ahead); a finished epoch reads as the next one's batch 0.
+        to you* (not those prepared ahead); a finished epoch reads as the next one's batch 0. With
+        several iterators live at once, each one's own position is its
+        :meth:`ImageLoaderIterator.state_dict`.
 
         (The module's example resumes a loader this way.)
         """
-        epoch, done = self._progress if self._progress is not None else (self.epoch, self._resume)
-        if done >= len(self):
-            epoch, done = epoch + 1, 0
-        return {"epoch": epoch, "batch": done, "config": self._config()}
+        return self._position(*(self._latest or (self.epoch, self._resume)))
 
     def load_state_dict(self, state: dict) -> None:
         """Resume from :meth:`state_dict`: the next ``iter()`` is its epoch, from its batch on.
@@ -381,7 +349,7 @@ class ImageLoader:
             raise ValueError("ImageLoader.load_state_dict: the state was saved by a loader with "
                              f"other settings (saved, here): {diff}; build this loader as the "
                              "saved one was")
-        self.epoch, self._resume, self._progress = int(state["epoch"]), int(state["batch"]), None
+        self.epoch, self._resume, self._latest = int(state["epoch"]), int(state["batch"]), None
 
     def indices(self, epoch: int | None = None) -> list[torch.Tensor]:
         """The sample indices of each batch of an epoch (default: the next one) on this rank."""
@@ -402,11 +370,12 @@ class ImageLoader:
             augment.params(torch.empty((len(idx), *stored), dtype=torch.uint8, device="meta"))
         return augment
 
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def __iter__(self) -> ImageLoaderIterator:
         epoch, self.epoch = self.epoch, self.epoch + 1  # now, not at the first next()
         start, self._resume = self._resume, 0
-        progress = self._progress = [epoch, start]
-        return _counted(self._batches(epoch, start), progress)
+        it = ImageLoaderIterator(self, epoch, start)
+        self._latest = it.position
+        return it
 
     def _batches(self, epoch: int, start: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """Epoch ``epoch``'s batches from batch ``start`` on."""
@@ -506,15 +475,51 @@ def _finished(batch: tuple[torch.Tensor, torch.Tensor,
     return images, targets
 
 
-def _counted(batches: Iterator, progress: list[int]) -> Iterator:
-    """``batches``, counting in ``progress[1]`` those handed out (what
-    :meth:`ImageLoader.state_dict` reports); closing it closes ``batches`` at once (a ``break``
-    releases the prefetchers' threads)."""
-    try:
-        for batch in batches:
-            progress[1] += 1
-            yield batch
-    finally:
-        close = getattr(batches, "close", None)
+class ImageLoaderIterator:
+    """One pass of an :class:`ImageLoader` (what ``iter(loader)`` returns; FFCV's
+    ``EpochIterator``): it owns its epoch's producer (on CUDA the prefetchers' threads, streams
+    and pinned batches; on the CPU the queued crop tasks and its buffers), its position, and
+    :meth:`close`. Several may be live at once; they share nothing but the loader's settings and
+    reusable buffers.
+
+    Args:
+        loader: the loader whose settings this pass follows.
+        epoch: the epoch it walks; start: the batch it starts at (a resumed epoch).
+    """
+
+    def __init__(self, loader: ImageLoader, epoch: int, start: int = 0):
+        self.loader = loader
+        self.position = [epoch, start]  # [its epoch, batches handed out so far]
+        self._batches = loader._batches(epoch, start)
+
+    def __iter__(self) -> ImageLoaderIterator:
+        return self
+
+    def __next__(self) -> tuple[torch.Tensor, torch.Tensor]:
+        try:
+            batch = next(self._batches)
+        except StopIteration:
+            self.close()
+            raise
+        except BaseException:
+            self.close()  # an error in the loader ends the pass: its threads are released now
+            raise
+        self.position[1] += 1
+        return batch
+
+    def state_dict(self) -> dict:
+        """This pass's position: the epoch and the batch that come next (as
+        :meth:`ImageLoader.state_dict`)."""
+        return self.loader._position(*self.position)
+
+    def close(self) -> None:
+        """Ends the pass now (a ``break`` does it when the iterator is dropped): batches not yet
+        started are cancelled, the ones being made are waited for, the producer threads are
+        stopped and joined. Batches already handed out are untouched. Calling it again does
+        nothing."""
+        close = getattr(self._batches, "close", None)
         if close is not None:
             close()
+
+    def __del__(self):
+        self.close()

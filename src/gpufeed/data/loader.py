@@ -39,6 +39,8 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
+from gpufeed.data.settings import Batching
+
 
 def _seed(*key: int) -> int:
     """A 63-bit seed from a tuple of ints (seed, epoch) via NumPy's SeedSequence, which spreads
@@ -335,25 +337,13 @@ class FastLoader:
                  drop_last: bool = False, rank: int = 0, world_size: int = 1,
                  group_size: int | None = None, sort_indices: bool = False, device=None,
                  reuse_buffers: int = 0, pin_memory: bool = False, pad: bool = True):
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError("FastLoader: batch_size must be a whole number, at least 1 (got "
-                             f"{batch_size!r})")
-        if not (isinstance(world_size, int) and world_size >= 1 and isinstance(rank, int)
-                and 0 <= rank < world_size):
-            raise ValueError(f"FastLoader: need 0 <= rank < world_size (got rank={rank}, "
-                             f"world_size={world_size})")
-        if group_size is not None and (not isinstance(group_size, int) or group_size < 1):
-            raise ValueError("FastLoader: group_size must be None or a whole number, at least 1 "
-                             f"(got {group_size!r})")
+        #: the batching settings, checked once (:class:`gpufeed.data.settings.Batching`)
+        self.settings = Batching(batch_size=batch_size, shuffle=shuffle, seed=seed,
+                                 drop_last=drop_last, rank=rank, world_size=world_size,
+                                 group_size=group_size, reuse_buffers=reuse_buffers,
+                                 owner="FastLoader")
         self.data, self.fields = data, _Fields(data)
-        self.batch_size, self.shuffle = batch_size, shuffle
-        self.seed, self.drop_last = seed, drop_last
-        self.rank, self.world_size, self.group_size, self.pad = rank, world_size, group_size, pad
-        if not isinstance(reuse_buffers, int) or reuse_buffers < 0:
-            raise ValueError("FastLoader: reuse_buffers must be a whole number >= 0 (got "
-                             f"{reuse_buffers!r})")
-        self.sort_indices, self.reuse_buffers = sort_indices, reuse_buffers
-        self.pin_memory = pin_memory
+        self.pad, self.sort_indices, self.pin_memory = pad, sort_indices, pin_memory
         self.device = torch.device(device) if device is not None else None
         self._cuda = self.device is not None and self.device.type == "cuda"
         if self._cuda and not torch.cuda.is_available():
@@ -362,6 +352,15 @@ class FastLoader:
         self.epoch = 0
         self._spare: list[BufferRing] = []  # rings of finished iterators, for the next ones
         self._streams = SideStreams()  # device="cuda": the copies' side stream per device
+
+    def __getattr__(self, name: str):
+        """The batching settings by name (``loader.batch_size``, ``loader.shuffle``, ...), read from
+        :attr:`settings`."""
+        settings = self.__dict__.get("settings")
+        names = {f.name for f in dataclasses.fields(Batching)} - {"owner"}
+        if settings is not None and name in names:
+            return getattr(settings, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def set_epoch(self, epoch: int) -> None:
         """The epoch the next iteration uses (each iteration then moves on by one)."""

@@ -55,7 +55,7 @@ from gpufeed.data.manifest import (  # noqa: F401  (the format's names, used her
     data_files,
     read_manifest,
 )
-from gpufeed.data.progress_bar import show_progress  # noqa: F401  (memmap.show_progress, as before)
+from gpufeed.data.progress_bar import show_progress
 from gpufeed.data.staging import free_bytes  # tests point memmap.free_bytes at a tiny limit
 
 MIN_SIDE, MAX_SIDE = 8, 16384

@@ -1,5 +1,5 @@
-"""Moving nested batches to a device: dicts, lists and tuples of tensors, TensorDicts,
-tensorclasses.
+"""Moving nested batches to a device: dicts and other mappings (``UserDict``, Hugging Face's
+``BatchEncoding``), lists, tuples and named tuples of tensors, TensorDicts, tensorclasses.
 
 A detection batch is not one tensor: it is ``{"images": uint8 [B, 3, H, W], "targets": [{"boxes":
 float32 [n_i, 4], "labels": int64 [n_i], "image_id": int64 []}, ...]}``, one dict per image with
@@ -8,7 +8,12 @@ has to walk the structure and move every tensor it finds. ``notebooks/07_dataloa
 (section 3) compares the ways: a hand-written recursive function (:func:`to_device`),
 ``torch.utils._pytree.tree_map`` (:func:`pytree_to`), optree where installed (:func:`optree_to`),
 and ``TensorDict.to`` (after :func:`as_tensordict`). :mod:`gpufeed.data.prefetch` uses
-:func:`to_device`, :func:`tree_map`, :func:`leaves` and :func:`pin` on whatever batches it is given.
+:func:`to_device`, :func:`tree_map`, :func:`leaves` and :func:`pin` on whatever batches it is given,
+and :func:`gpufeed.measure.diagnose` walks a learner's batches with them (:func:`batch_size` too).
+
+A mapping comes back as the kind it was: a ``dict`` as a ``dict``; a ``dict`` subclass
+(``OrderedDict``, a ``state_dict`` with its ``_metadata``) or a ``UserDict`` copied and refilled,
+so its type and attributes stay; a read-only ``Mapping`` as a ``dict``.
 
 :class:`DetectionDataset` and :func:`detection_collate` make such batches; they live here, not
 in a notebook, because DataLoader workers must be able to import them (lesson 07, section 4).
@@ -26,7 +31,9 @@ Example:
 
 from __future__ import annotations
 
+import copy
 import sys
+from collections.abc import Mapping, MutableMapping
 
 import torch
 from torch.utils.data import Dataset
@@ -49,23 +56,38 @@ def _is_namedtuple(obj) -> bool:
     return isinstance(obj, tuple) and hasattr(obj, "_fields")
 
 
+def _mapping(obj: Mapping, items) -> Mapping:
+    """A mapping of ``obj``'s kind holding ``items``, ``(key, value)`` pairs (module docstring)."""
+    if type(obj) is dict:
+        return dict(items)
+    if isinstance(obj, MutableMapping):  # a dict subclass, a UserDict: its type and attributes kept
+        new = copy.copy(obj)
+        for k, v in items:
+            new[k] = v
+        return new
+    return dict(items)
+
+
 def to_device(obj, device, non_blocking: bool = False):
     """The hand-written recursive mover: every tensor in ``obj`` moved to ``device``.
 
-    Dicts, lists, tuples and named tuples are rebuilt with their moved contents; TensorDicts and
+    Mappings, lists, tuples and named tuples are rebuilt with their moved contents; TensorDicts and
     tensorclasses move themselves (one call for all their leaves); anything else (ints, strings,
-    None) is returned as it is.
+    None) is returned as it is. ``device`` keeps its index (``"cuda:1"``).
 
     Example:
         >>> to_device({"x": torch.ones(2), "meta": [1, "a", (torch.zeros(1),)]}, "cpu")
         {'x': tensor([1., 1.]), 'meta': [1, 'a', (tensor([0.]),)]}
+        >>> from collections import UserDict
+        >>> to_device(UserDict(ids=torch.zeros(1, dtype=torch.long)), "cpu")
+        {'ids': tensor([0])}
     """
     if isinstance(obj, torch.Tensor):
         return obj.to(device, non_blocking=non_blocking)
     if _tensordict_kind(obj) is not None:
         return obj.to(device, non_blocking=non_blocking)
-    if isinstance(obj, dict):
-        return {k: to_device(v, device, non_blocking) for k, v in obj.items()}
+    if isinstance(obj, Mapping):
+        return _mapping(obj, ((k, to_device(v, device, non_blocking)) for k, v in obj.items()))
     if _is_namedtuple(obj):
         return type(obj)(*(to_device(v, device, non_blocking) for v in obj))
     if isinstance(obj, (list, tuple)):
@@ -88,8 +110,8 @@ def tree_map(fn, obj):
         return fn(obj)
     if _tensordict_kind(obj) is not None:
         return obj.apply(fn)
-    if isinstance(obj, dict):
-        return {k: tree_map(fn, v) for k, v in obj.items()}
+    if isinstance(obj, Mapping):
+        return _mapping(obj, ((k, tree_map(fn, v)) for k, v in obj.items()))
     if _is_namedtuple(obj):
         return type(obj)(*(tree_map(fn, v) for v in obj))
     if isinstance(obj, (list, tuple)):
@@ -112,13 +134,25 @@ def leaves(obj) -> list[torch.Tensor]:
         return leaves(obj._tensordict)
     if kind == "lazy":  # its leaves may differ in shape: walk the stacked tensordicts one by one
         return [t for td in obj.tensordicts for t in leaves(td)]
-    if kind == "tensordict":
-        return [t for v in obj.values() for t in leaves(v)]
-    if isinstance(obj, dict):
+    if kind == "tensordict" or isinstance(obj, Mapping):
         return [t for v in obj.values() for t in leaves(v)]
     if isinstance(obj, (list, tuple)):
         return [t for v in obj for t in leaves(v)]
     return []
+
+
+def batch_size(obj) -> int | None:
+    """The number of samples in a batch: a TensorDict's or tensorclass's first batch dimension, else
+    the first dimension of its first tensor (:func:`leaves`); None when it holds no tensor with one.
+
+    Example:
+        >>> batch_size({"images": torch.zeros(4, 3, 8, 8)}), batch_size([1, "a"])
+        (4, None)
+    """
+    if _tensordict_kind(obj) is not None and len(obj.batch_size):
+        return int(obj.batch_size[0])
+    first = next((t for t in leaves(obj) if t.ndim), None)
+    return None if first is None else int(first.shape[0])
 
 
 def pin(obj):
@@ -132,8 +166,8 @@ def pin(obj):
         return obj if obj.is_cuda or obj.is_pinned() else obj.pin_memory()
     if kind is not None:
         return obj if all(t.is_cuda or t.is_pinned() for t in leaves(obj)) else obj.pin_memory()
-    if isinstance(obj, dict):
-        return {k: pin(v) for k, v in obj.items()}
+    if isinstance(obj, Mapping):
+        return _mapping(obj, ((k, pin(v)) for k, v in obj.items()))
     if _is_namedtuple(obj):
         return type(obj)(*(pin(v) for v in obj))
     if isinstance(obj, (list, tuple)):
@@ -181,16 +215,15 @@ def as_tensordict(batch: dict):
 
 
 def plain(obj):
-    """``obj`` with TensorDicts and tensorclasses turned into dicts (a lazy stack: a list of them),
-    so that :func:`equal` can compare any form of a batch with the plain one."""
+    """``obj`` with TensorDicts, tensorclasses and other mappings turned into dicts (a lazy
+    stack: a list of them), so that :func:`equal` can compare any form of a batch with the plain
+    one."""
     kind = _tensordict_kind(obj)
     if kind == "tensorclass":
         return plain(obj._tensordict)
     if kind == "lazy":
         return [plain(td) for td in obj.tensordicts]
-    if kind == "tensordict":
-        return {k: plain(v) for k, v in obj.items()}
-    if isinstance(obj, dict):
+    if kind == "tensordict" or isinstance(obj, Mapping):
         return {k: plain(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return (type(obj)(plain(v) for v in obj) if not _is_namedtuple(obj)

@@ -23,7 +23,8 @@ prefetcher's). Both share one thread machinery: batches come out in order; an ex
 wrapped loader (or the work on the thread) is raised once in your loop, after the batches made
 before it, with its traceback, then the iterator is exhausted; ``break``, garbage collection,
 ``close()``, ``with`` and the end of the data all stop the thread and drop the batches in flight
-(it never blocks for good on a full queue: it ``put`` s with a timeout and watches a stop event).
+(it never blocks for good on a full queue: it ``put`` s with a timeout and watches a stop event;
+``close()`` returns within :data:`GRACE_S` whatever the thread is doing).
 Threads are named ``gpufeed-prefetch-N``.
 
 Example:
@@ -89,7 +90,11 @@ class _Failure:
 
 
 _END = object()
-_GRACE_S = 0.25  # how long close() waits for a producer still inside the loader's next()
+#: How long ``close()`` waits for the producer, whatever it is doing: it stops by itself where it
+#: waits (a full queue, a slot the GPU has not freed: both poll the stop flag), and a producer still
+#: inside the loader's ``next()`` (or a transform) ends when that returns, making nothing more.
+GRACE_S = 0.25
+_SLOT_POLL_S = (5e-5, 1e-3)  # a producer waiting for a slot polls its release event: first, at most
 
 
 class _Shared:
@@ -97,7 +102,6 @@ class _Shared:
 
     def __init__(self):
         self.stop = threading.Event()
-        self.in_source = False  # the producer is inside the loader's next(): close() does not wait
         self.lock = threading.Lock()
         self.close_error: BaseException | None = None  # from the loader's close() after a stop
         self.abandoned = False  # close() returned before the producer ended: it warns instead
@@ -123,15 +127,6 @@ def _put(q: queue.Queue, item, stop: threading.Event) -> bool:
     return False
 
 
-def _asked(source, shared: _Shared):
-    """The loader's next batch, or ``_END``; ``shared.in_source`` says when we are inside it."""
-    shared.in_source = True
-    try:
-        return next(source, _END)
-    finally:
-        shared.in_source = False
-
-
 def _made(make: Callable, batch, stop: threading.Event, k: int):
     """``make(batch, stop)``; a ``StopIteration`` from it is an error, not the end of the data."""
     try:
@@ -154,7 +149,7 @@ def _produce(source, q: queue.Queue, shared: _Shared, make: Callable | None,
         with scope():
             try:
                 for k in itertools.count():
-                    batch = _asked(source, shared)
+                    batch = next(source, _END)
                     if batch is _END or stop.is_set():
                         break
                     batch = _made(make, batch, stop, k) if make is not None else batch
@@ -231,13 +226,15 @@ class _ThreadIterator:
             raise item.exc  # the producer's traceback is in item.exc.__traceback__
         return self._take(item) if self._take is not None else item
 
-    def close(self, timeout: float = 5.0) -> None:
-        """Stops the producer and waits for it (unless called from the producer thread itself),
-        but not for a batch the loader is still making: a producer inside the loader's ``next()``
-        gets ``_GRACE_S``, then ends by itself when the loader returns, making nothing more.
+    def close(self) -> None:
+        """Stops the producer and waits for it :data:`GRACE_S` at most (not at all when called
+        from the producer thread itself): where it waits (a full queue, a slot) it sees the stop
+        at once; inside the loader's ``next()`` or the work on a batch it ends by itself when that
+        returns, making nothing more.
 
         Raises:
-            Exception: what the loader's ``close()`` raised after the stop.
+            Exception: what the loader's ``close()`` raised after the stop, if the producer got
+                there within the grace (later, a warning says it).
         """
         first = not self._done
         self._done = True
@@ -246,7 +243,7 @@ class _ThreadIterator:
             self._on_close()
         _drop(self._queue)  # now, not when this iterator is collected
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
-            self._thread.join(_GRACE_S if self._shared.in_source else timeout)
+            self._thread.join(GRACE_S)
         _drop(self._queue)  # and what a producer blocked on put put there as the queue emptied
         with self._shared.lock:
             self._shared.abandoned = self._thread.is_alive()
@@ -258,7 +255,7 @@ class _ThreadIterator:
         # never raise from a finaliser (e.g. at interpreter exit): a warning says what close() met
         with contextlib.suppress(Exception):
             try:
-                self.close(timeout=5.0)  # returns in milliseconds unless the loader itself is stuck
+                self.close()  # GRACE_S at most
             except Exception as e:  # noqa: BLE001
                 warnings.warn(f"the prefetcher's loader raised in close(): {e!r}", RuntimeWarning,
                               stacklevel=2)
@@ -274,16 +271,15 @@ class _Ring:
     """One pass's ring of ``slots`` batches on the GPU, as FFCV's ``EpochIterator`` keeps
     ``batches_ahead + 2``: the producer makes batch ``k`` only once the consumer's stream is done
     with batch ``k - slots``, which it learns from an event recorded on that stream when the
-    consumer gave that batch up (its next ``next()``, or ``close()``), waited for on the producer's
+    consumer gave that batch up (its next ``next()``, or ``close()``), polled on the producer's
     thread. ``after``: an event the first batch waits for (the last pass's close), or None."""
 
-    def __init__(self, slots: int, inputs_made: torch.cuda.Event, after: torch.cuda.Event | None):
-        self.slots, self.inputs_made = slots, inputs_made
+    def __init__(self, slots: int, after: torch.cuda.Event | None):
+        self.slots = slots
         self.released: queue.Queue = queue.Queue()  # events, one per batch given up, in order
         if after is not None:
             self.released.put(after)
         self.made = -1 if after is not None else 0  # the first batch waits for ``after``
-        self.inputs_ordered = False
         self.held: torch.cuda.Stream | None = None  # the stream the consumer's batch is used on
 
     def wait_for_slot(self, stop: threading.Event) -> bool:
@@ -297,7 +293,13 @@ class _Ring:
                     break
                 except queue.Empty:
                     continue
-            released.synchronize()  # this thread waits (blocking: it sleeps), never the consumer's
+            # This thread polls (never the consumer's), and not in released.synchronize(): behind
+            # a deep GPU queue that could block for seconds, and close() would wait as long.
+            pause, longest = _SLOT_POLL_S
+            while not released.query():
+                if stop.wait(pause):
+                    return False
+                pause = min(2 * pause, longest)
         self.made = max(self.made, 0) + 1
         return True
 
@@ -337,11 +339,15 @@ class _Closable:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _started(self, make: Callable | None, **kwargs) -> _ThreadIterator:
+    def _started(self, make: Callable | None, before: Callable[[], None] | None = None,
+                 **kwargs) -> _ThreadIterator:
         # iter() here, on the caller's thread: an error in it is raised at once, and a DataLoader
         # starts its workers from the main thread (where its signal handlers can be installed).
-        it = _ThreadIterator(iter(self.loader), self.depth, make,
-                             f"{THREAD_PREFIX}-{next(_counter)}", **kwargs)
+        source = iter(self.loader)
+        if before is not None:  # on the caller's thread, before the producer asks for anything
+            before()
+        it = _ThreadIterator(source, self.depth, make, f"{THREAD_PREFIX}-{next(_counter)}",
+                             **kwargs)
         self._iterators.add(it)
         return it
 
@@ -394,22 +400,38 @@ class CudaPrefetcher(_Closable):
     ``next()`` instead (the classic apex prefetcher), that host work would sit between the end of
     one step and the launch of the next, with the GPU idle.
 
+    **The stream contract**: a batch is ready on, and its memory kept for, the stream that is
+    current when your ``next()`` takes it (your loop's: the default stream unless you say
+    otherwise). Use it there. To use it on another stream ``s`` (a loop whose ``next()`` runs
+    outside a ``with torch.cuda.stream(s):`` block it computes in), order and mark it yourself::
+
+        s.wait_stream(torch.cuda.current_stream())  # s waits (on the device) for the batch's copy
+        for t in tensors_of_the_batch:
+            t.record_stream(s)  # its memory is not handed out again before s is done with it
+
+    and, for the memory bound below, make the stream of ``next()`` wait for ``s`` before the next
+    ``next()`` (``torch.cuda.current_stream().wait_stream(s)``): the release of a batch is
+    recorded there. Without the first two lines ``s`` may read a batch before its copy has run.
+    The prefetcher cannot see which stream you use a batch on; the CUDA-ordering simulator can: run
+    your loop under :func:`gpufeed.simcuda.simulated_cuda` (a few batches) and a batch read out of
+    order raises :class:`gpufeed.simcuda.CudaRaceError` where it is read.
+
     **How long a batch stays valid**: as long as you hold it. Its memory is not handed out again
     before you drop it and the work your stream queued on it is done, so two batches never share
     memory, whatever you keep (``list(p)`` keeps them all, and that memory is yours).
 
-    **GPU memory** is bounded whatever your loop does, even one that never synchronises and so
-    lets the host run far ahead of the GPU: ``depth + 2`` converted batches in flight (``depth``
-    queued, the one the thread is making, the one you use), besides the loader's own, the
-    conversion's working memory and the batches you keep. As FFCV's ``EpochIterator`` does with
-    its ``batches_ahead + 2`` slots, the thread makes batch ``k`` only once your stream is done
-    with batch ``k - depth - 2``: at your ``next()`` (or ``close()``) an event is recorded on your
-    stream for the batch you give up, and the thread waits for that event before it allocates the
-    next one's memory. The thread waits, not you; in a loop that syncs every step the event is long
-    done when it looks. FFCV overwrites a slot's memory; here the caching allocator hands it out
-    again only once your last reference is gone, so a batch your loop has given up but not yet let
-    go of (your loop variable is rebound just after ``next()`` returns) can make it ``depth + 3``
-    for a moment.
+    **GPU memory** is bounded whatever your loop does on that stream, even a loop that never
+    synchronises and so lets the host run far ahead of the GPU: ``depth + 2`` converted batches in
+    flight (``depth`` queued, the one the thread is making, the one you use), besides the loader's
+    own, the conversion's working memory and the batches you keep. As FFCV's ``EpochIterator``
+    does with its ``batches_ahead + 2`` slots, the thread makes batch ``k`` only once your stream
+    is done with batch ``k - depth - 2``: at your ``next()`` (or ``close()``) an event is recorded
+    on your stream for the batch you give up, and the thread polls that event before it allocates
+    the next one's memory. The thread waits, not you; in a loop that syncs every step the event is
+    long done when it looks. Likewise a pass's first batch waits for the last pass's final
+    release. FFCV overwrites a slot's memory; here the caching allocator hands it out again only
+    once your last reference is gone, so a batch your loop has given up but not yet let go of (your
+    loop variable is rebound just after ``next()`` returns) can make it ``depth + 3`` for a moment.
 
     What it costs, honestly:
 
@@ -449,14 +471,28 @@ class CudaPrefetcher(_Closable):
             freed block only on the stream that allocated it, so a new stream per epoch would strand
             every epoch's blocks in a pool of their own until an allocation fails.
 
-    Tensors the loader hands over already on the GPU are ready on the stream current where it is
-    asked, the side stream (the loader's work runs there; a loader that works on a stream of its
-    own makes the current one wait for it, as ``FastLoader(device="cuda")`` does), or were made
-    before ``iter()`` on the stream current there (your loop's): for those the side stream waits,
-    once a pass, for an event recorded at ``iter()``, not for your latest step at every batch
-    (which would put every copy behind the step before it: no overlap at all). They are marked as
-    used by the side stream (``record_stream``). ``"cuda"`` without an index is the current device
-    when the prefetcher is made (build it after ``torch.cuda.set_device(local_rank)``).
+    **Your loop's work before ``iter()``**: at ``iter()`` (after the loader's own ``iter()``, before
+    the thread first asks it for a batch) an event is recorded on your current stream and the side
+    stream waits for it, once a pass. So the loader's kernels (they run on the side stream, current
+    where it is asked) and the copies come after whatever your loop queued before ``iter()``: GPU
+    tensors it made or wrote, which the loader may hand over or gather from. Not for your latest
+    step at every batch, which would put every copy behind the step before it (no overlap at all).
+    Tensors the loader hands over already on the GPU must be ready on the stream current where it
+    is asked (a loader that works on a stream of its own makes the current one wait for it, as
+    ``FastLoader(device="cuda")`` does); they are marked as used by the side stream
+    (``record_stream``). ``"cuda"`` without an index is the current device when the prefetcher is
+    made (build it after ``torch.cuda.set_device(local_rank)``).
+
+    **CUDA graphs**: while you capture a graph (``torch.cuda.graph``), the thread goes on
+    allocating, pinning, recording and polling events. Under the default
+    ``capture_error_mode="global"`` such calls from another thread during a capture are errors;
+    capture with ``capture_error_mode="thread_local"`` (only your thread's calls are checked), or
+    before ``iter()`` (or between two passes, the last one closed), then copy each batch into the
+    graph's static inputs.
+
+    **Stopping**: ``break``, ``close()``, ``with`` and garbage collection return within
+    :data:`GRACE_S` (0.25 s) whatever the thread is doing: waiting for a slot it polls the release
+    event and the stop flag, never blocking in ``synchronize()`` behind a deep GPU queue.
 
     Raises:
         RuntimeError: torch sees no CUDA GPU (use :func:`prefetch`, which falls back to threads).
@@ -494,12 +530,8 @@ class CudaPrefetcher(_Closable):
         conversion and transform issued, and the event after them."""
         if not ring.wait_for_slot(stop):
             return _END
-        on_gpu = [t for t in leaves(batch) if t.is_cuda]
-        if on_gpu:
-            if not ring.inputs_ordered:  # once a pass: after what your stream did before iter()
-                self.stream.wait_event(ring.inputs_made)
-                ring.inputs_ordered = True
-            for t in on_gpu:  # their memory is not handed out again while the side stream reads it
+        for t in leaves(batch):
+            if t.is_cuda:  # its memory is not handed out again while the side stream reads it
                 t.record_stream(self.stream)
         if self.pin_memory:
             batch = pin(batch)  # pinned here, on this thread; dropped once its copy is issued
@@ -528,12 +560,18 @@ class CudaPrefetcher(_Closable):
     def _closed(self, ring: _Ring) -> None:
         self._last_close = ring.give_up() or self._last_close
 
-    def __iter__(self):
+    def _after_your_work(self) -> None:
+        """At ``iter()``, on your thread, before the loader is first asked: the side stream waits
+        (on the device) for what your current stream queued so far, once a pass."""
         inputs_made = torch.cuda.Event()
-        inputs_made.record(torch.cuda.current_stream(self.device))  # the caller's stream, now
-        ring = _Ring(self.depth + 2, inputs_made, self._last_close)
+        inputs_made.record(torch.cuda.current_stream(self.device))
+        self.stream.wait_event(inputs_made)
+
+    def __iter__(self):
+        ring = _Ring(self.depth + 2, self._last_close)
         return self._started(lambda batch, stop: self._make(batch, ring, stop),
-                             scope=self._on_side_stream, take=lambda made: self._take(made, ring),
+                             before=self._after_your_work, scope=self._on_side_stream,
+                             take=lambda made: self._take(made, ring),
                              on_close=lambda: self._closed(ring))
 
 

@@ -20,8 +20,12 @@
   :mod:`~gpufeed.measure.traces`: a profiler trace read.
 * :mod:`~gpufeed.measure.evidence`: each lesson's headline claims and where their evidence comes
   from; :mod:`~gpufeed.measure.references`: whether a committed GPU reference ran today's code.
-* :func:`diagnose` (:mod:`~gpufeed.measure.diagnosis`, :mod:`~gpufeed.measure.findings`): the course's
-  measurements pointed at your own loader and training step.
+* :func:`diagnose` (:mod:`~gpufeed.measure.diagnosis`, the orchestration; :mod:`~gpufeed.measure.probe`,
+  the device's clock, syncs, copies and the trace; :mod:`~gpufeed.measure.batches`, the loader's
+  batches and one-line errors; :mod:`~gpufeed.measure.report`; :mod:`~gpufeed.measure.findings`;
+  :mod:`~gpufeed.measure.dataloaders`, a DataLoader's settings re-timed): the course's measurements
+  pointed at your own loader and training step; :func:`watch` (:mod:`~gpufeed.measure.inplace`): the
+  same measured in your loop as it runs.
 
 It may import :mod:`gpufeed.data`, never :mod:`gpufeed.course`.
 """
@@ -32,14 +36,17 @@ import importlib
 
 _MODULES = {'ceilings', 'pipelines', 'suite', 'synth', 'machine', 'harness', 'plotting', 'dali', 'results', 'photos',
             'memory', 'peers', 'cpu', 'published', 'progress', 'datasets', 'wording', 'traces', 'diagnosis',
-            'findings', 'lessons', 'verdict', 'references', 'evidence'}
+            'findings', 'lessons', 'verdict', 'references', 'evidence', 'probe', 'report', 'batches',
+            'dataloaders', 'inplace'}
 
-__all__ = sorted(_MODULES | {"diagnose"})
+__all__ = sorted(_MODULES | {"diagnose", "watch"})
 
 
 def __getattr__(name: str):
     if name == "diagnose":  # the one entry point, as a function: gpufeed.measure.diagnose(loader, step)
         return importlib.import_module(f"{__name__}.diagnosis").diagnose
+    if name == "watch":  # the in-place mode: with gpufeed.measure.watch(loader) as feed: ...
+        return importlib.import_module(f"{__name__}.inplace").watch
     if name in _MODULES:
         return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

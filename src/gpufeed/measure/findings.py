@@ -6,9 +6,14 @@ numbers: on a CPU-only machine no copy or sync was measured, so no copy or sync 
 a loop that hardly waits for data gets one finding, that the loader is not the bottleneck, and
 nothing about its loader. The thresholds are named below; each is a share of a measured time.
 
+A DataLoader setting a finding suggests is re-timed first where it can be
+(:mod:`gpufeed.measure.dataloaders`): the finding is made only when the copy with that setting
+measured faster, and then says by how much; a setting that measured no gain, or that this run
+cannot tell apart, is not suggested (the report's table says what was re-timed and what it gave).
+
 Example:
-    >>> from gpufeed.measure.diagnosis import Report
-    >>> r = Report(items=32, batches=10, device="cpu", period_s=0.025, wait_s=0.020, step_s=0.005,
+    >>> from gpufeed.measure.report import Report
+    >>> r = Report(items=32, batches=10, device="cpu", period_s=0.025, host_wait_s=0.020,
     ...            loader_rate=1600.0, model_rate=6400.0, loader_settings={"num_workers": 0}, cores=8)
     >>> [(f.key, f.lessons) for f in find(r)]
     [('workers', ('07',)), ('overlap', ('07', '08'))]
@@ -18,10 +23,10 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, replace
 
 from gpufeed.measure.harness import format_time
-from gpufeed.measure.wording import times
 
 #: The loop waits for data at least this share of its period: data bound.
 DATA_BOUND = 0.5
@@ -38,6 +43,8 @@ PER_SAMPLE = 0.5
 START = 0.05
 #: Overlap worth naming: the longer of the loader alone and the step at least this share shorter than the period.
 OVERLAP_GAP = 0.1
+#: A faster loader's most (:attr:`~gpufeed.measure.report.Report.best_speedup`) worth naming: at least this many times.
+WORTH = 1.05
 
 
 def efficiency_bounds(loader_rate: float, model_rate: float) -> tuple[float, float]:
@@ -92,23 +99,42 @@ def _mb(copies) -> float:
 
 
 def find(r) -> list[Finding]:
-    """The findings a :class:`~gpufeed.measure.diagnosis.Report`'s numbers support, loader side first, then copies and syncs."""
-    out = [] if r.wait_fraction > COMPUTE_BOUND else [Finding(
+    """The findings a :class:`~gpufeed.measure.report.Report`'s numbers support, loader side first, then
+    copies and syncs; a suggested setting that was re-timed only with its measured gain."""
+    fine = r.wait_fraction <= COMPUTE_BOUND or r.best_speedup < WORTH  # little wait, or none a loader could take
+    out = [] if not fine else [Finding(
         "loader-fine", f"The loader is not the bottleneck: your loop waits for data {r.wait_fraction:.0%} of its "
         "period, and a loader that never kept it waiting would make it " + (
-            f"at most {times(r.best_speedup, flat=0.05)}" if r.best_speedup > 1.05 else "no faster")
+            f"at most {r.best_speedup:.2f}x faster" if r.best_speedup >= WORTH else "no faster")
+        + ("" if r.wait_fraction <= COMPUTE_BOUND else " (the step alone takes about the whole period)")
         + "; look at the step (the model, its precision, torch.compile).",
         {"wait_fraction": round(r.wait_fraction, 3), "best_speedup": round(r.best_speedup, 3)}, ("11",))]
     if not out:
         side = _loader_side(r)
+        evidence = {"wait_fraction": round(r.wait_fraction, 3)} | ({} if r.loader_rate is None else {
+            "loader_images_per_s": round(r.loader_rate, 1), "model_images_per_s": round(r.model_rate, 1)})
         out += side or [Finding(
             "loader-slow", f"The loader keeps your loop waiting {r.wait_fraction:.0%} of its period, and nothing "
             "measured here says which of its stages is slow: profile them (record_function around read, decode, "
-            "augment and collate) and take the slowest first.",
-            {"wait_fraction": round(r.wait_fraction, 3), "loader_images_per_s": round(r.loader_rate, 1),
-             "model_images_per_s": round(r.model_rate, 1)}, ("02",))]
+            "augment and collate) and take the slowest first.", evidence, ("02",))]
     out += _settings(r) + _copies(r) + _syncs(r)
-    return out
+    return _measured(out, r.retimed)
+
+
+def _measured(out: list[Finding], retimed: list) -> list[Finding]:
+    """Each finding whose setting was re-timed: kept, with the measured gain, only if there was one."""
+    by = {t.finding: t for t in retimed}
+    kept = []
+    for f in out:
+        t = by.get(f.key)
+        if t is None:
+            kept.append(f)
+        elif t.note:  # not re-timed: the suggestion stands, unmeasured, and says so
+            kept.append(replace(f, text=f"{f.text} (Not re-timed: {t.note}.)"))
+        elif t.gain:
+            kept.append(replace(f, text=f"{f.text} Re-timed {t.words()}.",
+                                evidence=f.evidence | {"retimed_ratio": round(t.verdict.ratio, 3)}))
+    return kept
 
 
 def _loader_side(r) -> list[Finding]:
@@ -119,6 +145,8 @@ def _loader_side(r) -> list[Finding]:
                            f"your loop waits for it {wait:.0%} of its period: workers (up to one per core, "
                            f"{r.cores} here) make batches in parallel, while the step runs.",
                            {"num_workers": 0, "wait_fraction": wait, "cores": r.cores}, ("07",)))
+    if r.loader_rate is None:
+        return out
     if "sample" in d and not d.get("getitems") and s.get("batch_size"):
         loader_ms = r.items / r.loader_rate * 1e3 * max(1, s.get("num_workers") or 0)  # worker-ms per batch
         share = round(d["sample"] * s["batch_size"] / loader_ms, 3)
@@ -134,16 +162,17 @@ def _loader_side(r) -> list[Finding]:
             out.append(Finding(part, f"{text}: {d[part]:.2f} ms an image, {min(share, 1.0):.0%} of the "
                                f"{d['sample']:.2f} ms that dataset[i] takes.",
                                {f"{part}_ms": round(d[part], 3), "sample_ms": round(d["sample"], 3)}, lessons))
-    loader_s, overlapped_s = r.items / r.loader_rate, max(r.items / r.loader_rate, r.step_s)
+    loader_s, step_s = r.items / r.loader_rate, r.items / r.model_rate  # the two what-ifs, per batch
+    overlapped_s = max(loader_s, step_s)
     if overlapped_s <= (1 - OVERLAP_GAP) * r.period_s:
         out.append(Finding("overlap", f"Loading does not overlap the step: a batch takes {format_time(r.period_s)}, "
-                           f"the loader alone {format_time(loader_s)} and the step {format_time(r.step_s)}; with the "
-                           "loader working while the step runs it would take the longer of the two, "
-                           f"{times(r.period_s / overlapped_s, flat=0.05)}. Prefetch the next batches on a thread "
-                           "or in workers" + (f" (prefetch_factor={s['prefetch_factor']})" if s.get("prefetch_factor")
-                                              else "") + ".",
+                           f"the loader alone {format_time(loader_s)} and the step alone {format_time(step_s)}; with "
+                           "the loader working while the step runs it would take the longer of the two, at most "
+                           f"{r.period_s / overlapped_s:.2f}x faster. Prefetch the next batches on a thread or in "
+                           "workers" + (f" (prefetch_factor={s['prefetch_factor']})" if s.get("prefetch_factor")
+                                        else "") + ".",
                            {"period_ms": round(r.period_s * 1e3, 3), "loader_ms": round(loader_s * 1e3, 3),
-                            "step_ms": round(r.step_s * 1e3, 3)}, ("07", "08")))
+                            "step_ms": round(step_s * 1e3, 3)}, ("07", "08")))
     return out
 
 
@@ -174,6 +203,11 @@ def _copies(r) -> list[Finding]:
                            "the host stages them through a pinned buffer and waits; copy from pinned memory "
                            "with non_blocking=True.",
                            {"pageable_mb_per_step": round(_mb(pageable) / n, 3), **copy_ms}, ("00", "07")))
+    blocking = [c for c in r.copies if c.pinned and not c.non_blocking]
+    if blocking:
+        out.append(Finding("blocking-copy", f"{len(blocking) / n:g} copies a step go to the GPU from pinned memory "
+                           "without non_blocking=True: the host waits for each (and for the work queued before "
+                           "it); pass non_blocking=True.", {"blocking_copies_per_step": len(blocking) / n}, ("07", "08")))
     inline = [c for c in r.copies if c.default_stream]
     if inline:
         where = sorted({c.where for c in inline})
@@ -191,13 +225,26 @@ def _copies(r) -> list[Finding]:
     return out
 
 
+#: What to do about a sync, by its kind (:mod:`gpufeed.measure.probe`); ops of data-dependent size share one.
+ADVICE = {".item()": "read the loss every few steps, or after the next step is queued",
+          "copy to the host": "keep results on the device, or copy them with non_blocking=True into pinned memory "
+                              "and read them after an event",
+          "outside an op": "a stream's synchronize() in the loop waits for all its work: wait on an event recorded "
+                           "where the result is needed, or not at all",
+          "op": "an op whose output size depends on the data ({ops}) waits for the result: give it a size (torch.where, "
+                "a mask multiplied in) or move it out of the step"}
+
+
 def _syncs(r) -> list[Finding]:
-    if not r.syncs_per_step or r.syncs_per_step < 1:
+    total = sum(r.syncs.values()) if r.syncs else 0
+    if total < 1:
         return []
-    items = r.item_calls_per_step or 0
+    ops = [k for k in r.syncs if k not in ADVICE]
+    advice = [ADVICE[k] for k in r.syncs if k in ADVICE] + ([ADVICE["op"].format(ops=", ".join(ops))] if ops else [])
+    kinds = ", ".join(f"{v:g} {k}" for k, v in r.syncs.items())
+    site = Counter(r.sync_sites).most_common(1)
+    where = f" (the most at {site[0][0]})" if site else ""
     waited = {} if r.sync_s is None else {"sync_ms_per_step": round(r.sync_s * 1e3, 3)}
-    why = f", {items:g} of them .item()" if items else ""
-    return [Finding("sync", f"The loop makes the host wait for the GPU {r.syncs_per_step:g} times a step{why}: "
-                    "while it waits it cannot queue the next step's work or copy, so host and GPU take turns; "
-                    "read the loss every few steps, or after the next step is queued.",
-                    {"syncs_per_step": r.syncs_per_step, "item_calls_per_step": items, **waited}, ("02", "08"))]
+    return [Finding("sync", f"The loop makes the host wait for the GPU {total:g} times a step ({kinds}){where}: while "
+                    "it waits it cannot queue the next step's work or copy, so host and GPU take turns; "
+                    + "; ".join(advice) + ".", {"syncs_per_step": total, **r.syncs, **waited}, ("02", "08"))]

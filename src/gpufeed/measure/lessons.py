@@ -81,9 +81,9 @@ class Lesson:
             its source, ``.ipynb`` the generated notebook). title: as the outline and the footer say it.
         references: whether a machine without a GPU shows this lesson's committed GPU run
             (``results/<gpu>/lessonNN.json``): then a GPU run keeps its full-mode results.
-        gpu_s: estimated seconds on one H100 (16 cores), ``(quick mode, full mode)``: what
-            ``make test-gpu`` plans with until a run on that GPU has timed it (stated defaults,
-            from the run of 2026-11-26 where it measured them, else rounded up from the CPU).
+        gpu_s: stated seconds on one H100 (16 cores), ``(quick mode, full mode)``: what
+            ``make test-gpu`` plans with only where no committed GPU run timed the lesson
+            (``results/<gpu>/run.json``: the H100's of 2026-11-26 timed most; ``tools/gpurun/plan.py``).
         sizes: the datasets it generates, given ``pick`` and CUDA (see :func:`Lesson.datasets`).
         claims: its one to three headline claims (the evidence box).
     """
@@ -159,7 +159,8 @@ def _l07(pick, cuda):
 
 
 def _l08(pick, cuda):
-    return [Dataset("lesson08", f"lesson08/jpeg-224-{pick(64, 512)}", pick(64, 512), (224, 224))]
+    n = pick(64, 512, 128)
+    return [Dataset("lesson08", f"lesson08/jpeg-224-{n}", n, (224, 224))]
 
 
 def _l09(pick, cuda):
@@ -252,10 +253,16 @@ LESSONS: tuple[Lesson, ...] = (
     )),
     Lesson("08", "08_prefetch", "GPU prefetching", True, (30, 55), _l08, claims=(
         Claim("Each line of a side-stream prefetcher (wait_stream, record_stream, the event) is needed: "
-              "without one, a batch is read before its copy or freed while in use.",
-              here="each hazard on the CUDA-ordering simulator"),
-        Claim("A prefetcher whose host work runs on its own thread hides the copy and the conversion "
-              "behind the model's compute.", here="the timed experiment", needs_cuda=True, gpu=True),
+              "without one, a batch is read before its copy, freed while in use, or copied from a pinned "
+              "buffer already refilled.", here="each hazard on the CUDA-ordering simulator, in four orders"),
+        Claim("A thread prefetcher overlaps loading with the step when the step leaves it the GIL, as a "
+              "GPU step's waiting host side does: up to the bound, first batch included.",
+              here="a real and a waiting step, with and without the thread, epochs in turns"),
+        Claim("A GPU prefetcher's host work (asking the loader, which gathers and pins; issuing the copy) "
+              "idles a GPU that syncs every step when done in your loop; on its own thread it can hide behind "
+              "the step.",
+              here="the three loader-fed arms in turns, with a step that syncs and one that does not",
+              needs_cuda=True, gpu=True),
     )),
     Lesson("09", "09_augment", "Augmentations: CPU, GPU or both", True, (30, 60), _l09, claims=(
         Claim("A random transform applied to a batch draws one set of parameters for all of it; a few "

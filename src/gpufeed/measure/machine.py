@@ -125,10 +125,11 @@ def _git(root: Path, *args: str) -> str:
 def git_commit() -> str | None:
     """The commit of the course checkout, with ``+dirty`` when it has uncommitted changes.
 
-    From git where the checkout has ``.git``; else from ``$GPUFEED_COMMIT``; else from the
-    ``.gpufeed-commit`` file that ``make wheelhouse`` writes beside the code (a checkout copied to
-    a node without its ``.git``), with ``+modified`` when a file it lists changed since.
-    None when none of these says.
+    From git where the checkout has ``.git`` and git answers; else (no ``.git``, no git, or a git
+    that refuses: a ``.git`` copied with the checkout to a node, owned by another user or pointing
+    to a worktree that is not there) from ``$GPUFEED_COMMIT``; else from the ``.gpufeed-commit``
+    file that ``make wheelhouse`` writes beside the code, with ``+modified`` when a file it lists
+    changed since. None when none of these says.
     """
     root = config.repo_root()
     if root is not None and (root / ".git").exists():
@@ -136,7 +137,7 @@ def git_commit() -> str | None:
             commit, dirty = _head(root)
             return commit + ("+dirty" if dirty else "")
         except (OSError, subprocess.SubprocessError):
-            return None
+            pass  # git cannot answer here: the environment or the file may
     if os.environ.get(ENV_COMMIT):
         return os.environ[ENV_COMMIT].strip()
     return _commit_from_file(root)

@@ -126,17 +126,17 @@ class Data:
 def prepare(w: Workload, root: str | os.PathLike, *, workers: int = 1, progress: bool | None = None) -> Data:
     """Generates the JPEG folder and the memmap made from it under ``root``; a second call reuses them.
 
-    ``progress``: bars for both builds; None: where someone watches (:func:`gpufeed.measure.progress.wanted`).
+    ``progress``: bars for both builds; None: where someone watches (:func:`gpufeed.data.progress_bar.show_progress`).
 
     The memmap build is the one-off price of the course pipeline (decode and resize once); it is
     reported beside the throughputs, not hidden.
     """
     from gpufeed.data.memmap import MemmapError, build_memmap
-    from gpufeed.measure.progress import wanted
+    from gpufeed.data.progress_bar import show_progress
     from gpufeed.measure.synth import SynthError, synth_folder
 
     root = Path(root)
-    progress = wanted() if progress is None else progress
+    progress = show_progress() if progress is None else progress
     jpeg_name, memmap_name = w.folders()
     try:
         jpeg = synth_folder(root / jpeg_name, n=w.n, size=w.jpeg_size, quality=w.quality, classes=w.classes,

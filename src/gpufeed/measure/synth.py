@@ -232,7 +232,7 @@ def synth_folder(
             class ``i % classes``.
         seed: the same seed gives the same bytes.
         workers: processes to render with (the bytes do not depend on it).
-        progress: show a progress bar; None: where someone watches (:func:`gpufeed.measure.progress.wanted`).
+        progress: show a progress bar; None: where someone watches (:func:`gpufeed.data.progress_bar.show_progress`).
         overwrite: replace a *different* dataset that gpufeed generated earlier in ``out``.
         pool: processes to render with, shared by several folders
             (:func:`gpufeed.measure.datasets.prepare`, which passes its size as ``workers``); default:

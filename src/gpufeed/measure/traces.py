@@ -4,10 +4,13 @@
 are complete events (``"ph": "X"``, start ``ts`` and duration ``dur`` in microseconds). The GPU
 idle fraction is ``1 - (union of kernel intervals) / window``: the share of the profiled window in
 which no kernel ran (copies do not count as busy by default: a GPU that only copies waits for data).
+:func:`device_split` splits the same window three ways, as :mod:`~gpufeed.measure.probe` reports
+a learner's own steps: computing (a kernel ran), copying only (a copy or memset ran, no kernel), and
+idle (neither): there, time spent copying is device time, not idle.
 
 The course reads traces per named stage (:mod:`gpufeed.course.trace`, lesson 02, which re-exports
-these); :mod:`~gpufeed.measure.diagnosis` reads the trace of a learner's own steps with the same
-functions: idle time, host-to-device copy time, and host waits (:func:`durations`).
+these); :func:`gpufeed.measure.diagnose` reads the trace of a learner's own steps with the same
+functions: the device's split, host-to-device copy time, and host waits (:func:`durations`).
 
 Example:
     >>> doc = {"traceEvents": [
@@ -19,6 +22,8 @@ Example:
     0.7
     >>> durations(doc, ["gpu_memcpy"], "HtoD")  # ms
     0.01
+    >>> device_split(doc)  # the copy (5..15) is device time: idle is 50 - 15 - 10 = 25 of 50 us
+    {'window_ms': 0.05, 'compute_ms': 0.015, 'copy_ms': 0.01, 'idle': 0.5}
 """
 
 from __future__ import annotations
@@ -110,3 +115,29 @@ def durations(trace, cats: Iterable[str], contains: str = "") -> float:
     (e.g. ``["gpu_memcpy"], "HtoD"``: the host-to-device copies; ``["cuda_runtime"],
     "Synchronize"``: the host waiting for the GPU)."""
     return round(sum(e["dur"] for e in complete_events(trace, cats) if contains in str(e.get("name", ""))) / 1000.0, 6)
+
+
+def device_split(trace) -> dict | None:
+    """The profiled window (:func:`window_us`) on the device, three ways: ``compute_ms`` (a kernel
+    ran), ``copy_ms`` (a copy or memset ran and no kernel: device time, not idle), and ``idle``, the
+    share of the window in which neither ran. None if the trace has no GPU event (CPU).
+
+    Example:
+        >>> device_split({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "x", "ts": 0, "dur": 9}]}) is None
+        True
+    """
+    kernels, copies = complete_events(trace, KERNEL), complete_events(trace, GPU_COPY)
+    if not kernels and not copies:
+        return None
+    start, end = window_us(trace)
+    if end <= start:
+        return None
+
+    def clipped(events):
+        return [(max(e["ts"], start), min(e["ts"] + e["dur"], end)) for e in events
+                if min(e["ts"] + e["dur"], end) > max(e["ts"], start)]
+
+    compute = union_length(clipped(kernels))
+    busy = union_length(clipped(kernels) + clipped(copies))
+    return {"window_ms": round((end - start) / 1e3, 6), "compute_ms": round(compute / 1e3, 6),
+            "copy_ms": round((busy - compute) / 1e3, 6), "idle": round(1.0 - busy / (end - start), 6)}

@@ -38,7 +38,9 @@ The rules it models, and where CUDA or PyTorch state them:
 * Host waits: ``.item()``, ``bool()``, ``.cpu()``, ``.tolist()``, ``nonzero``, printing,
   blocking copies and ``stream.synchronize()`` are the syncs ``torch.cuda.set_sync_debug_mode``
   reports (``c10/cuda/CUDAFunctions.h``: ``memcpy_and_sync``, ``stream_synchronize``); counted in
-  ``sim.syncs``, and raised under ``set_sync_debug_mode("error")`` with torch's own message.
+  ``sim.syncs``, and raised under ``set_sync_debug_mode("error")`` with torch's own message;
+  those and ``event.synchronize()``, ``torch.cuda.synchronize()`` and every ``query()`` poll
+  (which no debug mode reports) in ``sim.waits``, by thread in ``sim.waits_by_thread``.
 * Races are found as PyTorch's CUDA Stream Sanitizer finds them on a GPU
   (``torch/cuda/_sanitizer.py``): vector clocks over the host and the streams
   (:mod:`~gpufeed.simcuda.clocks`).

@@ -16,9 +16,9 @@ wrong values it produces. When the host polls ``query()``, the work it polls for
 ``torch.cuda.set_sync_debug_mode`` reports: copies without ``non_blocking``, ``.item()``,
 ``bool()``, ``.cpu()``, ``nonzero``, printing, ``stream.synchronize()``; under
 ``set_sync_debug_mode("error")`` they raise torch's own ``RuntimeError``) and in
-:attr:`Simulator.waits` (all of them, ``event.synchronize()`` and ``torch.cuda.synchronize()`` too;
-:attr:`Simulator.waits_by_thread` says which thread waited, since a wait on a helper thread costs
-the training loop nothing).
+:attr:`Simulator.waits` (all of them, ``event.synchronize()`` and ``torch.cuda.synchronize()`` too, and every
+``query()`` poll, which no debug mode reports; :attr:`Simulator.waits_by_thread` says which thread
+waited, since a wait on a helper thread costs the training loop nothing).
 
 **The nominal timeline** places each step on its stream at a made-up, fixed speed (copies at
 :attr:`NominalSpeeds.copy_gb_s`, kernels at :attr:`NominalSpeeds.kernel_gb_s`, a launch every
@@ -247,15 +247,36 @@ class Simulator:
             event.time = stream.last_end
 
     def query(self, event: SimEvent) -> bool:
+        """``event.query()``: whether its work is done. A poll is a host wait (:meth:`polled`)."""
         with self.lock:
+            self.polled("Event.query()")
             if event.stream is None:
                 return True
-            if event.stream.done < event.step:  # the GPU moves on while the host polls
-                self._run_one_towards(event.stream, event.step)
-            done = event.stream.done >= event.step
-            if done:
-                self._learn(event.clock)
-            return done
+            return self._poll(event.stream, event.step, event.clock)
+
+    def query_stream(self, stream: SimStream) -> bool:
+        """``stream.query()``: whether all its work issued so far is done (a host wait too; it
+        moves no work: what the stream holds shows as it is)."""
+        with self.lock:
+            self.polled(f"{stream.name}.query()")
+            return self._poll(stream, stream.issued, stream.clock, move=False)
+
+    def _poll(self, stream: SimStream, step: int, clock: dict, move: bool = True) -> bool:
+        if move and stream.done < step:  # the GPU moves on while the host polls
+            self._run_one_towards(stream, step)
+        done = stream.done >= step
+        if done:
+            self._learn(clock)
+        return done
+
+    def polled(self, what: str) -> None:
+        """The host polled the GPU (``query()``): counted with the host's waits, by thread, though
+        ``torch.cuda.set_sync_debug_mode`` reports no poll. A loop that spins on ``query()``
+        waits for the GPU as surely as one that calls ``synchronize()``; a single poll that says
+        "done" at once is counted too, since the loop would have waited had it not been."""
+        what = f"{what} (a poll)"
+        self.waits.append(what)
+        self.waits_by_thread.setdefault(threading.current_thread().name, []).append(what)
 
     def report_sync(self, what: str) -> None:
         """A sync that ``torch.cuda.set_sync_debug_mode`` reports: counted, and raised or warned as set."""

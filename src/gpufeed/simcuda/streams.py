@@ -18,7 +18,8 @@ The rules, each as CUDA and PyTorch state them:
   ``e``'s stream before ``e.record()``; the host does not wait (``cudaStreamWaitEvent``).
   ``s.wait_stream(t)`` is ``s.wait_event(t.record_event())`` (``torch/cuda/streams.py``).
   Waiting for an event that was never recorded waits for nothing (``cudaStreamWaitEvent``).
-* ``e.query()`` says whether that work is done, without waiting; ``e.synchronize()``,
+* ``e.query()`` says whether that work is done, without blocking (the simulator still counts each
+  poll among the host's waits: a loop that spins on it waits for the GPU); ``e.synchronize()``,
   ``s.synchronize()`` and ``torch.cuda.synchronize()`` make the host wait. Of these, PyTorch's
   ``torch.cuda.set_sync_debug_mode`` reports ``s.synchronize()`` (``c10::cuda::stream_synchronize``)
   but not ``e.synchronize()`` or ``torch.cuda.synchronize()`` (``c10/cuda/CUDAFunctions.h``,
@@ -102,7 +103,7 @@ class SimStream(torch.Stream):
         return event
 
     def query(self) -> bool:
-        return self.done == self.issued
+        return self.sim.query_stream(self)
 
     def synchronize(self) -> None:
         self.sim.host_waits(f"{self.name}.synchronize()", [(self, self.issued)], reported=True)

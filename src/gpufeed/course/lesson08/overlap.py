@@ -1,18 +1,23 @@
 """Lesson 08's fair test of a GPU prefetcher: is the training loop faster with it, and why (not)?
 
-``notebooks/08_prefetch.ipynb``, section 5. Three ways to feed a training step from pinned
-batches already in memory (what a perfect DataLoader with ``pin_memory=True`` would deliver):
+``notebooks/08_prefetch.ipynb``, section 5. Three ways to feed a training step from a loader
+that does its host work per batch, as :class:`gpufeed.data.loader.FastLoader` does
+(:func:`feeding_loader`: it gathers each batch's rows of ``uint8`` images held in memory and pins
+them), epoch after epoch (:class:`Epochs`):
 
-* **the copy on the default stream** (:func:`copied`): each batch is copied and converted on the
-  stream the step runs on, just before the step, so copy, conversion and step take turns;
+* **the copy on the default stream** (:func:`copied`): the loader's batch, pinned, copied with
+  ``non_blocking=True`` and converted on the stream the step runs on, just before the step: the
+  plain ``pin_memory`` + ``non_blocking`` loop most learners run today;
 * **a side stream in the loop** (:func:`gpufeed.course.lesson08.hazards.hand_prefetch`, apex's
-  ``data_prefetcher``; on CUDA only): the next batch's copy on a side stream, its host work in the
-  loop between two steps;
+  ``data_prefetcher``; on CUDA only): the next batch's copy on a side stream, its host work (asking
+  the loader, which gathers and pins; issuing the copy) in the loop between two steps;
 * **a prefetcher** (:func:`gpufeed.data.prefetch.prefetch`: ``CudaPrefetcher`` on a GPU,
   ``ThreadPrefetcher`` elsewhere): the same side stream, its host work on a thread of its own.
 
-Each arm is built once, with its one side stream, and iterated for every run (:func:`sources`):
-a new stream per run would keep each run's cached blocks in a pool of their own.
+So on a GPU the prefetcher's gain over the in-loop arm is the host work its thread moved, and the
+in-loop arm's over the plain loop is the copy its side stream hid. Each arm is built once, with its
+one side stream, and iterated for every run (:func:`sources`): a new stream per run would keep each
+run's cached blocks in a pool of their own.
 
 And two kinds of step (:func:`gpufeed.course.instrument.train_step`): one that reads its loss every
 step (``loss.item()``, as loops that log do), so the host waits for the GPU each step and what the
@@ -20,15 +25,18 @@ host does between two steps is time the GPU sits idle; and one that never waits.
 
 What makes it fair (the lesson's first GPU run, an H100 on 2026-11-26, was not):
 
-* :func:`plan`: copy, conversion and step are timed alone, the model's width is chosen so that the
-  step takes about as long as the copy (:func:`balance`), and the best gain the overlap allows is
-  computed before the loops are timed (:func:`bound`);
+* :func:`plan`: the loader's host work, the copy, the conversion and the step are timed alone, the
+  model's width is chosen so that the step takes about as long as what a prefetcher hides
+  (:func:`balance`), and the best gain the overlap allows is computed before the loops are timed
+  (:func:`bound`, the one bound of the lesson);
 * :func:`measure`: each variant runs ``steps`` timed steps after ``warmup`` untimed ones, the
-  variants in turns (ABABAB, :func:`alternate`), the device synchronised at both ends of each timed
+  variants in turns (ABCABC, :func:`alternate`), the device synchronised at both ends of each timed
   run (:func:`run_once`), with the memory peaks of each run; then a profiler trace of a few steps of
-  each, the first left out, for the picture and the why (:func:`profile_steps`);
-* :mod:`gpufeed.course.lesson08.overlap_prose` turns the result into sentences that follow the numbers,
-  and picks the committed reference a machine without CUDA shows.
+  each, the first left out, for the picture and the why (:func:`profile_steps`). How many of each
+  the mode decides (:func:`settings`: quick mode is quick on a GPU too), and :meth:`Plan.cost`
+  estimates what they cost before they run;
+* :mod:`gpufeed.course.lesson08.overlap_prose` turns the result into sentences through the course's
+  verdict method, and picks the committed reference a machine without CUDA shows.
 
 Every function takes the device, the step and the sources as arguments: the tests run them on the
 CPU (with ``ThreadPrefetcher``) and under the CUDA-ordering simulator (:mod:`gpufeed.simcuda`).
@@ -36,13 +44,14 @@ CPU (with ``ThreadPrefetcher``) and under the CUDA-ordering simulator (:mod:`gpu
 Example:
     >>> round(bound(2.0, 1.0), 2), round(bound(2.0, 1.0, n=4), 2)  # copy 2 ms, step 1 ms
     (1.5, 1.33)
+    >>> round(bound(1.0, 2.0, 3.0), 2)  # gather 1 ms, copy 2 ms, step 3 ms: each batch on its own stage
+    2.0
     >>> balance(2.0, lambda width: 0.5 * width)  # step times 0.5, 1, 2 ms: width 4 matches the copy
     (4, {1: 0.5, 2: 1.0, 4: 2.0})
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 import os
 import time
@@ -54,9 +63,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from gpufeed import config
 from gpufeed.course import trace
 from gpufeed.course.instrument import train_step
 from gpufeed.course.lesson08.hazards import hand_prefetch
+from gpufeed.data.loader import FastLoader
 from gpufeed.data.movers import leaves, to_device
 from gpufeed.data.prefetch import prefetch, prepare
 from gpufeed.measure.harness import Measurement, benchmark
@@ -67,6 +78,8 @@ PLAIN = "copy on the default stream"
 IN_LOOP = "side stream in the loop"
 #: The two kinds of step: does it read its loss (and so wait for the device) every step?
 REGIMES = {"syncs every step": True, "never syncs": False}
+#: The regime whose trace the lesson draws and reads.
+SYNCED = "syncs every step"
 #: Model widths tried, narrowest first.
 WIDTHS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 #: Steps of each trace drawn in the lesson's chart.
@@ -75,6 +88,9 @@ SHOWN_STEPS = 3
 PREFETCHER = ("host work (asking the loader, pinning, issuing the copy and the conversion) on a "
               "producer thread with its own side stream, and GPU memory bounded by a ring of "
               "depth + 2 batches")
+#: Seconds a profiled run costs beyond its steps (the profiler's start, the trace's export and
+#: reading): about 1.5 s each in the H100 run of 2026-11-26 (two traced runs in 2.9 s).
+PROFILER_S = 1.5
 
 
 def convnet(width: int, num_classes: int = 10) -> nn.Module:
@@ -108,42 +124,77 @@ def nbytes(batch) -> int:
     return sum(t.numel() * t.element_size() for t in leaves(batch))
 
 
-def copied(batches: Sequence, device, dtype=None, mean=None, std=None):
-    """The plain loop's feed: ``batches`` cycled, each copied to ``device`` on the current stream
-    (``non_blocking``: from pinned memory the host does not wait) and converted there."""
-    for batch in itertools.cycle(batches):
+def feeding_loader(images: torch.Tensor, labels: torch.Tensor, batch_size: int, device) -> FastLoader:
+    """The arms' loader: ``images`` (``uint8 [N, 3, H, W]``) and ``labels`` (``[N]``) in memory,
+    shuffled, each batch's rows gathered per batch and, for a GPU, into pinned memory (what a
+    ``DataLoader(pin_memory=True)`` hands over, made by :class:`~gpufeed.data.loader.FastLoader`)."""
+    return FastLoader((images, labels), batch_size, shuffle=True, seed=0, drop_last=True,
+                      pin_memory=torch.device(device).type == "cuda")
+
+
+class Epochs:
+    """``loader``'s epochs one after another, without end: each ``iter()`` is a new pass that asks
+    the loader for a new epoch whenever one ends (a list of batches is cycled)."""
+
+    def __init__(self, loader: Iterable):
+        self.loader = loader
+
+    def __iter__(self):
+        while True:
+            yield from self.loader
+
+
+def copied(loader: Iterable, device, dtype=None, mean=None, std=None):
+    """The plain loop's feed: ``loader``'s batches (:class:`Epochs`), each copied to ``device`` on the
+    current stream (``non_blocking``: from pinned memory the host does not wait) and converted
+    there; the loader's own host work runs in the loop."""
+    for batch in Epochs(loader):
         yield prepare(to_device(batch, device, non_blocking=True), dtype, mean, std)
 
 
-def sources(batches: Sequence, device, dtype=None, mean=None, std=None,
+def sources(loader: Iterable, device, dtype=None, mean=None, std=None,
             depth: int = 1) -> dict[str, Callable[[], Iterable]]:
     """The arms (:data:`PLAIN`, :data:`IN_LOOP` on CUDA, the prefetcher), each a function that
-    starts a new pass of an endless feed of converted batches. Each arm is made once here, with its
-    one side stream, and every pass reuses it."""
+    starts a new pass of an endless feed of converted batches from ``loader`` (a
+    :func:`feeding_loader`, or a list of batches). Each arm is made once here, with its one side
+    stream, and every pass reuses it."""
     device = torch.device(device)
 
     def convert(batch):
         return prepare(batch, dtype, mean, std)
 
-    feeds = {PLAIN: lambda: copied(batches, device, dtype, mean, std)}
+    feeds = {PLAIN: lambda: copied(loader, device, dtype, mean, std)}
     if device.type == "cuda":
         side = torch.cuda.Stream(device)  # the in-loop prefetcher's one side stream, every run
-        feeds[IN_LOOP] = lambda: hand_prefetch(itertools.cycle(batches), device, convert=convert,
-                                               stream=side)
-    prefetcher = prefetch(itertools.cycle(batches), device, dtype, mean, std, depth=depth)
+        feeds[IN_LOOP] = lambda: hand_prefetch(Epochs(loader), device, convert=convert, stream=side)
+    prefetcher = prefetch(Epochs(loader), device, dtype, mean, std, depth=depth)
     feeds[prefetched_name(device)] = lambda: iter(prefetcher)  # one prefetcher, a pass a run
     return feeds
 
 
-def bound(feed: float, work: float, n: int | None = None) -> float:
-    """The most overlap can gain: ``feed + work`` a batch in turns against ``max(feed, work)``.
+def bound(*stages: float, n: int | None = None, beside: Sequence[float] | None = None) -> float:
+    """The most overlap can gain when each batch passes ``stages`` in order (e.g. decode, step; or
+    gather, copy, step), each on a resource of its own: in turns a batch costs their sum;
+    overlapped, the longest of them.
 
-    With ``n`` batches, the first batch's feed is not hidden: ``n (feed + work)`` against
-    ``feed + work + (n - 1) max(feed, work)``. Any unit, the same for both.
+    With ``n`` batches, the first batch goes through every stage with nothing to hide it behind:
+    ``n sum`` against ``sum + (n - 1) max``. Without ``n``, a long run's steady state (a timed
+    window that starts after a warm-up). ``beside``: the stages' costs when they run side by side,
+    where they differ from their costs in turns (two stages sharing cores slow each other); by
+    default the same. Any unit, the same for all. The lesson's one bound: sections 4 and 5 and
+    exercise 3 all use it.
+
+    Example:
+        >>> round(bound(10.0, 8.0, n=8, beside=[12.0, 8.0]), 2)  # decoding slowed to 12 beside the step
+        1.38
     """
+    beside = list(stages if beside is None else beside)
+    if len(stages) < 2 or len(beside) != len(stages) or min(*stages, *beside) < 0 or max(stages) <= 0:
+        raise ValueError(f"bound: at least two stage costs, none negative (got {stages}, beside {beside})")
+    total, together, longest = sum(stages), sum(beside), max(beside)
     if n is None:
-        return (feed + work) / max(feed, work)
-    return n * (feed + work) / (feed + work + (n - 1) * max(feed, work))
+        return total / longest
+    return n * total / (together + (n - 1) * longest)
 
 
 def balance(copy_s: float, time_step: Callable[[int], float],
@@ -292,6 +343,14 @@ def picture(path: str | Path, shown: int = SHOWN_STEPS) -> list[dict]:
             for i in trace.intervals(path, names=["step"]) if i.start < until]
 
 
+def gaps(path: str | Path, stage: str = "step") -> list[float]:
+    """The host's time between two ``stage`` ranges of a trace (ms, one per pair of consecutive
+    steps): when a loop fetches its next batch. The samples a verdict on two traces compares."""
+    ranges = sorted((i for i in trace.intervals(path, names=[stage], gpu=False) if i.stage == stage),
+                    key=lambda i: i.start)
+    return [max(b.start - a.end, 0.0) for a, b in zip(ranges, ranges[1:])]
+
+
 def between_steps(summary: dict, stage: str = "step") -> dict:
     """What a trace summary (:func:`gpufeed.course.trace.summary`) says about the time between steps.
 
@@ -312,16 +371,36 @@ def between_steps(summary: dict, stage: str = "step") -> dict:
             "gpu_idle": idle}
 
 
+def settings(mode: str | None = None) -> dict:
+    """:func:`measure`'s sizes in ``mode`` (default: this run's, :func:`gpufeed.config.mode`).
+
+    Full mode: 5 runs of each arm (a verdict needs 5), 30 timed steps after 3, a trace of 12
+    steps of each arm in both regimes: about a minute at the H100's full-size costs
+    (:meth:`Plan.cost`). Quick mode (and site mode, which has no GPU): 2 runs of 10
+    steps after 2, a trace of 3 steps of each arm with the step that syncs only: it shows that the
+    section runs, on a GPU too, and its verdicts read "this run cannot tell".
+
+    Example:
+        >>> settings("quick")["steps"], settings("full")["repeats"]
+        (10, 5)
+    """
+    pick = config.picker(mode or config.mode())
+    return {"repeats": pick(2, 5), "warmup": pick(2, 3), "steps": pick(10, 30), "active": pick(3, 12),
+            "traced": pick((SYNCED,), tuple(REGIMES))}
+
+
+
 @dataclass
 class Plan:
     """What :func:`plan` measured and chose: the costs alone, the width and the bound."""
 
-    batches: Sequence
+    loader: Iterable
     device: torch.device
     make_step: Callable[[int, bool], Callable]
     dtype: torch.dtype | None
     mean: object
     std: object
+    host: Measurement
     copy: Measurement
     convert: Measurement
     steps: dict[int, Measurement] = field(default_factory=dict)
@@ -334,9 +413,19 @@ class Plan:
         return self.device.type == "cuda"
 
     @property
+    def stages(self) -> tuple[float, ...]:
+        """Seconds a batch spends on each resource in turn: on a GPU the host (the loader's gather
+        and pinning), the copy engine, the compute units (conversion and step); on a CPU the
+        prefetch thread (gather, copy, conversion) and the step."""
+        if self.convert_with_step:
+            return self.host.median, self.copy.median, self.work_s
+        return self.feed_s, self.work_s
+
+    @property
     def feed_s(self) -> float:
-        """What the prefetcher can hide: the copy (and the conversion, off a GPU)."""
-        return self.copy.median + (0.0 if self.convert_with_step else self.convert.median)
+        """What a prefetcher can hide: the loader's host work and the copy (and the conversion,
+        off a GPU)."""
+        return self.host.median + self.copy.median + (0.0 if self.convert_with_step else self.convert.median)
 
     @property
     def work_s(self) -> float:
@@ -345,36 +434,62 @@ class Plan:
 
     @property
     def bound(self) -> float:
-        return bound(self.feed_s, self.work_s)
+        """:func:`bound` of :attr:`stages`, in the steady state (the timed steps follow a warm-up)."""
+        return bound(*self.stages)
+
+    def cost(self, repeats: int, warmup: int, steps: int, active: int, traced=tuple(REGIMES)) -> float:
+        """Seconds :func:`measure` should take with these sizes (:func:`settings`), from the costs
+        alone: every arm's steps as if in turns (the slowest arm's rate, an upper estimate), each
+        regime's step timed alone, and each trace's steps plus :data:`PROFILER_S`.
+
+        Example:
+            >>> m = lambda s: Measurement("x", [s])
+            >>> p = Plan([], torch.device("cuda"), None, None, None, None, m(0.01), m(0.002), m(0.001),
+            ...          {8: m(0.011)}, 8)  # gather 10 ms, copy 2 ms, conversion 1 ms, step 11 ms
+            >>> round(p.cost(**settings("quick")), 1), round(p.cost(**settings("full")), 1)
+            (8.6, 35.2)
+        """
+        per_step = self.feed_s + self.work_s
+        arms = 3 if self.device.type == "cuda" else 2
+        timed = len(REGIMES) * arms * repeats * (warmup + steps) * per_step
+        alone = len(REGIMES) * 7 * self.work_s  # benchmark: 2 warm-up calls and 5 timed
+        profiled = len(traced) * arms * (PROFILER_S + (4 + active) * per_step)  # skip 1, wait 1, warm-up 2
+        return timed + alone + profiled
 
     def describe(self) -> str:
         """A sentence: the costs alone, the width chosen and the bound, before measuring."""
-        c, w = self.feed_s * 1e3, self.work_s * 1e3
+        host, copy, convert = (m.median * 1e3 for m in (self.host, self.copy, self.convert))
+        step = self.steps[self.width].median * 1e3
         tried = ", ".join(f"{k}: {m.median * 1e3:.2f}" for k, m in self.steps.items())
-        return (f"A batch of {self.copy.nbytes / 1e6:.0f} MB: the copy takes {self.copy.median * 1e3:.2f} ms "
-                f"({self.copy.gb_per_s:.1f} GB/s), the conversion {self.convert.median * 1e3:.2f} ms; "
-                f"a step of width {self.width} takes {self.steps[self.width].median * 1e3:.2f} ms (ms a "
-                f"step by width: {tried}). In turns a step costs {c + w:.2f} ms; overlapped, the "
-                f"{'copy' if self.convert_with_step else 'copy and conversion'} beside the "
-                f"{'conversion and step' if self.convert_with_step else 'step'}, at best "
-                f"{max(c, w):.2f} ms: the bound is {self.bound:.2f}x.")
+        longest = max(self.stages) * 1e3
+        sides = ("the loader's gather and pinning, the copy, and the conversion with the step"
+                 if self.convert_with_step else "the thread's gather, copy and conversion, and the step")
+        return (f"A batch of {self.copy.nbytes / 1e6:.0f} MB: the loader gathers and pins it in {host:.2f} ms, "
+                f"the copy takes {copy:.2f} ms ({self.copy.gb_per_s:.1f} GB/s), the conversion {convert:.2f} ms; "
+                f"a step of width {self.width} takes {step:.2f} ms (ms a step by width: {tried}). In turns a step "
+                f"costs {(self.feed_s + self.work_s) * 1e3:.2f} ms; overlapped ({sides} each on its own), at best "
+                f"the longest of them, {longest:.2f} ms: the bound is {self.bound:.2f}x.")
 
     def to_dict(self) -> dict:
         return {"batch_bytes": self.copy.nbytes, "converted_bytes": self.convert.nbytes,
-                "copy_ms": self.copy.median * 1e3, "convert_ms": self.convert.median * 1e3,
+                "host_ms": self.host.median * 1e3, "copy_ms": self.copy.median * 1e3,
+                "convert_ms": self.convert.median * 1e3,
                 "widths_ms": {str(k): m.median * 1e3 for k, m in self.steps.items()},
                 "width": self.width, "step_ms": self.steps[self.width].median * 1e3,
                 "feed_ms": self.feed_s * 1e3, "work_ms": self.work_s * 1e3,
+                "stages_ms": [x * 1e3 for x in self.stages],
                 "convert_with_step": self.convert_with_step, "bound": self.bound}
 
 
-def plan(batches: Sequence, device, make_step: Callable[[int, bool], Callable], *, dtype=None,
+def plan(loader: Iterable, device, make_step: Callable[[int, bool], Callable], *, dtype=None,
          mean=None, std=None, widths: Sequence[int] = WIDTHS, repeats: int = 5,
          items: int | None = None) -> Plan:
-    """Times the copy of ``batches[0]``, its conversion and the step alone; chooses the width.
+    """Times the loader's host work, the copy of its first batch, the conversion and the step alone;
+    chooses the width.
 
     Args:
-        batches: a few batches ``(images, labels)`` on the host (pinned, for a GPU).
+        loader: a :func:`feeding_loader` (or a list of batches ``(images, labels)`` on the host,
+            pinned for a GPU).
         device: where the step runs.
         make_step: ``make_step(width, sync)`` returns a training step ``step(images, labels)``
             whose model has that width and which reads its loss every step if ``sync``.
@@ -383,14 +498,18 @@ def plan(batches: Sequence, device, make_step: Callable[[int, bool], Callable], 
         repeats: timed calls of each.
         items: images a batch, for the steps' images/s.
     """
-    device, first = torch.device(device), batches[0]
+    device = torch.device(device)
+    batches = iter(Epochs(loader))
+    first = next(batches)
+    host = benchmark(lambda: next(batches), name="the loader's gather and pinning of a batch",
+                     nbytes=nbytes(first), repeats=max(repeats, 10))
     copy = benchmark(lambda: to_device(first, device, non_blocking=True), name="copy of a batch",
                      nbytes=nbytes(first), repeats=max(repeats, 10))
     on_device = to_device(first, device)
     ready = prepare(on_device, dtype, mean, std)
     convert = benchmark(lambda: prepare(on_device, dtype, mean, std), name="conversion of a batch",
                         nbytes=nbytes(ready), repeats=max(repeats, 10))
-    p = Plan(batches, device, make_step, dtype, mean, std, copy, convert)
+    p = Plan(loader, device, make_step, dtype, mean, std, host, copy, convert)
 
     def time_step(width: int) -> float:
         step = make_step(width, True)
@@ -402,41 +521,44 @@ def plan(batches: Sequence, device, make_step: Callable[[int, bool], Callable], 
     return p
 
 
-def measure(p: Plan, *, trace_dir: str | Path | None = None, repeats: int = 3, warmup: int = 10,
-            steps: int = 100, active: int = 12, depth: int = 1,
+def measure(p: Plan, *, trace_dir: str | Path | None = None, repeats: int = 5, warmup: int = 3,
+            steps: int = 30, active: int = 12, traced=tuple(REGIMES), depth: int = 1,
             items: int | None = None) -> tuple[dict, list[Measurement]]:
-    """Times the arms in turns with a step of each regime; profiles each if ``trace_dir``.
+    """Times the arms in turns with a step of each regime; profiles each in the ``traced`` regimes
+    if ``trace_dir``. The sizes (``repeats``, ``warmup``, ``steps``, ``active``, ``traced``) come
+    from :func:`settings` in the lesson.
 
     Returns:
         ``(result, measurements)``: ``result`` is JSON-ready (what :func:`plan` found, ``regimes``
         with each variant's runs, median, spread and memory, ``bounds`` with each regime's bound
-        from its own step timed alone, ``traces`` with each trace's summary, ``picture`` with the
-        first steps of each variant's trace with a syncing step);
-        ``measurements`` are the raw samples, the plan's first.
+        from its own step timed alone, ``traces`` with each trace's summary, ``gaps`` with each
+        trace's host time between steps (:func:`gaps`), ``picture`` with the first steps of each
+        variant's trace with a syncing step); ``measurements`` are the raw samples, the plan's first.
     """
-    feeds = sources(p.batches, p.device, p.dtype, p.mean, p.std, depth)
+    feeds = sources(p.loader, p.device, p.dtype, p.mean, p.std, depth)
     result = {**p.to_dict(), "prefetcher": prefetched_name(p.device), "depth": depth,
               "arms": list(feeds), "repeats": repeats, "warmup": warmup, "steps": steps,
-              "regimes": {}, "bounds": {}, "traces": {}, "picture": {}}
+              "regimes": {}, "bounds": {}, "traces": {}, "gaps": {}, "picture": {}}
     timed = []
-    ready = prepare(to_device(p.batches[0], p.device), p.dtype, p.mean, p.std)
+    ready = prepare(to_device(next(iter(Epochs(p.loader))), p.device), p.dtype, p.mean, p.std)
     for regime, sync in REGIMES.items():
         step = p.make_step(p.width, sync)
         alone = benchmark(lambda step=step: step(*ready), name=f"step alone, {regime}", repeats=5)
-        extra = p.convert.median if p.convert_with_step else 0.0
-        result["bounds"][regime] = bound(p.feed_s, alone.median + extra)  # this regime's own step
+        work = alone.median + (p.convert.median if p.convert_with_step else 0.0)
+        result["bounds"][regime] = bound(*p.stages[:-1], work)  # this regime's own step
         ms = alternate(feeds, step, p.device, repeats=repeats, warmup=warmup, steps=steps,
                        label=regime, items=items)
         timed += ms
         result["regimes"][regime] = {m.params["variant"]: {
             "runs_ms": [s * 1e3 for s in m.samples], "median_ms": m.median * 1e3,
             "places": m.params["places"], "memory": m.params["memory"]} for m in ms}
-        if trace_dir is None:
+        if trace_dir is None or regime not in traced:
             continue
         for name, start in feeds.items():
             path = Path(trace_dir) / f"{regime.replace(' ', '-')}-{name.replace(' ', '-')}.json"
             profile_steps(start(), step, path, p.device, active=active)
             result["traces"].setdefault(regime, {})[name] = trace.summary(path, names=["step"])
+            result["gaps"].setdefault(regime, {})[name] = gaps(path)
             if sync:
                 result["picture"][name] = picture(path)
-    return result, [p.copy, p.convert, *p.steps.values(), *timed]
+    return result, [p.host, p.copy, p.convert, *p.steps.values(), *timed]
