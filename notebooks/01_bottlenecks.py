@@ -169,7 +169,7 @@ from gpufeed.measure.synth import synth_folder
 from gpufeed.measure.verdict import compare
 
 B = config.pick(quick=8, full=32, site=32)
-batches, rounds = config.pick(quick=3, full=8, site=4), config.pick(quick=2, full=8, site=7)  # per arm and round
+batches, rounds = config.pick(quick=2, full=8, site=4), config.pick(quick=1, full=20, site=20)  # per arm and round
 threads = min(4, S.machine["cores"])  # the preset has 4 workers; no more than this machine's cores
 n = B * (batches + 1)
 folder = synth_folder(config.cache_dir() / f"lesson01-224x224-q90-n{n}", n=n, size=(224, 224), quality=90).path
@@ -179,10 +179,10 @@ naive_ms, workers_ms = loops.measurements()  # seconds per batch, one sample per
 print(f"{naive_ms}\n{workers_ms}")
 
 # %%
-means = loops.stage_means("naive")
+means = loops.stage_ms("naive")  # medians over the timed batches, as the loop's time per batch is
 total = sum(means.values())
 for stage, ms in means.items():
-    print(f"{stage:>8}: {ms:8.2f} ms per batch ({ms / total:5.1%}), naive loop")
+    print(f"{stage:>8}: {ms:8.2f} ms per batch ({ms / total:5.1%}), naive loop, median")
 fig, axes = plt.subplots(2, 1, figsize=(9, 5), sharex=True)
 for ax, rec, name in zip(axes, (loops.naive[-1], loops.workers[-1]), ("naive", f"{threads} loading threads")):
     gantt(rec.intervals, ax=ax, until=rec.step_end[min(3, batches)], legend=ax is axes[0],
@@ -197,7 +197,7 @@ if not S.cuda:
         f"returns it unchanged ({means['copy']:.3f} ms per batch: the call's overhead, no bytes moved).")
 
 # %% [markdown]
-# Feed the naive loop's mean costs into the simulator (read and decode become per-sample costs) and
+# Feed the naive loop's stage costs into the simulator (read and decode become per-sample costs) and
 # compare its predictions with both loops. For a serial loop the model just adds the stages, so
 # what it misses is the time *between* them: Python, the timer itself, anything unrecorded.
 
@@ -208,7 +208,7 @@ measured_costs = Costs.from_stage_means(means, batch_size=B)
 predicted = simulate(Pipeline(batch_size=B, costs=measured_costs), n_batches=20)
 predicted_threads = simulate(preset("workers", costs=measured_costs, batch_size=B, workers=threads, pin=False))
 ratio = predicted.images_per_s / naive_ms.items_per_s
-say(f"The naive loop's recorded stages cover {total / (naive_ms.median * 1000):.1%} of a batch's time; the rest is "
+say(f"The naive loop's recorded stages cover {loops.coverage('naive'):.1%} of a batch's time (median); the rest is "
     "the gaps between them. " + wording.prediction(predicted.images_per_s, naive_ms, "the naive loop") + "\n\n"
     + wording.prediction(predicted_threads.images_per_s, workers_ms, f"the loop with {threads} loading threads"))
 
@@ -260,7 +260,7 @@ if not S.cuda:
 from gpufeed.measure import results
 
 naive_predicted = Measurement("naive loop, simulated", [predicted.ms_per_batch / 1000], items=B)
-saved = results.save_lesson("lesson01", [naive_ms, workers_ms, naive_predicted], stage_means_ms=means,
+saved = results.save_lesson("lesson01", [naive_ms, workers_ms, naive_predicted], stage_ms=means,
                             predicted_over_measured=ratio, what_if_images_per_s=what_if)
 
 # %%
@@ -274,7 +274,7 @@ elif ref is None:
         "a real loader on this core would likely be slower still (not measured here).")
 else:
     ref_ms, doc = ref
-    gpu_means = doc["stage_means_ms"]
+    gpu_means = doc["stage_ms"]
     print(f"On {doc['machine']['gpu']}, the naive loop ran at {ref_ms[0].items * 1000 / sum(gpu_means.values()):,.0f} images/s "
           f"(predicted / measured = {doc['predicted_over_measured']:.2f}); per batch of {ref_ms[0].items:.0f}:")
     for stage, ms in gpu_means.items():

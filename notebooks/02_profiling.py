@@ -255,16 +255,17 @@ say(wording.lazy_reading(compare(eager, lazy, paired=True), B, lazy_s, eager_s))
 # The first call of anything pays once for what later calls reuse: memory allocation, a new
 # model's first backward pass, kernels chosen for a new shape, and for a DataLoader, starting its
 # worker processes. Timing the first call measures the start-up, not the steady state. Each demo
-# below starts afresh several times (a new DataLoader; a new Python process, as a training script
-# starts, since this notebook has run the model already), one sample of each arm per start.
+# below starts afresh several times, one sample of each arm per start: a new DataLoader; a new
+# model on an image size this process has not run (this notebook has run the model on 224x224
+# already, which is why a new model on that size would show little).
 
 # %%
 from torch.utils.data import DataLoader, TensorDataset
 
-from gpufeed.course.lesson02.firststep import in_fresh_processes
+from gpufeed.course.lesson02.firstcall import first_steps
 from gpufeed.measure.harness import benchmark
 
-starts = config.pick(quick=2, full=5, site=5)
+starts = config.pick(quick=1, full=5, site=5)
 first_batch, per_batch = [], []  # seconds, one sample of each per new DataLoader
 for _ in range(starts):
     loader = DataLoader(TensorDataset(torch.arange(64 * B)), batch_size=B, num_workers=2)
@@ -278,14 +279,14 @@ for _ in range(starts):
 say(wording.first_reading(compare(first_batch, per_batch, paired=True), "a new DataLoader's first batch",
                           "each batch after it", "starting two worker processes"))
 
-first, steady = in_fresh_processes(config.pick(quick=1, full=5, site=5), batch_size=B, size=224,
-                                   steps=5, device=S.device.type)
+sizes = range(160, 160 + 8 * config.pick(quick=2, full=7, site=7), 8)  # 160x160, 168x168, ...: none run so far
+first, steady = first_steps(sizes, batch_size=B, steps=3, device=S.device)
 first_s = first.median
-say(f"A new model in a fresh process ({len(first.samples)} of them): the first training step took "
+say(f"A new model on each of {len(first.samples)} new image sizes: the first training step took "
     f"{first.median * 1e3:.1f} ms, the steps after it {steady.median * 1e3:.1f} ms (medians). " + wording.first_reading(
         compare(first, steady, paired=True), "the first step", "the steps after it",
-        "the first step sets up, once per process, what the later ones reuse (kernels chosen for these "
-        "shapes, memory from the allocator, the autograd engine's threads)"))
+        "on a new size the operators choose their kernels and the allocator finds memory of new sizes; "
+        "a training script's very first step likely pays more (thread pools; on a GPU, the CUDA context)"))
 
 # %% [markdown]
 # ### Mistake 3: no CUDA synchronisation
@@ -350,7 +351,7 @@ from torch.utils import benchmark as tb
 
 from gpufeed.data import jpeg
 
-run_time = config.pick(quick=0.05, full=1.0, site=0.2)  # seconds each Timer and harness sample spends
+run_time = config.pick(quick=0.05, full=0.5, site=0.2)  # seconds each Timer and harness sample spends
 sizes = {"224x224": blobs}
 big = synth_folder(config.cache_dir() / "lesson02-640x480-q90-n8", n=8, size=(640, 480), quality=90).path
 sizes["640x480"] = [p.read_bytes() for p in sorted(big.rglob("*.jpg"))]
@@ -367,15 +368,30 @@ tb.Compare(timers).print()
 # The course's harness (`gpufeed.measure.harness.benchmark`, first used in lesson 00) does the same
 # job and adds what the later lessons need: images/s and GB/s, the machine it ran on, and JSON. Do
 # the two agree on the same work? Two numbers taken one cell after the other cannot say: the
-# machine's load moves between them. So the two tools take turns (Timer, harness, Timer, harness,
-# ...), each round one sample of each, and what is compared is the ratio of their medians.
+# machine's load moves between them. It takes the method every comparison in this course uses.
+#
+# ### The verdict: faster, slower, the same, or "this run cannot tell"
+#
+# `gpufeed.measure.verdict` does it in three steps:
+#
+# 1. **Arms in turns**: A, B, A, B, ... so that a burst of other work slows both a little rather
+#    than one a lot; each round gives one sample of each (`in_turns(a, b)` does it).
+# 2. **The ratio of the medians**, r = B's median time over A's ("A is r times faster than B"),
+#    with an **interval**: resample the rounds 2,000 times, take the ratio each time, and keep the
+#    middle 90% of those ratios. A wide interval means the samples move a lot.
+# 3. **Four verdicts**: *faster* or *slower* when the whole interval lies on one side of 1; *the
+#    same within X%* when it holds 1 and stays within 10% of it; *this run cannot tell* when it
+#    holds 1 and is wider, or when an arm has fewer than 5 samples. "Cannot tell" is an answer too:
+#    it says how wide the interval is, and that full mode or an idle machine would tell.
+#
+# Here, Timer and the harness in turns on one batch of decodes, each round one sample of each:
 
 # %%
 threads = torch.get_num_threads()
 torch.set_num_threads(1)  # as Timer(num_threads=1) does
 decode_batch = lambda: [decode_pil(b) for b in blobs]  # noqa: E731  the work both tools time
 by_timer, by_harness = [], []
-for _ in range(rounds := config.pick(quick=2, full=7, site=7)):
+for _ in range(rounds := config.pick(quick=2, full=48, site=48)):
     by_timer.append(tb.Timer("decode_batch()", globals={"decode_batch": decode_batch}, num_threads=1)
                     .blocked_autorange(min_run_time=run_time).median)
     by_harness.append(benchmark(decode_batch, name="pil", items=B, repeats=3, min_time=run_time).median)
@@ -386,25 +402,11 @@ print(f"{len(blobs)} x 224x224 with Pillow, medians of {rounds} rounds: Timer {s
 say(wording.tools_agree(compare(ours, by_timer, paired=True), rounds))
 
 # %% [markdown]
-# ### The verdict: faster, slower, the same, or "this run cannot tell"
-#
-# That is the method every comparison in this course uses (`gpufeed.measure.verdict`):
-#
-# 1. **Arms in turns**: A, B, A, B, ... so that a burst of other work slows both a little rather
-#    than one a lot; each round gives one sample of each (`in_turns(a, b)` does it).
-# 2. **The ratio of the medians**, "A is r times faster than B" (B's median time over A's), with an
-#    **interval**: resample the rounds 2,000 times, take the ratio each time, and keep the middle
-#    90% of those ratios. A wide interval means the samples move a lot. The table's *ratio* column is
-#    that r, B's median time over A's: above 1, A was faster.
-# 3. **Four verdicts**: *faster* or *slower* when the whole interval lies on one side of 1; *the
-#    same within X%* when it holds 1 and stays within 10% of it; *this run cannot tell* when it
-#    holds 1 and is wider, or when an arm has fewer than 5 samples. "Cannot tell" is an answer too:
-#    it says how wide the interval is, and that full mode or an idle machine would tell.
-#
-# A live example: section 4's question. The decoders hand back views of interleaved pixels
+# A second live example: section 4's question. The decoders hand back views of interleaved pixels
 # (strides below); `torch.stack` writes each image as `[3, H, W]`, `jpeg.collate_images` copies
 # the pixels as they lie (channels-last memory). First check they agree, then time them in turns,
-# and beside that an A/A test (one function against itself) and the same runs cut to 3 rounds:
+# and beside that an A/A test (one function against itself) and the same runs cut to 3 rounds. In
+# the table, *ratio* is r: above 1, A was faster.
 
 # %%
 from gpufeed.measure.verdict import in_turns
@@ -413,7 +415,7 @@ views = [decode_pil(b) for b in blobs]
 assert torch.equal(torch.stack(views), jpeg.collate_images(views))  # the same batch, before any timing
 print("strides of one image:", views[0].stride(), " torch.stack:", torch.stack(views).stride(),
       " collate_images:", jpeg.collate_images(views).stride())
-repeats = config.pick(quick=3, full=30, site=30)
+repeats = config.pick(quick=3, full=100, site=100)
 stack = in_turns(lambda: torch.stack(views), lambda: jpeg.collate_images(views),
                  names=("torch.stack", "collate_images"), repeats=repeats, warmup=3)
 same = in_turns(lambda: jpeg.collate_images(views), lambda: jpeg.collate_images(views),
@@ -424,7 +426,8 @@ print(wording.verdict_table({
     "collate_images against itself": same.verdict,
     "the first 3 rounds only": compare(stack.a.samples[:3], stack.b.samples[:3], paired=True),
 }))
-say(wording.collate_reading(stack.verdict, len(views), sum(v.nbytes for v in views) / 1e6))
+say(wording.collate_reading(stack.verdict, len(views), sum(v.nbytes for v in views) / 1e6) + " "
+    + wording.aa_reading(same.verdict))
 
 # %% [markdown]
 # ## 9. Saved
@@ -462,7 +465,7 @@ def naive_batches():  # lesson 01's loading, on the main thread: read, decode, s
 
 
 report = diagnose(naive_batches(), lambda b: step(b[0].to(S.device), b[1].to(S.device)),
-                  batches=config.pick(quick=3, full=10), warmup=1)
+                  batches=config.pick(quick=3, full=10, site=10), warmup=1)
 print(report.table())
 say(report.sentences())
 
@@ -546,7 +549,7 @@ say(f"With prof.step() after the loop: {len(moved_traces)} traces (vs {len(trace
 # start-up, and the first next() waits for a worker to start and load: mistake 2 (that first
 # batch is warm-up, not the steady state). No number here shows mistake 3: nothing runs on a GPU.
 loader_took = {}  # (what, workers) -> seconds, one sample per new loader, 0 and 2 workers in turns
-for _ in range(config.pick(quick=2, full=5, site=5)):
+for _ in range(config.pick(quick=1, full=5, site=5)):
     for workers in (0, 2):
         loader_w = DataLoader(TensorDataset(torch.arange(64 * B)), batch_size=B, num_workers=workers)
         t0 = time.perf_counter()

@@ -49,6 +49,7 @@ def test_recording_arithmetic_without_running_anything():
     assert rec.stage_means() == {"decode": 2.5, "compute": 1.0}
     assert rec.periods_ms() == [3, 4] and rec.ms_per_batch == 3.5
     assert Recording(work, 2, [5, 8, 12], skip=0).periods_ms() == [5, 3, 4]
+    assert rec.per_batch() == [{"decode": 2, "compute": 1}, {"decode": 3, "compute": 1}]
 
 
 def test_model_takes_uint8_and_learns_a_step():

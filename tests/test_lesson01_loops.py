@@ -1,6 +1,8 @@
 """Lesson 01's two loops timed in turns (gpufeed.course.lesson01.loops): the arms alternate, share one
 model, and their samples, means and verdict come from the right recordings."""
 
+import statistics
+
 import pytest
 import torch
 
@@ -48,11 +50,19 @@ def test_samples_means_and_rates_come_from_the_recordings():
     t = loops.InTurns([fake(3.0, 10.0), fake(5.0, 14.0)], [fake(3.0, 9.0), fake(3.0, 9.0)], batch_size=2, threads=2)
     naive, threads = t.measurements()
     assert naive.samples == pytest.approx([0.010, 0.014]) and threads.samples == pytest.approx([0.009, 0.009])
-    assert t.stage_means("naive")["decode"] == pytest.approx(8.0)  # (6 + 10) / 2 ms per batch
-    assert t.decode_ms("naive") == pytest.approx([3.0, 5.0])        # per image
+    assert t.stage_ms("naive")["decode"] == pytest.approx(8.0)  # the median of 6 and 10 ms per batch
+    assert t.decode_ms("naive") == pytest.approx([3.0, 5.0])     # per image
+    assert t.coverage("naive") == pytest.approx(statistics.median([(6 + 1 + 3) / 10, (10 + 1 + 3) / 14]))
     assert t.loading_images_per_s("naive") == pytest.approx([2 * 1000 / 7.0, 2 * 1000 / 11.0])
     with pytest.raises(ValueError, match="no arm"):
         t.recordings("threads")
+
+
+def test_a_stall_of_one_batch_moves_no_median():
+    stalls = [fake(3.0, 10.0), fake(3.0, 10.0), fake(3.0, 250.0)]  # the third batch waited for the scheduler
+    t = loops.InTurns(stalls, stalls, batch_size=2, threads=2)
+    assert t.stage_ms("naive")["compute"] == pytest.approx(3.0)  # 10 - 7 ms; the mean would read 82 ms
+    assert t.coverage("naive") == pytest.approx(1.0)
 
 
 def test_bad_arguments(folder):

@@ -1,11 +1,11 @@
 """Lesson 02's sentences (gpufeed.course.lesson02.wording) on a grid of verdicts: a tie, a loss, a win
 inside the spread, too few samples, the narrow threshold, a missing side; a noisy run read whole; and
-the first step timed in fresh processes (gpufeed.course.lesson02.firststep)."""
+the first step timed on new image sizes (gpufeed.course.lesson02.firstcall)."""
 
 import pytest
 from verdict_grid import CANT, FEW, LOSS, NONE, QUIET, TIE, WIDE, WIN, reads_as_cannot_tell
 
-from gpufeed.course.lesson02 import firststep, wording
+from gpufeed.course.lesson02 import firstcall, wording
 from gpufeed.measure.verdict import (
     CANNOT_TELL,
     FASTER,
@@ -101,6 +101,17 @@ def test_iter_reading_on_a_grid():
     assert "does the start-up land in iter() or in the first next()?" in noisy
 
 
+def test_aa_reading_on_a_grid():
+    grid(wording.aa_reading, [
+        (TIE, ["The A/A test reads the same as itself (within 4%)", "invents no difference"], ["Run the cell"]),
+        (CANT, ["Even one function against itself is not told apart by this run (0.70x to 1.60x)"], ["invents"]),
+        (FEW, ["The A/A test: This run cannot tell: 3 samples per arm"], ["invents"]),
+        (WIN, ["a difference where there is none (1.50x faster than itself", "one time in ten"], ["invents"]),
+        (LOSS, ["a difference where there is none (2.00x slower than itself"], ["invents"]),
+        (NONE, ["was not run"], ["invents"]),
+    ])
+
+
 def test_verdict_table_lines_up_every_kind():
     table = wording.verdict_table({"win": WIN, "loss": LOSS, "tie": TIE, "wide": CANT, "few": FEW, "none": NONE})
     lines = table.splitlines()
@@ -140,19 +151,15 @@ def test_a_noisy_run_reads_cannot_tell_and_never_both_ways():
     assert table.splitlines()[1].endswith("cannot tell")
 
 
-def test_a_fresh_process_times_its_own_first_step():
-    first, steady = firststep.in_fresh_processes(2, batch_size=2, size=32, steps=2)
-    assert len(first.samples) == len(steady.samples) == 2 and first.items == 2
-    assert first.params == {"batch_size": 2, "size": 32, "device": "cpu"}
+def test_first_steps_time_a_new_model_on_each_new_size():
+    import torch
+
+    first, steady = firstcall.first_steps([20, 24, 28], batch_size=2, steps=2, device=torch.device("cpu"))
+    assert len(first.samples) == len(steady.samples) == 3 and first.items == 2
+    assert first.params == {"batch_size": 2, "sizes": [20, 24, 28]}
     assert all(s > 0 for s in first.samples + steady.samples)
-
-
-def test_one_process_and_bad_arguments(capsys):
-    out = firststep.one_process(batch_size=2, size=16, steps=2, device="cpu")
-    assert set(out) == {"first_s", "steady_s"} and out["first_s"] > 0
-    firststep.main(["--batch", "2", "--size", "16", "--steps", "1"])
-    assert '"first_s"' in capsys.readouterr().out
-    with pytest.raises(ValueError, match="n >= 1"):
-        firststep.in_fresh_processes(0, batch_size=2, size=16, steps=1)
-    with pytest.raises(RuntimeError, match="fresh process failed"):
-        firststep.in_fresh_processes(1, batch_size=2, size=16, steps=1, device="no-such-device")
+    for bad in ([], [20, 20]):
+        with pytest.raises(ValueError, match="distinct sizes"):
+            firstcall.first_steps(bad, batch_size=2, steps=1, device=torch.device("cpu"))
+    with pytest.raises(ValueError, match="steps >= 1"):
+        firstcall.first_steps([20], batch_size=2, steps=0, device=torch.device("cpu"))

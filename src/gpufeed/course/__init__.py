@@ -3,8 +3,8 @@
 One folder per lesson that has helpers of its own, holding its sweeps, plots and the sentences it
 prints; beside them, flat, the plumbing several lessons share:
 
-* ``lesson01/``: the sliders over the pipeline simulator; ``lesson02/``: a first step in a fresh
-  process, the verdicts' sentences; ``lesson04/``: JPEG quality and storage
+* ``lesson01/``: the sliders over the pipeline simulator; ``lesson02/``: a first step on new image
+  sizes, the verdicts' sentences; ``lesson04/``: JPEG quality and storage
   formats; ``lesson06/``: a dataset larger than the memory, shuffles; ``lesson07/``: DataLoader
   sweeps, moving batches in workers and DataParallel, tensors saved on one device loaded on
   another; ``lesson08/``: the stream hazards on :mod:`gpufeed.simcuda`, the prefetcher's timed

@@ -115,12 +115,18 @@ class Recording:
 
     def stage_means(self) -> dict[str, float]:
         """Mean milliseconds per batch spent in each stage, over the batches after ``skip``."""
-        totals: dict[str, float] = {}
+        batches = self.per_batch()
+        return {stage: sum(b.get(stage, 0.0) for b in batches) / len(batches) for stage in batches[0]} if batches else {}
+
+    def per_batch(self) -> list[dict[str, float]]:
+        """Each batch after ``skip``: milliseconds spent in each stage (summed over threads), in the
+        order of :meth:`periods_ms`."""
+        out: dict[int, dict[str, float]] = {}
         for i in self.intervals:
             if i.batch is not None and i.batch >= self.skip:
-                totals[i.stage] = totals.get(i.stage, 0.0) + i.duration
-        steps = len(self.step_end) - self.skip
-        return {stage: ms / steps for stage, ms in totals.items()}
+                stages = out.setdefault(i.batch, {})
+                stages[i.stage] = stages.get(i.stage, 0.0) + i.duration
+        return [out[b] for b in sorted(out)]
 
     def loading_ms(self) -> list[float]:
         """How long each batch's loading took on the wall clock, after ``skip``: from its first read's

@@ -129,7 +129,7 @@ def _l00(pick, cuda):
 
 
 def _l01(pick, cuda):
-    n = pick(8, 32, 32) * (pick(3, 8, 4) + 1)  # B x (timed batches + the warm-up one)
+    n = pick(8, 32, 32) * (pick(2, 8, 4) + 1)  # B x (timed batches + the warm-up one)
     return [Dataset("lesson01", f"lesson01-224x224-q90-n{n}", n, (224, 224))]
 
 

@@ -17,8 +17,8 @@ Example:
     >>> t = naive_and_workers(files, labels, batch_size=2, batches=2, rounds=2, workers=2, device=torch.device("cpu"))
     >>> [len(m.samples) for m in t.measurements()], t.verdict().kind  # 2 rounds: too few to tell
     ([2, 2], 'cannot tell')
-    >>> sorted(t.stage_means("naive"))
-    ['collate', 'compute', 'copy', 'decode', 'read']
+    >>> sorted(t.stage_ms("naive")), 0 < t.coverage("naive") <= 1
+    (['collate', 'compute', 'copy', 'decode', 'read'], True)
 """
 
 from __future__ import annotations
@@ -65,16 +65,21 @@ class InTurns:
         naive, workers = self.measurements()
         return compare(workers, naive, paired=True)
 
-    def stage_means(self, arm: str) -> dict[str, float]:
-        """Mean ms per batch of each stage, over every round of ``arm``; with threads, read and
-        decode are summed over the threads (time on a core, not on the wall clock)."""
-        recs = self.recordings(arm)
-        means = [r.stage_means() for r in recs]
-        return {stage: statistics.fmean(m[stage] for m in means) for stage in means[0]}
+    def stage_ms(self, arm: str) -> dict[str, float]:
+        """The median ms per batch of each stage, over every timed batch of ``arm``: medians, as the
+        loop's own time per batch is, so that a stall of a few batches moves neither. With threads,
+        read and decode are summed over the threads (time on a core, not on the wall clock)."""
+        batches = [b for r in self.recordings(arm) for b in r.per_batch()]
+        return {stage: statistics.median(b.get(stage, 0.0) for b in batches) for stage in batches[0]}
+
+    def coverage(self, arm: str) -> float:
+        """The median share of a batch's period that its recorded stages cover (1.0: no gaps)."""
+        return statistics.median(sum(b.values()) / period for r in self.recordings(arm)
+                                 for b, period in zip(r.per_batch(), r.periods_ms()))
 
     def decode_ms(self, arm: str) -> list[float]:
-        """Mean ms to decode one image, one sample per round of ``arm``."""
-        return [r.stage_means()["decode"] / self.batch_size for r in self.recordings(arm)]
+        """The median ms to decode one image, one sample per round of ``arm``."""
+        return [statistics.median(b["decode"] for b in r.per_batch()) / self.batch_size for r in self.recordings(arm)]
 
     def loading_images_per_s(self, arm: str = NAIVE) -> list[float]:
         """How fast ``arm`` loaded (read, decode, collate, on the wall clock), in images/s, one sample

@@ -84,19 +84,19 @@ def workers_gain(loop: Verdict, decode: Verdict, threads: int) -> str:
     rounds = f"{loop.samples} rounds of each, in turns"
     if loop.kind == CANNOT_TELL:
         return f"Is the loop with {threads} loading threads faster than the naive loop ({rounds})? {loop.advice}"
-    head = f"With {threads} loading threads the loop ran {loop.words('the naive loop', bold=True)} ({rounds})."
+    said = [f"Timed in turns, {loop.samples} rounds of each, the loop with {threads} loading threads ran "
+            f"{loop.words('the naive loop', bold=True)}."]
     if loop.kind == FASTER:
-        return f"{head} Loading in parallel pays here, as the simulator says it should."
-    # the same or slower: what was measured about why, then what was not
+        said.append("Loading in parallel pays here.")
     on_threads = decode.words("on the loop's own thread")
-    if decode.kind == SLOWER:
-        why = f"Decoding an image on a thread was {on_threads}: the threads gained less than their number. "
-    elif decode.decided:
-        why = f"Decoding an image on a thread was {on_threads}. "
-    else:
-        why = ""
-    return (f"{head} {why}One likely cause, not measured here: the threads share this machine's cores with "
-            "each other, with the loop and with whatever else runs on it.")
+    if decode.kind == SLOWER:  # measured: each decode took longer on a thread
+        said.append(f"Decoding an image on a thread was {on_threads}, so the threads gained less than their number.")
+    elif decode.decided and loop.kind != FASTER:
+        said.append(f"Decoding an image on a thread was {on_threads}.")
+    if loop.kind != FASTER or decode.kind == SLOWER:
+        said.append("One likely cause, not measured here: the threads share this machine's cores with each other "
+                    "and with whatever else runs on it, and take turns holding Python's lock between decodes.")
+    return " ".join(said)
 
 
 def keeps_up(loading: Sequence[float], figures: Sequence[tuple[float, str]]) -> str:

@@ -112,6 +112,20 @@ def collate_reading(v: Verdict, images: int, megabytes: float) -> str:
     return text + ": on this machine the transposing copy cost nothing that shows."
 
 
+def aa_reading(v: Verdict) -> str:
+    """An A/A test: one function timed in turns against itself, where the truth is "the same"."""
+    if v.kind == SAME:
+        return f"The A/A test reads {v.words('itself', same='the same')}: the method invents no difference."
+    if v.kind == CANNOT_TELL:
+        return (f"Even one function against itself is not told apart by this run ({v.interval()}): calls this short "
+                "move by more than 10% here, so a smaller difference than that needs longer calls, more rounds or an "
+                "idle machine." if v.samples >= MIN_SAMPLES else f"The A/A test: {v.advice}")
+    if v.kind == NOT_MEASURED:
+        return "The A/A test was not run."
+    return (f"The A/A test reads a difference where there is none ({v.words('itself')}): a 90% interval misses "
+            "about one time in ten, and a burst of other work can fall on one arm's turns. Run the cell again.")
+
+
 def verdict_table(rows: Mapping[str, Verdict]) -> str:
     """Verdicts side by side, one question per line: samples per arm, ratio, interval, verdict.
 
