@@ -1,12 +1,13 @@
 # %% [markdown]
 # # 05 · Memory-mapped datasets
 #
-# **What you will learn:** how the operating system serves a file from RAM (pages, virtual memory,
-# the page cache, page faults); how to decode an image folder *once* into one `uint8` file and map
-# it with `numpy.memmap`, tensordict's own API (`TensorDict`, `memmap`, `load_memmap`, a
-# `@tensorclass`) and the course's `build_memmap`, the same made safe; and how much faster such a
-# dataset feeds batches than a folder of JPEGs, with a cold and a warm cache. Two optional deep
-# dives show which calls between NumPy and torch copy, and when a written array is on the disk.
+# **What you will learn:** the result first: how much faster a folder of JPEGs feeds batches once it
+# is decoded *once* into one `uint8` file and memory-mapped; then why, from the operating system up
+# (pages, virtual memory, the page cache, page faults); how to build such a file with
+# `numpy.memmap`, tensordict's own API (`TensorDict`, `memmap`, `load_memmap`, a `@tensorclass`)
+# and the course's `build_memmap`, the same made safe; and what a cold page cache changes. Two
+# optional deep dives show which calls between NumPy and torch copy, and when a written array is
+# on the disk.
 #
 # **Time:** about 30 minutes (1 minute in quick mode). **Prerequisites:** [00 · Setup](00_setup.ipynb)
 # (the memcpy ceiling and the page cache), lesson 04 (why JPEG decoding is slow).
@@ -17,7 +18,94 @@ import gpufeed
 S = gpufeed.setup("05")  # S.device, S.mode, S.machine; shows this lesson's evidence box
 
 # %% [markdown]
-# ## 1. Pages, virtual memory and the page cache
+# ## 1. The result first: decode once
+#
+# A folder of JPEGs pays for decoding in every epoch. Decode every image once, at one size, into
+# one `uint8 [N, 3, H, W]` file, map it, and every later epoch is a copy of bytes. Below, both
+# sides read a folder of 224x224 JPEGs (the folder's *best* case: it decodes but never resizes),
+# with the files in the page cache (*warm*, section 5 drops them). The baseline is the usual
+# pipeline: a `DataLoader` with one worker process per core, each opening and decoding one JPEG per
+# `__getitem__`. The memmap side is `gpufeed.data.loader.FastLoader` (lesson 06 builds it): a
+# shuffled order cut into slices, one gather per batch, on **one** thread, fewer cores than the
+# folder's workers get. `build_memmap` makes the file (sections 3 and 4 build one by hand first). Where
+# CUDA exists both send every batch to the GPU, pinned, with `non_blocking=True`. The two are timed
+# **in turns** (folder, memmap, folder, memmap, ...), so that a busy spell of the machine slows
+# both, and the verdict is the ratio of their medians with its interval (lesson 02).
+
+# %%
+import torch
+from torch.utils.data import DataLoader
+
+from gpufeed import config
+from gpufeed.course.lesson05 import reading
+from gpufeed.course.prose import compare, say
+from gpufeed.data.folder import ImageFolderDataset, drop_cached
+from gpufeed.data.loader import FastLoader
+from gpufeed.data.memmap import build_memmap, load_memmap
+from gpufeed.measure.harness import interleave
+from gpufeed.measure.machine import cache_bytes, usable_cores
+from gpufeed.measure.synth import synth_folder
+
+cores, batch_size, l3 = usable_cores(), 64, cache_bytes(3)  # l3: this CPU's last-level cache, bytes (or None)
+n_images = config.pick(quick=128, full=5000, site=512)
+repeats = config.pick(quick=3, full=5, site=7)  # samples per arm, taken in turns (5 at least for a verdict)
+jpeg_dir = synth_folder(config.cache_dir() / "lesson05" / f"jpeg-224-{n_images}", n=n_images, size=(224, 224),
+                        quality=90, workers=cores).path
+mm_dir = build_memmap(jpeg_dir, config.cache_dir() / "lesson05" / f"mm-224-{n_images}", size=(224, 224),
+                      workers=cores, reuse=True).path
+device = S.device if S.cuda else None
+
+# %%
+loaders = {"folder": DataLoader(ImageFolderDataset(jpeg_dir, size=(224, 224)), batch_size=batch_size, shuffle=True,
+                                num_workers=cores, persistent_workers=True, pin_memory=S.cuda)}
+memmap_state = {}
+
+
+def folder_epoch():
+    for images, targets in loaders["folder"]:
+        images.to(S.device, non_blocking=True), targets.to(S.device, non_blocking=True)
+
+
+def memmap_reload(cold=False, sort=False):  # a new mapping of the file (cold: its pages dropped first)
+    memmap_state.clear()  # unmaps the previous one
+    if cold:
+        drop_cached(mm_dir)
+    # reuse_buffers=2: a batch is dropped before the next-but-one, so two output buffers take turns
+    # instead of fresh memory that page-faults on first touch (section 2, lesson 06).
+    memmap_state["loader"] = FastLoader(load_memmap(mm_dir), batch_size, seed=0, device=device, sort_indices=sort,
+                                        reuse_buffers=2)
+
+
+def memmap_epoch():
+    for _batch in memmap_state["loader"]:
+        pass  # _batch.images: uint8 [64, 3, 224, 224], on the GPU when there is one
+
+
+epoch_bytes = n_images * 3 * 224 * 224
+print(f"{n_images} images, {epoch_bytes / 1e6:.0f} MB per epoch as uint8; {cores} cores; batch {batch_size}")
+
+# %%
+from gpufeed.measure import plotting
+import matplotlib.pyplot as plt
+
+threads = torch.get_num_threads()
+torch.set_num_threads(1)  # the memmap's one thread; the folder's workers run one each anyway
+memmap_reload()
+warm_ms = interleave({"JPEG folder, warm": folder_epoch, "memmap, warm": memmap_epoch}, repeats=repeats,
+                     items=n_images, nbytes=epoch_bytes)
+torch.set_num_threads(threads)
+folder_warm_m, warm_m = warm_ms
+warm_v = compare(warm_m, folder_warm_m, paired=True)  # the memmap (A) against the folder (B)
+fig, ax = plotting.bars(warm_ms, baseline="JPEG folder, warm", machine=S.machine,
+                        title=f"one warm epoch, {cores} cores, batch {batch_size}, 224x224" + (", to the GPU" if S.cuda else ""))
+plt.show()
+say(reading.headline(warm_v, memmap=warm_m.items_per_s, folder=folder_warm_m.items_per_s, cores=cores))
+
+# %% [markdown]
+# The rest of the lesson takes that apart: what the OS does when a mapped file is read (section 2),
+# how the file is made (3 and 4), and what changes when the file is not in the page cache (5).
+#
+# ## 2. Pages, virtual memory and the page cache
 #
 # A process never sees physical RAM. It sees *virtual* addresses, cut into **pages** (4 KiB on
 # most machines), and a page table maps each virtual page to a physical one, or to nothing yet.
@@ -51,24 +139,24 @@ ax.axis("off")
 ax.set_title("mmap: pages come in on first touch; the page cache keeps them for everyone")
 plt.show()
 
+
 # %% [markdown]
 # We can count faults: `resource.getrusage` reports the major and minor faults of this process.
 # We map a file, touch one byte per page, and count, in three situations: **cold** (we first ask
 # the kernel to drop the file from the page cache with `posix_fadvise(DONTNEED)`, where the OS has
-# it), **warm** (a new mapping of a file that is in the page cache) and **again** (the same mapping,
-# touched a second time).
+# it), **again** (the same mapping, touched a second time) and **warm** (a new mapping of the file,
+# now in the page cache). Five rounds of the three, so that cold and warm are compared in turns.
 
 # %%
 import mmap
 import resource
+import statistics
 import time
 
 import numpy as np
 
 from gpufeed.measure import ceilings
-
-from gpufeed import config
-from gpufeed.data.folder import drop_cached
+from gpufeed.measure.harness import Measurement
 
 pages_file = ceilings.make_file(config.cache_dir() / "lesson05" / "pages.bin", config.pick(quick=32 << 20, full=512 << 20))
 
@@ -81,44 +169,26 @@ def faults(fn):
     return {"major": after.ru_majflt - before.ru_majflt, "minor": after.ru_minflt - before.ru_minflt, "ms": seconds * 1e3}
 
 
-dropped = drop_cached(pages_file)
-m = np.memmap(pages_file, dtype=np.uint8, mode="r")
-touch = lambda: int(m[:: mmap.PAGESIZE].sum())  # noqa: E731  one byte per page
-rows = {"cold": faults(touch), "again": faults(touch)}
-del m
-m = np.memmap(pages_file, dtype=np.uint8, mode="r")
-rows["warm"] = faults(touch)
-del m
+rounds = {"cold": [], "again": [], "warm": []}
+for _ in range(5):
+    dropped = drop_cached(pages_file)
+    for name in rounds:  # cold and again on one mapping, warm on a new one
+        if name != "again":
+            m = np.memmap(pages_file, dtype=np.uint8, mode="r")
+        rounds[name].append(faults(lambda m=m: int(m[:: mmap.PAGESIZE].sum())))  # one byte per page
+    del m
 n_pages = pages_file.stat().st_size // mmap.PAGESIZE
-print(f"{n_pages:,} pages of {mmap.PAGESIZE} bytes; cache dropped first: {dropped}")
+rows = {name: {k: statistics.median(r[k] for r in rs) for k in ("major", "minor", "ms")} for name, rs in rounds.items()}
+print(f"{n_pages:,} pages of {mmap.PAGESIZE} bytes; cache dropped first: {dropped}; medians of 5 rounds")
 for name, r in rows.items():
-    print(f"{name:>5}: {r['major']:6,} major, {r['minor']:6,} minor faults, {r['ms']:7.1f} ms")
+    print(f"{name:>5}: {r['major']:6,.0f} major, {r['minor']:6,.0f} minor faults, {r['ms']:7.1f} ms")
 
 # %%
-from gpufeed.course.prose import say, times
-
-cold, warm, again = rows["cold"], rows["warm"], rows["again"]
-per_fault = n_pages / max(1, warm["minor"] + warm["major"])
-say(f"Cold, touching {n_pages:,} pages ran **{times(warm['ms'] / cold['ms'], 'warm')}** "
-    f"({cold['ms']:.1f} vs {warm['ms']:.1f} ms). "
-    + (f"Warm, there were far fewer faults than pages, {per_fault:.1f} pages per fault: on a fault, the kernel also "
-       "maps the neighbouring pages that are already in the page cache (*fault-around*, up to `fault_around_bytes`, "
-       "64 KiB = 16 pages by default"
-       + ("; more than 16 per fault means the page cache holds this file in large folios, several pages each, "
-          "and a fault maps a whole folio" if per_fault > 17 else "") + "). " if per_fault > 1.5 else
-       "Warm, there was about one fault per page: fault-around (mapping cached neighbours on a fault) did not "
-       "help on this system. ")
-    + (f"The cold pass's faults were mostly *minor* ({cold['minor']:,} minor, {cold['major']:,} major): readahead "
-       "read the pages that follow from the disk into the page cache before they were touched, so most faults found "
-       "their page already there. " if dropped and cold["minor"] > cold["major"] else
-       f"The cold pass's faults were mostly *major* ({cold['major']:,}): each waited for the disk. " if dropped else "")
-    + f"The same mapping touched again caused {again['major'] + again['minor']} faults: mapped pages are plain memory."
-    + (" Here cold is not much slower than warm: this OS or file system kept the file cached "
-       "(or the disk is as fast as RAM), so the 'cold' rows do not show the disk."
-       if not dropped or cold["ms"] < 1.5 * warm["ms"] else ""))
+cold_v = compare(*(Measurement(k, [r["ms"] for r in rounds[k]]) for k in ("cold", "warm")), paired=True)
+say(reading.pages(cold_v, rows, n_pages, dropped))
 
 # %% [markdown]
-# ## 2. A memory-mapped array by hand
+# ## 3. A memory-mapped array by hand
 #
 # The idea of a memmap dataset: decode every image once, at one size, into one big `uint8` array
 # `[N, 3, H, W]` stored as a raw file. Reading batch `i:j` is then a slice of memory. First by
@@ -141,8 +211,9 @@ del arr
 back = np.memmap(raw, dtype=np.uint8, mode="r", shape=shape)  # a raw file: we must know shape and dtype
 print(raw.stat().st_size, "bytes on disk;", back[2:4].shape, back.dtype)
 
+
 # %% [markdown]
-# ## 3. tensordict: the same file as a tensor, then a dataset
+# ## 4. tensordict: the same file as a tensor, then a dataset
 #
 # A raw file has no header: whoever reads it must know the dtype and the shape. tensordict's
 # `MemoryMappedTensor` maps the same file as a torch tensor, without a copy:
@@ -221,7 +292,7 @@ print(type(hand).__name__, tuple(hand.images.shape), "same tensors as the Tensor
 # without its manifest; it shows a progress bar; it reuses a dataset already built from the same
 # files. In a terminal: `python -m gpufeed data memmap SRC DST --size 224x224 --workers 4`.
 # %%
-from gpufeed.data.memmap import build_memmap, load_memmap, read_manifest
+from gpufeed.data.memmap import build_memmap, read_manifest
 
 demo = build_memmap(demo_src, config.cache_dir() / "lesson05" / "demo-mm", size=(64, 64), reuse=True)
 t0 = time.perf_counter()
@@ -299,142 +370,61 @@ say(f"`from_dataset` stopped at image 10, and its folder still loads: {len(half)
     + ("gpufeed's `load_memmap` refuses `from_dataset`'s folder: it has no manifest, so nothing says it is "
        "complete." if "load_memmap of from_dataset's folder" in refused else ""))
 
+
 # %% [markdown]
-# ## 4. Throughput: a JPEG folder vs the memmap, cold and warm
+# ## 5. A cold page cache: the disk
 #
-# The baseline is the usual pipeline: a `DataLoader` with one worker per core, each opening,
-# decoding and resizing one JPEG per `__getitem__`, then stacking them. The memmap side is
-# `gpufeed.data.loader.FastLoader` (lesson 06 builds it): a shuffled index permutation cut into slices,
-# one gather per batch. Both get the same batch size and shuffling, but not the same cores: the
-# folder gets one worker process per core, the memmap side one thread (see below why); where CUDA
-# exists both move each batch to the GPU whole, from pinned memory with `non_blocking=True`. The JPEGs are
-# stored at 224x224 already, the folder's *best* case: it decodes but never resizes.
+# Section 1 read both datasets from the page cache. A first epoch, or a dataset larger than the
+# memory, reads from the disk instead. For a cold memmap we must also *unmap* it before dropping
+# its pages: the kernel keeps pages that a process has mapped. So each cold epoch maps the dataset
+# anew, and so does the warm one here, so that the two differ only in where the pages come from.
+# We also try `sort_indices=True`, which sorts the indices *within* each batch (same samples, so the
+# same gradient) so that a cold read moves forward through the file. Four arms, in turns.
 
 # %%
-from gpufeed.data.loader import FastLoader
-from gpufeed.measure.harness import benchmark
-from gpufeed.measure.machine import usable_cores
-
-cores, batch_size = usable_cores(), 64
-n_images = config.pick(quick=128, full=5000)
-jpeg_dir = synth_folder(config.cache_dir() / "lesson05" / f"jpeg-224-{n_images}", n=n_images, size=(224, 224),
-                        quality=90, workers=cores).path
-mm_dir = build_memmap(jpeg_dir, config.cache_dir() / "lesson05" / f"mm-224-{n_images}", size=(224, 224),
-                      workers=cores, reuse=True).path
-device = S.device if S.cuda else None
-loaders = {"folder": DataLoader(ImageFolderDataset(jpeg_dir, size=(224, 224)), batch_size=batch_size, shuffle=True,
-                                 num_workers=cores, persistent_workers=True, pin_memory=S.cuda)}
-
-
-def folder_epoch():
-    for images, targets in loaders["folder"]:
-        images.to(S.device, non_blocking=True), targets.to(S.device, non_blocking=True)
-
-
-epoch_bytes = n_images * 3 * 224 * 224
-print(f"{n_images} images, {epoch_bytes / 1e6:.0f} MB per epoch as uint8; {cores} cores; batch {batch_size}")
-
-# %% [markdown]
-# For a cold memmap we must also *unmap* it before dropping its pages: the kernel keeps pages
-# that a process has mapped. So the cold case reloads the dataset before each epoch. We also try
-# `sort_indices=True`, which sorts the indices *within* each batch (same samples, so the same
-# gradient) so that a cold read moves forward through the file. The memmap side runs on **one**
-# thread (one torch thread), fewer than the folder's workers, so the comparison favours the folder: on a busy machine, torch's parallel
-# copies can lose more to waiting threads than they gain.
-
-# %%
-import gc
-
-memmap_state = {}
-
-
-def memmap_reload(cold, sort=False):
-    memmap_state.clear()
-    gc.collect()  # unmap the previous epoch's dataset
-    if cold:
-        drop_cached(mm_dir)
-    # reuse_buffers=2: each batch is dropped before the next-but-one, so two output buffers can take
-    # turns instead of fresh memory that page-faults on first touch (lesson 06).
-    memmap_state["loader"] = FastLoader(load_memmap(mm_dir), batch_size, seed=0, device=device, sort_indices=sort,
-                                        reuse_buffers=2)
-
-
-def memmap_epoch():
-    for _batch in memmap_state["loader"]:
-        pass  # _batch.images: uint8 [64, 3, 224, 224], on the GPU when there is one
-
-
-repeats, threads = config.pick(quick=3, full=5), torch.get_num_threads()
-kw = {"items": n_images, "nbytes": epoch_bytes, "repeats": repeats, "warmup": 1}
-ms = [benchmark(folder_epoch, name="JPEG folder, cold", setup=lambda: drop_cached(jpeg_dir), **kw),
-      benchmark(folder_epoch, name="JPEG folder, warm", **kw)]
-loaders.clear()  # stops the folder loader's worker processes
 torch.set_num_threads(1)
-ms += [benchmark(memmap_epoch, name="memmap, cold", setup=lambda: memmap_reload(cold=True), **kw),
-       benchmark(memmap_epoch, name="memmap, cold, sorted", setup=lambda: memmap_reload(True, sort=True), **kw)]
-memmap_reload(cold=False)
-ms.append(benchmark(memmap_epoch, name="memmap, warm", **{**kw, "repeats": 3 * repeats}))
-ceiling = ceilings.memcpy(epoch_bytes, repeats=20, threads=1)  # for later: an epoch's bytes, one core
+cold_ms = interleave({"JPEG folder, cold": folder_epoch, "memmap, cold": memmap_epoch,
+                      "memmap, cold, sorted": memmap_epoch, "memmap, warm, mapped anew": memmap_epoch},
+                     setup={"JPEG folder, cold": lambda: drop_cached(jpeg_dir),
+                            "memmap, cold": lambda: memmap_reload(cold=True),
+                            "memmap, cold, sorted": lambda: memmap_reload(cold=True, sort=True),
+                            "memmap, warm, mapped anew": memmap_reload},
+                     repeats=repeats, items=n_images, nbytes=epoch_bytes)
 torch.set_num_threads(threads)
-for m in ms:
-    print(m)
-
-# %%
-import os
-
-from gpufeed.course.prose import band
-
-fig, ax = plotting.bars(ms, baseline="JPEG folder, warm", machine=S.machine,
-                        title=f"one epoch, {cores} cores, batch {batch_size}, 224x224" + (", to the GPU" if S.cuda else ""))
+loaders.clear()  # stops the folder's worker processes
+folder_cold_m, cold_m, sorted_m, anew_m = cold_ms
+fig, ax = plotting.bars([folder_warm_m, warm_m, *cold_ms], baseline="JPEG folder, warm", machine=S.machine,
+                        title=f"one epoch, {cores} cores, batch {batch_size}, 224x224, warm (section 1) and cold")
 plt.show()
-by = {m.name: m for m in ms}
-folder_warm_m, folder_cold_m = by["JPEG folder, warm"], by["JPEG folder, cold"]
-warm_m, cold_m, sorted_m = by["memmap, warm"], by["memmap, cold"], by["memmap, cold, sorted"]
-speedup, cold_speedup = warm_m.items_per_s / folder_warm_m.items_per_s, cold_m.items_per_s / folder_cold_m.items_per_s
-flat = band(warm_m, folder_warm_m, cold_m, folder_cold_m)  # this run's spread: differences inside it are not shown
+cold_vs_folder, cold_vs_cache, sorted_vs_not = (compare(a, b, paired=True) for a, b in
+                                                ((cold_m, folder_cold_m), (cold_m, anew_m), (sorted_m, cold_m)))
 jpeg_bytes = sum(p.stat().st_size for p in jpeg_dir.rglob("*.jpg"))
-inside_spread = "about as fast, within this run's spread"
-from_disk = hasattr(os, "posix_fadvise") and cold_m.median > (1 + band(cold_m, warm_m)) * warm_m.median  # cold reached the disk
-say(f"Warm, the memmap feeds **{warm_m.items_per_s:,.0f} images/s** on one core, "
-    f"{times(speedup, 'the JPEG folder', flat=flat, bold=True)} ({folder_warm_m.items_per_s:,.0f} with {cores} workers)"
-    + (f": the folder decodes every epoch ({folder_warm_m.items_per_s / cores:,.0f} images/s per core), "
-       "the memmap only copies bytes. " if speedup > 1 + flat else ". ")
-    + f"Cold, it ran {times(cold_speedup, 'the folder', flat=flat)}"
-    + ((f": it must read {epoch_bytes / jpeg_bytes:.1f}x as many bytes from the disk ({epoch_bytes / 1e6:.0f} MB of "
-        f"pixels vs {jpeg_bytes / 1e6:.0f} MB of JPEG), " + ("so on a slower disk its advantage shrinks. "
-        if cold_speedup > 1 + flat else "and here that cost as much as decoding, or more. "))
-       if from_disk else
-       ", but this OS cannot drop a file's cached pages (it has no `posix_fadvise`), so this 'cold' is not the disk. "
-       if not hasattr(os, "posix_fadvise") else
-       ", but the cold memmap epoch was not slower than the warm one beyond this run's spread: the file system kept "
-       "its pages cached, so this 'cold' is not the disk. ")
-    + f"Sorting each batch's indices made the cold epoch "
-    f"{times(cold_m.median / sorted_m.median, flat=band(cold_m, sorted_m), same=inside_spread)}"
-    f" ({sorted_m.items_per_s:,.0f} vs {cold_m.items_per_s:,.0f} images/s).")
+say(reading.cold(cold_vs_folder, cold_vs_cache, sorted_vs_not, epoch_bytes=epoch_bytes, jpeg_bytes=jpeg_bytes,
+                 can_drop=dropped))
 
 # %% [markdown]
-# How close is that to the machine's ceiling? Lesson 00 measured the memcpy rate; the cell above
-# measured it again, side by side, on the same single core, for a buffer as large as an epoch (so
-# that it measures RAM, not the CPU caches).
+# How close does the warm memmap come to what the memory allows? `ceilings.loader_bounds` times, in
+# turns, the loader's raw fetch (shuffled batches gathered by `FastLoader` into two reused buffers)
+# and a copy of the same images in file order into the same buffers, on the same single thread:
+# no gather of these rows into those buffers can beat that copy. Whether either rate is RAM's
+# depends on the epoch's size against the CPU's last-level cache, which the cell reads.
 
 # %%
-fraction = by["memmap, warm"].gb_per_s / ceiling.gb_per_s
-print(f"memmap, warm: {by['memmap, warm'].gb_per_s:.2f} GB/s; memcpy ceiling on one core: {ceiling.gb_per_s:.2f} GB/s; "
-      f"the loader reaches {fraction:.0%} of it.")
-if fraction > 1:
-    print("Above 100%: two measurements taken seconds apart on a busy machine; re-run to see the spread.")
-elif fraction < 0.5:
-    print("Less than half: a gather copies rows from places spread over the file (shuffled), and each epoch "
-          "also pays for the loader's Python, per batch; a larger batch_size amortises the latter.")
 from gpufeed.measure import results
 
-saved = results.save_lesson("lesson05", [*ms, ceiling], n_images=n_images, batch_size=batch_size, cores=cores,
-                            memmap_vs_folder_warm=speedup, memmap_vs_folder_cold=cold_speedup, fraction_of_memcpy=fraction)
+torch.set_num_threads(1)
+stream, fetch = ceilings.loader_bounds(load_memmap(mm_dir).images, batch_size, repeats=config.pick(quick=5, full=9, site=9),
+                                       min_bytes=config.pick(quick=32, full=256, site=256) << 20)
+torch.set_num_threads(threads)
+fetch_v = compare(fetch, stream, paired=True)  # the fetch (A) against the copy in file order (B)
+say(reading.ceiling(fetch_v, epoch_bytes=epoch_bytes, l3=l3))
+saved = results.save_lesson("lesson05", [*warm_ms, *cold_ms, stream, fetch], n_images=n_images, batch_size=batch_size,
+                            cores=cores, memmap_vs_folder_warm=warm_v.ratio, warm_verdict=vars(warm_v),
+                            memmap_vs_folder_cold=cold_vs_folder.ratio, fraction_of_stream=fetch_v.ratio)
 
 # %% [markdown]
-# How close a warm gather gets to that ceiling depends on how the loader copies, which is lesson
-# 06's subject. `python -m gpufeed bench` reports the loader's raw fetch as a fraction of a
-# streaming copy of the same images, on every core.
+# How close a warm gather gets to that copy depends on how the loader copies, which is lesson
+# 06's subject. `python -m gpufeed bench` reports the same fraction on every core.
 
 # %% [markdown]
 # ### On a GPU
@@ -444,17 +434,19 @@ saved = results.save_lesson("lesson05", [*ms, ceiling], n_images=n_images, batch
 # what FFCV's authors published for a raw-pixel and a JPEG dataset read from RAM.
 
 # %%
+from gpufeed.measure.verdict import Verdict
+
 if S.cuda:
     print(f"Measured above on {S.machine.get('gpu')}, batches moved to the GPU whole.")
 else:
     ref = results.gpu_reference("lesson05")  # says where the numbers come from
     if ref is not None:
-        ref_ms = [m for m in ref[0] if not m.name.startswith("memcpy")]
+        ref_ms = [m for m in ref[0] if m.name.startswith(("JPEG folder", "memmap"))]
         fig, ax = plotting.bars(ref_ms, baseline="JPEG folder, warm", machine=ref[1]["machine"], title="reference")
         plt.show()
-        warm_x = ref[1].get("memmap_vs_folder_warm")
-        print(f"No CUDA here: the reference from {ref[1]['machine'].get('gpu')}"
-              + (f": the memmap is {times(warm_x, 'the JPEG folder')}, warm." if warm_x else "."))
+        if ref[1].get("warm_verdict"):
+            print(f"On {ref[1]['machine'].get('gpu')}, warm, the memmap "
+                  f"{Verdict(**ref[1]['warm_verdict']).ran('the JPEG folder')}.")
 
 # %% [markdown]
 # ### Deeper (optional): what copies between NumPy and torch
@@ -465,8 +457,9 @@ else:
 # %% [markdown] tags=["deeper"]
 # `torch.tensor(a)` and `np.array(t)` copy; `torch.from_numpy(a)` and `t.numpy()` return the same
 # memory seen by the other library. The cell checks each one by writing through its result and
-# reading the source, then times each on a large array; one more row copies into a tensor that
-# exists already (`out.copy_(...)`): the same copy, into memory that has been touched before.
+# reading the source, counts the page faults of one call of each (section 2's `faults`), and times
+# the three that copy in turns; the third copies into a tensor that exists already
+# (`out.copy_(...)`): the same copy, into memory that has been touched before.
 
 # %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 import warnings
@@ -493,29 +486,23 @@ def shares(call, source):
 with warnings.catch_warnings():  # NumPy 2 asks torch's Tensor.__array__ for a `copy` keyword it
     warnings.simplefilter("ignore", DeprecationWarning)  # lacks, warns, and copies anyway
     shared = {name: shares(call, source) for name, (call, source) in ways.items()}
-    copy_ms = [benchmark(lambda call=call, source=source: call(source), name=name, nbytes=a_big.nbytes,
-                         repeats=config.pick(quick=5, full=10), warmup=1, number=1000 if shared[name] else 1)
-               for name, (call, source) in ways.items()]
-for m in copy_ms:
-    print(f"{m.name:>31}: {'shares' if shared[m.name] else 'copies'}, {m.median * 1e3:9.4f} ms for {big_mib} MiB"
-          + ("" if shared[m.name] else f" ({m.gb_per_s:.2f} GB/s)") + (" [noisy]" if m.noisy else ""))
+    paged = {name: faults(lambda call=call, source=source: call(source))["minor"] for name, (call, source) in ways.items()}
+    copy_ms = interleave({name: lambda call=call, source=source: call(source) for name, (call, source) in ways.items()
+                          if not shared[name]}, repeats=config.pick(quick=5, full=10), nbytes=a_big.nbytes)
+for name in ways:
+    m = next((m for m in copy_ms if m.name == name), None)
+    print(f"{name:>31}: {'shares' if shared[name] else 'copies'}, {paged[name]:6,} page faults"
+          + ("" if m is None else f", {m.median * 1e3:7.2f} ms for {big_mib} MiB ({m.gb_per_s:5.2f} GB/s)"))
 
 # %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 by_copy = {m.name: m for m in copy_ms}
-views = [m for m in copy_ms if shared[m.name]]
 fresh, reused = by_copy["torch.tensor(a)"], by_copy["out.copy_(torch.from_numpy(a))"]
-copied = [n for n in list(ways)[:4] if not shared[n]]
-flat = band(fresh, reused, floor=0.1)  # this run's spread: a difference inside it is not shown
-say(f"{' and '.join(f'`{m.name}`' for m in views)} shared the source's memory: "
-    f"{max(m.median for m in views) * 1e6:.1f} us at most for {big_mib} MiB, since no byte moves, and a write "
-    f"through one was seen by the other. {' and '.join(f'`{n}`' for n in copied)} copied: `torch.tensor(a)` "
-    f"took {fresh.median * 1e3:.1f} ms, `np.array(t)` {by_copy['np.array(t)'].median * 1e3:.1f} ms. Into a "
-    f"tensor that already existed the same copy ran **{times(fresh.median / reused.median, 'into fresh memory', flat=flat)}**"
-    + (": fresh memory comes page by page, a page fault on each first touch (section 1)."
-       if fresh.median > (1 + flat) * reused.median else
-       f": within this run's spread ({flat:.0%}), fresh memory cost no more here."
-       if reused.median <= (1 + flat) * fresh.median else
-       ": slower than fresh memory, which this run cannot explain; re-run to see whether it holds."))
+say(f"{' and '.join(f'`{n}`' for n in ways if shared[n])} shared the source's memory: no byte moved, and a write "
+    f"through one was seen by the other. {' and '.join(f'`{n}`' for n in list(ways)[:4] if not shared[n])} copied: "
+    f"`torch.tensor(a)` took {fresh.median * 1e3:.1f} ms, `np.array(t)` {by_copy['np.array(t)'].median * 1e3:.1f} ms. "
+    + reading.copies(compare(reused, fresh, paired=True), fresh_faults=paged["torch.tensor(a)"],
+                     reused_faults=paged["out.copy_(torch.from_numpy(a))"], other_fresh="np.array(t)",
+                     other_faults=paged["np.array(t)"], nbytes=a_big.nbytes, l3=l3))
 
 # %% [markdown]
 # ### Deeper (optional): when written bytes reach the disk
@@ -537,7 +524,7 @@ say(f"{' and '.join(f'`{m.name}`' for m in views)} shared the source's memory: "
 
 # %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 import io
-import statistics
+import os
 from pathlib import Path
 
 from gpufeed.measure.machine import DISK_FILE_SYSTEMS, file_system
@@ -607,10 +594,11 @@ say(f"1,000 bytes: after `f.write` the OS had **{small[0][2]:,}** of them"
        + ("" if grew is None else f"The machine's dirty count moved by {grew / 2**20:+,.0f} MiB on the write: it "
           f"counts every program's writes, and {fs} may keep its own, so here it does not show this file's pages.")))
 
+
 # %% [markdown] tags=["deeper"]
-# Now the three calls timed, each with and without `flush()` + `os.fsync()` before the file is
-# closed (the fsync timed on its own too), every write into a new file with nothing left dirty
-# before it (`os.sync()`, untimed). `tobytes()` is timed alone as well: the copy inside the third.
+# Now the three calls timed in turns, each with and without `flush()` + `os.fsync()` before the
+# file is closed (the fsync timed on its own too), every write into a new file with nothing left
+# dirty before it (`os.sync()`, untimed). `tobytes()` is timed alone as well: the copy inside the third.
 
 # %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 WRITES = {"np.save(f, a)": lambda f: np.save(f, a_write), "a.tofile(f)": lambda f: a_write.tofile(f),
@@ -628,45 +616,23 @@ def write(name, sync):
             fsync_s[name].append(time.perf_counter() - t0)
 
 
-kw = {"nbytes": a_write.nbytes, "repeats": 3, "warmup": 1, "setup": fresh_file}
-write_ms = {(name, sync): benchmark(lambda name=name, sync=sync: write(name, sync), **kw,
-                                    name=name + (" + fsync" if sync else ""))
-            for name in WRITES for sync in (False, True)}
-write_ms["a.tobytes()", False] = benchmark(a_write.tobytes, name="a.tobytes() alone", **{**kw, "setup": None})
+arms = {name + (" + fsync" if sync else ""): lambda name=name, sync=sync: write(name, sync)
+        for name in WRITES for sync in (False, True)}
+write_ms = interleave({**arms, "a.tobytes() alone": a_write.tobytes}, setup={name: fresh_file for name in arms},
+                      repeats=config.pick(quick=3, full=5, site=5), nbytes=a_write.nbytes)
 target.unlink()
-for m in write_ms.values():
+for m in write_ms:
     print(m)
 
 # %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
-fig, ax = plotting.bars(list(write_ms.values()), rate="bytes", baseline="a.tofile(f)", machine=S.machine,
+fig, ax = plotting.bars(write_ms, rate="bytes", baseline="a.tofile(f)", machine=S.machine,
                         title=f"writing {a_write.nbytes / 2**20:.0f} MiB to a new file")
 plt.show()
-save, raw_write, copy_write = (write_ms[name, False] for name in WRITES)
-
-
-def against(m, other):
-    """m's speed against other's in words; inside this run's spread (10% at least), no difference."""
-    return times(other.median / m.median, f"`{other.name}`", same="about as fast", flat=band(m, other, floor=0.1))
-
-
-def beats(m, other):
-    """True when m is faster than other by more than this run's spread."""
-    return other.median > (1 + band(m, other, floor=0.1)) * m.median
-
-
-sync_gb_s = a_write.nbytes / 1e9 / statistics.median(sum(fsync_s.values(), []))
-say(f"Without fsync, `np.save` ran **{against(save, raw_write)}** ({save.median * 1e3:,.0f} vs "
-    f"{raw_write.median * 1e3:,.0f} ms): it writes a short header, then the array as `tofile` does. "
-    f"`f.write(a.tobytes())` ran **{against(copy_write, raw_write)}** ({copy_write.median * 1e3:,.0f} ms), and "
-    f"`a.tobytes()` alone took {write_ms['a.tobytes()', False].median * 1e3:,.0f} ms: it copies the whole array "
-    "before writing it. So the notes' order (np.save slow, tofile fast, write(tobytes) very fast) "
-    + ("holds here. " if beats(copy_write, raw_write) and beats(raw_write, save) else
-       "does not hold here, beyond this run's spread. ")
-    + "In the synced writes, `os.fsync` alone took "
-    + ", ".join(f"{statistics.median(v) * 1e3:,.0f} ms after `{name}`" for name, v in fsync_s.items())
-    + (f": that is the disk ({sync_gb_s:.1f} GB/s), the part that a write without fsync leaves for the kernel "
-       "to do later, when the call has long returned." if fs in DISK_FILE_SYSTEMS else
-       f" ({sync_gb_s:.1f} GB/s): on {fs} that is not a disk's own rate, only what its fsync costs."))
+w = {m.name: m for m in write_ms}
+say(reading.writes(compare(w["np.save(f, a)"], w["a.tofile(f)"], paired=True),
+                   compare(w["f.write(a.tobytes())"], w["a.tofile(f)"], paired=True),
+                   tobytes_ms=w["a.tobytes() alone"].median * 1e3, fs=fs, on_disk=fs in DISK_FILE_SYSTEMS,
+                   fsync_ms={name: statistics.median(v) * 1e3 for name, v in fsync_s.items()}, nbytes=a_write.nbytes))
 
 # %% [markdown]
 # ## Key takeaways
@@ -680,7 +646,8 @@ say(f"Without fsync, `np.save` ran **{against(save, raw_write)}** ({save.median 
 #   until `flush()`, and every write waits in the page cache until `os.fsync()` (or the kernel's
 #   own write-back); `close()` does not sync. Time writes with the fsync, or you time the page cache.
 # * Decode once: a folder of JPEGs pays for decoding on every epoch; a `uint8 [N, 3, H, W]` memmap
-#   pays once, then a batch is a memory copy, and its limit is memory bandwidth.
+#   pays once, then a batch is a memory copy, and its limit is a copy's speed: RAM's, once the
+#   dataset is several times the CPU's last-level cache (section 5 reads this CPU's).
 # * `TensorDict`, `.memmap()`, `load_memmap()` and a `@tensorclass` are the whole format in a few
 #   lines; a dataset on disk also needs a manifest (shape, dtype, source, classes, version) and an
 #   atomic build, or an interrupted run leaves files that load as black images.
@@ -693,7 +660,7 @@ say(f"Without fsync, `np.save` ran **{against(save, raw_write)}** ({save.median 
 #    fit in this machine's RAM? Check with the cell below.
 # 2. Build a memmap of the 224x224 JPEGs above at 112x112 (`build_memmap(jpeg_dir, ..., size=(112, 112))`)
 #    and measure its warm throughput in images/s. Is it 4 times higher? Why, or why not?
-# 3. Re-run section 4 with `batch_size = 256`. Which side changes more, and why?
+# 3. Re-run section 1 with `batch_size = 256`. Which side changes more, and why?
 #
 # Each exercise has a worked solution after the self-check, folded: try it first, then open the cell.
 
@@ -723,34 +690,30 @@ say(f"ImageNet at 224x224 is **{my_gb:.1f} GB** of pixels (+{labels_gb:.2f} GB o
         "it does not fit (with room left for everything else), so every epoch reads from the disk: the cold rate "
         "is the one that counts, or store it smaller (exercise 2).")))
 
+
 # %% tags=["solution", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution to exercise 2: the same images at 112x112
 # Why: a warm memmap epoch only copies bytes, and 112x112 has a quarter of 224x224's bytes, so
 # the copy itself is 4x shorter. But each batch also pays fixed costs that do not shrink with the
 # image: Python, the shuffled indices, the loop. So expect *less* than 4x, closer to 4x the larger
-# the images. Measure both now, side by side, warm, on one thread as in section 4, on the host.
+# the images. Measure both now, in turns, warm, on one thread as in section 1, on the host.
 small_dir = build_memmap(jpeg_dir, config.cache_dir() / "lesson05" / f"mm-112-{n_images}", size=(112, 112),
                          workers=cores, reuse=True, progress=False).path
 
 
-def memmap_warm(path, batch, name):
-    """A warm FastLoader epoch over the memmap at ``path``, timed on one thread (as in section 4)."""
-    data = load_memmap(path)
-    loader = FastLoader(data, batch, seed=0, reuse_buffers=2)
-    torch.set_num_threads(1)
-    try:
-        return benchmark(lambda: [None for _ in loader], name=name, items=len(data), nbytes=data.images.numel(),
-                         repeats=3 * repeats, warmup=1)
-    finally:
-        torch.set_num_threads(threads)
+def memmap_warm(path, batch):
+    """A warm FastLoader epoch over the memmap at ``path``, as a function (host only)."""
+    loader = FastLoader(load_memmap(path), batch, seed=0, reuse_buffers=2)
+    return lambda: [None for _ in loader]
 
 
-big_mm, small_mm = (memmap_warm(p, batch_size, f"memmap {s}, warm") for p, s in ((mm_dir, 224), (small_dir, 112)))
+torch.set_num_threads(1)
+big_mm, small_mm = interleave({"memmap 224, warm": memmap_warm(mm_dir, batch_size),
+                               "memmap 112, warm": memmap_warm(small_dir, batch_size)}, repeats=max(5, repeats),
+                              items=n_images, nbytes={"memmap 224, warm": epoch_bytes, "memmap 112, warm": epoch_bytes // 4})
+torch.set_num_threads(threads)
 print(big_mm, small_mm, sep="\n")
-say(f"112x112: **{small_mm.items_per_s:,.0f} images/s**, "
-    f"{times(small_mm.items_per_s / big_mm.items_per_s, f'the {big_mm.items_per_s:,.0f} of 224x224')} for a quarter of the bytes; in bytes moved, {small_mm.gb_per_s:.2f} vs "
-    f"{big_mm.gb_per_s:.2f} GB/s: " + ("the per-batch costs weigh more on small images." if small_mm.gb_per_s < big_mm.gb_per_s
-                                       else "small images even copy faster per byte (they stay in the CPU's caches)."))
+say(reading.smaller_images(compare(small_mm, big_mm, paired=True), small_gb_s=small_mm.gb_per_s, big_gb_s=big_mm.gb_per_s))
 
 # %% tags=["solution", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution to exercise 3: batch_size = 256 on both sides
@@ -759,29 +722,24 @@ say(f"112x112: **{small_mm.items_per_s:,.0f} images/s**, "
 # workers idle. The memmap's per-image cost is a small copy and its fixed cost is per batch, so a
 # 4x larger batch divides that fixed cost by 4; but its two output buffers grow 4x too, and once
 # they outgrow the CPU's last-level cache every write goes to RAM (lesson 06 measures it). Which
-# effect wins is for this machine to say. Warm only, on the host (memmap_warm: exercise 2's cell).
-import math
-
+# effect wins is for this machine to say. Warm only, on the host, each side's two batch sizes in turns.
+from functools import partial
 
 def folder_warm(batch):
     dl = DataLoader(ImageFolderDataset(jpeg_dir, size=(224, 224)), batch_size=batch, shuffle=True,
                     num_workers=cores, persistent_workers=True)
-    m = benchmark(lambda dl=dl: [None for _ in dl], name=f"folder, batch {batch}", items=n_images, repeats=repeats, warmup=1)
-    del dl  # stops its workers
-    return m
+    return lambda: [None for _ in dl]
 
 
-rates = {(side, b): (folder_warm(b) if side == "folder" else memmap_warm(mm_dir, b, f"memmap, batch {b}")).items_per_s
-         for side in ("folder", "memmap") for b in (batch_size, 256)}
-change = {side: rates[side, 256] / rates[side, batch_size] for side in ("folder", "memmap")}
-for (side, b), r in rates.items():
-    print(f"{side:>6}, batch {b:3d}: {r:8,.0f} images/s")
-say(f"From batch {batch_size} to 256 the folder got **{times(change['folder'])}**, the memmap "
-    f"**{times(change['memmap'])}**: the {max(change, key=lambda k: abs(math.log(change[k])))} side changes more."
-    + (f" With {n_images} images, batch 256 leaves {-(-n_images // 256)} batch(es) per epoch for {cores} workers."
-       if -(-n_images // 256) < cores else "")
-    + (f" The memmap got slower: two buffers of 256 images are {2 * 256 * 3 * 224 * 224 / 1e6:.0f} MB, larger than most CPUs' "
-       "last-level cache (tens of MB), and that cost more than the per-batch savings." if change["memmap"] < 1 else ""))
+torch.set_num_threads(1)
+sides = {side: interleave({f"{side}, batch {b}": (folder_warm if side == "folder" else partial(memmap_warm, mm_dir))(b)
+                           for b in (batch_size, 256)}, repeats=max(5, repeats), items=n_images)
+         for side in ("folder", "memmap")}
+torch.set_num_threads(threads)
+for m in (m for pair in sides.values() for m in pair):
+    print(f"{m.name:>17}: {m.items_per_s:8,.0f} images/s")
+say(reading.larger_batch(*(compare(big, small, paired=True) for small, big in sides.values()), batch=batch_size, big=256,
+                         n_images=n_images, cores=cores, l3=l3))
 
 # %% [markdown]
 # ## Further reading

@@ -30,9 +30,10 @@ import torch
 from torch.utils.data import TensorDataset
 
 from gpufeed import config
-from gpufeed.measure.harness import benchmark
-from gpufeed.course.prose import band, say, times
+from gpufeed.course.lesson06 import reading
+from gpufeed.course.prose import compare, in_turns, say
 from gpufeed.data.loader import BatchTensorDataset
+from gpufeed.measure.harness import benchmark, interleave
 
 # One torch thread in this process throughout: the comparisons are per core, a loader's main process
 # shares the machine with the training step, and on a busy machine torch's thread pool can spend
@@ -43,12 +44,11 @@ x, y = torch.randn(N, 16), torch.randint(0, 1000, (N,))  # 16 features and a lab
 per_sample, batched = TensorDataset(x, y), BatchTensorDataset(x, y)
 idx = torch.randint(0, N, (100,))
 idx_list = idx.tolist()
-calls = benchmark(lambda: [per_sample[i] for i in idx_list], name="100 __getitem__ calls", repeats=50, number=10)
-one = benchmark(lambda: batched[idx], name="1 batched call", repeats=50, number=10)
 assert all(torch.equal(batched[idx][0][k], per_sample[i][0]) for k, i in enumerate(idx_list))  # same data
-print(calls, one, sep="\n")
-say(f"100 samples: {calls.median * 1e6:.0f} us one by one, {one.median * 1e6:.1f} us in one call: the batched call "
-    f"was **{times(calls.median / one.median, flat=band(calls, one), digits=None)}** (the talk's: 36x).")
+talk = in_turns(lambda: [batched[idx] for _ in range(10)],  # 10 calls a sample: one alone is a few us
+                lambda: [[per_sample[i] for i in idx_list] for _ in range(10)],
+                names=("1 batched call", "100 __getitem__ calls"), repeats=20)
+say(reading.talk(talk.verdict, calls_us=talk.b.median * 1e5, one_us=talk.a.median * 1e5))
 
 # %% [markdown]
 # Now whole epochs at batch 300 (over all 300,000 samples; quick mode takes the first 30,000, so
@@ -91,8 +91,8 @@ def epoch(loader):
         pass
 
 
-ms = [benchmark(lambda ld=ld: epoch(ld), name=name, items=n_epoch, repeats=config.pick(quick=3, full=5))
-      for name, ld in loaders.items()]
+ms = interleave({name: lambda ld=ld: epoch(ld) for name, ld in loaders.items()}, items=n_epoch,
+                repeats=config.pick(quick=3, full=5, site=5))  # in turns: per sample, __getitems__, ...
 for m in ms:
     print(m)
 
@@ -105,17 +105,8 @@ fig, ax = plotting.bars(ms, baseline="per sample", unit="samples/s", machine=S.m
                         title=f"one epoch of {n_epoch:,} in-memory samples, batch {B}")
 plt.show()
 by = {m.name: m for m in ms}
-vs_per_sample = {name: m.items_per_s / by["per sample"].items_per_s for name, m in by.items()}
-
-
-def than_per_sample(name, than=""):  # a loader's rate against the per-sample one's, worded within their spread
-    return times(vs_per_sample[name], than, flat=band(by[name], by["per sample"]), digits=None)
-
-
-say(f"Fetching each batch in one call (`FastLoader`) ran **{than_per_sample('FastLoader', 'one `__getitem__` per sample')}** "
-    f"({by['FastLoader'].items_per_s:,.0f} vs {by['per sample'].items_per_s:,.0f} samples/s); inside the DataLoader, "
-    f"`__getitems__` ran {than_per_sample('__getitems__')} and the BatchSampler "
-    f"{than_per_sample('BatchSampler, batch_size=None')}.")
+say(reading.epochs({name: compare(m, by["per sample"], paired=True) for name, m in by.items() if name != "per sample"},
+                   {name: m.items_per_s for name, m in by.items()}))
 
 # %% [markdown]
 # ## 2. A minimal fast loader
@@ -170,30 +161,40 @@ print(type(batch).__name__, tuple(batch.images.shape), batch.images.dtype, batch
 # %% [markdown]
 # **Why `index_select`, and reusable buffers.** On rows as large as images, `t[idx]` (torch's
 # general advanced indexing) copies element by element, while `torch.index_select` copies whole
-# rows. And a fresh batch is fresh memory: the OS hands it over page by page, each first touch a
-# page fault (lesson 05). `FastLoader(..., reuse_buffers=2)` gathers into two preallocated buffers
-# in turn; the catch is that a batch is overwritten two batches later, so use it (or copy it) first.
+# rows. And a fresh batch may be fresh memory: the OS hands it over page by page, each first touch
+# a page fault (lesson 05), unless the allocator hands back memory a freed batch left behind.
+# `FastLoader(..., reuse_buffers=2)` gathers into two preallocated buffers in turn; the catch is
+# that a batch is overwritten two batches later, so use it (or copy it) first. The three, in turns,
+# with the page faults of a call of each counted (`resource.getrusage`, as in lesson 05):
 
 # %%
-def gather_speeds(n_images, batch=64):
-    pixels = torch.randint(0, 256, (n_images, 3, 224, 224), dtype=torch.uint8)  # in memory, like a warm memmap
-    rows = torch.randperm(n_images)[:batch]
-    buffer = torch.empty(batch, 3, 224, 224, dtype=torch.uint8)
-    assert torch.equal(pixels[rows], torch.index_select(pixels, 0, rows))
-    kw = {"nbytes": buffer.numel(), "repeats": 20}
-    return [benchmark(lambda: pixels[rows], name="t[idx]", **kw),
-            benchmark(lambda: torch.index_select(pixels, 0, rows), name="index_select", **kw),
-            benchmark(lambda: torch.index_select(pixels, 0, rows, out=buffer), name="index_select into a buffer", **kw)]
+import resource
+
+from gpufeed.measure.machine import cache_bytes
 
 
-gathers = gather_speeds(config.pick(quick=512, full=4096))
+def minor_faults(fn):  # page faults of one call of fn (lesson 05's count)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    fn()
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+
+pixels = torch.randint(0, 256, (config.pick(quick=512, full=4096), 3, 224, 224), dtype=torch.uint8)  # a warm memmap
+rows, buffer = torch.randperm(len(pixels))[:64], torch.empty(64, 3, 224, 224, dtype=torch.uint8)
+assert torch.equal(pixels[rows], torch.index_select(pixels, 0, rows))
+ways = {"t[idx]": lambda: pixels[rows], "index_select": lambda: torch.index_select(pixels, 0, rows),
+        "index_select into a buffer": lambda: torch.index_select(pixels, 0, rows, out=buffer)}
+gathers = interleave(ways, nbytes=buffer.numel(), repeats=config.pick(quick=20, full=40, site=40))
+paged = {name: sorted(minor_faults(fn) for _ in range(5))[2] for name, fn in ways.items()}  # the median of 5 calls
 deeper = []  # what the optional deep dives below measure, saved with the rest (section 4)
 fig, ax = plotting.bars(gathers, rate="bytes", machine=S.machine, title="gathering 64 images of 224x224 (uint8)")
 plt.show()
 g = {m.name: m for m in gathers}
-say(f"`index_select` ran **{times(g['t[idx]'].median / g['index_select'].median, '`t[idx]`', flat=band(*gathers[:2]), digits=None)}**; "
-    f"into a reused buffer, {times(g['t[idx]'].median / g['index_select into a buffer'].median, '`t[idx]`', flat=band(gathers[0], gathers[2]), digits=None)} "
-    f"({g['index_select into a buffer'].gb_per_s:.1f} GB/s).")
+say(reading.gathers(compare(g["index_select"], g["t[idx]"], paired=True),
+                    compare(g["index_select into a buffer"], g["index_select"], paired=True),
+                    fresh_faults=paged["index_select"], buffer_faults=paged["index_select into a buffer"],
+                    gb_s=g["index_select into a buffer"].gb_per_s, source_bytes=pixels.numel(), l3=cache_bytes(3)))
+del pixels
 
 # %% [markdown]
 # ### Deeper (optional): `index_select`'s grain size
@@ -225,12 +226,13 @@ def piece_speeds(n_images, threads, batch=64):
     pixels = torch.randint(0, 256, (n_images, 3, 224, 224), dtype=torch.uint8)
     rows, buffer = torch.randperm(n_images)[:batch], torch.empty(batch, 3, 224, 224, dtype=torch.uint8)
     assert torch.equal(gather_in_pieces(pixels, rows, buffer), torch.index_select(pixels, 0, rows))  # same values
-    kw = {"nbytes": buffer.numel(), "repeats": 30, "params": {"threads": threads}}
+    names = [f"{way}, {threads} thread(s)" for way in ("one image at a time", "whole images per thread")]
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
-    try:
-        return [benchmark(lambda: torch.index_select(pixels, 0, rows, out=buffer), name=f"one image at a time, {threads} thread(s)", **kw),
-                benchmark(lambda: gather_in_pieces(pixels, rows, buffer), name=f"whole images per thread, {threads} thread(s)", **kw)]
+    try:  # in turns
+        return interleave({names[0]: lambda: torch.index_select(pixels, 0, rows, out=buffer),
+                           names[1]: lambda: gather_in_pieces(pixels, rows, buffer)}, nbytes=buffer.numel(),
+                          repeats=config.pick(quick=20, full=30, site=30), params={n: {"threads": threads} for n in names})
     finally:
         torch.set_num_threads(before)
 
@@ -250,16 +252,7 @@ for one, whole in zip(pieces[::2], pieces[1::2]):
 # threads, the pieces also save the threads' meeting after every image.
 
 # %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
-def pieces_sentence(one, whole):
-    """One sentence on the pieces' speed-up at one thread count, as measured."""
-    flat = band(one, whole)
-    x = one.median / whole.median
-    verdict = times(x, "one image at a time", flat=flat) + (f" (within the samples' spread, {flat:.0%})"
-                                                            if max(x, 1 / x) - 1 <= flat else "")
-    return f"on {one.params['threads']} thread(s), whole images per thread ran {verdict}"
-
-
-say("Measured here: " + "; ".join(pieces_sentence(one, whole) for one, whole in zip(pieces[::2], pieces[1::2])) + ".")
+say(reading.pieces({one.params["threads"]: compare(whole, one, paired=True) for one, whole in zip(pieces[::2], pieces[1::2])}))
 
 # %% [markdown]
 # ### Deeper (optional): a ring of buffers the size of the cache
@@ -290,28 +283,19 @@ big_ring = max(3, -(-4 * l3 // (ring_batch * IMAGE_BYTES)))  # buffers: a ring o
 
 def ring_speeds(n_images, batch, rings):
     pixels = torch.randint(0, 256, (n_images, 3, 224, 224), dtype=torch.uint8)
-    out = []
-    for k in rings:
-        loader = FastLoader(pixels, batch, seed=0, drop_last=True, reuse_buffers=k)
-        out.append(benchmark(lambda loader=loader: [None for _ in loader], name=f"ring of {k}", items=len(loader) * batch,
-                             nbytes=len(loader) * batch * pixels[0].numel(), repeats=7, warmup=1,
-                             params={"batch": batch, "ring": k, "l3_bytes": l3}))
-    return out
+    loaders = {f"ring of {k}": FastLoader(pixels, batch, seed=0, drop_last=True, reuse_buffers=k) for k in rings}
+    images = len(next(iter(loaders.values()))) * batch  # per epoch
+    return interleave({name: lambda ld=ld: [None for _ in ld] for name, ld in loaders.items()}, items=images,
+                      nbytes=images * pixels[0].numel(), repeats=config.pick(quick=5, full=7, site=7),
+                      params={f"ring of {k}": {"batch": batch, "ring": k, "l3_bytes": l3} for k in rings})
 
 
 # at least 4 batches an epoch, however large the L3 (hundreds of MiB on some server CPUs)
 rings = ring_speeds(max(config.pick(quick=512, full=4096), 4 * ring_batch), ring_batch, (2, big_ring))
 small, large = rings
 deeper += rings  # saved with the lesson's results (section 4)
-ratio = small.items_per_s / large.items_per_s
-say(f"L3 {'of this CPU' if l3_known else '(not reported by this OS; assumed)'}: {l3 / 2**20:g} MiB. Batches of "
-    f"{ring_batch} images ({ring_batch * IMAGE_BYTES / 2**20:.1f} MiB): a ring of 2 ({2 * ring_batch * IMAGE_BYTES / 2**20:.1f} MiB) "
-    f"ran at {small.items_per_s:,.0f} images/s, a ring of {big_ring} ({big_ring * ring_batch * IMAGE_BYTES / 2**20:.0f} MiB) at "
-    f"{large.items_per_s:,.0f}: the small ring ran **{times(ratio, 'the large one', flat=band(small, large))}**"
-    + (", the writes that stay in cache." if ratio > 1 + band(small, large) else
-       f", within the samples' spread ({band(small, large):.0%}): the gather's reads from the source, which miss the "
-       "cache either way, may dominate." if ratio >= 1 / (1 + band(small, large)) else
-       ", which the cache does not explain: compare the spreads, and re-run."))
+say(reading.ring(compare(small, large, paired=True), l3=l3, l3_known=l3_known, batch=ring_batch, big_ring=big_ring,
+                  image_bytes=IMAGE_BYTES, small_rate=small.items_per_s, large_rate=large.items_per_s))
 
 # %% [markdown]
 # ### Deeper (optional): what the shuffle costs
@@ -328,40 +312,36 @@ say(f"L3 {'of this CPU' if l3_known else '(not reported by this OS; assumed)'}: 
 # enough (the deep dive above reads this CPU's), and then its writes need not reach RAM.
 
 # %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
-from gpufeed.course.prose import versus
-from gpufeed.measure.ceilings import fetch_fraction, loader_bounds
+from gpufeed.measure.ceilings import loader_bounds
 
 shuffle_pixels = torch.randint(0, 256, (config.pick(quick=512, full=4096), 3, 224, 224), dtype=torch.uint8)
-by_ring = {k: loader_bounds(shuffle_pixels, 64, repeats=config.pick(quick=3, full=7), buffers=k,
+by_ring = {k: loader_bounds(shuffle_pixels, 64, repeats=config.pick(quick=3, full=7, site=5), buffers=k,
                             min_bytes=config.pick(quick=64, full=256) << 20) for k in (2, 1)}
 deeper += [m for pair in by_ring.values() for m in pair]  # saved with the lesson's results (section 4)
 (stream2, fetch2), (stream1, fetch1) = by_ring[2], by_ring[1]
-say(f"Into a ring of two, the shuffled gather ran {versus(fetch2.items_per_s, stream2.items_per_s)} the copy in "
-    f"file order ({fetch_fraction(stream2, fetch2):.0%} of its {stream2.items_per_s:,.0f} images/s); into one buffer, "
-    f"{fetch_fraction(stream1, fetch1):.0%}. The copy in file order into one buffer ran "
-    f"**{times(stream1.items_per_s / stream2.items_per_s, 'into two', flat=band(stream1, stream2))}** (spread "
-    f"{band(stream1, stream2):.0%}): compare the two ratios to see whether the order of the rows or the size of "
-    "the ring sets the speed on this machine.")
+say(reading.order_or_footprint(compare(fetch2, stream2, paired=True), compare(fetch1, stream1, paired=True),
+                               stream_two=stream2.items_per_s, stream_one=stream1.items_per_s))
 
 
 # %% [markdown]
 # ## 3. Shuffling a large index array each epoch
 #
-# `torch.randperm(n)` writes `n` int64 values in random places: beyond a few million, every write
-# misses the CPU caches. A **grouped shuffle** shuffles the order of blocks of `g` neighbouring
-# indices, then each block within itself: every block's shuffle fits in the cache, and a loader can
-# make the blocks one at a time as it goes (`FastLoader(..., group_size=g)`).
+# `torch.randperm(n)` writes `n` int64 values in random places of an array of `8n` bytes: the
+# larger the array, the more of those writes miss the CPU's caches. A **grouped shuffle** shuffles
+# the order of blocks of `g` neighbouring indices, then each block within itself: every block's
+# shuffle fits in the cache, and a loader can make the blocks one at a time as it goes
+# (`FastLoader(..., group_size=g)`). Both, in turns, at each size, and their cost per index:
 
 # %%
 import math
 
 from gpufeed.data.loader import grouped_permutation
 
-sizes = config.pick(quick=[10**5, 10**6, 3 * 10**6], full=[10**5, 10**6, 10**7, 10**8])
+sizes = config.pick(quick=[10**5, 10**6, 3 * 10**6], full=[10**5, 10**6, 10**7, 10**8], site=[10**5, 10**6, 10**7])
 group = 4096
-full = [benchmark(lambda n=n: permutation(n), name=f"randperm {n:.0e}", repeats=3, warmup=1, items=n) for n in sizes]
-grouped = [benchmark(lambda n=n: grouped_permutation(n, group), name=f"grouped {n:.0e}", repeats=3, warmup=1, items=n)
-           for n in sizes]
+pairs = [interleave({f"randperm {n:.0e}": lambda n=n: permutation(n), f"grouped {n:.0e}": lambda n=n: grouped_permutation(n, group)},
+                    repeats=config.pick(quick=3, full=5, site=7), items=n) for n in sizes]
+full, grouped = [p[0] for p in pairs], [p[1] for p in pairs]
 fig, ax = plt.subplots()
 ax.loglog(sizes, [m.median * 1e3 for m in full], "o-", color=plotting.COLORS["baseline"], label="torch.randperm")
 ax.loglog(sizes, [m.median * 1e3 for m in grouped], "o-", color=plotting.COLORS["copy"],
@@ -373,11 +353,10 @@ plotting.caption(fig, S.machine)
 plt.show()
 at_n = benchmark(lambda: permutation(N), name=f"randperm {N:,}", repeats=5)
 epoch_s = by["FastLoader"].median * N / n_epoch  # section 1's fastest epoch, scaled to N samples
-say(f"Shuffling {sizes[-1]:,} indices takes {full[-1].median * 1e3:.0f} ms with randperm and "
-    f"{grouped[-1].median * 1e3:.0f} ms grouped "
-    f"({times(full[-1].median / grouped[-1].median, 'randperm', flat=band(full[-1], grouped[-1]), digits=None)}); at "
-    f"{N:,} samples randperm costs {at_n.median * 1e3:.1f} ms, **{at_n.median / epoch_s:.0%}** of the "
-    f"{epoch_s * 1e3:.0f} ms of a FastLoader epoch over as many (section 1's rate), paid once per epoch.")
+ns = {name: (ms[0].median / sizes[0] * 1e9, ms[-1].median / sizes[-1] * 1e9) for name, ms in (("randperm", full), ("grouped", grouped))}
+say(reading.shuffle_cost(compare(grouped[-1], full[-1], paired=True), n=sizes[-1], full_ms=full[-1].median * 1e3,
+                         grouped_ms=grouped[-1].median * 1e3, ns=ns, at_n=N, at_n_ms=at_n.median * 1e3,
+                         epoch_ms=epoch_s * 1e3))
 
 # %% [markdown]
 # The price of the grouped shuffle is randomness. A batch of 300 now comes from one or two blocks
@@ -496,10 +475,11 @@ quiz_state = {"stream": (b for _ in itertools.count() for b in workers_loader)} 
 dl_batches = config.pick(quick=30, full=N // B)
 
 # %%
-quiz = [benchmark(python_epoch, name="pure Python", items=N, repeats=config.pick(quick=1, full=10), warmup=0),
-        benchmark(lambda: list(itertools.islice(quiz_state["stream"], dl_batches)), name="DataLoader with workers",
-                  items=dl_batches * B, repeats=config.pick(quick=3, full=5), warmup=1),
-        benchmark(numpy_epoch, name="NumPy", items=N, repeats=config.pick(quick=5, full=100), warmup=1)]
+take = lambda: list(itertools.islice(quiz_state["stream"], dl_batches))  # noqa: E731  dl_batches batches
+take()  # untimed: the workers start here
+quiz = interleave({"pure Python": python_epoch, "DataLoader with workers": take, "NumPy": numpy_epoch}, warmup=0,
+                  items={"pure Python": N, "DataLoader with workers": dl_batches * B, "NumPy": N},
+                  repeats=config.pick(quick=1, full=10, site=5))  # in turns
 quiz_state.clear()
 del workers_loader  # stops the workers
 epochs_1000 = {m.name: 1000 * N / m.items_per_s for m in quiz}  # seconds for 1000 epochs, from the measured rate
@@ -507,8 +487,9 @@ for m in quiz:
     print(f"{m.name:>24}: {m.items_per_s:12,.0f} samples/s -> 1000 epochs in {epochs_1000[m.name] / 60:8.1f} min")
 order = sorted(epochs_1000, key=epochs_1000.get)
 q = {m.name: m for m in quiz}
-print(f"\nFastest: {order[0]}, {times(epochs_1000[order[-1]] / epochs_1000[order[0]], f'the slowest, {order[-1]}', flat=band(q[order[0]], q[order[-1]]), digits=None)}. "
-      f"Your answer: {guess.value if guess.value != '-' else '(none given)'}.")
+rates = {m.name: [m.items / t for t in m.samples] for m in quiz}  # samples/s, call by call: the calls differ in size
+say(reading.quiz({name: compare(rates[name], rates[order[-1]], paired=True, higher=True) for name in order[:-1]},
+                 order[-1]) + f" Your answer: {guess.value if guess.value != '-' else '(none given)'}.")
 if S.quick:
     print("(Quick mode timed a fraction of an epoch for each and scaled up; full mode times more.)")
 
@@ -519,15 +500,8 @@ ax.set_xscale("log")
 plt.show()
 results.save_lesson("lesson06", [*ms, *gathers, *deeper, *full, *grouped, *quiz], batch_size=B, n=N,
                     batched_vs_per_sample=by["FastLoader"].items_per_s / by["per sample"].items_per_s)
-dl, none = q["DataLoader with workers"], by["per sample"]  # with workers here; with none in section 1
-vs_none = dl.items_per_s / none.items_per_s
-say(f"The DataLoader pays for {B} `__getitem__` calls, a collate and an inter-process transfer per batch; NumPy makes "
-    f"one call per batch, in C, and ran **{times(q['NumPy'].items_per_s / dl.items_per_s, 'the DataLoader', flat=band(q['NumPy'], dl), digits=None)}**. "
-    f"{cores} workers at best divide the per-sample cost by {cores}: with them the DataLoader delivered "
-    f"{dl.items_per_s:,.0f} samples/s, {times(vs_none, 'section 1', flat=band(dl, none), digits=None)}'s per-sample "
-    f"DataLoader with no workers ({none.items_per_s:,.0f} samples/s, though its samples were 16 numbers and a label)"
-    + (": their hand-over and their share of the cores cost more than they saved." if vs_none < 1 / (1 + band(dl, none))
-       else "."))
+say(reading.workers(compare(rates["NumPy"], rates["DataLoader with workers"], paired=True, higher=True), cores=cores,
+                    dl_rate=q["DataLoader with workers"].items_per_s))
 
 # %% [markdown]
 # ### Deeper (optional): a dataset larger than the memory
@@ -596,35 +570,15 @@ plotting.caption(fig, S.machine)
 plt.show()
 
 # %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
-full_r, rnd_r, grp_r = ooc["full shuffle"], ooc["full shuffle, MADV_RANDOM"], ooc["grouped"]
-il_full, il_grp = ooc["ImageLoader, full shuffle"], ooc["ImageLoader, grouped"]
 used = first * row / 2**20
 held = (f"a memory cgroup ({method}) held the reader to {limit >> 20} MiB" if method != "fadvise" else
         f"no memory cgroup could be made here, so the reader evicted its own pages past {limit >> 20} MiB "
         "(posix_fadvise)")
-if full_r["read_bytes"] == 0:
+if ooc["full shuffle"]["read_bytes"] == 0:
     say("Nothing was read from a disk: the course's cache folder is kept in memory by its file system (tmpfs), so no "
         "limit applies to it; point `GPUFEED_CACHE` at a folder on a disk (see the README) and re-run this section.")
-say(f"Here {held}. Reading {first} images ({used:.0f} MiB), the stand-in's full shuffle read "
-    f"**{full_r['read_bytes'] / 2**20:,.0f} MiB** from the disk at {full_r['images_per_s']:,.0f} images/s; the grouped "
-    f"one read {grp_r['read_bytes'] / 2**20:,.0f} MiB at {grp_r['images_per_s']:,.0f} images/s, "
-    f"**{times(grp_r['images_per_s'] / full_r['images_per_s'], digits=None)}**. "
-    + (f"Most of the full shuffle's bytes are read-ahead: a page fault on a plain mapping reads up to {ahead} KiB "
-       f"around the page on this disk, and those pages are evicted before they are used. " if ahead and
-       full_r["read_bytes"] > 2 * rnd_r["read_bytes"] else "")
-    + f"With `MADV_RANDOM` the full shuffle reads {rnd_r['read_bytes'] / 2**20:,.0f} MiB at "
-    f"{rnd_r['images_per_s']:,.0f} images/s, {times(rnd_r['images_per_s'] / grp_r['images_per_s'], 'the grouped order', digits=None)}. "
-    f"`ImageLoader` itself, under the same limit: {il_full['images_per_s']:,.0f} images/s and "
-    f"{il_full['read_bytes'] / 2**20:,.0f} MiB read with a full shuffle, {il_grp['images_per_s']:,.0f} images/s and "
-    f"{il_grp['read_bytes'] / 2**20:,.0f} MiB with `group_size={group_rows}`: "
-    f"**{times(il_grp['images_per_s'] / il_full['images_per_s'], digits=None)}**, reading "
-    f"{times(max(1, il_full['read_bytes']) / max(1, il_grp['read_bytes']), more='fewer', less='more', same='as many', digits=None)} "
-    "bytes. "
-    + ((f"Its own memory (its batches, its thread) grew by {il_grp['own_bytes'] / 2**20:.0f} MiB inside the same "
-        f"limit, the stand-in's by {grp_r['own_bytes'] / 2**20:.0f} MiB"
-        + (": that much less room for the page cache. " if il_grp["own_bytes"] > 2 * grp_r["own_bytes"] else ". "))
-       if method != "fadvise" else "")
-    + ("(Quick mode reads only the start of an epoch, from a small file.)" if S.quick else ""))
+say(reading.out_of_core(ooc, held=held, first=first, used_mib=used, ahead_kb=ahead, group_rows=group_rows,
+                        own_memory=method != "fadvise", quick=S.quick))
 
 # %% [markdown]
 # ## Key takeaways
@@ -637,13 +591,13 @@ say(f"Here {held}. Reading {first} images ({used:.0f} MiB), the stand-in's full 
 # * (Deep dive) Read the kernel you lean on: `index_select` shares out whole images among threads
 #   only when a row is below 32,768 elements; cutting each image into pieces (`take_rows`) gets
 #   that path.
-# * Shuffling millions of indices is not free; a grouped shuffle is cheaper and reads nearby
-#   data together, but it is only as random as the order the data is stored in, and its blocks
-#   stay the same every epoch: samples meet the same neighbours in every epoch.
-# * A dataset larger than the memory wants blocks: the grouped shuffle (`group_size=g`, on a
-#   memmap built with `order_seed` so a block is not one class) keeps its reads inside a block
-#   that fits; a full shuffle over a plain mapping pays the kernel's read-ahead on every miss
-#   (the last deep dive measures how much on this machine, with a NumPy reader and `ImageLoader`).
+# * Shuffling millions of indices is not free (section 3 timed it on this machine); a grouped
+#   shuffle reads nearby data together, but it is only as random as the order the data is stored
+#   in, and its blocks stay the same every epoch: samples meet the same neighbours in every epoch.
+#   Store the data shuffled once, at build time.
+# * (Deep dive) A dataset larger than the memory wants blocks: the grouped shuffle keeps its reads
+#   inside a block that fits; a full shuffle over a plain mapping pays the kernel's read-ahead on
+#   every miss (the last deep dive counts the bytes on this machine).
 # * Workers do not remove per-sample overhead; at best they divide it by the number of workers
 #   (each pays it for its own samples), and they add their own: a collate and an inter-process
 #   transfer per batch.
@@ -673,26 +627,17 @@ if my_group is not None:
 # sample), so its samples/s should hardly move with the batch size. FastLoader pays per batch (a
 # slice of the permutation, one index_select per field, Python around them) and almost nothing per
 # sample, so 32x more samples per batch divides its fixed cost by 32: its samples/s should climb.
-sizes_b = (32, 1024)
+from functools import partial
+
 n_ex = config.pick(quick=10_240, full=n_epoch)  # quick: 320 batches of 32, 10 of 1024 (section 1's epoch: 30,000)
-runs = {(name, b): benchmark(lambda ld=ld: epoch(ld), name=f"{name}, batch {b}", items=n_ex, repeats=3, warmup=1)
-        for b in sizes_b
-        for name, ld in (("per sample", DataLoader(TensorDataset(x[:n_ex], y[:n_ex]), batch_size=b, shuffle=True)),
-                         ("FastLoader", FastLoader((x[:n_ex], y[:n_ex]), b, seed=0)))}
-for m in runs.values():
-    print(m)
-growth = {name: runs[name, 1024].items_per_s / runs[name, 32].items_per_s for name in ("per sample", "FastLoader")}
-flat = {name: band(runs[name, 32], runs[name, 1024]) for name in growth}  # what each pair's spread explains
-moved = {name: max(growth[name], 1 / growth[name]) - 1 > flat[name] for name in growth}
-say(f"From batch 32 to 1024, the per-sample DataLoader got **{times(growth['per sample'], flat=flat['per sample'])}** "
-    f"and FastLoader **{times(growth['FastLoader'], flat=flat['FastLoader'], digits=None)}**. "
-    + ("FastLoader's rate depends on the batch size: its cost is per batch. " if moved["FastLoader"] and growth["FastLoader"] > 1
-       else "FastLoader did not gain beyond its spread, against the prediction: re-run on a quieter machine. ")
-    + (f"The per-sample loader stayed within its spread ({flat['per sample']:.0%}): its cost is per sample."
-       if not moved["per sample"] else
-       "The per-sample loader gained too: besides a call per sample it pays per batch (the sampler's and the "
-       "fetcher's Python, one collate call), a share that 32 samples a batch leave visible." if growth["per sample"] > 1
-       else "The per-sample loader lost beyond its spread, which its cost per sample does not explain: re-run."))
+makers = {"per sample": lambda b: DataLoader(TensorDataset(x[:n_ex], y[:n_ex]), batch_size=b, shuffle=True),
+          "FastLoader": lambda b: FastLoader((x[:n_ex], y[:n_ex]), b, seed=0)}
+runs = {name: interleave({f"{name}, batch {b}": partial(epoch, make(b)) for b in (32, 1024)}, items=n_ex,
+                         repeats=config.pick(quick=3, full=5, site=5))  # each loader's two batch sizes in turns
+        for name, make in makers.items()}
+for pair in runs.values():
+    print(*pair, sep="\n")
+say(reading.batch_sizes(*(compare(big, small, paired=True) for small, big in runs.values())))
 
 # %% tags=["solution", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution to exercise 2: the group size for 100 classes per batch
@@ -725,14 +670,11 @@ say(f"A group of **{my_group:,}** indices ({my_group / 300:.0f} classes per bloc
 values_t = torch.from_numpy(values)  # shares NumPy's memory: no copy
 fast_quiz = FastLoader(values_t, B, seed=0)
 assert len(next(iter(fast_quiz))) == B
-beside = [benchmark(lambda: epoch(fast_quiz), name="FastLoader", items=N, repeats=config.pick(quick=5, full=100), warmup=1),
-          benchmark(numpy_epoch, name="NumPy", items=N, repeats=config.pick(quick=5, full=100), warmup=1)]
-fast_m, numpy_m = beside
-for m in beside:
+fast_m, numpy_m = interleave({"FastLoader": lambda: epoch(fast_quiz), "NumPy": numpy_epoch}, items=N,
+                             repeats=config.pick(quick=5, full=100, site=10))  # in turns
+for m in (fast_m, numpy_m):
     print(f"{m.name:>10}: {m.items_per_s:12,.0f} samples/s -> 1000 epochs in {1000 * N / m.items_per_s / 60:6.1f} min")
-slowest_quiz = min(quiz, key=lambda m: m.items_per_s)
-say(f"FastLoader ran **{times(fast_m.items_per_s / numpy_m.items_per_s, 'NumPy', flat=band(fast_m, numpy_m))}** and "
-    f"{times(fast_m.items_per_s / slowest_quiz.items_per_s, f'the quiz slowest ({slowest_quiz.name})', digits=None)}.")
+say(reading.fast_vs_numpy(compare(fast_m, numpy_m, paired=True)))
 
 # %% [markdown]
 # ## Further reading

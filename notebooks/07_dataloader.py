@@ -41,22 +41,26 @@ S = gpufeed.setup("07")  # S.device, S.mode, S.machine; shows this lesson's evid
 import torch
 
 from gpufeed import config
-from gpufeed.course.prose import band, say, times, versus
-from gpufeed.measure.harness import benchmark
+from gpufeed.course.lesson07 import reading
+from gpufeed.course.prose import compare, in_turns, say
+from gpufeed.measure.harness import interleave
 
 default_threads = torch.get_num_threads()
 samples = list(torch.randint(0, 256, (64, 3, 224, 224), dtype=torch.uint8))  # what a collate receives
-threads_ms = []
-for threads in sorted({1, default_threads}):
+
+
+def stack_with(threads):  # 3 collates with this many torch threads
     torch.set_num_threads(threads)
-    threads_ms.append(benchmark(lambda: torch.stack(samples), name=f"collate, {threads} torch thread(s)",
-                                nbytes=64 * 3 * 224 * 224, repeats=config.pick(quick=20, full=50), number=3, warmup=3))
-    print(threads_ms[-1])
+    for _ in range(3):
+        torch.stack(samples)
+
+
+collate = in_turns(lambda: stack_with(default_threads), lambda: stack_with(1), repeats=config.pick(quick=20, full=50),
+                   names=(f"collate, {default_threads} torch threads", "collate, 1 torch thread"), warmup=3)
+threads_ms = [collate.b, collate.a] if default_threads > 1 else [collate.b]
 torch.set_num_threads(1)  # for the rest of this lesson: see below
-one, many = threads_ms[0], threads_ms[-1]
-say(f"With {default_threads} threads the collate ran {times(one.median / many.median, 'with one', flat=band(one, many))} "
-    f"({many.median * 1e3:.2f} vs {one.median * 1e3:.2f} ms; the samples spread by up to {band(one, many):.0%})."
-    if default_threads > 1 else "torch already runs one thread per process here: nothing to compare.")
+say(reading.threads(collate.verdict, default_threads=default_threads, many_ms=collate.a.median / 3 * 1e3,
+                    one_ms=collate.b.median / 3 * 1e3))
 
 # %% [markdown]
 # On busy cores (other programs, or our own workers) extra threads wait for a core; on an idle
@@ -80,7 +84,7 @@ from gpufeed.data.memmap import build_memmap, load_memmap
 from gpufeed.measure.synth import synth_folder
 
 cores, side = usable_cores(), 224
-n_images, batch_size = config.pick(quick=64, full=2000), config.pick(quick=16, full=64)
+n_images, batch_size = config.pick(quick=64, full=2000, site=384), config.pick(quick=16, full=64)
 here = config.cache_dir() / "lesson07"
 jpeg_dir = synth_folder(here / f"jpeg-{side}-{n_images}", n=n_images, size=(side, side),
                         workers=config.pick(quick=1, full=cores), progress=False).path  # quick: no process pool
@@ -90,8 +94,9 @@ counts = worker_counts(cores)
 print(f"{n_images} images of {side}x{side}, batch {batch_size}; {cores} cores; num_workers in {counts}")
 
 # %% [markdown]
-# `gpufeed.course.lesson07.knobs.sweep` builds one shuffled DataLoader per configuration and times it:
-# whole epochs after an untimed one (the workers start there), or in full mode blocks of batches
+# `gpufeed.course.lesson07.knobs.sweep` builds one shuffled DataLoader per configuration and times
+# them **in turns** (one epoch of each, round after round: a busy spell of the machine slows them
+# all), after an untimed epoch each (the workers start there), or in full mode blocks of batches
 # within a time budget per configuration, so a sweep of 2,000 JPEGs takes seconds. With CUDA each
 # batch is also sent to the GPU, and the `, pinned` rows add `pin_memory=True`. Each cell of the
 # heatmap is images/s and its ratio to `num_workers=0`; the dashed line marks the cores.
@@ -102,45 +107,32 @@ import matplotlib.pyplot as plt
 from gpufeed.measure import plotting
 from gpufeed.course.lesson07.knobs import heatmap, sweep
 
-kw = {"batch_size": batch_size, "repeats": config.pick(quick=3, full=5), "device": S.device if S.cuda else None,
+kw = {"batch_size": batch_size, "repeats": config.pick(quick=3, full=5, site=9), "device": S.device if S.cuda else None,
       "budget_s": config.pick(quick=None, full=0.3)}  # full mode: about 0.3 s of timing per configuration
 configs = [{"num_workers": w, "persistent_workers": True, "prefetch_factor": 2} for w in counts]
-ms = []
-for name, ds in datasets.items():
-    ms += sweep({name: ds}, configs, **kw)
-    if S.cuda:  # pinned at no workers, at the cores and past them, where one pin thread serves them all
-        ms += sweep({f"{name}, pinned": ds}, [{**c, "pin_memory": True} for c in configs
-                                              if c["num_workers"] in (0, cores, counts[-1])], **kw)
+pinned = [{**c, "pin_memory": True} for c in configs  # with CUDA: at no workers, the cores and past them
+          if c["num_workers"] in (0, cores, counts[-1])] if S.cuda else []  # (one pin thread serves them all)
+ms = sweep(datasets, configs + pinned, **kw)  # both datasets, every configuration, in turns
+for m in ms:
+    m.params["dataset"] += ", pinned" if m.params.get("pin_memory") else ""  # a row of its own in the heatmap
 fig, ax = heatmap(ms, cores=cores, machine=S.machine, title=f"images/s, batch {batch_size}, {side}x{side}")
 plt.show()
 
 # %%
 runs = {(m.params["dataset"], m.params["num_workers"]): m for m in ms}  # (dataset, workers) -> its measurement
 folder, memmap = ({w: runs[name, w].items_per_s for w in counts} for name in datasets)  # images/s by num_workers
-
-
-def rate_vs(a, b):  # (dataset, workers) against another: the ratio of their rates, and the band their spread explains
-    return runs[a].items_per_s / runs[b].items_per_s, band(runs[a], runs[b])
-
-
 most = counts[-1]
-(gain, g_band), (past, p_band) = rate_vs(("JPEG folder", cores), ("JPEG folder", 0)), rate_vs(("JPEG folder", most), ("JPEG folder", cores))
-(hand, h_band), (mm, mm_band) = rate_vs(("memmap", 1), ("memmap", 0)), rate_vs(("memmap", 0), ("JPEG folder", 0))
-say(f"The JPEG folder with {cores} workers ran **{times(gain, 'with none', flat=g_band)}**"
-    + (": decoding is CPU work that splits by sample. " if gain > 1 + g_band else
-       ": on busy cores a worker competes with the main process and everything else running, and still hands "
-       "each batch over. ")
-    + f"With {most} workers it ran {times(past, f'with {cores}', flat=p_band)}"
-    + (": past the cores, no core is free for them. " if past < 1 / (1 + p_band) else
-       ": past the cores, the extra workers still found idle moments of a core. " if past > 1 + p_band else ". ")
-    + f"The memmap with no workers ran {times(mm, 'the folder with none', flat=mm_band, digits=None)}. Through one "
-    f"worker its batches came {times(hand, 'gathered in place', flat=h_band)}"
-    + (": the difference is the hand-over (a copy into shared memory, fresh pages on both sides, messages between "
-       "processes)." if hand < 1 / (1 + h_band) else ": the worker kept up, its hand-over cost no more than the gather it "
-       "took off the main process."))
+
+
+def vs(a, b):  # (dataset, workers) against another, in images/s, sample by sample (one sweep: in turns)
+    return compare(*([runs[k].items / t for t in runs[k].samples] for k in (a, b)), higher=True, paired=True)
+
+
+say(reading.workers(vs(("JPEG folder", cores), ("JPEG folder", 0)), vs(("JPEG folder", most), ("JPEG folder", cores)),
+                    vs(("memmap", 0), ("JPEG folder", 0)), vs(("memmap", 1), ("memmap", 0)),
+                    cores=cores, most=most))
 for name in datasets if S.cuda else []:  # the pin-memory thread, where there is a GPU
-    pinned_vs, pinned_band = rate_vs((f"{name}, pinned", cores), (name, cores))
-    say(f"{name}, `pin_memory=True` at {cores} workers ran {times(pinned_vs, 'without', flat=pinned_band)}.")
+    say(reading.pinned(name, vs((f"{name}, pinned", cores), (name, cores)), cores))
 
 # %% [markdown]
 # **`pin_memory`** (GPU only) copies every batch once more, into pinned memory, so that the copy
@@ -148,47 +140,39 @@ for name in datasets if S.cuda else []:  # the pin-memory thread, where there is
 # batches faster than one core copies them, it is the bottleneck.
 #
 # **`prefetch_factor` and `persistent_workers`.** Prefetching matters when the loop does work of
-# its own: while the GPU computes, workers fill the queue. A sleep as long as each dataset's time
-# per batch at `num_workers=cores` stands in for the GPU step (a CPU waiting on a GPU leaves the
-# cores to the workers, as a sleep does); we try factors 1 and 4 (and 2 in full mode). Then whole
-# epochs with and without persistent workers (without, every epoch starts its workers again), on
-# the memmap, whose short epochs show the start-up.
+# its own, and unevenly: while the GPU computes, workers fill the queue, and a full queue carries
+# the loop through a stretch of quick steps. A sleep stands in for the GPU step (a CPU waiting on a
+# GPU leaves the cores to the workers, as a sleep does): 8 short steps (a quarter of the folder's
+# loading time per batch at `num_workers=cores`), then 8 long ones (seven quarters), and so on, for
+# at least 8 x workers x factor batches, so that the queue fills and drains many times
+# (`knobs.prefetch_trial`, on the JPEG folder, factors 1 and 4 in turns). Then whole epochs with and
+# without persistent workers (without, every epoch starts its workers again), on the memmap, whose
+# short epochs show the start-up.
 
 # %%
-import time
+from gpufeed.course.lesson07.knobs import prefetch_trial
 
-factors, step_s = {}, {}
-for name, ds in datasets.items():
-    step_s[name] = batch_size / runs[name, cores].items_per_s  # its loading time per batch at `cores` workers
-    factors[name] = sweep({name: ds}, [{"num_workers": cores, "persistent_workers": True, "prefetch_factor": f}
-                                       for f in config.pick(quick=(1, 4), full=(1, 2, 4))], **kw, step=lambda batch, s=step_s[name]: time.sleep(s))
-    for m in factors[name]:  # short labels for the plots
-        m.name = f"prefetch_factor={m.params['prefetch_factor']}"
+pf_batch, lo_hi = config.pick(quick=4, full=batch_size, site=8), (1, 4)
+pf_batches = 8 * cores * lo_hi[1]  # 8 x workers x the larger factor
+step_s = pf_batch / runs["JPEG folder", cores].items_per_s  # the folder's loading time per batch, at `cores` workers
+factors = prefetch_trial(datasets["JPEG folder"], lo_hi, num_workers=cores, batch_size=pf_batch, batches=pf_batches,
+                         step_s=step_s, repeats=kw["repeats"], device=kw["device"])
 persistence = sweep({"memmap": datasets["memmap"]}, [{"num_workers": cores, "persistent_workers": p} for p in (False, True)],
-                    **{**kw, "budget_s": None, "repeats": 3})  # whole epochs: each one's start is the point
+                    **{**kw, "budget_s": None})  # whole epochs, in turns: each one's start is the point
 for m in persistence:
     m.name = f"persistent_workers={m.params['persistent_workers']}"
-fig, axes = plt.subplots(1, 3, figsize=(13, 2.6))
-for ax, name in zip(axes, datasets):
-    plotting.bars(factors[name], ax=ax, title=f"{name}, {cores} workers, {step_s[name] * 1e3:.1f} ms step",
-                  machine=S.machine)
-plotting.bars(persistence, ax=axes[2], title=f"memmap, {cores} workers, whole epochs", machine=S.machine)
+fig, axes = plt.subplots(1, 2, figsize=(10, 2.6))
+plotting.bars(factors, ax=axes[0], title=f"JPEG folder, {cores} workers, {pf_batches} uneven steps", machine=S.machine)
+plotting.bars(persistence, ax=axes[1], title=f"memmap, {cores} workers, whole epochs", machine=S.machine)
 fig.tight_layout()
 plt.show()
 
 # %%
-for name in datasets:
-    pf = {m.params["prefetch_factor"]: m for m in factors[name]}
-    bound = n_images / (step_s[name] * -(-n_images // batch_size))  # one step per batch, nothing else
-    say(f"{name}: `prefetch_factor=4` ran {times(pf[4].items_per_s / pf[1].items_per_s, 'factor 1', flat=band(pf[4], pf[1]))} "
-        f"({pf[4].items_per_s:,.0f} images/s; the step alone allows {bound:,.0f}).")
+say(reading.prefetch(compare(factors[1], factors[0], paired=True), rate=factors[1].items_per_s, factors=lo_hi,
+                     bound=pf_batch / step_s, batches=pf_batches, num_workers=cores))
 no_keep, keep = persistence
-share = (no_keep.median - keep.median) / keep.median  # the workers' start-up, in whole epochs
-say(f"memmap: without persistent workers an epoch took {no_keep.median * 1e3:.0f} ms instead of {keep.median * 1e3:.0f} ms"
-    + (f": starting {cores} workers ({torch.multiprocessing.get_start_method()}) costs about "
-       + (f"{share:.1f}x" if share >= 1 else f"{share:.0%} of") + " a whole epoch, which is why short epochs want "
-       "`persistent_workers=True`." if share > band(no_keep, keep) else
-       ", a difference within the epochs' spread: the start-up is lost in their noise here; rerun to see it."))
+say(reading.persistence(compare(keep, no_keep, paired=True), cores=cores, method=torch.multiprocessing.get_start_method(),
+                        without_ms=no_keep.median * 1e3, with_ms=keep.median * 1e3))
 
 # %% [markdown]
 # ## 3. What `non_blocking=True` really does
@@ -210,6 +194,8 @@ say(f"memmap: without persistent workers an epoch took {no_keep.median * 1e3:.0f
 # published, each labelled with its hardware and source.
 
 # %%
+import time
+
 from gpufeed.course import transfer
 from gpufeed.course.gpucell import measured_or_reference
 from gpufeed.measure import ceilings, published, results
@@ -218,20 +204,18 @@ from gpufeed.measure.harness import Measurement
 x = torch.randint(0, 256, (64, 3, 224, 224), dtype=torch.uint8)  # 9.6 MB: one batch of 224x224 uint8
 
 
-def copies(repeats=20):  # the four host-to-device copies of x, each timed until .to() returns and until it is done
-    out = []
-    for memory, src in (("pageable", x), ("pinned", x.pin_memory())):
-        for nb in (False, True):
-            returns, done = [], []
-            for _ in range(repeats + 2):  # the first two are warm-up
-                t0 = time.perf_counter()
-                src.to("cuda", non_blocking=nb)
-                returns.append(time.perf_counter() - t0)
-                torch.cuda.synchronize()
-                done.append(time.perf_counter() - t0)
-            out += [Measurement(f"{memory}, non_blocking={nb}: call returns", returns[2:], nbytes=x.numel()),
-                    Measurement(f"{memory}, non_blocking={nb}: copy done", done[2:], nbytes=x.numel())]
-    return out
+def copies(repeats=20):  # the four host-to-device copies of x, in turns, each timed until .to() returns and until done
+    sources, times = {"pageable": x, "pinned": x.pin_memory()}, {}
+    for r in range(repeats + 2):  # the first two rounds are warm-up
+        for (memory, src), nb in ((m, nb) for m in sources.items() for nb in (False, True)):
+            t0 = time.perf_counter()
+            src.to("cuda", non_blocking=nb)
+            returned = time.perf_counter() - t0
+            torch.cuda.synchronize()
+            if r >= 2:
+                times.setdefault((memory, nb), []).append((returned, time.perf_counter() - t0))
+    return [Measurement(f"{memory}, non_blocking={nb}: {what}", [t[i] for t in ts], nbytes=x.numel())
+            for (memory, nb), ts in times.items() for i, what in enumerate(("call returns", "copy done"))]
 
 
 nb_ms = measured_or_reference("lesson07", copies, lambda ms, doc: [m for m in ms if "non_blocking" in m.name],
@@ -266,16 +250,18 @@ if unsafe:
 # %%
 if nb_ms:
     t = {m.name: m for m in nb_ms}
-    pinned_done, pageable_done, returns = (t[k] for k in ("pinned, non_blocking=True: copy done", "pageable, non_blocking=True: copy done", "pinned, non_blocking=True: call returns"))
-    say(f"From pinned memory, `non_blocking=True` returned after {returns.median * 1e6:.0f} us of a "
-        f"{pinned_done.median * 1e3:.2f} ms copy ({returns.median / pinned_done.median:.0%} of it); from pageable memory after "
-        f"{t['pageable, non_blocking=True: call returns'].median * 1e3:.2f} ms of {pageable_done.median * 1e3:.2f}. "
-        f"The pinned copy was {times(pageable_done.median / pinned_done.median, 'the pageable one', flat=band(pinned_done, pageable_done))}.")
+    say(reading.copies(compare(t["pinned, non_blocking=True: copy done"], t["pageable, non_blocking=True: copy done"],
+                               paired=True), returns_us=t["pinned, non_blocking=True: call returns"].median * 1e6,
+                       pinned_ms=t["pinned, non_blocking=True: copy done"].median * 1e3,
+                       pageable_returns_ms=t["pageable, non_blocking=True: call returns"].median * 1e3,
+                       pageable_ms=t["pageable, non_blocking=True: copy done"].median * 1e3))
 else:
     h100 = ceilings.committed(lambda m: m.name.startswith("H2D"))  # the ceilings of a real GPU, if committed
     print("Pageable against pinned instead from our ceilings reference, where there is one, and as NVIDIA published it:")
     if h100 is not None:
-        say(transfer.h2d_sentence(h100))
+        at = ceilings.h2d_at(h100.measurements, max(m.params["nbytes"] for m in h100.measurements))
+        say(transfer.h2d_sentence(h100) + " " + reading.pin_caveat(
+            at["pin+copy"].gb_per_s if "pin+copy" in at else None, at["pageable"].gb_per_s))
     say(transfer.h2d_table([h100] if h100 else [], published.for_lesson("lesson07")))
 
 # %% [markdown]
@@ -293,31 +279,25 @@ else:
 # counting the allocator's new blocks to show which was hit) against a plain pageable copy.
 
 # %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
-def pin_times(src, fresh, repeats=10):
-    """Seconds per src.pin_memory(), and the pinned blocks the host allocator had to create."""
-    blocks = getattr(torch.cuda, "host_memory_stats", dict)  # older torch: no host statistics, counts read 0
-    taken, allocs = [], blocks().get("num_host_alloc", 0)
-    for _ in range(repeats + 1):
-        if fresh:  # free the cached pinned blocks (private API): the next call must allocate and lock pages
-            torch.cuda.synchronize()
-            torch._C._host_emptyCache()
+def pins(repeats=10):  # x pinned into a fresh and into a cached block, beside a plain copy, in turns; blocks each made
+    stats = getattr(torch.cuda, "host_memory_stats", dict)  # older torch: no host statistics, counts read 0
+    kinds = (["fresh"] if hasattr(torch._C, "_host_emptyCache") else []) + ["cached"]
+    taken, blocks = {k: [] for k in (*kinds, "clone")}, dict.fromkeys(kinds, 0)
+    for r in range(repeats + 1):  # round 0: warm-up
+        for kind in kinds:
+            if kind == "fresh":  # free the cached pinned blocks (private API): this call must allocate and lock pages
+                torch.cuda.synchronize()
+                torch._C._host_emptyCache()
+            before, t0 = stats().get("num_host_alloc", 0), time.perf_counter()
+            y = x.pin_memory()  # "cached" comes second: the block "fresh" just made and freed
+            taken[kind].append(time.perf_counter() - t0)
+            blocks[kind] += (stats().get("num_host_alloc", 0) - before) if r else 0
+            del y  # back to the cache
         t0 = time.perf_counter()
-        y = src.pin_memory()
-        taken.append(time.perf_counter() - t0)
-        del y  # back to the cache, ready for the next call
-    return taken[1:], blocks().get("num_host_alloc", 0) - allocs
-
-
-def pins():  # x pinned into a cached block and into a fresh one, beside a plain copy; and the blocks each made
-    ms, blocks = [], {}
-    for fresh in (False, True):
-        if fresh and not hasattr(torch._C, "_host_emptyCache"):
-            print("this torch cannot empty its pinned-memory cache: only the cached case is timed")
-            continue
-        name = f"x.pin_memory(), {'fresh' if fresh else 'cached'} block"
-        taken, blocks[name] = pin_times(x, fresh)
-        ms.append(Measurement(name, taken, nbytes=x.numel()))
-    return ms + [benchmark(lambda: x.clone(), name="x.clone() (pageable copy)", nbytes=x.numel(), repeats=20)], blocks
+        x.clone()
+        taken["clone"].append(time.perf_counter() - t0)
+    name = {"fresh": "x.pin_memory(), fresh block", "cached": "x.pin_memory(), cached block", "clone": "x.clone() (pageable copy)"}
+    return [Measurement(name[k], v[1:], nbytes=x.numel()) for k, v in taken.items()], {name[k]: n for k, n in blocks.items()}
 
 
 def pins_in(ms, doc):  # the same, from a reference that holds them
@@ -332,30 +312,19 @@ for m in pin_ms:
 # %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 if pin_ms:
     p = {m.name: m for m in pin_ms}
-    plain = p["x.clone() (pageable copy)"]
-    text = []
-    for kind in ("cached", "fresh"):
-        if f"x.pin_memory(), {kind} block" in p:
-            took = p[f"x.pin_memory(), {kind} block"]
-            text.append(f"into a {kind} block, {took.median * 1e3:.2f} ms, "
-                        f"{times(plain.median / took.median, 'a plain copy', flat=band(took, plain))} "
-                        f"({pin_blocks.get(f'x.pin_memory(), {kind} block', '?')} new pinned blocks in the series)")
-    say("`pin_memory()` of one 9.6 MB batch: " + "; ".join(text) + ".")
+    kinds = [k for k in ("cached", "fresh") if f"x.pin_memory(), {k} block" in p]
+    say(reading.pins({k: compare(p[f"x.pin_memory(), {k} block"], p["x.clone() (pageable copy)"], paired=True) for k in kinds},
+                     {k: p[f"x.pin_memory(), {k} block"].median * 1e3 for k in kinds},
+                     {k: pin_blocks.get(f"x.pin_memory(), {k} block", "?") for k in kinds}))
 else:
     h100 = ceilings.committed(lambda m: m.name.startswith("H2D"))
     if h100 is None:
         print("No reference of ours holds a pin: timing pin_memory() needs a GPU.")
     else:
         at = ceilings.h2d_at(h100.measurements, 1 << 30)  # the largest copy of each source
-        pin_s = at["pin+copy"].median - at["pinned"].median  # the pin alone, by difference
-        size = at["pinned"].params["nbytes"]
-        say(f"On {h100.hardware} ({h100.source}), pinning then copying {size >> 20} MiB took "
-            f"{at['pin+copy'].median * 1e3:.2f} ms against {at['pinned'].median * 1e3:.2f} ms for the copy from memory "
-            "pinned beforehand: "
-            + (f"the pin alone, by difference, took about {pin_s * 1e3:.1f} ms ({size / pin_s / 1e9:.0f} GB/s), a copy "
-               "in RAM into a block the caching host allocator kept from the warm-up. Fresh blocks, locked anew "
-               "each time, need a GPU to time." if pin_s > band(at["pin+copy"], at["pinned"]) * at["pinned"].median else
-               "the difference is within the samples' spread, so this reference cannot say what the pin cost."))
+        say(reading.pin_by_difference(compare(at["pin+copy"], at["pinned"]), hardware=h100.hardware, source=h100.source,
+                                      nbytes=at["pinned"].params["nbytes"], both_ms=at["pin+copy"].median * 1e3,
+                                      copy_ms=at["pinned"].median * 1e3))
 
 # %% [markdown]
 # ## 4. Moving nested structures
@@ -424,17 +393,14 @@ for name, way in ways.items():
 print(f"all {len(ways)} ways give the same {len(leaves(batch))} tensors in the same structure, on {S.device}")
 
 # %%
-movers_ms = [benchmark(way, name=name, items=1, repeats=config.pick(quick=10, full=30), number=5, warmup=2)
-             for name, way in ways.items()]
+movers_ms = interleave({name: lambda way=way: [way() for _ in range(5)] for name, way in ways.items()},  # in turns
+                       items=5, repeats=config.pick(quick=10, full=30), warmup=2)  # 5 batches a sample
 fig, ax = plotting.bars(movers_ms, baseline="hand-written recursive", unit="batches/s", machine=S.machine,
                         title=f"moving a detection batch ({len(leaves(batch))} tensors) to {S.device}")
 plt.show()
-ranked = sorted(movers_ms, key=lambda m: m.median)
-fastest, slowest = ranked[0], ranked[-1]
-say(f"Fastest here: {fastest.name}, {fastest.median * 1e6:.0f} us per batch; slowest: {slowest.name}, "
-    f"{times(slowest.median / fastest.median, more='longer', less='shorter', same='as long', flat=band(fastest, slowest), digits=None)}. "
-    + ("On the CPU nothing is copied (`.to('cpu')` returns the tensor itself): these times are the cost of walking "
-       "the structure, in Python or C++." if not S.cuda else "On a GPU, the copies and their number count too."))
+mv = {m.name: m for m in movers_ms}
+say(reading.movers({n: compare(m, mv["hand-written recursive"], paired=True) for n, m in mv.items() if n != "hand-written recursive"},
+                   "hand-written recursive", {n: m.median / 5 * 1e6 for n, m in mv.items()}, S.cuda))
 
 # %% [markdown]
 # **Or let the model's wrapper move it.** `DistributedDataParallel(model, device_ids=[local_rank])`
@@ -563,16 +529,8 @@ load_ms, same_tensors = load_ways(shard_file, S.device, repeats=config.pick(quic
 for m in load_ms:
     print(m)
 by_map, then_move = load_ms
-flat = band(by_map, then_move)
-say(f"Loading {shard_file.stat().st_size / 2**20:.0f} MiB to {S.device}: `map_location` took {by_map.median * 1e3:.1f} ms, "
-    f"loading then moving {then_move.median * 1e3:.1f} ms: `map_location` was "
-    f"**{times(then_move.median / by_map.median, 'load-then-move', flat=flat)}** (the samples' band: {flat:.0%}). "
-    + ("Both read the file into pageable host memory and make blocking copies; `map_location` copies each tensor "
-       "as it is read, so the host holds one tensor at a time rather than the whole file." if S.cuda else
-       f"On the CPU both run the same code (`.to('cpu')` returned the very tensors it was given: {same_tensors}), "
-       + ("so they agree. " if max(then_move.median, by_map.median) / min(then_move.median, by_map.median) - 1 <= flat else
-          "so the gap is this machine's noise, not the code: rerun. ")
-       + "Where they differ is the copy to a GPU, which needs one to time."))
+say(reading.loading(compare(by_map, then_move, paired=True), mib=shard_file.stat().st_size / 2**20, device=str(S.device),
+                    map_ms=by_map.median * 1e3, move_ms=then_move.median * 1e3, cuda=S.cuda, same=same_tensors))
 
 # %% [markdown]
 # ### Deeper (optional): moving a loaded nest, simulated
@@ -635,15 +593,20 @@ class NotebookDetection(Dataset):  # defined here, in __main__: a spawned worker
 
 
 print("pickled as:", pickle.dumps(NotebookDetection())[:60])
-trials = bad, good, forked = [first_batch(NotebookDetection(), "spawn", collate_fn=detection_collate),
-                              first_batch(DetectionDataset(4, size=16), "spawn", collate_fn=detection_collate),
-                              first_batch(NotebookDetection(), "fork", collate_fn=detection_collate)]
+trials = []
+if S.cuda and S.quick:  # a spawned worker imports torch and CUDA's libraries: seconds each, too long for quick mode
+    print("Quick mode on a GPU skips the spawn trials (seconds each); full mode (GPUFEED_QUICK=0) runs them.")
+else:
+    trials = bad, good, forked = [first_batch(NotebookDetection(), "spawn", collate_fn=detection_collate),
+                                  first_batch(DetectionDataset(4, size=16), "spawn", collate_fn=detection_collate),
+                                  first_batch(NotebookDetection(), "fork", collate_fn=detection_collate)]
 for r, what in zip(trials, ("notebook class, spawn", "gpufeed class, spawn", "notebook class, fork")):
     print(f"{what:>22}: {'a batch' if r.ok else 'failed'} after {r.seconds:.1f} s"
           + ("" if r.ok else f"\n{'':>24}in this process: {r.error}\n{'':>24}in the worker:   {r.worker_error}"))
-print(f"Under spawn the worker imports torch, then fails to find NotebookDetection in its own __main__ "
-      f"({bad.worker_error.split(':')[0] or 'see above'}). The same class from gpufeed works; starting that one "
-      f"spawned worker took {good.seconds:.1f} s, against {forked.seconds:.2f} s to fork one.")
+if trials:
+    print(f"Under spawn the worker imports torch, then fails to find NotebookDetection in its own __main__ "
+          f"({bad.worker_error.split(':')[0] or 'see above'}). The same class from gpufeed works; starting that one "
+          f"spawned worker took {good.seconds:.1f} s, forking one {forked.seconds:.2f} s (one start of each).")
 print(f"Start method here: {torch.multiprocessing.get_start_method()}. On Python 3.14 it is forkserver on Linux, "
       "so a notebook-defined dataset fails there even without multiprocessing_context.")
 
@@ -701,16 +664,16 @@ say(f"With the copy in the workers, up to prefetch_factor x num_workers = {prefe
     f"batches of {batch_size} uint8 {side}x{side} images, beside the model (with the copy in the main process "
     "they wait in host memory).")
 worker_collate = measured_or_reference(
-    "lesson07", lambda: worker_cuda_cost(few, batch_size=batch_size, num_workers=workers_here, epochs=2),
-    "worker_collate", cuda=S.cuda, shows="for both DataLoaders the seconds to the first batch, the seconds per epoch "
+    "lesson07", lambda: worker_cuda_cost(few, batch_size=batch_size, num_workers=workers_here, epochs=5),
+    "worker_collate", cuda=S.cuda, full_only=True, shows="for both DataLoaders the seconds to the first batch, the seconds per epoch "
     "and the MiB of GPU memory per worker")
 if worker_collate:
     main, inside = worker_collate["main process"], worker_collate["in the workers"]
-    epoch = {k: sorted(v["epoch_s"])[len(v["epoch_s"]) // 2] for k, v in worker_collate.items()}  # median
+    epochs_v = compare(inside["epoch_s"], main["epoch_s"])  # one DataLoader's epochs, then the other's: not paired
     say(f"Copying in the workers: first batch after {inside['first_batch_s']:.1f} s (main process: "
-        f"{main['first_batch_s']:.1f} s), epochs {versus(1 / epoch['in the workers'], 1 / epoch['main process'])} "
-        f"with the copy in the main process, and {inside['gpu_mib_per_worker']:.0f} MiB of GPU memory per worker "
-        f"against {main['gpu_mib_per_worker']:.0f} (the CUDA contexts).")
+        f"{main['first_batch_s']:.1f} s), epochs {epochs_v.words('with the copy in the main process')}, and "
+        f"{inside['gpu_mib_per_worker']:.0f} MiB of GPU memory per worker against {main['gpu_mib_per_worker']:.0f} "
+        "(the CUDA contexts).")
 
 # %% [markdown] tags=["deeper"]
 # **Without `persistent_workers`.** A DataLoader that does not keep its workers ends them when an
@@ -732,7 +695,7 @@ from gpufeed.course.lesson07.collate import without_persistent_workers
 
 no_persist = measured_or_reference(
     "lesson07", lambda: without_persistent_workers(few, batch_size=batch_size, num_workers=workers_here),
-    "without_persistent_workers", cuda=S.cuda, shows="the first-batch time of each epoch, how many times the exiting "
+    "without_persistent_workers", cuda=S.cuda, full_only=True, shows="the first-batch time of each epoch, how many times the exiting "
     "workers printed the producer warning, and whether the batches kept across their exit still hold their values")
 if no_persist:
     say("Without persistent workers, each epoch's first batch came after "
@@ -745,7 +708,7 @@ if no_persist:
 # %%
 on_gpu = {"unsafe": unsafe, "cuda_fork_error": cuda_fork_error, "pin_blocks": pin_blocks, "worker_collate": worker_collate,
           "without_persistent_workers": no_persist} if S.cuda else {}  # measured here, never a reference's
-saved = results.save_lesson("lesson07", [*threads_ms, *ms, *factors["JPEG folder"], *factors["memmap"], *persistence,
+saved = results.save_lesson("lesson07", [*threads_ms, *ms, *factors, *persistence,
                                          *(nb_ms + pin_ms if S.cuda else []), *load_ms, *movers_ms],
                             cores=cores, batch_size=batch_size, side=side, start_methods=[vars(r) for r in trials], **on_gpu)
 
@@ -766,8 +729,10 @@ saved = results.save_lesson("lesson07", [*threads_ms, *ms, *factors["JPEG folder
 #   `.to()`: pin the batch and move it yourself, `non_blocking`, before the model. DataParallel
 #   cuts every tensor in it along dim 0, per-image targets included. Copying in the workers
 #   (`Collate("cuda")`, a deep dive) costs a CUDA context per worker: measure it before you adopt it.
-# * Move nested batches with one walker (pytree, optree, or your own); a consolidated TensorDict
-#   moves them in one copy.
+# * Move nested batches with one walker (pytree, optree, or your own). A consolidated TensorDict
+#   packs every leaf into one buffer, so that on a GPU `.to()` is one copy instead of one per
+#   tensor; section 4 timed only the walk here (on the CPU nothing is copied), so whether that pays
+#   on your GPU is for the cell to measure there.
 # * `torch.load(f, map_location=device)` loads a GPU machine's file where there is no GPU, and
 #   loads straight onto your device holding one tensor at a time in host memory. Its copies, like
 #   load-then-move's, are from pageable memory and blocking; whether it is faster on your GPU, the
@@ -803,40 +768,32 @@ if my_workers is not None:
 # and only for torch's own work: the memmap's gather, the folder's per-sample layout copy and the
 # collate's `torch.stack` (Pillow's decode is one thread whatever torch says). With workers, its
 # threads can at most compete with the workers for cores. Machines change from minute to minute,
-# so time both thread counts now, back to back, at num_workers=0 and =cores.
-import math
+# so time both thread counts now, in turns, at num_workers=0 and =cores.
+from gpufeed.course.lesson07.knobs import loader
 
-rate = {}
-for threads in (1, default_threads):
-    torch.set_num_threads(threads)
-    try:
-        for m in sweep(datasets, [{"num_workers": w, "persistent_workers": True} for w in (0, cores)], **kw):
-            rate[m.params["dataset"], m.params["num_workers"], threads] = m.items_per_s
-    finally:
-        torch.set_num_threads(1)  # what the rest of the lesson assumes
-change = {(name, w): rate[name, w, default_threads] / rate[name, w, 1] for name, w, _ in rate}
-for (name, w), r in change.items():
-    print(f"{name}, num_workers={w}: {rate[name, w, 1]:,.0f} images/s with 1 thread, "
-          f"{rate[name, w, default_threads]:,.0f} with {default_threads} ({versus(r, 1.0, bold=False)} with 1)")
-name, w = max(change, key=lambda k: abs(math.log(change[k])))
-r = change[name, w]
-if default_threads == 1:
-    print("torch runs one thread by default here: both runs are the same configuration.")
-elif abs(math.log(r)) < math.log(1.15):
-    print(f"No row moves by more than 15% (the most: {name} at num_workers={w}, "
-          f"{versus(rate[name, w, default_threads], rate[name, w, 1], bold=False)} with 1 thread): here the "
-          "main process's threads neither help nor hurt.")
-elif w == 0:
-    print(f"The row that moves is {name}, at num_workers=0 ({versus(r, 1.0, bold=False)} with 1 thread), where the "
-          "main process loads the batches "
-          + (f"itself; more than {default_threads} threads can give: the machine's load changed between the runs too."
-             if r > default_threads else "itself: its torch copies split over free cores." if r > 1 else
-             f"itself: each torch op now runs as a team of {default_threads} threads that waits for its slowest "
-             "member, and on a busy machine that member waits for a core."))
-else:
-    print(f"The row that moves is {name}, at num_workers={w} ({versus(r, 1.0, bold=False)} with 1 thread): the "
-          "main process's threads "
-          f"{'leave' if r > 1 else 'take'} cores the workers need.")
+
+def with_threads(dl, threads):  # one epoch of dl with this many torch threads in the main process
+    def epoch():
+        torch.set_num_threads(threads)
+        for _batch in dl:
+            pass
+    return epoch
+
+
+rows = {(name, w): loader(ds, batch_size, num_workers=w, persistent_workers=True) for name, ds in datasets.items()
+        for w in (0, cores)}
+arms = {f"{name}, {w} workers, {t} thread(s)": with_threads(dl, t) for (name, w), dl in rows.items()
+        for t in (default_threads, 1)}
+try:
+    by_threads = interleave(arms, repeats=kw["repeats"], items=n_images)  # every row, both thread counts, in turns
+finally:
+    torch.set_num_threads(1)  # what the rest of the lesson assumes
+    del rows, arms  # stops the workers
+pairs = dict(zip(((name, w) for name in datasets for w in (0, cores)), zip(by_threads[::2], by_threads[1::2])))
+for (name, w), (many, one) in pairs.items():
+    print(f"{name}, num_workers={w}: {one.items_per_s:,.0f} images/s with 1 thread, {many.items_per_s:,.0f} with "
+          f"{default_threads}")
+say(reading.main_threads({k: compare(many, one, paired=True) for k, (many, one) in pairs.items()}, default_threads))
 
 
 # %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["solution", "hide-cell"]
@@ -864,15 +821,9 @@ from my_workers import two_threads  # noqa: E402
 forkserver = torch.multiprocessing.get_context("forkserver")
 forkserver.set_forkserver_preload(["torch", "gpufeed.data.folder"])  # takes effect when the server starts
 one = {"num_workers": 1, "persistent_workers": True, "multiprocessing_context": forkserver}
-plain, init = sweep({"JPEG folder": datasets["JPEG folder"]}, [one, {**one, "worker_init_fn": two_threads}], **kw)
-gain = plain.median / init.median
-why = ("slower: the stack and the copy now run as a team of two threads that waits for its slowest member, "
-       "which waits for a core the main process or another program holds" if gain < 1 / 1.1 else
-       "faster: the stack splits over a free core" if gain > 1.1 else
-       "neither faster nor slower by more than 10%: the decode, most of a sample's time, is one thread either way")
-print(f"JPEG folder, one worker: {plain.items_per_s:,.0f} images/s with one torch thread in it, "
-      f"{init.items_per_s:,.0f} with two ({versus(init.items_per_s, plain.items_per_s, bold=False)} one), on {cores} "
-      f"cores: {why}.")
+plain, init = sweep({"JPEG folder": datasets["JPEG folder"]}, [one, {**one, "worker_init_fn": two_threads}], **kw)  # in turns
+say(reading.two_threads(compare(init, plain, paired=True), cores=cores, one_rate=plain.items_per_s,
+                        two_rate=init.items_per_s))
 
 
 # %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["solution", "hide-cell"]

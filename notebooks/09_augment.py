@@ -45,8 +45,8 @@ from gpufeed.data.memmap import build_memmap, load_memmap
 from gpufeed.measure.synth import synth_folder
 
 cores, batch_size = usable_cores(), 64
-n_images = config.pick(quick=128, full=2048)
-stored, out_size = config.pick(quick=(96, 96), full=(256, 256)), config.pick(quick=(64, 64), full=(224, 224))
+n_images = config.pick(quick=128, full=2048, site=512)
+stored, out_size = config.pick(quick=((96, 96), (64, 64)), full=((256, 256), (224, 224)), site=((128, 128), (112, 112)))
 jpeg_dir = synth_folder(config.cache_dir() / "lesson09" / f"jpeg-{stored[0]}-{n_images}", n=n_images, size=stored,
                         workers=cores, progress=False).path
 mm_dir = build_memmap(jpeg_dir, config.cache_dir() / "lesson09" / f"mm-{stored[0]}-{n_images}", size=stored,
@@ -68,12 +68,18 @@ from gpufeed.data.augment import cpu_transform
 
 per_sample = cpu_transform(out_size)
 print(per_sample)
-loaders = {"usual": DataLoader(MemmapDataset(mm_dir, per_sample, batched=False), batch_size=batch_size, shuffle=True,
-                               num_workers=cores, persistent_workers=True, pin_memory=S.cuda)}
 
 
-def workers_epoch():
-    for images, targets in loaders["usual"]:  # float32 [64, 3, h, w], already normalised
+def workers_loader(transform, b=batch_size):  # one worker per core, kept alive across epochs
+    return DataLoader(MemmapDataset(mm_dir, transform, batched=False), batch_size=b, shuffle=True,
+                      num_workers=cores, persistent_workers=True, pin_memory=S.cuda)
+
+
+loaders = {"usual": workers_loader(per_sample)}
+
+
+def workers_epoch(loader):
+    for images, targets in loader:  # float32 [64, 3, h, w], already normalised
         images.to(S.device, non_blocking=True), targets.to(S.device, non_blocking=True)
 
 
@@ -87,19 +93,21 @@ def workers_epoch():
 from gpufeed.data.augment import augment, augment_one, draw_params
 from gpufeed.data.loader import FastLoader
 
-device_loader = FastLoader(data, batch_size, seed=0, device=S.device if S.cuda else None)
-gen = torch.Generator().manual_seed(0)
-stored_hw = tuple(data.images.shape[2:])
+def fast_loader(b=batch_size):  # lesson 06's FastLoader: one gather per batch, moved whole
+    return FastLoader(data, b, seed=0, device=S.device if S.cuda else None)
 
 
-def batched_epoch():
-    for batch in device_loader:  # uint8 [64, 3, H, W], on the device
+device_loader, gen, stored_hw = fast_loader(), torch.Generator().manual_seed(0), tuple(data.images.shape[2:])
+
+
+def batched_epoch(loader):
+    for batch in loader:  # uint8 [64, 3, H, W], on the device
         p = draw_params(len(batch.images), stored_hw, out_size, generator=gen).to(S.device)
         augment(batch.images, p)  # float32 [64, 3, h, w], normalised
 
 
-def loop_epoch():  # per-sample randomness the naive way: a Python loop over the batch, on the device
-    for batch in device_loader:
+def loop_epoch(loader):  # per-sample randomness the naive way: a Python loop over the batch, on the device
+    for batch in loader:
         p = draw_params(len(batch.images), stored_hw, out_size, generator=gen)
         torch.stack([augment_one(img, p.sample(i)) for i, img in enumerate(batch.images)])
 
@@ -107,65 +115,49 @@ def loop_epoch():  # per-sample randomness the naive way: a Python loop over the
 # %% [markdown]
 # The workers get all the cores. The in-process versions run on **one** torch thread, like lessons
 # 05 and 06, so that each compares with one worker's core; on a CPU the batched version is timed on
-# all of torch's threads too, where it may use every core the workers had.
+# all of torch's threads too, where it may use every core the workers had. The versions take turns,
+# one epoch each (lesson 02), so that a burst of other work on the machine slows each a little
+# rather than one a lot; each ratio below comes with its interval (the one verdict method).
 
 # %%
-from gpufeed.measure.harness import benchmark
+from gpufeed.measure.harness import interleave
 
-kw = {"items": n_images, "repeats": config.pick(quick=3, full=5), "warmup": 1}
-where = "GPU" if S.cuda else "CPU, 1 thread"
-ms = [benchmark(workers_epoch, name=f"per sample, {cores} CPU workers", **kw)]
-loaders.clear()  # stops the worker processes
-threads = torch.get_num_threads()
-torch.set_num_threads(1)
-ms += [benchmark(loop_epoch, name=f"per-sample loop, {where}", **kw),
-       benchmark(batched_epoch, name=f"batched, {where}", **kw)]
-torch.set_num_threads(threads)
+
+def on_threads(n, epoch):  # an arm that runs epoch() on n torch threads, then puts the count back
+    def arm():
+        before = torch.get_num_threads()
+        torch.set_num_threads(n)
+        try:
+            epoch()
+        finally:
+            torch.set_num_threads(before)
+    return arm
+
+
+threads, where = torch.get_num_threads(), "GPU" if S.cuda else "CPU, 1 thread"
+arms = {f"per sample, {cores} CPU workers": lambda: workers_epoch(loaders["usual"]),
+        f"per-sample loop, {where}": on_threads(1, lambda: loop_epoch(device_loader)),
+        f"batched, {where}": on_threads(1, lambda: batched_epoch(device_loader))}
 if not S.cuda and threads > 1:  # the batched version on every core, as the workers had
-    ms.append(benchmark(batched_epoch, name=f"batched, CPU, {threads} threads", **kw))
+    arms[f"batched, CPU, {threads} threads"] = lambda: batched_epoch(device_loader)
+ms = interleave(arms, items=n_images, repeats=config.pick(quick=3, full=5, site=15), warmup=1)
+loaders.clear()  # stops the worker processes
 for m in ms:
     print(m)
 
 # %%
 import matplotlib.pyplot as plt
 
-from gpufeed.course.prose import band, say, times
-from gpufeed.measure import plotting
+from gpufeed.course.lesson09 import augment_prose as reading
+from gpufeed.course.prose import say
+from gpufeed.measure import plotting, results
 
 fig, ax = plotting.bars(ms, baseline=ms[0].name, machine=S.machine,
                         title=f"augmenting one epoch: crop {out_size[0]}x{out_size[1]} + flip + normalise, batch {batch_size}")
 plt.show()
-by = {m.name: m for m in ms}
-usual_m, loop_m, batched_m = ms[0], by[f"per-sample loop, {where}"], by[f"batched, {where}"]
-workers, batched_rate, loop = usual_m.items_per_s, batched_m.items_per_s, loop_m.items_per_s
-
-
-def vs(a, b, than):  # a's rate against b's, worded within the band their spread explains
-    return times(a.items_per_s / b.items_per_s, than, flat=band(a, b), digits=None)
-
-
-text = (f"Batched on the {'GPU' if S.cuda else 'CPU'}: {batched_rate:,.0f} images/s, "
-        f"**{vs(batched_m, usual_m, f'the {cores} CPU workers')}** ({workers:,.0f} images/s, {workers / cores:,.0f} per "
-        f"core), and {vs(batched_m, loop_m, 'a Python loop over the batch on the same device')} ({loop:,.0f} images/s). ")
-if S.cuda:  # the loop ran on the GPU: a per-core comparison with the workers would mean nothing
-    text += f"Image by image, the GPU's loop ran {vs(loop_m, usual_m, f'the {cores} workers')}. "
-else:  # every version on CPU cores: the best one in this process against the workers
-    best = max(ms[1:], key=lambda m: m.items_per_s)
-    edge = best.items_per_s / workers
-    if threads > 1:  # the last row: the batched version on every core
-        text += f"On {threads} threads the batched version ran {vs(ms[-1], batched_m, 'on one')}. "
-    text += (f"The fastest version in this process was {best.name}, {vs(best, usual_m, f'the {cores} workers')}: "
-             + (f"on this CPU, one process did more than {cores} workers, which each collate a float32 batch and "
-                "hand it over to this process (4 bytes a value), sharing the cores with it. " if edge > 1 + band(best, usual_m) else
-                f"on this CPU the {cores} workers were the better fit: per-sample work splits over the cores. "
-                if edge < 1 / (1 + band(best, usual_m)) else "on this CPU neither way is ahead beyond the samples' spread. "))
-if batched_rate * (1 + band(batched_m, loop_m)) < loop:
-    text += ("The batched version lost to the loop beyond the spread: its dense resampling matrices make every "
-             "output pixel weigh a whole input row, work that torch's per-image resize skips. " + (
-                 "Exercise 2 times a larger batch, over which its costs per batch (drawing the parameters, building "
-                 "the matrices) are spread." if S.cuda else
-                 "That work is what a GPU does best (section 4), not a CPU core."))
-say(text)
+batched_m = ms[2]  # section 3 reads its time per batch
+say(" ".join([reading.section1(*ms, cores=cores, cuda=S.cuda, threads=threads),
+              "" if S.cuda else reading.reference_headline(results.reference("lesson09"))]).strip())
 
 # %% [markdown]
 # ## 2. The trap: one random draw for the whole batch
@@ -297,26 +289,20 @@ late = cpu_transform(out_size, to_float=False)(image)  # uint8 [3, h, w]
 assert torch.allclose(finish(late[None])[0], usual, atol=1e-6)
 values = batch_size * 3 * out_size[0] * out_size[1]
 print(f"one batch leaves the workers as {values * 4 / 1e6:.1f} MB of float32, or {values / 1e6:.1f} MB of uint8; same values")
-loaders["both"] = DataLoader(MemmapDataset(mm_dir, cpu_transform(out_size, to_float=False), batched=False),
-                             batch_size=batch_size, shuffle=True, num_workers=cores, persistent_workers=True,
-                             pin_memory=S.cuda)
+loaders.update(usual=workers_loader(per_sample), both=workers_loader(cpu_transform(out_size, to_float=False)))
 
 
-def both_epoch():
-    for images, targets in loaders["both"]:  # uint8 [64, 3, h, w]
+def both_epoch(loader):
+    for images, targets in loader:  # uint8 [64, 3, h, w]
         finish(images.to(S.device, non_blocking=True)), targets.to(S.device, non_blocking=True)
 
 
-both = benchmark(both_epoch, name=f"uint8 from {cores} CPU workers, finish on {S.device.type}", **kw)
+usual_again, both = interleave({f"per sample, {cores} CPU workers": lambda: workers_epoch(loaders["usual"]),
+                                f"uint8 from {cores} CPU workers, finish on {S.device.type}":
+                                    lambda: both_epoch(loaders["both"])},
+                               items=n_images, repeats=config.pick(quick=3, full=5, site=25), warmup=1)
 loaders.clear()
-text = (f"Converting at the last step: {both.items_per_s:,.0f} images/s, "
-        f"{times(both.items_per_s / workers, 'the usual pipeline', flat=band(both, usual_m))} ({workers:,.0f} images/s, "
-        "section 1).")
-if both.items_per_s * (1 + band(both, usual_m)) < workers:
-    text += (" Slower here: without a GPU the 'device' is this process, on the same cores as the workers, so the "
-             "conversion moved out of the workers competes with them. With a GPU, the last step runs there."
-             if not S.cuda else " Slower beyond the spread, although the last step ran on the GPU: rerun before reading more.")
-say(text)
+say(reading.late_convert(usual_again, both, cuda=S.cuda))
 
 # %% [markdown]
 # That last step is a chain of cheap **pointwise** steps: to float, divide by 255, brightness,
@@ -326,7 +312,9 @@ say(text)
 # its constants on every call (`torch.tensor(mean, device="cuda")`) also makes a blocking copy, a
 # sync, per batch; the library's `normalize` builds them once per device, so this one should make
 # none. The profiler counts both below rather than assume. The first compile takes tens of
-# seconds, so quick mode skips it on a CPU; a failure is reported, not raised.
+# seconds on a CPU, so quick mode skips it there; a failure is reported, not raised. Section 1's
+# own tail (to float and normalise, no jitter) takes the same turns, so that the reading can work
+# out the tail's share of a whole batch.
 
 # %%
 import time
@@ -337,7 +325,7 @@ crops = crop_resize(data.images[:batch_size].to(S.device), pb.boxes, pb.size, fl
 factors = (pb.brightness, pb.contrast, pb.saturation)
 compiled, compile_note = None, ""
 if S.quick and not S.cuda:
-    compile_note = "skipped: quick mode on a CPU (the first compile took about a minute here); full mode measures it"
+    compile_note = "skipped: quick mode on a CPU, where the first compile takes tens of seconds; full mode measures it"
 else:
     try:
         t0 = time.perf_counter()
@@ -350,12 +338,12 @@ else:
 print(compile_note)
 
 # %%
-torch.set_num_threads(1)  # as in section 1
-kw_tail = {"items": batch_size, "repeats": config.pick(quick=10, full=30)}
-tail = [benchmark(lambda: finish(crops, *factors), name="tail, eager", **kw_tail)]
+tail_arms = {"tail, eager": lambda: finish(crops, *factors), "tail, eager, no jitter": lambda: finish(crops)}
 if compiled is not None:
-    tail.append(benchmark(lambda: compiled(crops, *factors), name="tail, torch.compile", **kw_tail))
-torch.set_num_threads(threads)
+    tail_arms["tail, torch.compile"] = lambda: compiled(crops, *factors)
+tail = interleave({k: on_threads(1, f) for k, f in tail_arms.items()},  # one thread, as in section 1
+                  items=batch_size, repeats=config.pick(quick=10, full=30, site=30))
+eager, plain, compiled_m = tail + [None] * (3 - len(tail))
 fig, ax = plotting.bars(tail, machine=S.machine,
                         title=f"uint8 crops to normalised float32 with jitter, batch {batch_size}, {S.device}")
 plt.show()
@@ -386,43 +374,15 @@ def launches(fn):
     return {"aten operator calls (nested ones included)": sum(e.name.startswith("aten::") for e in events)}
 
 
-def change(before, after):  # how a count changed, in words that fit either direction
-    if before == after:
-        return "none in either" if before == 0 else "as many"
-    if 0 in (before, after):
-        return "all gone" if after == 0 else f"none before, {after} after"
-    return times(before / after, more="fewer", less="more")
-
-
 # %%
 idle = launches(lambda: None)  # what profiling itself counts: our sync and the profiler's own
 counts = {"eager": launches(lambda: finish(crops, *factors))}
 if compiled is not None:
     counts["torch.compile"] = launches(lambda: compiled(crops, *factors))
 counts = {name: {k: v - idle[k] for k, v in c.items()} for name, c in counts.items()}
-batch_mb = crops.numel() * 4 / 1e6  # the float32 batch each eager pass reads and writes
-text = "; ".join(f"{name}: " + ", ".join(f"{v} {k}" for k, v in c.items()) for name, c in counts.items())
-if compiled is not None:
-    gain = tail[0].median / tail[1].median
-    text += (f". The compiled tail is **{times(gain, 'the eager one', flat=band(*tail))}** ({tail[0].items_per_s:,.0f} -> "
-             f"{tail[1].items_per_s:,.0f} images/s), on a float32 batch of {batch_mb:.1f} MB per eager pass. ")
-    for what in counts["eager"]:  # the same keys for both: kernels and waits on a GPU, operators on a CPU
-        before, after = counts["eager"][what], counts["torch.compile"][what]
-        text += f"{what}: {before} -> {after} ({change(before, after)}). "
-    fewer = [k for k in counts["eager"] if counts["torch.compile"][k] < counts["eager"][k]]
-    if gain <= 1 + band(*tail):
-        text += "Not faster here" + (", despite the fewer launches." if fewer else ".")
-    elif not S.cuda:
-        text += "Faster, with the counts above saying where it comes from."
-    elif counts["eager"][WAITS] == 0:
-        text += ("Faster, and neither tail makes the host wait: the gain is the fusion, fewer kernels and fewer "
-                 "passes over the batch.")
-    else:
-        text += ("Faster: fewer kernels" + (", and fewer host waits." if WAITS in fewer else
-                 f"; the {counts['eager'][WAITS]} host wait(s) per call stayed: compiling did not remove them."))
-else:
-    text += f". Eager tail: {tail[0].items_per_s:,.0f} images/s; torch.compile not measured ({compile_note})."
-say(text)
+per_batch_s = batched_m.median * batch_size / n_images  # section 1's batched version, per batch of 64
+say(reading.tail_reading(eager, compiled_m, counts, per_batch_s=per_batch_s, cuda=S.cuda, waits=WAITS, plain=plain,
+                         note=compile_note))
 
 # %% [markdown]
 # ## 4. On a GPU
@@ -432,37 +392,20 @@ say(text)
 # none is, and where no figure published elsewhere measures the same thing.
 
 # %%
-from gpufeed.measure import results
-
 results.save_lesson("lesson09", [*ms, both, *tail], n_images=n_images, batch_size=batch_size, cores=cores,
-                    stored=list(stored_hw), out_size=list(out_size), batched_vs_workers=batched_rate / workers,
-                    both_vs_workers=both.items_per_s / workers, compile_note=compile_note, counts=counts)
+                    stored=list(stored_hw), out_size=list(out_size), compile_note=compile_note, counts=counts,
+                    in_turns=True)  # each cell's arms timed in turns: a reference reads them as pairs
 if S.cuda:
     print(f"Measured above on {S.machine.get('gpu')}.")
 else:
     ref = results.gpu_reference("lesson09")  # says where the numbers come from
     if ref is not None:
         ref_ms, doc = ref
-        named = {prefix: next(m for m in ref_ms if m.name.startswith(prefix))  # names carry the core count
-                 for prefix in ("per sample,", "per-sample loop", "batched,", "uint8 from", "tail, eager")}
-        fig, ax = plotting.bars([named[k] for k in ("per sample,", "per-sample loop", "batched,", "uint8 from")],
-                                machine=doc["machine"], title="reference: one epoch")
+        epochs = [m for m in ref_ms if not m.name.startswith("tail")]  # names carry the core count
+        fig, ax = plotting.bars(epochs, machine=doc["machine"], title="reference: one epoch")
         plt.show()
-        ref_workers, ref_cores = named["per sample,"], doc["cores"]
-        text = (f"On {doc['machine']['gpu']} ({ref_cores} CPU cores, {doc['n_images']} images of "
-                f"{doc['stored'][0]}x{doc['stored'][1]} to {doc['out_size'][0]}x{doc['out_size'][1]}): batched on the "
-                f"GPU {named['batched,'].items_per_s:,.0f} images/s, "
-                f"{vs(named['batched,'], ref_workers, f'the {ref_cores} CPU workers')} ({ref_workers.items_per_s:,.0f} "
-                f"images/s) and {vs(named['batched,'], named['per-sample loop'], 'a per-sample loop on the GPU')}; "
-                f"uint8 from the workers, finished on the GPU: {named['uint8 from'].items_per_s:,.0f} images/s, "
-                f"{vs(named['uint8 from'], ref_workers, 'the usual pipeline')}.")
-        ref_compiled = next((m for m in ref_ms if m.name == "tail, torch.compile"), None)
-        if ref_compiled is not None:
-            text += (f" The torch.compile'd tail ran {vs(ref_compiled, named['tail, eager'], 'the eager one')}")
-            kernels = {name: c["GPU kernels and copies"] for name, c in doc.get("counts", {}).items()}
-            text += (f", {kernels['eager']} GPU kernels and copies per call to {kernels['torch.compile']}."
-                     if len(kernels) == 2 else ".")
-        say(text)
+        say(reading.reference_reading(ref_ms, doc))
+
 # %% [markdown]
 # ## Key takeaways
 #
@@ -471,17 +414,19 @@ else:
 # * Crop + resize is linear: per-sample resampling matrices do every sample's own box in two batched
 #   matrix products, and fold a flip in for free. Check the batched version against the per-image
 #   torchvision ops with the same parameters before timing it.
-# * On a GPU, batched augmentation frees the CPU workers. On a CPU it depends on the machine, and
-#   section 1 measured this one: workers split per-sample work over the cores but hand over float32
-#   batches; the batched version's dense matrices do more arithmetic than a per-image resize. Both
-#   at once: random steps in the workers on `uint8`, conversion and normalisation on the device.
+# * On a GPU, batched augmentation frees the CPU workers and ran many times faster than them in our
+#   reference (sections 1 and 4). On a CPU it depends on the machine, and section 1 measured this
+#   one, in turns: workers split per-sample work over the cores but hand over float32 batches; the
+#   batched version's dense matrices do more arithmetic than a per-image resize. Both at once:
+#   random steps in the workers on `uint8`, conversion and normalisation on the device.
 # * The front door does both for you: `ImageLoader(path, batch, crop=224, scale=(0.08, 1.0))` draws
 #   RandomResizedCrop's boxes per sample on the CPU, then resamples them with these matrices on a
 #   GPU and with one `interpolate` per image on a CPU (`gpufeed.data.resized`; its tests check both
 #   against torchvision's `resized_crop` on the same boxes).
 # * Keep `uint8` until the last step: a quarter of the bytes through every queue and copy. The
 #   pointwise tail is what `torch.compile` can fuse, where it works and where the passes over
-#   memory, not the arithmetic, are the cost.
+#   memory, not the arithmetic, are the cost; what that saves of a whole batch is the tail's share
+#   of it, which section 3 works out from the timings.
 #
 # ## Exercises
 #
@@ -542,36 +487,18 @@ print(f"{int(vflip.sum())} of 8 samples flipped; largest difference from crop_re
 # Python) besides its cost per image (the matrix products, as dense as before), and a larger batch
 # spreads the first over more images. The workers build whole batches, so fewer, larger batches
 # mean fewer hand-overs, but also fewer batches to share among workers: an epoch of n images has
-# n / 256 of them. Time both sizes back to back (the machine's load changes), with section 1's own
-# epoch functions, by rebinding the two loaders they read; quick mode has fewer than 256 images.
-# Three timed epochs each, the least the harness keeps under a time cap, keep the exercise short.
-big = min(256, n_images)
-section1_loader, rates, kw3 = device_loader, {}, {**kw, "repeats": 3}
-for b in (batch_size, big):
-    device_loader = FastLoader(data, b, seed=0, device=S.device if S.cuda else None)
-    loaders["usual"] = DataLoader(MemmapDataset(mm_dir, per_sample, batched=False), batch_size=b, shuffle=True,
-                                  num_workers=cores, persistent_workers=True, pin_memory=S.cuda)
-    rates[b] = {"workers": benchmark(workers_epoch, name=f"workers, batch {b}", **kw3).items_per_s}
-    loaders.clear()  # stops the workers
-    torch.set_num_threads(1)  # as in section 1
-    rates[b]["loop"] = benchmark(loop_epoch, name=f"loop, batch {b}", **kw3).items_per_s
-    rates[b]["batched"] = benchmark(batched_epoch, name=f"batched, batch {b}", **kw3).items_per_s
-    torch.set_num_threads(threads)
-device_loader = section1_loader
-gain = {v: rates[big][v] / rates[batch_size][v] for v in rates[big]}
-for v, g in gain.items():
-    print(f"{v:>8}: {rates[batch_size][v]:,.0f} images/s at batch {batch_size}, {rates[big][v]:,.0f} at {big} "
-          f"({times(g)})")
-why = {"batched": "its cost per batch is spread over more images; the matrix work per image stays",
-       "workers": "fewer hand-overs between processes",
-       "loop": "little reason: it works image by image (one draw of parameters per batch aside), so most of the "
-               "difference is the machine's noise"}
-top, k = max(gain, key=gain.get), -(-n_images // big)  # k: batches an epoch at the large size
-print(f"Batch {big}{' (all the images quick mode has)' if big < 256 else ''}: "
-      + (f"{top} gains most ({times(gain[top])}): {why[top]}." if gain[top] > 1 else
-         f"none gains; {top} loses least ({times(gain[top])})."),
-      f"The workers get {k} batch{'es' if k != 1 else ''} an epoch for {cores} workers: "
-      + ("some wait with nothing to do." if k < 2 * cores else "enough to keep them busy."))
+# n / 256 of them. Time both sizes in turns (the machine's load changes), with section 1's own
+# epoch functions and loaders; quick mode has fewer than 256 images.
+big, pairs = min(256, n_images), {}
+versions = {"workers": (lambda b: workers_loader(per_sample, b), workers_epoch, threads),  # as in section 1
+            "loop": (fast_loader, loop_epoch, 1), "batched": (fast_loader, batched_epoch, 1)}
+for name, (make, epoch, n) in versions.items():  # each version at both sizes, in turns
+    at = {b: make(b) for b in (batch_size, big)}
+    pairs[name] = interleave({f"{name}, batch {b}": on_threads(n, lambda ld=ld, ep=epoch: ep(ld)) for b, ld in at.items()},
+                             items=n_images, repeats=config.pick(quick=3, full=5, site=7), warmup=1)
+    del at  # stops the workers
+print(reading.batch_size_reading(pairs, small=batch_size, big=big, batches=-(-n_images // big), cores=cores,
+                                 all_images=big < 256, earlier=dict(zip(versions, ms))))  # section 1's, at batch 64
 
 
 # %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["solution", "hide-cell"]

@@ -57,12 +57,20 @@ else:
           "then restart the kernel. The cells that need DALI say so, and section 7 shows reference results.")
 
 # %% [markdown]
-# ## 3. The data, and the baseline: torchvision's DataLoader
+# ## 3. The data, and the baselines: torchvision's DataLoader, untuned and tuned
 #
 # A folder of JPEGs (cut from real photos, lesson 00) and a memmap dataset built from it (lesson 05).
-# The baseline is the usual torchvision pipeline, doing the work the DALI pipelines below do:
-# decode (for the folder), a random resized crop, a random flip, to float, normalise, one image
-# per `__getitem__` in worker processes, one worker per core.
+# Two baselines do the work the DALI pipelines below do (decode, for the folder; a random resized
+# crop, a random flip, to float, normalise), one image per `__getitem__` in worker processes, one
+# worker per core:
+#
+# * **untuned**, the usual torchvision pipeline: Pillow decodes (`ImageFolder`), the v2 transforms
+#   run on the Pillow image, and each worker hands over `float32`;
+# * **tuned**, with lessons 03-07's fixes (as lesson 11's tuned rung): a decoder without Pillow
+#   (`gpufeed.measure.dali.tuned_folder`), the crop and flip on `uint8`, a quarter of the bytes
+#   handed over, pinned where there is CUDA, converted and normalised after the hand-over.
+#
+# The memmap row reads the decoded images one at a time with the untuned transforms.
 
 # %%
 import torch
@@ -71,47 +79,61 @@ from torch.utils.data import DataLoader
 
 from gpufeed import config
 from gpufeed.data.arrays import MemmapDataset
-from gpufeed.data.augment import cpu_transform
+from gpufeed.data.augment import cpu_transform, finish
 from gpufeed.measure.machine import usable_cores
 from gpufeed.data.memmap import build_memmap
 from gpufeed.measure.synth import synth_folder
 
 cores = usable_cores()
-n_images, batch_size = config.pick(quick=64, full=1024), config.pick(quick=16, full=64)
-jpeg_size, stored, out_size = config.pick(quick=((160, 120), (160, 120), (64, 64)), full=((640, 480), (320, 240), (224, 224)))
+n_images, batch_size = config.pick(quick=64, full=1024, site=256), config.pick(quick=16, full=64, site=32)
+jpeg_size, stored, out_size = config.pick(quick=((160, 120), (160, 120), (64, 64)), full=((640, 480), (320, 240), (224, 224)),
+                                          site=((320, 240), (320, 240), (112, 112)))
 jpeg_dir = synth_folder(config.cache_dir() / "lesson10" / f"jpeg-{jpeg_size[0]}-{n_images}", n=n_images, size=jpeg_size,
                         workers=cores, progress=False).path
 mm_dir = build_memmap(jpeg_dir, config.cache_dir() / "lesson10" / f"mm-{stored[0]}-{n_images}", size=stored,
                       workers=cores, reuse=True, progress=False).path
 transform = cpu_transform(out_size)  # RandomResizedCrop, flip, ToImage, ToDtype(scale), Normalize
 datasets = {"JPEG folder": torchvision.datasets.ImageFolder(str(jpeg_dir), transform=transform),
-            "memmap": MemmapDataset(mm_dir, transform, batched=False)}
+            "tuned": gdali.tuned_folder(jpeg_dir, out_size), "memmap": MemmapDataset(mm_dir, transform, batched=False)}
 print(f"{n_images} JPEGs of {jpeg_size[0]}x{jpeg_size[1]}, a memmap at {stored[0]}x{stored[1]}; crops of "
       f"{out_size[0]}x{out_size[1]}, batch {batch_size}, {cores} cores, device {S.device}")
 
+# %% [markdown]
+# The DataLoaders start their workers from a **fork server**, a clean process that imports torch
+# once: DALI runs C++ threads in this process, and forking a process whose threads may hold locks
+# can hang the child. So the DataLoaders and DALI can take turns in section 7.
+
 # %%
-from gpufeed.measure.harness import benchmark
+forkserver = torch.multiprocessing.get_context("forkserver")
+forkserver.set_forkserver_preload(["torch", "torchvision"])  # takes effect when the server starts
 
 
-def epoch(loader):
-    for images, labels in loader:
-        images.to(S.device, non_blocking=True), labels.to(S.device, non_blocking=True)
+def workers_loader(ds, n=cores, **kw):  # n workers, kept across epochs, forked from the fork server
+    return DataLoader(ds, batch_size=batch_size, shuffle=True, num_workers=n, persistent_workers=True,
+                      pin_memory=S.cuda, multiprocessing_context=forkserver, **kw)
 
 
-kw = {"items": n_images, "repeats": config.pick(quick=3, full=5), "warmup": 1}
-ms = []
-for name, ds in datasets.items():
-    loader = DataLoader(ds, batch_size=batch_size, shuffle=True, num_workers=cores, persistent_workers=True,
-                        pin_memory=S.cuda)
-    ms.append(benchmark(lambda ld=loader: epoch(ld), name=f"torchvision, {name}, {cores} workers", **kw))
-    del loader  # stops its workers before the next loader (and before DALI starts its threads)
-for m in ms:
-    print(m)
+loaders = {"JPEG folder": workers_loader(datasets["JPEG folder"]), "tuned": workers_loader(datasets["tuned"], prefetch_factor=4),
+           "memmap": workers_loader(datasets["memmap"])}
+
+
+TURN = config.pick(quick=1, full=2, site=3)  # epochs in one turn of section 7's timing (why: there)
+
+
+def epoch(loader, tuned=False):  # one turn: TURN epochs
+    for _ in range(TURN):
+        for images, labels in loader:
+            images = images.to(S.device, non_blocking=True)
+            if tuned:  # uint8 [B, 3, h, w] -> normalised float32, after the hand-over (on the device)
+                finish(images)
+            labels.to(S.device, non_blocking=True)
+
+
+for name, loader in loaders.items():
+    images, labels = next(iter(loader))  # starts the workers
+    print(f"{name}: {images.dtype} {tuple(images.shape)}")
 
 # %% [markdown]
-# We measure the DataLoaders first on purpose: a DataLoader forks its workers from this process,
-# and forking a process in which C++ threads (DALI's) may hold locks can hang the child.
-#
 # ## 4. A DALI pipeline
 #
 # `@pipeline_def` turns a function that wires operators into a pipeline factory; the call takes the
@@ -205,7 +227,7 @@ if HAVE_DALI:
     assert got_labels.tolist() == [label for _, label in files]
     worst_in, worst_mean = max(e["interior_max"] for e in errors), max(e["mean"] for e in errors)
     print(f"{len(errors)} images: inside the frame at most {worst_in:.2f} grey levels apart, {worst_mean:.3f} on "
-          f"average over each image (tolerances {gdali.INTERIOR_TOLERANCE:.1f} and {gdali.MEAN_TOLERANCE}); "
+          f"average over each image (tolerances {gdali.INTERIOR_TOLERANCE:.2f} and {gdali.MEAN_TOLERANCE:.2f}); "
           f"on the frame at most {max(e['max'] for e in errors):.1f}")
     if DEVICE_ID is None:
         assert worst_in <= gdali.INTERIOR_TOLERANCE and worst_mean <= gdali.MEAN_TOLERANCE
@@ -254,64 +276,48 @@ else:
 # %% [markdown]
 # ## 7. Throughput on the same cores
 #
-# DALI gets `num_threads = cores` for its CPU operators, as many as the DataLoaders of section 3 had
-# workers. Same images, same batch size, same work, each batch moved to the device. This process
-# keeps one torch thread, as in lessons 05 and 06: it only gathers the memmap batches for
-# `external_source`, and torch's parallel kernels would fight DALI's threads for the same cores.
-# How much that costs depends on the machine: to see it on this one, call
-# `torch.set_num_threads(cores)` before the memmap row and compare.
+# DALI gets `num_threads = cores`, as many threads as the DataLoaders have workers. Same images,
+# batch size and work, each batch moved to the device. The arms take turns (lesson 02) of a few
+# epochs each: DALI's prefetch queue starts the next epoch as soon as one ends, also during
+# another arm's turn, and over several epochs that head start is small. This process keeps one
+# torch thread, as in lessons 05 and 06: it only hands batches on (and converts the tuned ones),
+# and torch's parallel kernels would fight the workers and DALI's threads for the cores.
 
 # %%
+from functools import partial
+
 import matplotlib.pyplot as plt
 
-from gpufeed.course.prose import band, say, times
+from gpufeed.course.lesson10 import dali_prose as reading
+from gpufeed.course.prose import say
 from gpufeed.measure import plotting
+from gpufeed.measure.harness import interleave
 
 
-def dali_epoch(loader):
-    for batch in loader:
-        images, labels = gdali.unpack(batch)
-        images.to(S.device, non_blocking=True), labels.to(S.device, non_blocking=True)  # no-op where already there
+def dali_epoch(loader):  # one turn: TURN epochs, as for the DataLoaders
+    for _ in range(TURN):
+        for batch in loader:
+            images, labels = gdali.unpack(batch)
+            images.to(S.device, non_blocking=True), labels.to(S.device, non_blocking=True)  # no-op where there
 
 
+names = {"JPEG folder": f"torchvision, JPEG folder, {cores} workers", "tuned": f"tuned DataLoader, JPEG folder, {cores} workers",
+         "memmap": f"torchvision, memmap, {cores} workers", "DALI": f"DALI, JPEG folder, {cores} threads",
+         "DALI memmap": f"DALI external_source, memmap, {cores} threads"}
+arms = {names[k]: partial(epoch, ld, tuned=k == "tuned") for k, ld in loaders.items()}
 if HAVE_DALI:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # this process only gathers memmap batches; DALI's threads do the rest
-    ms += [benchmark(lambda: dali_epoch(dali_loader), name=f"DALI, JPEG folder, {cores} threads", **kw),
-           benchmark(lambda: dali_epoch(mm_loader), name=f"DALI external_source, memmap, {cores} threads", **kw)]
-    torch.set_num_threads(threads)
-    for m in ms[2:]:
-        print(m)
-by = {m.name.split(",")[0] + "," + m.name.split(",")[1]: m for m in ms}  # e.g. "DALI, JPEG folder"
+    arms |= {names["DALI"]: partial(dali_epoch, dali_loader), names["DALI memmap"]: partial(dali_epoch, mm_loader)}
+threads = torch.get_num_threads()
+torch.set_num_threads(1)  # this process only hands batches on; the workers and DALI's threads do the rest
+ms = interleave(arms, items=TURN * n_images, repeats=config.pick(quick=3, full=5, site=9), warmup=1)
+torch.set_num_threads(threads)
+loaders.clear()  # stops the DataLoaders' workers
+by = {k: next((m for m in ms if m.name == name), None) for k, name in names.items()}
 fig, ax = plotting.bars(ms, machine=S.machine, title=f"one epoch: decode (folder) + random crop {out_size[0]}x{out_size[1]} "
                         f"+ flip + normalise, batch {batch_size}")
 plt.show()
-
-# %% [markdown]
-# What the bars say, each ratio read against the spread of the two runs it compares:
-
-# %%
-tv_jpeg, tv_mm = by["torchvision, JPEG folder"], by["torchvision, memmap"]
-no_decode, flat = tv_mm.items_per_s / tv_jpeg.items_per_s, band(tv_jpeg, tv_mm)  # flat: the runs' spread
-text = (f"torchvision: {tv_jpeg.items_per_s:,.0f} images/s from the JPEG folder, {tv_mm.items_per_s:,.0f} from the "
-        f"memmap ({times(no_decode, flat=flat)}, spread {flat:.0%}): "
-        + ("the memmap skips decoding." if no_decode > 1 + flat else
-           "decoding these small JPEGs costs little next to the rest (Python and transforms per sample, the copies)."
-           if no_decode * (1 + flat) >= 1 else "the memmap's transforms run on tensors, not on Pillow images, and "
-           "here that cost more than decoding these small JPEGs."))
-if HAVE_DALI:
-    gains = {k: (by[f"DALI{s}, {k}"].items_per_s / by[f"torchvision, {k}"].items_per_s,
-                 band(by[f"DALI{s}, {k}"], by[f"torchvision, {k}"])) for k, s in (("JPEG folder", ""), ("memmap", " external_source"))}
-    text += (" DALI: " + " and ".join(f"{times(g, 'torchvision', flat=f)} on the {k}" for k, (g, f) in gains.items())
-             + f", with {cores} threads against {cores} worker processes"
-             + f"{' and its decoding and augmenting on the GPU' if S.cuda else ''}.")
-    if not S.cuda:
-        won = [k for k, (g, f) in gains.items() if g > 1 + f]
-        text += (" On a CPU both sides run the same kinds of kernels (libjpeg-turbo, resampling); what DALI saves "
-                 "is Python per sample, worker processes and the copies of each batch between processes"
-                 + ("." if len(won) == len(gains) else ", and here that was not enough to be clearly faster on the "
-                    + " or the ".join(k for k in gains if k not in won) + "."))
-say(text)
+say(reading.throughput(by["JPEG folder"], by["tuned"], by["memmap"], by["DALI"], by["DALI memmap"], cores=cores,
+                       cuda=S.cuda, smaller_memmap=stored != jpeg_size))
 
 # %% [markdown]
 # Where DALI is missing, here are the numbers of a machine that has it:
@@ -370,8 +376,8 @@ else:
 # %% [markdown]
 # **Several GPUs: `shard_id` and `num_shards`.** With DDP (lesson 12) each process builds its own
 # pipeline with `device_id=local_rank`, and the reader gives it its part of the files:
-# `fn.readers.file(..., shard_id=rank, num_shards=world_size, random_shuffle=True,
-# stick_to_shard=False, pad_last_batch=True)`. Below, two shards of the JPEG folder, read in order,
+# `fn.readers.file(..., shard_id=rank, num_shards=world_size, random_shuffle=True)`, with
+# `pad_last_batch` and the iterator's `last_batch_policy` to choose (below). Two shards of the JPEG folder, read in order,
 # each sample's label replaced by its index to show who read what (CPU-only mode; on GPUs only
 # `device_id` changes):
 
@@ -385,17 +391,17 @@ if HAVE_DALI:
                                    num_shards=num_shards, random_shuffle=False, pad_last_batch=pad, name="reader")
         return index
 
-    def shard_batches(pad, policy, shard_batch):
-        """Per shard, the indices in each batch the iterator yields for one epoch."""
+    def shard_epochs(pad, policy, shard_batch, epochs=1):
+        """Per shard, per epoch, the indices in each batch the iterator yields."""
         out = []
         for shard_id in range(2):
             p = indices_pipeline(shard_id, 2, pad, batch_size=shard_batch, num_threads=1, device_id=None)
             p.build()
-            it = DALIGenericIterator(p, ["index"], reader_name="reader", last_batch_policy=policy)
-            out.append([b[0]["index"].reshape(-1).tolist() for b in it])
+            it = DALIGenericIterator(p, ["index"], reader_name="reader", last_batch_policy=policy, auto_reset=True)
+            out.append([[b[0]["index"].reshape(-1).tolist() for b in it] for _ in range(epochs)])
         return out
 
-    read = [sorted(i for b in batches for i in b) for batches in shard_batches(False, LastBatchPolicy.PARTIAL, batch_size)]
+    read = [sorted(i for b in epochs[0] for i in b) for epochs in shard_epochs(False, LastBatchPolicy.PARTIAL, batch_size)]
     overlap = set(read[0]) & set(read[1])
     print(f"shard 0 reads {len(read[0])} files ({read[0][0]}..{read[0][-1]}), shard 1 reads {len(read[1])} "
           f"({read[1][0]}..{read[1][-1]}); {len(overlap)} read by both, {len(paths) - len(set(read[0]) | set(read[1]))} by neither")
@@ -404,31 +410,22 @@ if HAVE_DALI:
 # When the shards are not the same size, look at the last step of each rank: does every rank run
 # the same number of steps, is each batch full, and does a rank read samples of the other's shard?
 # Below, an odd number of files and a batch the size of the smaller shard, for `pad_last_batch`
-# off and on, with the iterator's `last_batch_policy` `PARTIAL` (drop the padding) and `FILL`.
+# off and on, with the iterator's `last_batch_policy` `PARTIAL` (drop the padding), `FILL` and
+# `DROP` (drop the last, short batch; we also read its next epoch).
 
 # %%
 if HAVE_DALI:
     paths = paths[:len(paths) - 1 if len(paths) % 2 == 0 else len(paths)]  # an odd count: the shards differ by one
     own = [set(range(len(paths) * i // 2, len(paths) * (i + 1) // 2)) for i in range(2)]  # each shard's files
-    small = len(paths) // 2  # the smaller shard fits in one batch, the larger one does not
-    lines = []
+    small, findings = len(paths) // 2, {}  # the smaller shard fits in one batch, the larger one does not
     for pad in (False, True):
-        for policy in (LastBatchPolicy.PARTIAL, LastBatchPolicy.FILL):
-            shards = shard_batches(pad, policy, small)
-            sizes = [[len(b) for b in batches] for batches in shards]
-            foreign = sum(i not in own[r] for r, batches in enumerate(shards) for b in batches for i in b)
-            again = sum(len(sum(batches, [])) - len(set(sum(batches, []))) for batches in shards)  # re-reads
-            print(f"pad_last_batch={pad!s:5}, {policy.name:7}: batch sizes per rank {sizes}; "
-                  f"samples of the other rank's shard read: {foreign}; reads in all: {sum(sum(sizes, []))}")
-            steps = [len(b) for b in sizes]
-            found = ([] if steps[0] == steps[1] else
-                     [f"{steps[0]} and {steps[1]} steps: the rank with more waits in its extra all-reduce (lesson 12)"])
-            found += ["an empty last batch on a rank (a model with BatchNorm fails on it)"] if 0 in sum(sizes, []) else []
-            found += [f"{foreign} sample(s) of the other rank's shard, counted twice in the epoch"] if foreign else []
-            found += [f"{again} read(s) of a sample the same rank had already read (padding)"] if again else []
-            lines.append(f"- `pad_last_batch={pad}`, `{policy.name}`: " + ("; ".join(found) if found else
-                                                                          "same steps on both ranks, every file read once"))
-    say(f"{len(paths)} files in 2 shards, batches of {small}, on DALI {gdali.version()}:\n" + "\n".join(lines))
+        for policy in (LastBatchPolicy.PARTIAL, LastBatchPolicy.FILL, LastBatchPolicy.DROP):
+            shards = shard_epochs(pad, policy, small, epochs=2 if policy == LastBatchPolicy.DROP else 1)
+            findings[(pad, policy.name)] = f = reading.shard_findings(shards, own, len(paths))
+            print(f"pad_last_batch={pad!s:5}, {policy.name:7}: batch sizes per rank {[[len(b) for b in r[0]] for r in shards]}; "
+                  f"samples of the other rank's shard read: {f['foreign']}; reads in all: {sum(len(b) for r in shards for b in r[0])}"
+                  + (f"; next epoch: {[[sorted(set(b))[:3] for b in r[1]] for r in shards]} (first indices)" if len(shards[0]) > 1 else ""))
+    say(f"{len(paths)} files in 2 shards, batches of {small}, on DALI {gdali.version()}:\n\n" + reading.shard_reading(findings))
 else:
     print("skipped: DALI is not installed")
 
@@ -464,20 +461,23 @@ else:
 # here is our committed reference from a machine that has one (its pipelines ran what was
 # installed there), or, where none is committed, what torchvision's batched nvJPEG decode was
 # published to reach on an A100-class GPU: the GPU decoding that DALI's mixed decoder also does.
+# Their numbers are theirs; how we read them is said as ours.
 
 # %%
-from gpufeed.measure import results
+from gpufeed.measure import published, results
 
-extra_json = {"dali": gdali.version(), "n_images": n_images, "batch_size": batch_size, "cores": cores,
-              "jpeg_size": list(jpeg_size), "out_size": list(out_size)}
-results.save_lesson("lesson10", ms, **extra_json)
+results.save_lesson("lesson10", ms, dali=gdali.version(), n_images=n_images, batch_size=batch_size, cores=cores,
+                    jpeg_size=list(jpeg_size), stored=list(stored), out_size=list(out_size))
 if S.cuda:
     print(f"Measured above on {S.machine.get('gpu')}" + ("." if HAVE_DALI else ", without DALI."))
+elif (ref := results.reference("lesson10")) is not None:
+    print(f"No CUDA here: showing the reference measured on {ref[1]['machine'].get('gpu')}.")
+    fig, ax = plotting.bars(ref[0], machine=ref[1]["machine"], title="reference")
+    plt.show()
 else:
-    ref = results.gpu_reference("lesson10")  # says where the numbers come from
-    if ref is not None:
-        fig, ax = plotting.bars(ref[0], machine=ref[1]["machine"], title="reference")
-        plt.show()
+    print("No CUDA here, and no GPU run of ours is committed for this lesson yet (run this notebook on a GPU to "
+          "make one). Published elsewhere, not measured here:")
+    say(reading.published_reading(published.for_lesson("lesson10")))
 
 # %% [markdown]
 # ## Key takeaways
@@ -489,7 +489,10 @@ else:
 #   sample. `fn.external_source` lets DALI only augment data you already have decoded (a memmap).
 # * `device_id=None` runs the CPU operators only, on machines without a GPU.
 # * Check the deterministic part against torchvision before comparing speeds; measure with the same
-#   cores; count its threads and its memory, which live outside torch's view.
+#   cores, in turns, and against a tuned DataLoader too, not only the untuned one; count its threads
+#   and its memory, which live outside torch's view.
+# * With several ranks, read what each rank reads before choosing `pad_last_batch` and the
+#   iterator's `last_batch_policy` (section 8's table and its recommendation).
 #
 # ## Exercises
 #
@@ -511,7 +514,7 @@ if my_pipeline is not None and HAVE_DALI:
     mine.build()
     jittered, _ = gdali.unpack(next(iter(DALIGenericIterator(mine, ["images", "labels"], reader_name="reader"))))
     means = jittered.float().mean(dim=(1, 2, 3))
-    ok = jittered.shape == (8, 3, out_size[1], out_size[0]) and len(set(means.round(decimals=3).tolist())) == 8
+    ok = jittered.shape == (8, 3, out_size[1], out_size[0]) and len(set(means.round(decimals=5).tolist())) == 8
     print("right!" if ok else "not yet: the output must stay float [8, 3, h, w], with a different jitter per image")
 
 
@@ -541,7 +544,7 @@ if HAVE_DALI:
     mine.build()
     jittered, _ = gdali.unpack(next(iter(DALIGenericIterator(mine, ["images", "labels"], reader_name="reader"))))
     means = jittered.float().mean(dim=(1, 2, 3))  # one number per image: its brightness, normalised
-    assert jittered.shape == (8, 3, out_size[1], out_size[0]) and len(set(means.round(decimals=3).tolist())) == 8
+    assert jittered.shape == (8, 3, out_size[1], out_size[0]) and len(set(means.round(decimals=5).tolist())) == 8
     print(f"{tuple(jittered.shape)} float32, as before; the 8 images' mean values (normalised) range from "
           f"{means.min():.2f} to {means.max():.2f}, all different: the self-check above says right! for this pipeline.")
 else:
@@ -552,41 +555,28 @@ else:
 # Solution to exercise 2: 1 worker or thread against all cores.
 # Why they scale differently: each DataLoader worker is a process that decodes whole batches and
 # copies each to this process; DALI's `num_threads` are threads of one pipeline, with no copy between
-# processes. DALI's threads live in this process, so forking it could hang the workers (section 3):
-# they start from a fork server, a clean process that imports torch once (preload). Ideal: x cores.
-def dali_rate(pipe, name):
+# processes. The four arms take turns (the DataLoaders' workers come from section 3's fork server),
+# so each gain is read round by round and the two gains against each other. Ideal: x cores.
+def dali_loader_with(n):  # section 4's pipeline with n threads
+    pipe = folder_pipeline(str(jpeg_dir), list(out_size), S.cuda, batch_size=batch_size, num_threads=n,
+                           device_id=DEVICE_ID, seed=0)
     pipe.build()
-    it = DALIGenericIterator(pipe, ["images", "labels"], reader_name="reader", last_batch_policy=LastBatchPolicy.PARTIAL,
-                             auto_reset=True)
-    torch.set_num_threads(1)  # as in section 7: this process only moves the batches
-    try:
-        return benchmark(lambda: dali_epoch(it), name=name, items=n_images, repeats=3, warmup=1)
-    finally:
-        torch.set_num_threads(threads)
+    return DALIGenericIterator(pipe, ["images", "labels"], reader_name="reader",
+                               last_batch_policy=LastBatchPolicy.PARTIAL, auto_reset=True)
 
 
 if HAVE_DALI:
-    forkserver = torch.multiprocessing.get_context("forkserver")
-    forkserver.set_forkserver_preload(["torch", "torchvision"])  # takes effect when the server starts
-    scaling = {"DataLoader": {}, "DALI": {}}  # name -> {workers or threads: Measurement}
-    for n in (1, cores):
-        dl = DataLoader(datasets["JPEG folder"], batch_size=batch_size, shuffle=True, num_workers=n,
-                        persistent_workers=True, multiprocessing_context=forkserver)
-        scaling["DataLoader"][n] = benchmark(lambda dl=dl: epoch(dl), items=n_images, repeats=3, warmup=1)
-        del dl  # stops its workers
-        scaling["DALI"][n] = dali_rate(folder_pipeline(str(jpeg_dir), list(out_size), S.cuda, batch_size=batch_size,
-                                                       num_threads=n, device_id=DEVICE_ID, seed=0), f"DALI, {n} threads")
-    gain = {k: v[cores].items_per_s / v[1].items_per_s for k, v in scaling.items()}
-    flat = {k: band(v[1], v[cores]) for k, v in scaling.items()}  # each pair's spread
-    for k, v in scaling.items():
-        print(f"{k}: {v[1].items_per_s:,.0f} images/s with 1, {v[cores].items_per_s:,.0f} with {cores} "
-              f"({times(gain[k], flat=flat[k])}, spread {flat[k]:.0%}; ideal {cores}x faster)")
-    best, other = sorted(gain, key=gain.get, reverse=True)
-    apart = gain[best] > gain[other] * (1 + max(flat.values()))  # the gains differ by more than the spread
-    print((f"{best} scales better here ({times(gain[best])} against {times(gain[other])}). " if apart else
-           "The two gains are within this run's spread of each other: neither scales clearly better here. ") + (
-        f"More than {cores}x is the machine's load changing between runs." if gain[best] > cores * 1.1 else
-        f"On {cores} cores shared with this process, {cores}x is out of reach." if gain[best] < cores * 0.75 else ""))
+    scaling = {f"DataLoader, {n} workers": partial(epoch, workers_loader(datasets["JPEG folder"], n)) for n in (1, cores)}
+    scaling |= {f"DALI, {n} threads": partial(dali_epoch, dali_loader_with(n)) for n in (1, cores)}
+    torch.set_num_threads(1)  # as in section 7: this process only hands the batches on
+    dl1, dln, dali1, dalin = interleave(scaling, items=TURN * n_images, repeats=config.pick(quick=3, full=5, site=5),
+                                        warmup=1)
+    torch.set_num_threads(threads)
+    del scaling  # stops the workers
+    say(reading.scaling(dl1, dln, dali1, dalin, cores=cores,
+                        section7=reading.throughput_verdicts(by["JPEG folder"], by["tuned"], by["memmap"],
+                                                             by["DALI"])[reading.DALI_UNTUNED],
+                        earlier={"DataLoader": by["JPEG folder"], "DALI": by["DALI"]}).replace("\n", "  \n"))
 else:
     print("DALI is not installed here (section 2 says how).")
 
@@ -596,8 +586,8 @@ else:
 # Why: with `device="mixed"` the GPU does the inverse DCT and colour conversion; the CPU parses the
 # file and, under 1 MP (every image here), also Huffman-decodes it (section 1). With `device="cpu"`
 # all of the decoding is on the CPU threads, and `.gpu()` copies the decoded image, several times
-# the JPEG's bytes. Measure the CPU's decode alone, a pipeline that only reads and decodes: if the
-# CPU-decode pipeline runs near that rate, the CPU sets the pace (lesson 01), and the GPU waits.
+# the JPEG's bytes. Measure the CPU's decode alone, a pipeline that only reads and decodes, in turns
+# with the others: if the CPU-decode pipeline runs as fast, the CPU sets the pace (lesson 01).
 if HAVE_DALI:
     @pipeline_def
     def cpu_decode_pipeline(root, size, on_gpu, decode_only=False):
@@ -612,24 +602,22 @@ if HAVE_DALI:
                                           std=gdali.STD255, mirror=fn.random.coin_flip(probability=0.5))
         return images, labels
 
-    def build(pipeline, **kw):  # the pipeline settings of section 4, with num_threads=cores
-        return pipeline(str(jpeg_dir), list(out_size), S.cuda, batch_size=batch_size, num_threads=cores,
-                        device_id=DEVICE_ID, seed=0, **kw)
+    def built(decode_only=False):  # an iterator over it, with section 4's settings and num_threads=cores
+        pipe = cpu_decode_pipeline(str(jpeg_dir), list(out_size), S.cuda, decode_only, batch_size=batch_size,
+                                   num_threads=cores, device_id=DEVICE_ID, seed=0)
+        pipe.build()
+        return DALIGenericIterator(pipe, ["images", "labels"], reader_name="reader",
+                                   last_batch_policy=LastBatchPolicy.PARTIAL, auto_reset=True)
 
-    ceiling = dali_rate(build(cpu_decode_pipeline, decode_only=True), "read + decode on the CPU").items_per_s
-    cpu_decode = dali_rate(build(cpu_decode_pipeline), "decode on the CPU, then the rest").items_per_s
-    where = "mixed decode" if S.cuda else "all on the CPU, the decode included"
-    share = cpu_decode / ceiling
-    print(f"Read + decode on {cores} CPU threads: {ceiling:,.0f} images/s. The whole pipeline with the "
-          f"CPU decode: {cpu_decode:,.0f} ({share:.0%} of it: " + (
-              "near it, so the CPU decode sets the pace" if 0.8 <= share <= 1.1 else
-              "well below it, so the rest of the pipeline also takes the CPU's time" if share < 0.8 else
-              "above it: here the decode-only pipeline, which hands whole decoded images to Python where the full "
-              "one hands crops, is no ceiling")
-          + f"); section 7's pipeline ({where}): {by['DALI, JPEG folder'].items_per_s:,.0f}.")
-    if not S.cuda:
-        print("No GPU here, so both pipelines decode on the CPU: the ceiling shows how much of the CPU's time is "
-              "decoding, the share a GPU's nvJPEG takes away with device='mixed'.")
+    # Without a GPU, section 7's pipeline decodes on the CPU already: it is the pipeline asked for.
+    arms = {"read + decode on the CPU": partial(dali_epoch, built(True))}
+    if S.cuda:
+        arms["decode on the CPU, then the rest"] = partial(dali_epoch, built())
+    arms["section 7's pipeline"] = partial(dali_epoch, dali_loader)
+    torch.set_num_threads(1)  # as in section 7
+    decode = interleave(arms, items=TURN * n_images, repeats=config.pick(quick=3, full=5, site=7), warmup=1)
+    torch.set_num_threads(threads)
+    say(reading.decode_ceiling(decode[0], decode[-1], decode[1] if S.cuda else None, cores=cores, cuda=S.cuda))
 else:
     print("DALI is not installed here (section 2 says how).")
 

@@ -2,11 +2,10 @@
 # # 12 · Scaling out
 #
 # **What you will learn:** how data-parallel training spreads one dataset over many GPUs and
-# machines with what PyTorch already ships (`torchrun`, `DistributedSampler`,
-# `DistributedDataParallel`); how each process gets its own shard of every epoch, reshuffled with a
-# shared seed, disjoint from the others or padded with a few repeats so that every rank takes as
-# many steps; why ranks on one machine share one page cache; and what
-# going from 1 to 2 processes gives here, with the same script that runs on GPUs with nccl.
+# machines with what PyTorch ships (`torchrun`, `DistributedSampler`, `DistributedDataParallel`);
+# how each process gets its own shard of every epoch, and its own augmentation seed; why ranks on
+# one machine share one page cache, and what RSS and PSS then say; and what going from 1 to 2
+# processes gives here, with the same script that runs on GPUs with nccl.
 #
 # **Time:** about 25 minutes (2 minutes in quick mode). **Prerequisites:** [05 · Memory-mapped
 # datasets](05_memmap.ipynb) (the memmap dataset and the page cache), [06 · Batched
@@ -35,11 +34,9 @@ S = gpufeed.setup("12")  # S.device, S.mode, S.machine; shows this lesson's evid
 # | several machines | no | yes |
 #
 # PyTorch recommends DDP even on one machine. `torchrun` starts the processes and tells each who it
-# is through environment variables: `WORLD_SIZE` (processes in all), `RANK` (this one's number,
-# 0 to WORLD_SIZE-1), `LOCAL_RANK` (its number on this machine: which GPU it takes),
-# `LOCAL_WORLD_SIZE`, and `MASTER_ADDR`/`MASTER_PORT` (where the processes meet).
-# `torch.distributed.init_process_group("nccl")` reads them; `"gloo"` is the backend that also
-# runs on CPUs, which is what we use here.
+# is: `WORLD_SIZE` (processes in all), `RANK` (this one's number), `LOCAL_RANK` (its number on this
+# machine: which GPU it takes), `LOCAL_WORLD_SIZE`, and `MASTER_ADDR`/`MASTER_PORT` (where they
+# meet). `torch.distributed.init_process_group("nccl")` reads them; `"gloo"` also runs on CPUs, as here.
 #
 # **The whole recipe.** Before the course's script, here is what every DDP training script comes
 # down to (run as `torchrun --nproc-per-node N train.py`; not run in this cell):
@@ -170,6 +167,32 @@ print(f"without set_epoch, {len({tuple(o) for o in forgot})} distinct order(s) i
       f"{len({tuple(o) for o in told})}.")
 
 # %% [markdown]
+# **The same trap in the augmentation.** Random crops and flips come from a generator. Seed it alike
+# on every rank (a `torch.manual_seed(0)` at the top of the script, as many have) and every rank
+# draws the same crops in the same order: each rank's k-th image gets the same window and flip, so
+# N ranks make one augmentation sequence where they should make N. Put the rank in the seed, as
+# gpufeed's `ImageLoader` does (`seeded_generator(seed, epoch, rank)`). DataLoader workers inherit
+# the trap: torch seeds each worker with `base_seed + worker_id`, and draws `base_seed` from the main
+# process's generator, alike on every rank that seeded it alike.
+
+# %%
+import torch
+
+from gpufeed.data.loader import seeded_generator
+from gpufeed.data.transforms import draw_crops
+
+
+def crops(generator, n=64):  # n random 32x32 windows of 64x64 images: int64 [n, 3] (top, left, flip)
+    corners, flips = draw_crops(n, (64, 64), 32, generator)
+    return torch.cat([corners, flips[:, None].long()], dim=1)
+
+
+for how, gen in (("torch.manual_seed(0) on every rank", lambda rank: torch.Generator().manual_seed(0)),
+                 ("seeded by (seed, epoch, rank)", lambda rank: seeded_generator(0, 0, rank, 1))):
+    rank0, rank1 = crops(gen(0)), crops(gen(1))
+    print(f"{how}: {int((rank0 == rank1).all(dim=1).sum())} of {len(rank0)} crops the same on ranks 0 and 1")
+
+# %% [markdown]
 # ## 3. The dataset and the script
 #
 # The ranks share one memmap dataset (lesson 05), built once. The script,
@@ -214,8 +237,8 @@ print(f"{mm.n} images of {side}x{side} in a memmap of {mm.nbytes / 2**20:.1f} Mi
 # %%
 from gpufeed.course.lesson12.launch import torchrun_command
 
-passes = config.pick(quick=20, full=2)  # epochs per timed sample of loading: an epoch here lasts milliseconds
-script_args = ["--data", mm.path, "--batch-size", "32", "--epochs", str(config.pick(quick=3, full=5)), "--train",
+passes = config.pick(quick=10, full=2, site=20)  # epochs per timed sample of loading: an epoch lasts milliseconds
+script_args = ["--data", mm.path, "--batch-size", "32", "--epochs", str(config.pick(quick=2, full=5, site=3)), "--train",
                "--load-epochs", "5", "--load-passes", str(passes),
                "--backend", "gloo"]  # the CPU, also on a machine with GPUs (section 6 uses them)
 print(" ".join(["python", *torchrun_command(2, ["DATA" if a == mm.path else a for a in script_args])[1:]]))
@@ -225,133 +248,99 @@ print(" ".join(["python", *torchrun_command(2, ["DATA" if a == mm.path else a fo
 #
 # The page cache belongs to the kernel, not to a process (lesson 05). When eight ranks on one
 # machine map the same dataset file, the file sits in RAM once, and a page one rank has read is
-# there for the seven others. Each rank's *RSS* still counts every page it has touched, so adding
-# up the ranks' memory use overstates it eightfold. To see it, we drop the file from the cache, then
-# let two separate processes read every page in turn (`python -m gpufeed.course.lesson12.pagecache`, which also asks
-# the kernel with `mincore` how much of the file was cached before it started).
+# there for the seven others. To see it, we drop the file from the cache, then let two separate
+# processes read every page in turn (`python -m gpufeed.course.lesson12.pagecache`, which also asks
+# the kernel with `mincore` how much of the file was cached before it started), a few rounds.
 
 # %%
-import json
-import subprocess
-import sys
+from gpufeed.course.lesson12 import pagecache, reading
+from gpufeed.course.prose import say
 
-from gpufeed.data.folder import drop_cached
-from gpufeed.course.lesson12.pagecache import memmap_files
-
-
-def read_in_new_process(folder):
-    r = subprocess.run([sys.executable, "-m", "gpufeed.course.lesson12.pagecache", str(folder)], capture_output=True, text=True,
-                       check=True)
-    return json.loads(r.stdout)
-
-
-dropped = drop_cached(memmap_files(mm.path))
-first, second = read_in_new_process(mm.path), read_in_new_process(mm.path)
-for name, p in (("first process", first), ("second process", second)):
+rounds = pagecache.cold_then_warm(mm.path, rounds=config.pick(quick=1, full=7, site=7))
+for which in ("first", "second"):
+    p = rounds[which][-1]
     before = "unknown" if p["resident_before"] is None else f"{p['resident_before']:.0%}"
-    print(f"{name:>14}: {before} of the file cached before it started; {p['major']} major and "
+    print(f"{which:>6} process, last round: {before} of the file cached before it started; {p['major']} major and "
           f"{p['minor']} minor page faults; {p['seconds'] * 1e3:.1f} ms to touch {p['pages']} pages")
-
-# %%
-from gpufeed.course.prose import band, times
-
-if dropped and first["resident_before"] is not None and first["resident_before"] < 0.5:
-    print(f"The second process found {second['resident_before']:.0%} of the file already in RAM, read by the first, "
-          f"and touched it {times(first['seconds'] / max(second['seconds'], 1e-9), 'the first')} with "
-          f"{second['major']} major faults (the first took {first['major']}).")
-else:
-    print("This machine kept the file cached despite the request to drop it (some file systems do), so both "
-          "processes found it warm; on a normal disk the first process pays for the reads, the second does not.")
+say(reading.read_cold_warm(rounds))
 
 # %% [markdown]
 # Minor faults stay: each process must still map each page into its own address space (the
-# kernel maps up to 16 neighbouring cached pages per fault), but that costs microseconds, not a
-# disk read. On one machine, then: no rank reads a page from disk that another has already read,
-# and RAM holds one copy. Across machines there is no such sharing: each node needs the dataset on
-# its own disk (or a shared file system) and caches it in its own RAM.
+# kernel maps up to 16 neighbouring cached pages per fault), which costs microseconds, not a disk
+# read. And memory: each process's *RSS* counts every page it maps, so the ranks' RSS added up
+# counts the file once per rank; *PSS* divides each shared page among the processes that map it.
+# Eight processes (four in quick mode) map the file at once below (`pagecache.shared_readers` reads
+# `/proc/<pid>/smaps`).
+
+# %%
+files = pagecache.memmap_files(mm.path)
+say(reading.read_memory(pagecache.shared_readers(files, config.pick(quick=4, full=8, site=8)),
+                        sum(f.stat().st_size for f in files)))
+
+# %% [markdown]
+# On one machine, then: no rank reads a page from disk that another has already read, and RAM
+# holds one copy. Across machines there is no such sharing: each node needs the dataset on its own
+# disk (or a shared file system) and caches it in its own RAM.
 
 # %% [markdown]
 # ## 5. Per-rank throughput, 1 → 2 processes
 #
-# Now the script itself, once with one process and once with two, each with one thread. One
-# process needs no launcher: `run_here` calls the script's `main()` in this kernel as rank 0 of 1
-# (no DDP: nobody to all-reduce with). Two go through torchrun, after we drop the dataset from the
-# page cache, to see who pays for the reads.
-
-# %%
-from gpufeed.course.lesson12.launch import launch, run_here
-
-one_ms, one = run_here(script_args, work / "run-1.json", threads=1)
-drop_cached(memmap_files(mm.path))
-two_ms, two = launch(2, script_args, work / "run-2.json", threads=1)
-
-# %%
-for r in sorted(two["ranks"], key=lambda r: r["rank"]):
-    epochs = r["phases"]["load"]["epochs"]
-    print(f"rank {r['rank']} (pid {r['pid']}, {r['device']}): {epochs[0]['count']} samples per epoch; page faults "
-          f"in the first epoch {epochs[0]['major']} major, {epochs[0]['minor']} minor; in the {len(epochs) - 1} "
-          f"after it {sum(e['major'] for e in epochs[1:])} major, {sum(e['minor'] for e in epochs[1:])} minor")
-ok = all(e["disjoint"] and e["complete"] for e in two["shards"]["load"])
-print(f"Shards disjoint and covering the dataset in every epoch: {ok} (checked by the all-reduce of read counts).")
-majors = [sum(e["major"] for e in r["phases"]["load"]["epochs"][1:]) for r in two["ranks"]]
-if sum(majors) == 0:
-    print("After the first epoch, neither rank waited for the disk (0 major page faults): whatever it touched, "
-          "including samples the other rank had read before, was already in the page cache.")
-else:
-    print(f"After the first epoch the ranks still took {sum(majors)} major page faults: pages were read from disk "
-          "again (the dataset does not fit in the page cache, or something else pushed it out).")
+# Now the script itself, with one process and with two, each with one thread, five runs of each
+# in turns (`forked.in_turns`: the ranks are forked from a process that has imported torch, so a
+# run starts in milliseconds; section 2's `Join` demo used the same). Each run's median epoch is one
+# sample, and the verdict pairs the runs round by round.
 
 # %%
 import os
 
-by = {m.name: m for m in one_ms + two_ms}
+from gpufeed.course.lesson12 import forked
+
+cores = os.cpu_count()
+arms = forked.in_turns({"1 process": (1, 1), "2 processes": (2, 1)}, script_args, work,
+                       rounds=config.pick(quick=1, full=5, site=5))
+say(reading.read_scaling(arms["2 processes"], arms["1 process"], short_because=(
+    f"Likely causes of the shortfall, not measured here: {cores} cores shared by both ranks, this kernel and "
+    f"everything else running (the load average was {os.getloadavg()[0]:.1f} after the runs), and the gloo "
+    "all-reduce of the gradients over loopback in every step.")))
+
+# %%
 fig, axes = plt.subplots(2, 1, figsize=(7.5, 4.4))
 for ax, phase in zip(axes, ("load", "train")):
-    shown = {"1 process": by[f"{phase}, 1 process"], "2 processes: rank 0": by[f"{phase}, rank 0"],
-             "2 processes: rank 1": by[f"{phase}, rank 1"], "2 processes together": by[f"{phase}, 2 processes"]}
+    one, two = arms["1 process"], arms["2 processes"]
+    shown = {"1 process": one[f"{phase}, all"], "2 processes: rank 0": two[f"{phase}, rank 0"],
+             "2 processes: rank 1": two[f"{phase}, rank 1"], "2 processes together": two[f"{phase}, all"]}
     lows, mids, highs = zip(*(m.rate_quartiles() for m in shown.values()))
     ax.barh(range(4), mids, xerr=[np.subtract(mids, lows), np.subtract(highs, mids)], capsize=3,
             color=[plotting.COLORS[c] for c in ("baseline", "read", "read", "copy")])
     ax.set_yticks(range(4), [plotting.ratio_label(k, v / mids[0]) for k, v in zip(shown, mids)])
     ax.invert_yaxis()
     ax.set_title("loading only" if phase == "load" else "loading + a training step (DDP with 2 processes)")
-    ax.set_xlabel("images/s (median epoch, bars: IQR)")
+    ax.set_xlabel("images/s (median run, bars: IQR over the runs)")
 fig.tight_layout()
 plotting.caption(fig, S.machine, note="gloo, one thread per process")
 plt.show()
 
+# %% [markdown]
+# The same script under torchrun, as you would start it, after we drop the dataset from the page
+# cache again: who pays for the reads, epoch by epoch, and whether the shards were disjoint.
+
 # %%
-cores, load_avg = os.cpu_count(), os.getloadavg()[0]
-scale = {p: by[f"{p}, 2 processes"].items_per_s / by[f"{p}, 1 process"].items_per_s for p in ("load", "train")}
+from gpufeed.course.lesson12.launch import launch
+from gpufeed.data.folder import drop_cached
 
-
-def verdict(phase):  # 2 processes against 1, read with the spread of the two runs
-    x, f = scale[phase], band(by[f"{phase}, 1 process"], by[f"{phase}, 2 processes"])
-    return times(x, "one", flat=0.0) + (f", within the runs' spread of {f:.0%}" if x <= 1 + f and x * (1 + f) >= 1
-                                        else ", about the ideal 2x" if x >= 1.9 else ", short of the ideal 2x" if x > 1
-                                        else "")
-
-
-display(Markdown(
-    f"Two processes load {verdict('load')} and train {verdict('train')}, in images/s for the ranks together "
-    "(each epoch as long as its slower rank). "
-    f"The two ranks train at {by['train, rank 0'].items_per_s:,.0f} and {by['train, rank 1'].items_per_s:,.0f} "
-    f"images/s each, against {by['train, 1 process'].items_per_s:,.0f} for one process alone. What limits it here: {cores} cores shared by "
-    f"both ranks, torchrun's agent, this kernel and everything else running (load average {load_avg:.1f}), and the "
-    "gloo all-reduce of the gradients over loopback in every step. With one GPU per rank, each rank has its own "
-    "compute, and the all-reduce runs over whatever links the GPUs (NVLink where the machine has it, else PCIe; "
-    "`nvidia-smi topo -m` shows which)."))
-noisy = [m.name for m in one_ms + two_ms if m.noisy]
-if noisy or max(scale.values()) > 2.1:
-    print(f"Caution: {len(noisy)} of {len(one_ms + two_ms)} measurements spread by more than 10%"
-          + (", and more than 2x from 2 processes is noise, not a real gain" if max(scale.values()) > 2.1 else "")
-          + ": on a busy machine these ratios move from run to run; rerun when it is quiet.")
+dropped = drop_cached(files)
+two_ms, two = launch(2, script_args, work / "run-2.json", threads=1)
+ok = all(e["disjoint"] and e["complete"] for e in two["shards"]["load"])
+print(f"Shards disjoint and covering the dataset in every epoch: {ok} (checked by the all-reduce of read counts).")
+say(reading.read_faults(two, dropped))
 
 # %% [markdown]
 # ## 6. The same script on GPUs, with nccl
 #
 # Nothing changes but the count: `torchrun --nproc-per-node $(nvidia-smi -L | wc -l) -m
-# gpufeed.course.lesson12.distributed ...`. Each rank takes GPU `LOCAL_RANK`, the backend is nccl, `FastLoader`
+# gpufeed.course.lesson12.distributed ...`. Each rank then has its own compute, and the all-reduce
+# runs over whatever links the GPUs (NVLink where the machine has it, else PCIe; `nvidia-smi topo
+# -m` shows which). Each rank takes GPU `LOCAL_RANK`, the backend is nccl, `FastLoader`
 # copies each pinned batch to the rank's GPU without blocking, and the model (ResNet-18 here) trains
 # in bfloat16. Without CUDA the cell shows our committed GPU reference, else NVIDIA's published
 # ResNet-50 throughput on one and eight A100s (their recipe, not this script). With one GPU it runs
@@ -386,15 +375,19 @@ else:
                   f"of linear scaling), {eight.label()}.")
 
 # %%
-results.save_lesson("lesson12", [*one_ms, *two_ms, *gpu_ms], n_images=mm.n, side=side, cores=cores,
-                    scaling_load=scale["load"], scaling_train=scale["train"], load_average=load_avg)
+turns = [m for arm in arms.values() for m in arm.values()]
+results.save_lesson("lesson12", [*turns, *two_ms, *gpu_ms], n_images=mm.n, side=side, cores=cores,
+                    arms=list(arms), load_average=os.getloadavg()[0])
 for m in gpu_ms:
     print(f"{m.name} on {gpus} GPU(s): {m.items_per_s:,.0f} images/s")
 
 # %% [markdown]
-# ## 7. Several machines
+# ### Deeper (optional): several machines
 #
-# Not run here, but the same script: start torchrun on every node with the same rendezvous, and it
+# Not run here, but the same script, on every node.
+
+# %% [markdown] tags=["deeper"]
+# Start torchrun on every node with the same rendezvous, and it
 # assigns global ranks across them. With the c10d rendezvous, any one node's address serves as the
 # meeting point, and `--rdzv-id` names the job:
 #
@@ -424,10 +417,12 @@ for m in gpu_ms:
 #   all ranks, disjoint unless padded. `DistributedSampler` pads with repeats for equal sizes and needs
 #   `set_epoch`; `FastLoader` pads the same way by default, and with `pad=False` never repeats; then
 #   train with `drop_last` so every rank takes as many steps, or with `Join` where they cannot.
+# * The shuffle's seed is shared by the ranks; the augmentation's must not be: put the rank in it.
 # * On one machine all ranks share one page cache: one copy of a memmap in RAM, read from disk once.
-# * Scaling needs resources per rank. On a small CPU-only machine the ranks share the cores and the
-#   gain stays below 2x; on GPUs each rank brings its own compute, and the loader must keep up with N
-#   of them (per-rank images/s times N).
+#   To know what the ranks hold, add up their PSS, not their RSS.
+# * Scaling needs resources per rank. On a small CPU-only machine the ranks share the cores (section
+#   5 measured what that leaves of 2x); on GPUs each rank brings its own compute, and the loader must
+#   keep up with N of them (per-rank images/s times N).
 #
 # ## Exercises
 #
@@ -474,26 +469,18 @@ print(f"DistributedSampler: {per_rank} samples per rank, {2 * per_rank} reads of
 # cores, which also run this kernel and whatever else is running. A thread that waits for a core
 # holds up its whole team at every operation, so each rank's step waits, and DDP's all-reduce then
 # makes the other rank wait for it too. Both phases run parallel operations: the gather of each
-# batch is one, and a training step is many. Section 5 measured one thread per process; run the
-# same script with two, with fewer epochs so that a slow case stays short (the rates are per epoch,
-# so they compare). `launch(2, short, ..., threads=2)` would do; `forked.run` runs the same script
-# with the variables torchrun sets, in two ranks forked from the process that section 2's
-# `uneven_inputs` started, which has imported torch already: no three more start-ups of torch.
-from gpufeed.course.lesson12 import forked
-
+# batch is one, and a training step is many. Run the same script with one and with two threads per
+# process, in turns as section 5 did (`forked.in_turns`), with fewer epochs so that a slow case
+# stays short (the rates are per epoch, so they compare).
 short = ["--data", mm.path, "--batch-size", "32", "--epochs", "1", "--load-epochs", "2", "--load-passes", str(passes),
          "--train", "--backend", "gloo"]
-two_threads = {m.name: m.items_per_s for m in forked.run(2, short, work / "run-2-threads2.json", threads=2, verbose=False)[0]}
-for phase in ("load", "train"):
-    one_each = [by[f"{phase}, rank {r}"].items_per_s for r in range(2)]
-    two_each = [two_threads[f"{phase}, rank {r}"] for r in range(2)]
-    print(f"{phase:>5}, images/s per rank: {[f'{v:,.0f}' for v in one_each]} with 1 thread each (section 5), "
-          f"{[f'{v:,.0f}' for v in two_each]} with 2 ({times(sum(two_each) / sum(one_each))})")
-gain = two_threads["train, 2 processes"] / by["train, 2 processes"].items_per_s
-print(f"Training with 4 threads on {cores} cores: {times(gain, '2 threads')}. " + (
-    "Slower: the teams wait for threads that wait for a core." if gain < 0.9 else
-    "Faster: the cores had room for the extra threads at this moment." if gain > 1.1 else
-    "No clear change: what the second thread gains, waiting for a core takes back."))
+threads_arms = forked.in_turns({"1 thread each": (2, 1), "2 threads each": (2, 2)}, short, work,
+                               rounds=config.pick(quick=1, full=5, site=5))
+for arm, ms in threads_arms.items():
+    for phase in ("load", "train"):
+        per_rank = [ms[f"{phase}, rank {r}"].items_per_s for r in range(2)]
+        print(f"{arm:>15}, {phase:>5}: images/s per rank " + ", ".join(f"{x:,.0f}" for x in per_rank))
+say(reading.read_threads(threads_arms["2 threads each"], threads_arms["1 thread each"], cores))
 
 
 # %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["solution", "hide-cell"]

@@ -155,3 +155,27 @@ def test_os_threads_agrees_with_the_kernel_list_of_threads():
 
     torch.ones(1 << 16).sum()  # a parallel op: torch's intra-op pool is running now, threads threading cannot see
     assert gdali.os_threads() == len(os.listdir("/proc/self/task"))
+
+
+def test_the_tuned_folder_decodes_without_pillow_and_hands_over_what_the_untuned_one_would_after_finish(folder):
+    """The tuned baseline of lesson 10 does the untuned one's work: the same crop and flip for the same
+    draws, on uint8; converted and normalised after the hand-over, it equals the float pipeline on the
+    same decoded image."""
+    import numpy as np
+    from PIL import Image
+
+    from gpufeed.data.augment import cpu_transform, finish
+
+    path, label = scan(folder)[0][0]
+    decoded = gdali.read_jpeg(path)
+    with Image.open(path) as im:
+        pil = torch.from_numpy(np.array(im.convert("RGB"))).permute(2, 0, 1)
+    assert decoded.dtype == torch.uint8 and decoded.shape == pil.shape
+    assert (decoded.float() - pil.float()).abs().mean() < 2.0  # both libjpeg-turbo; rounding may differ a little
+    ds = gdali.tuned_folder(folder, (24, 32))
+    torch.manual_seed(7)
+    image, got_label = ds[0]
+    torch.manual_seed(7)
+    usual = cpu_transform((24, 32))(decoded)  # the untuned transforms on the same decoded image
+    assert image.dtype == torch.uint8 and tuple(image.shape) == (3, 24, 32) and got_label == label
+    assert torch.allclose(finish(image[None])[0], usual, atol=1e-6)

@@ -355,3 +355,22 @@ def test_loading_is_timed_over_several_epochs_per_sample():
     with pytest.raises(SystemExit):
         distributed.parse_args(["--data", "DIR", "--load-passes", "0"])
     assert distributed.parse_args(["--data", "DIR"]).load_passes == 1  # one epoch a sample unless asked
+
+
+def test_each_reader_is_charged_the_whole_file_in_rss_and_its_share_in_pss(mm):
+    files = pagecache.memmap_files(mm)
+    pages = sum(-(-f.stat().st_size // pagecache.mmap.PAGESIZE) for f in files) * pagecache.mmap.PAGESIZE
+    readers = pagecache.shared_readers(files, 3)
+    assert len({r["pid"] for r in readers}) == 3 and all(r["pages"] * pagecache.mmap.PAGESIZE == pages for r in readers)
+    if readers[0]["rss"] is None:
+        pytest.skip("this OS has no /proc/<pid>/smaps")
+    assert all(r["rss"] == pages for r in readers)  # RSS: every page each one maps
+    assert sum(r["pss"] for r in readers) == pytest.approx(pages, abs=3 * pagecache.mmap.PAGESIZE)  # PSS: split 3 ways
+    assert pagecache.mapping_memory(os.getpid(), files) == (0, 0)  # not mapped here
+
+
+def test_cold_then_warm_reads_in_new_processes_each_round(mm):
+    got = pagecache.cold_then_warm(mm, rounds=2)
+    assert len(got["first"]) == len(got["second"]) == 2 and isinstance(got["dropped"], bool)
+    assert len({r["pid"] for r in got["first"] + got["second"]}) == 4
+    assert all(r["resident_before"] is None or r["resident_before"] == pytest.approx(1.0) for r in got["second"])

@@ -62,3 +62,13 @@ def test_the_chart_draws_the_target_and_labels_the_speed_up():
     assert efficiency.TARGET in [line.get_xdata()[0] for line in ax.get_lines()]
     assert "0.96 (96 images/s)" in [t.get_text() for t in ax.texts]
     plt.close(fig)
+
+
+def test_the_target_is_said_measured_on_a_gpu_only_where_a_gpu_run_is_committed(tmp_path, monkeypatch):
+    monkeypatch.setattr(results, "reference_roots", lambda: [tmp_path])
+    assert "not yet measured on a GPU" in efficiency.target_status()
+    _write_bench(tmp_path / "cpu-demo", gpu=False)
+    assert "not yet measured on a GPU" in efficiency.target_status()  # a CPU run does not measure it
+    _write_bench(tmp_path / "demo-gpu", gpu=True)
+    said = efficiency.target_status()
+    assert said.startswith("On Demo GPU, `gpufeed bench`") and "at 0.95, against the course's 0.95 target" in said

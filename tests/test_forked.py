@@ -39,3 +39,26 @@ def test_each_forked_rank_reads_the_shard_torchrun_would_give_it(mm, tmp_path):
 def test_a_failed_rank_raises_with_its_own_message(tmp_path):
     with pytest.raises(RuntimeError, match=r"(?s)rank 0 exit 2.*gpufeed.course.lesson12.distributed: .*nope"):
         forked.run(2, ["--data", tmp_path / "nope"], tmp_path / "out.json", timeout=120)
+
+
+def test_arms_run_in_turns_and_each_round_gives_one_sample(monkeypatch, tmp_path):
+    from gpufeed.measure.harness import Measurement
+
+    calls = []
+
+    def run(nproc, args, out, *, threads, verbose):  # a stand-in for the forked run: its medians are known
+        calls.append((nproc, threads))
+        k = len(calls)
+        ms = [Measurement(f"load, rank {r}", [k, k + 2, k + 1], 10, params={"phase": "load", "rank": r})
+              for r in range(nproc)]
+        ms.append(Measurement(f"load, {nproc} process{'es' if nproc > 1 else ''}", [k, k + 1, k + 5], 10 * nproc,
+                              params={"phase": "load", "rank": "all"}))
+        return ms, {}
+
+    monkeypatch.setattr(forked, "run", run)
+    got = forked.in_turns({"one": (1, 1), "two": (2, 2)}, ["--data", "x"], tmp_path, rounds=3)
+    assert calls == [(1, 1), (2, 2)] * 3  # A, B, A, B, A, B
+    assert set(got["one"]) == {"load, all", "load, rank 0"} and set(got["two"]) == {"load, all", "load, rank 0", "load, rank 1"}
+    assert got["one"]["load, all"].samples == [2, 4, 6]  # each round's median, one a round
+    assert got["two"]["load, all"].name == "two: load, all" and got["two"]["load, all"].params["arm"] == "two"
+    assert got["two"]["load, rank 1"].samples == [3, 5, 7] and got["two"]["load, all"].items == 20

@@ -36,3 +36,22 @@ def test_without_cuda_or_a_reference_it_says_what_a_gpu_shows(monkeypatch, tmp_p
     assert gpucell.measured_or_reference("lesson99", lambda: 1, "x", cuda=False, shows="a number") is None
     out = capsys.readouterr().out
     assert "on a GPU this cell shows a number." in out and "/" not in out  # no path, no file name
+
+
+def test_a_full_only_cell_on_a_gpu_outside_full_mode_shows_the_reference(monkeypatch, tmp_path, capsys):
+    """Quick mode must be quick on a GPU too: a cell that starts CUDA in workers measures in full mode only."""
+    save(tmp_path / "h100" / "lesson99.json", [Measurement("x", [1e-3], machine=H100)], machine=H100,
+         worker_collate={"first_batch_s": 4.0})
+    monkeypatch.setattr(results, "reference_roots", lambda: [tmp_path])
+    never = lambda: (_ for _ in ()).throw(AssertionError("measured outside full mode"))  # noqa: E731
+    for mode in ("quick", "site"):
+        got = gpucell.measured_or_reference("lesson99", never, "worker_collate", cuda=True, shows="x", full_only=True,
+                                            mode=mode)
+        assert got == {"first_batch_s": 4.0}
+        out = capsys.readouterr().out
+        assert "full mode only" in out and "Our reference, measured on Intel Xeon" in out and "No CUDA" not in out
+    assert gpucell.measured_or_reference("lesson99", lambda: 7, "worker_collate", cuda=True, shows="x", full_only=True,
+                                         mode="full") == 7
+    assert gpucell.measured_or_reference("lesson99", never, "missing", cuda=True, shows="x", full_only=True,
+                                         mode="quick") is None
+    assert "on a GPU in full mode this cell shows x." in capsys.readouterr().out

@@ -167,7 +167,7 @@ def test_a_gpu_never_seen_plans_with_the_h100_run_scaled_by_the_lanes_not_with_d
     for name, e in rows.items():  # Lesson.gpu_s only where the H100 timed nothing
         assert e.basis.startswith("h100-80gb-hbm3 2026-11-26") if name in timed else e.basis == "default (no GPU run timed it)"
     assert sorted(n for n, e in rows.items() if e.basis.startswith("default")) == [
-        "09_augment", "lesson01", "lesson02", "lesson04", "lesson05", "lesson10", "lesson12"]
+        "09_augment", "lesson01", "lesson02", "lesson04", "lesson05", "lesson10", "lesson12", "topology"]
     assert {n: rows[n].estimate_s for n in ("00_setup", "07_dataloader", "08_prefetch", "lesson08", "bench", "cuda")} == {
         "00_setup": 100, "07_dataloader": 150, "08_prefetch": 300, "lesson08": 53, "bench": 225,
         "cuda": 115}, "finished as timed, cut x1.5, a step at most its cap (a quarter of 460 s)"
@@ -210,6 +210,7 @@ def test_the_references_of_lessons_without_a_gpu_number_come_first():
 #: The table of a run a test can wait for: the same kinds with caps of seconds.
 FAKE_STEPS = (
     steps.Step("preflight", "preflight", "", 0, 15, 1),
+    steps.Step("topology", "command", "", 0.5, 5, 0.2, ("python", "-c", "print('GPU0 X')"), ("python", "-c", "print(1)")),
     steps.Step("data", "data", "", 0.5, 5, 1),
     steps.Step("cuda", "tests", "", 0.5, 3, 0.3, ("-m", "cuda")),
     steps.Step("csan", "tests", "", 0.5, 1, 0.5, ("-m", "cuda", "--cuda-sanitizer")),  # sleeps 30 s: cut at 1 s
@@ -289,8 +290,9 @@ def test_the_run_keeps_to_its_budget_and_names_every_step_and_lesson(tmp_path, m
     st = {s["name"]: s for s in doc["steps"]}
     assert list(st) == [s.name for s in FAKE_STEPS], "every step, in the table's order"
     assert {n: s["status"] for n, s in st.items()} == {
-        "preflight": "passed", "data": "passed", "cuda": "passed", "csan": "cut", "quick": "failed" if fail else "passed",
-        "references": "passed"}
+        "preflight": "passed", "topology": "passed", "data": "passed", "cuda": "passed", "csan": "cut",
+        "quick": "failed" if fail else "passed", "references": "passed"}
+    assert "GPU0 X" in (tmp_path / "run" / st["topology"]["log"]).read_text(), "a command row's output is its log"
     assert not _alive(int(run.kept.read_text())), "a cut step's process tree is killed, its kernel's session too"
     quick = {e["name"]: e for e in doc["items"] if e["step"] == "quick"}
     assert list(quick) == [x.stem for x in LESSONS]
@@ -300,7 +302,7 @@ def test_the_run_keeps_to_its_budget_and_names_every_step_and_lesson(tmp_path, m
         "what does not fit is not run; what does fits after it")
     assert list(doc["lessons"]) == [x.number for x in LESSONS] + ["bench", "ceilings"]
     assert doc["lessons"]["08"] == {"quick": "passed", "references": "passed"} and doc["lessons"]["06"] == {"quick": "passed"}
-    assert [p["name"] for p in doc["plan"]][:3] == ["cuda", "csan", "00_setup"] and "lesson03" in [p["name"] for p in doc["plan"]]
+    assert [p["name"] for p in doc["plan"]][:4] == ["topology", "cuda", "csan", "00_setup"] and "lesson03" in [p["name"] for p in doc["plan"]]
     assert next(p for p in doc["plan"] if p["name"] == "lesson03")["fits"] is False
     assert next(p for p in doc["plan"] if p["name"] == "08_prefetch")["basis"] == "last run on fake-gpu"
     made = references.load(tmp_path / "run" / "results" / "fake-gpu")
@@ -379,7 +381,7 @@ def test_a_run_that_breaks_still_returns_why(tmp_path, monkeypatch, room):
     with pytest.raises(RuntimeError, match="the step broke"):
         run.main(*runner.selection("all"))
     doc = json.loads((tmp_path / "out" / "run.json").read_text())
-    assert doc["error"] == "RuntimeError: the step broke" and doc["steps"][2]["status"] == "passed", "cuda ran before"
+    assert doc["error"] == "RuntimeError: the step broke" and doc["steps"][3]["status"] == "passed", "cuda ran before"
     assert (tmp_path / "out" / "summary.txt").read_text().splitlines()[2] == "error: RuntimeError: the step broke"
     assert "raise RuntimeError" in (tmp_path / "run" / "logs" / "gpurun-error.txt").read_text()
 
@@ -452,9 +454,9 @@ def test_a_step_that_ends_leaves_no_process_behind(tmp_path):
 
 
 def test_lessons_chooses_the_parts():
-    assert runner.selection("tests")[0] == {"preflight", "cuda", "csan"}
+    assert runner.selection("tests")[0] == {"preflight", "topology", "cuda", "csan"}
     chosen, numbers = runner.selection("03 bench")
-    assert chosen == {"preflight", "data", "quick", "references", "bench"} and numbers == ["03"]
+    assert chosen == {"preflight", "topology", "data", "quick", "references", "bench"} and numbers == ["03"]
     with pytest.raises(SystemExit, match="give all, tests, step names"):
         runner.selection("everything")
     with pytest.raises(SystemExit, match="99"):
@@ -752,6 +754,7 @@ def test_a_copy_without_git_reports_the_commit_it_was_packed_at(tmp_path, monkey
 
 
 def test_a_time_cap_stops_sampling_and_is_recorded(monkeypatch):
+    from gpufeed.config import ENV_MEASURE_S, measure_cap
     from gpufeed.measure import harness
     from gpufeed.measure.machine import machine_info
 
@@ -761,26 +764,28 @@ def test_a_time_cap_stops_sampling_and_is_recorded(monkeypatch):
         calls.append(1)
         time.sleep(0.05)
 
-    monkeypatch.setenv(harness.ENV_MEASURE_S, "0.1")
+    monkeypatch.setenv(ENV_MEASURE_S, "0.1")
     m = harness.benchmark(slow, repeats=50, warmup=5)
     assert len(m.samples) == harness.MIN_SAMPLES and len(calls) == 2 + harness.MIN_SAMPLES  # warm-up cut too
     assert m.machine["measure_s"] == 0.1 and machine_info()["measure_s"] == 0.1
     ms = harness.interleave({"a": slow, "b": slow}, repeats=50, warmup=1)
     assert [len(m.samples) for m in ms] == [harness.MIN_SAMPLES] * 2
-    monkeypatch.setenv(harness.ENV_MEASURE_S, "soon")
+    monkeypatch.setenv(ENV_MEASURE_S, "soon")
     with pytest.raises(ValueError, match="GPUFEED_MEASURE_S='soon'"):
-        harness.measure_cap()
-    monkeypatch.delenv(harness.ENV_MEASURE_S)
+        measure_cap()
+    monkeypatch.delenv(ENV_MEASURE_S)
     assert len(harness.benchmark(lambda: None, repeats=7, warmup=0, with_machine=False).samples) == 7
 
 
 @pytest.mark.slow
 def test_the_bench_keeps_each_pipeline_as_it_finishes(tmp_path, monkeypatch):
-    from gpufeed.measure import harness, pipelines
+    from gpufeed.config import ENV_MEASURE_S
+    from gpufeed.measure import harness as bench
+    from gpufeed.measure import pipelines
     from gpufeed.measure import suite as pb
 
     monkeypatch.setenv("GPUFEED_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv(harness.ENV_MEASURE_S, "0.3")
+    monkeypatch.setenv(ENV_MEASURE_S, "0.3")
 
     def cut(*args, **kwargs):  # the slot ends after the loaders, before the training step
         raise KeyboardInterrupt
@@ -788,7 +793,7 @@ def test_the_bench_keeps_each_pipeline_as_it_finishes(tmp_path, monkeypatch):
     monkeypatch.setattr(pb, "make_model", cut)
     with pytest.raises(KeyboardInterrupt):
         pb.run(tmp_path / "out", quick=True, device="cpu", workload=pipelines.TINY, dali=False, log=lambda s: None)
-    ms, doc = harness.load(tmp_path / "out" / pb.PARTIAL)
+    ms, doc = bench.load(tmp_path / "out" / pb.PARTIAL)
     assert not (tmp_path / "out" / pb.FILE).exists()
     assert [m.params["pipeline"] for m in ms] == ["naive", "tuned", "course", "course_uint8"]
     assert doc["measure_s"] == 0.3 and doc["machine"]["measure_s"] == 0.3
@@ -840,31 +845,31 @@ def test_name_patterns_match_a_folder_only_in_the_shape_its_f_string_makes():
 
 
 def lesson11_workloads(cuda: bool):
-    """``(QUICK, FULL)`` as lesson 11's source defines them, on a machine with or without CUDA."""
+    """``{"quick": QUICK, "site": SITE, "full": FULL}`` as lesson 11's source defines them, on a machine
+    with or without CUDA."""
     import ast
 
     from gpufeed.measure import pipelines
 
     ns = {"pipelines": pipelines, "S": SimpleNamespace(cuda=cuda)}
     for node in ast.parse(lesson_source("lesson11")).body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) in ("QUICK", "FULL") for t in node.targets):
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) in ("QUICK", "SITE", "FULL") for t in node.targets):
             exec(compile(ast.Module([node], type_ignores=[]), "11_together.py", "exec"), ns)
-    return ns["QUICK"], ns["FULL"]
+    return {"quick": ns["QUICK"], "site": ns["SITE"], "full": ns["FULL"]}
 
 
 def test_every_lesson_and_the_bench_have_their_datasets_listed_in_every_mode():
     from gpufeed.measure.datasets import datasets, workload_dataset
 
     for mode, cuda in (("quick", True), ("full", True), ("full", False), ("site", False)):
-        quick = mode != "full"
         specs = datasets(mode, cuda=cuda)
-        quick11, full11 = lesson11_workloads(cuda)
+        workloads11 = lesson11_workloads(cuda)
         assert {d.owner for d in specs} >= {"bench", "lesson05", "lesson07", "lesson09", "lesson10", "lesson11", "lesson12"}
         folders = [d.folder for d in specs]
         assert len(folders) == len(set(folders)), "no folder built twice"
         for d in specs:
             if d.owner == "lesson11":  # named by pipelines.prepare from the lesson's workload
-                want = workload_dataset("lesson11", "lesson11", quick11 if quick else full11)
+                want = workload_dataset("lesson11", "lesson11", workloads11[mode])
                 assert (d.folder, d.memmaps) == (want.folder, want.memmaps), "lesson 11's workload changed"
             elif d.owner.startswith("lesson"):  # each part of each path is a string or f-string of the lesson
                 pats = name_patterns(lesson_source(d.owner))
@@ -872,3 +877,17 @@ def test_every_lesson_and_the_bench_have_their_datasets_listed_in_every_mode():
                     for part in path.split("/"):
                         assert any(p.fullmatch(part) for p in pats), f"{d.owner}: {part!r} of {path!r} is not in the lesson"
 
+
+
+def test_a_command_row_is_one_row_and_a_missing_tool_fails_in_one_line(tmp_path, monkeypatch, room):
+    """The `command` kind: a step that runs its own argv (`nvidia-smi topo -m` on a node) is one row of
+    the table; a tool the node lacks fails that step by name, and the run goes on."""
+    table = (FAKE_STEPS[0], steps.Step("links", "command", "", 0.5, 5, 0.2, ("no-such-tool-gpufeed", "-m"),
+                                       ("no-such-tool-gpufeed", "-m")), *FAKE_STEPS[2:4])
+    monkeypatch.setattr(runner, "STEPS", table)
+    run = FakeRun(fake_args(tmp_path, budget=60.0))
+    run.kept = tmp_path / "kernel.pid"
+    assert run.main({"preflight", "links", "cuda"}, []) == 1
+    st = {s["name"]: s for s in json.loads((tmp_path / "out" / "run.json").read_text())["steps"]}
+    assert st["links"]["status"] == "failed" and st["links"]["reason"] == "no-such-tool-gpufeed is not on this node's PATH"
+    assert st["cuda"]["status"] == "passed", "the steps after it still run"

@@ -5,10 +5,8 @@ import torch
 from cudacheck import consume_on_the_gpu, no_host_sync
 
 import gpufeed.data
-from gpufeed.data.image_loader import (  # _HAS_USE_COUNT: torch's storage use count
-    _HAS_USE_COUNT,
-    ImageLoader,
-)
+from gpufeed.data.buffers import _HAS_USE_COUNT  # torch's storage use count
+from gpufeed.data.image_loader import ImageLoader
 from gpufeed.data.loader import seeded_generator
 from gpufeed.data.memmap import MemmapError, build_memmap, load_memmap
 from gpufeed.data.transforms import IMAGENET_MEAN, IMAGENET_STD, normalize
@@ -164,7 +162,7 @@ def test_by_default_a_dropped_batch_s_memory_is_reused_and_a_kept_one_never_writ
 def test_free_buffers_never_hand_out_a_held_buffer_across_threads():
     import threading
 
-    from gpufeed.data.image_loader import FreeBuffers
+    from gpufeed.data.buffers import FreeBuffers
 
     pool, held, lock = FreeBuffers((2, 8), torch.float32, keep=4), [], threading.Lock()
 
@@ -200,7 +198,7 @@ def test_reuse_buffers_is_an_opt_in_ring(mm):
 def test_break_leaves_no_thread(mm):
     import threading
 
-    from gpufeed.data.prefetch import THREAD_PREFIX
+    from gpufeed.data.producer import THREAD_PREFIX
 
     for _x, _y in ImageLoader(mm, 2, crop=16):
         break
@@ -393,7 +391,7 @@ def test_every_rank_yields_as_many_batches_padded_as_distributed_sampler_pads(mm
 def test_free_buffers_never_reuse_shared_memory_or_a_held_storage():
     """Issue 26, defect 5: a batch pickled in a DataLoader worker moves to shared memory, the worker
     drops it, another process still reads it; and a held ``untyped_storage()`` holds the memory."""
-    from gpufeed.data.image_loader import FreeBuffers
+    from gpufeed.data.buffers import FreeBuffers
 
     pool = FreeBuffers((4, 8), torch.float32, keep=4)
     shared = pool.take(4)
@@ -425,9 +423,9 @@ def test_a_cpu_loader_in_dataloader_workers_gives_every_batch_intact(mm):
 def test_without_torchs_private_use_count_every_batch_is_fresh_memory(mm, monkeypatch):
     """Issue 26, defect 11: ``torch._C._storage_Use_Count`` is private; where it is absent nothing
     is reused (correct, at the cost of fresh memory's page faults), and the batches are the same."""
-    import gpufeed.data.image_loader as il
+    import gpufeed.data.buffers as buffers
 
-    monkeypatch.setattr(il, "_HAS_USE_COUNT", False)
+    monkeypatch.setattr(buffers, "_HAS_USE_COUNT", False)
     loader = ImageLoader(mm, 4, crop=16, depth=1)
     ptrs = []
     for x, _ in loader:

@@ -13,6 +13,7 @@ from gpufeed.data import transforms as T
 from gpufeed.data.memmap import load_memmap
 from gpufeed.measure import dali as gdali
 from gpufeed.measure import pipelines as P
+from gpufeed.measure.harness import Measurement
 
 # torchvision (or TorchCodec) decodes the uint8 rung; Pillow decodes the rest (the memmap too).
 TOLERANCE = {"uint8": 2.0, "dali": 2.0}
@@ -116,39 +117,91 @@ def test_rows_give_each_step_and_the_total_and_put_dali_beside_the_course():
         ladder.rows({"course": 1.0})
 
 
-def test_the_reading_states_losses_plainly_with_their_reason():
-    text = ladder.read(ladder.rows({"naive": 100.0, "workers": 80.0, "uint8": 82.0, "course": 1000.0,
-                                    "dali": 250.0}), cores=2)
-    assert "got 10.00x faster" in text and "'+ batched augmentation' (lesson 09)" in text
-    assert "'+ workers' made it 1.25x slower here: 2 worker processes share the 2 cores" in text
-    assert "'+ uint8 on the wire' changed little here (1.02x faster, within the runs' spread of 5%)" in text
-    assert ("DALI, as a side rung: 250 images/s, 2.50x faster than naive and 4.00x slower than the course "
-            "pipeline: DALI decodes") in text
+QUIET = [1.0, 1.01, 0.99, 1.005, 0.995]  # seconds per pass, about 1% of spread: every step decided
+NOISY = [1.0, 1.6, 0.6, 1.3, 0.75]  # wide: a step inside it cannot be told
+
+
+def ladder_of(rates: dict, spread: dict | None = None) -> list[Measurement]:
+    """Rungs timed in turns at ``rates`` images/s (100 images a pass), each with QUIET or ``spread``'s samples."""
+    return [Measurement(k, [100 / r * x for x in (spread or {}).get(k, QUIET)], items=100) for k, r in rates.items()]
+
+
+def test_each_step_is_a_verdict_on_the_rung_above():
+    ms = ladder_of({"naive": 100.0, "workers": 50.0, "uint8": 400.0, "course": 1200.0, "dali": 300.0})
+    v = ladder.step_verdicts(ms)
+    assert set(v) == {"workers", "uint8", "course", "total", "dali", "dali/naive"}
+    assert (v["workers"].kind, v["uint8"].kind, v["course"].kind, v["dali"].kind) == ("slower", "faster", "faster", "slower")
+    assert v["total"].ratio == pytest.approx(12.0) and v["dali/naive"].ratio == pytest.approx(3.0)
+    with pytest.raises(ValueError, match="naive"):
+        ladder.step_verdicts(ladder_of({"course": 1.0}))
+
+
+def test_the_reading_states_losses_plainly_with_their_likely_cause():
+    text = ladder.read(ladder_of({"naive": 100.0, "workers": 80.0, "uint8": 80.0, "course": 1000.0, "dali": 250.0}),
+                       cores=2, busy={"naive": 1.0, "workers": 1.9, "uint8": 1.8, "course": 1.1, "dali": 1.7})
+    assert "the loader's rate got 10.00x faster (" in text and "'+ batched augmentation' (lesson 09)" in text
+    assert ("'+ workers' (1.9 cores busy, against 1.0 for the rung above) ran 1.25x slower than the rung above ("
+            in text)
+    assert "one likely cause, not measured here: 2 worker processes share the 2 cores" in text
+    assert "'+ uint8 on the wire' (1.8 cores busy, against 1.9 for the rung above) ran as fast as the rung above (within" in text
+    assert ("DALI, as a side rung, made 250 images/s (1.7 cores busy, against 1.1 for the course pipeline): it ran "
+            "2.50x faster than naive (") in text and "ran 4.00x slower than the course pipeline (" in text
+    assert "One likely cause, not measured here: DALI decodes every JPEG" in text
+    assert "cannot tell" not in text  # every step decided
 
 
 def test_the_reading_never_calls_a_loss_the_biggest_step():
-    text = ladder.read(ladder.rows({"naive": 100.0, "workers": 80.0, "uint8": 50.0}), cores=2)
+    text = ladder.read(ladder_of({"naive": 100.0, "workers": 80.0, "uint8": 50.0}), cores=2)
     assert "got 2.00x slower" in text and "biggest step" not in text
-    assert "No rung gained here: the least loss was '+ workers' (lesson 07), 1.25x slower." in text
+    assert "No rung was told faster than the rung above it." in text
 
 
-def test_each_step_is_read_against_the_spread_of_the_two_rungs_it_compares():
-    def reading(workers: float, spread=None, dali: float | None = None) -> str:
-        rates = {"naive": 100.0, "workers": workers, "course": 1000.0} | ({"dali": dali} if dali else {})
-        return ladder.read(ladder.rows(rates), cores=2, spread=spread)
+@pytest.mark.parametrize("workers, spread, words", [
+    (100.0, None, "'+ workers' ran as fast as the rung above (within"),                       # a tie
+    (50.0, None, "'+ workers' ran 2.00x slower than the rung above ("),                       # a loss
+    (200.0, None, "The biggest step this run tells was '+ workers' (lesson 07): 2.00x faster ("),  # a win
+    (110.0, {"workers": NOISY}, "This run cannot tell '+ workers' ("),                          # a win inside the spread
+])
+def test_each_step_reads_its_verdict_on_a_grid(workers, spread, words):
+    text = ladder.read(ladder_of({"naive": 100.0, "workers": workers, "course": 1.5 * workers}, spread), cores=2)
+    assert words in text
+    assert ("full mode" in text) == ("cannot tell" in words)  # what would tell, said once where a step cannot
 
-    noisy = {"naive": 0.25, "workers": 0.1, "course": 0.02}  # 0.25: exact in binary, so the edge is testable
-    assert "'+ workers' changed little here (as fast, within the runs' spread of 5%)" in reading(100.0)  # a tie
-    assert "'+ workers' changed little here (1.20x faster, within the runs' spread of 25%)" in reading(120.0, noisy)
-    assert "'+ workers' changed little here (1.25x faster, within" in reading(125.0, noisy)  # at the edge: inside
-    assert "'+ workers'" not in reading(130.0, noisy)  # a win past the spread needs no excuse
-    assert "'+ workers' changed little here (1.20x slower, within the runs' spread of 25%)" in reading(100 / 1.2, noisy)
-    assert "'+ workers' made it 1.30x slower here" in reading(100 / 1.3, noisy)  # a loss past the spread
-    assert "'+ workers' made it 1.30x slower here" in reading(100 / 1.3, {"naive": 0.01})  # flat decides
-    assert "as fast as the course pipeline." in reading(80.0, {"course": 0.25}, dali=900.0)  # DALI inside the band
-    assert "2.00x slower than the course pipeline: DALI decodes" in reading(80.0, {"course": 0.25}, dali=500.0)
-    assert "got 10.00x faster" in reading(80.0, noisy) and "rate stayed within the runs' spread (20%)" in ladder.read(
-        ladder.rows({"naive": 100.0, "course": 110.0}), cores=2, spread={"course": 0.2})
+
+def test_too_few_passes_cannot_tell_any_step():
+    ms = [Measurement(m.name, m.samples[:3], items=m.items) for m in ladder_of({"naive": 100.0, "workers": 400.0})]
+    text = ladder.read(ms, cores=2)
+    assert "the loader's rate was not told apart by this run (3 samples per arm)" in text
+    assert "This run cannot tell '+ workers'" in text and "at least 5" in text and "biggest" not in text
+
+
+def test_the_tie_threshold_of_a_step():
+    edge = [1.0, 1.06, 0.94, 1.03, 0.97]
+    wide = [1.0, 1.2, 0.8, 1.15, 0.85]
+    tie = ladder.read(ladder_of({"naive": 100.0, "workers": 100.0}, {"workers": edge}), cores=2)
+    assert "'+ workers' ran as fast as the rung above (within" in tie
+    assert "This run cannot tell '+ workers'" in ladder.read(ladder_of({"naive": 100.0, "workers": 100.0},
+                                                                       {"workers": wide}), cores=2)
+
+
+def test_dali_faster_than_the_course_gets_no_cause_the_page_did_not_measure():
+    text = ladder.read(ladder_of({"naive": 100.0, "course": 1000.0, "dali": 2000.0}), cores=2)
+    assert "ran 2.00x faster than the course pipeline (" in text
+    assert "what makes it faster here is not measured on this page" in text and "likely cause" not in text
+
+
+def test_busy_counts_the_cores_of_each_rung():
+    busy = ladder.Busy()
+
+    def epoch():
+        start = time.process_time()
+        while time.process_time() - start < 0.05:  # one thread spins: about one core
+            pass
+        yield torch.zeros(2), torch.zeros(2)
+
+    assert busy.run("spin", epoch) == 2
+    assert busy.cpu_s["spin"] >= 0.045 and busy.wall_s["spin"] >= busy.cpu_s["spin"] / 1.5  # CPU time, not wall time
+    assert busy.cores()["spin"] == round(busy.cpu_s["spin"] / busy.wall_s["spin"], 2)
 
 
 def test_the_chart_labels_every_rung_with_its_ratio_to_naive():
@@ -178,3 +231,23 @@ def test_a_slow_loader_without_workers_is_cut_to_the_batches_that_fit_its_time()
     made.clear()
     assert ladder.epoch_pass(ladder.first_batches(epoch, 3)) == 6  # 3 batches of 2 images
     assert made == [0, 1, 2]  # and not one batch more was made
+
+
+def test_a_drained_pass_ends_when_the_work_ahead_stops():
+    import threading
+
+    def ahead():  # a loader whose thread keeps working after it hands over its last batch, as DALI's do
+        start = time.process_time()
+        while time.process_time() - start < 0.1:
+            pass
+
+    def epoch():
+        yield torch.zeros(2), torch.zeros(2)
+        threading.Thread(target=ahead).start()
+
+    t0 = time.perf_counter()
+    assert ladder.epoch_pass(ladder.drained(epoch)) == 2  # the same batches
+    assert time.perf_counter() - t0 >= 0.09  # and the pass lasted until the thread stopped
+    assert ladder.settle() == 0
+    rungs = {"course": epoch, "dali": epoch}
+    assert ladder.alone(rungs)["course"] is epoch and ladder.alone(rungs)["dali"] is not epoch

@@ -10,13 +10,8 @@ from tensordict import TensorDict
 
 from gpufeed.data.memmap import ImageData
 from gpufeed.data.movers import equal, leaves
-from gpufeed.data.prefetch import (
-    THREAD_PREFIX,
-    CudaPrefetcher,
-    ThreadPrefetcher,
-    prefetch,
-    prepare,
-)
+from gpufeed.data.prefetch import CudaPrefetcher, ThreadPrefetcher, prefetch, prepare
+from gpufeed.data.producer import THREAD_PREFIX
 
 CUDA = torch.cuda.is_available()
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -426,7 +421,7 @@ def test_close_returns_within_the_grace_whatever_the_producer_is_doing(state, mo
     behind a deep GPU queue. Here no release ever completes (the stand-in's events are never
     done), the loader or the transform may be stuck for seconds: close() returns within GRACE_S
     (a loaded machine may add a little to the join's wake-up), and the thread ends by itself."""
-    from gpufeed.data.prefetch import GRACE_S
+    from gpufeed.data.producer import GRACE_S
 
     it, gate = blocked(state, monkeypatch)
     t0 = time.perf_counter()
@@ -879,7 +874,7 @@ def test_close_returns_within_the_grace_behind_a_deep_gpu_queue(on_cuda):
     """On a GPU: your stream holds a long kernel and the loop never syncs, so the ring's slots are
     not released for a while and the thread waits for one; close() returns within the grace (the
     thread polls the release with the stop flag). Under the simulator the wait is nominal."""
-    from gpufeed.data.prefetch import GRACE_S
+    from gpufeed.data.producer import GRACE_S
 
     p = CudaPrefetcher(pinned_batches(8), "cuda", dtype=torch.float32, depth=1)
     it = iter(p)

@@ -343,7 +343,7 @@ def test_an_error_in_the_loader_is_raised_once_then_the_epoch_is_over(mm, monkey
 def test_closing_a_gpu_iterator_stops_its_producer_thread(mm, on_cuda):
     import threading
 
-    from gpufeed.data.prefetch import THREAD_PREFIX
+    from gpufeed.data.producer import THREAD_PREFIX
 
     it = iter(ImageLoader(mm, 2, crop=16, scale=(0.5, 1.0), device="cuda"))
     next(it)

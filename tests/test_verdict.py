@@ -41,12 +41,41 @@ def test_quiet_arms_are_decided(factor, kind, paired):
     assert math.isclose(v.ratio, 1 / factor, rel_tol=1e-9)
 
 
-def test_a_win_inside_the_spread_cannot_be_told():
+def test_a_win_inside_the_spread_cannot_be_told(monkeypatch):
+    monkeypatch.setenv("GPUFEED_MODE", "site")
     noisy = [1.0, 1.6, 0.7, 1.3, 0.8, 1.5, 0.9]
     v = compare(scaled(0.95, noisy), scaled(1.0, list(reversed(noisy))))
     assert v.kind == CANNOT_TELL and not v.decided
     assert v.low < 1 < v.high
     assert "cannot tell" in v.advice and "full mode" in v.advice and v.interval() in v.advice
+
+
+@pytest.mark.parametrize("mode, tells", [("quick", "site or full mode"), ("site", "full mode (GPUFEED_MODE=full"),
+                                         ("full", "more repeats")])
+def test_what_would_tell_follows_the_mode_it_ran_in(monkeypatch, mode, tells):
+    from gpufeed.measure.verdict import advice, what_would_tell
+
+    monkeypatch.setenv("GPUFEED_MODE", mode)
+    assert what_would_tell().startswith(tells) and what_would_tell().endswith("an idle machine would tell")
+    cant = Verdict(1.1, 0.7, 1.6, 5, CANNOT_TELL)
+    assert cant.advice.endswith(what_would_tell() + ".") and tells in advice([cant, cant])
+
+
+def test_one_sample_is_one_sample_and_the_verb_follows_the_verdict():
+    one = Verdict(1.0, 1.0, 1.0, 1, CANNOT_TELL)
+    assert one.why() == "1 sample per arm" and "1 sample per arm," in one.advice_on("a from b")
+    assert one.ran("B", "trained") == "was not told apart from B by this run (1 sample per arm)"
+    assert Verdict(2.0, 1.8, 2.2, 5, FASTER).ran("B", "trained") == "trained 2.00x faster than B (1.80x to 2.20x)"
+    assert Verdict(None, None, None, 0, NOT_MEASURED).why() == "not measured"
+
+
+def test_advice_names_what_it_cannot_tell():
+    from gpufeed.measure.verdict import advice
+
+    cant, win = Verdict(1.0, 0.5, 2.0, 5, CANNOT_TELL), Verdict(2.0, 1.9, 2.1, 5, FASTER)
+    assert advice({"a from b": cant, "c from d": win}).startswith("This run cannot tell a from b: the ratio's interval")
+    assert advice({"a from b": cant, "c from d": cant}).startswith("This run cannot tell a from b or c from d:")
+    assert advice({"c from d": win}) == advice([]) == ""
 
 
 def test_too_few_samples_cannot_tell_however_large_the_gap():

@@ -247,7 +247,8 @@ def fit(entries: list[Entry], seconds: float, lanes: dict[str, int] | None = Non
 
 
 def build(*, order: tuple[str, ...], selected: set[str], lessons: list[str], slug: str, standin: bool, cores: int,
-          lanes: int, left: float, budget: float, earlier: list[Path], root: Path = ROOT) -> tuple[list[Entry], dict]:
+          lanes: int, left: float, budget: float, earlier: list[Path], root: Path = ROOT,
+          table: tuple | None = None) -> tuple[list[Entry], dict]:
     """The plan for ``left`` seconds: every selected step of ``order`` and its items with their
     estimates, in the order they run, each marked whether it fits (:func:`fit`). Returns it with
     this GPU's ``references.json`` entries (what the run adds to).
@@ -258,6 +259,7 @@ def build(*, order: tuple[str, ...], selected: set[str], lessons: list[str], slu
         standin: a CPU stands in (quick-mode references, no sanitizer, no other GPU's figures).
         cores, lanes: this machine's cores and its quick notebooks at a time. budget: the whole
             budget (the steps' shares). earlier: this machine's earlier runs' ``run.json``.
+        table: the steps (default :data:`gpurun.steps.STEPS`).
     """
     from gpufeed.measure import references
     from gpufeed.measure.lessons import LESSONS
@@ -269,7 +271,7 @@ def build(*, order: tuple[str, ...], selected: set[str], lessons: list[str], slu
     other = next(((s, d) for s, d in committed_runs(root / "results") if s != slug), None)
     est = Estimator(slug, this, made, other, cores, lanes, standin)
     lacking = lacking_numbers()
-    table = {s.name: s for s in STEPS}
+    table = {s.name: s for s in (STEPS if table is None else table)}
     rows: list[Entry] = []
     for s in (table[n] for n in order):
         if s.name not in selected:
@@ -289,7 +291,7 @@ def build(*, order: tuple[str, ...], selected: set[str], lessons: list[str], slu
                 default = p.lesson.gpu_s[0] if standin and p.lesson is not None else p.estimate_s
                 refs.append(Entry(p.name, s.name, *est(s.name, p.name, default), stale=stale, why=why))
             rows += order_references(refs, made, lacking)
-        elif s.kind == "tests" and (s.standin if standin else s.args) is not None:
+        elif s.kind in ("tests", "command") and (s.standin if standin else s.args) is not None:
             seconds, basis = est(s.name, s.name, s.estimate_s)
             if seconds > cap(s, budget):  # stopped at its cap at the latest
                 basis += f"; {seconds:.0f} s, capped at {cap(s, budget):.0f} s"

@@ -31,7 +31,7 @@ from gpufeed.measure import references
 from gpurun import ROOT, TOOLS, outbox, plan, preflight, report
 from gpurun.procs import Child
 from gpurun.report import CUT, FAILED, FAILURES, NOT_RUN, NOT_RUN_BECAUSE, PASSED, Entry
-from gpurun.steps import ORDERS, STEPS, Producer, Step, producers
+from gpurun.steps import STEPS, Producer, Step, order, producers
 
 FORMAT = "gpufeed-gpu-run"
 #: What every pytest of the run gets in its environment: only the plugins its command names load.
@@ -56,7 +56,7 @@ class Run:
         self.cores = usable_cores()
         self.lanes = args.jobs or lanes(self.cores)
         self.plan_name = getattr(args, "plan", None) or "default"
-        self.order = ORDERS[self.plan_name]
+        self.order = order(self.plan_name, STEPS)  # this run's table (a test's own, too)
         self.out: Path | None = getattr(args, "out", None)
         self.packer = outbox.Packer()
         self.archive: dict = {}
@@ -183,7 +183,8 @@ class Run:
         earlier = list(self.dir.parent.glob(f"{self.dir.name}-*/results/{self.slug()}/run.json"))
         self.plan, self.made = plan.build(order=self.order, selected=selected, lessons=lessons, slug=self.slug(),
                                           standin=bool(self.standin), cores=self.cores, lanes=self.lanes,
-                                          left=self.budget.left(), budget=self.args.budget, earlier=earlier)
+                                          left=self.budget.left(), budget=self.args.budget, earlier=earlier,
+                                          table=STEPS)
         header = (f" on {self.slug()} ({self.cores} cores, {at_a_time(self.lanes)}), plan "
                   f"{self.plan_name}; estimates: the last run on this GPU, else another GPU's committed run, "
                   "else stated defaults")
@@ -333,14 +334,20 @@ class Run:
         self.datasets["prepared"] = re.findall(r"^(lesson\d\d|bench): (\S+) .*$", text, re.M)
         self.finish(e, child, rc, f"{len(self.datasets['prepared'])} folders and memmaps")
 
-    def run_tests(self, s: Step) -> None:
+    def started_args(self, s: Step) -> tuple[Entry, tuple[str, ...] | None]:
+        """The step's entry and the arguments it runs with here (the stand-in's, on a CPU), or None
+        where it does not run: marked ``not run`` with the reason, or not within the budget."""
         e = self.step_entry(s)
         args = s.standin if self.standin else s.args
         if args is None:
             e.status, e.reason = NOT_RUN_BECAUSE, f"{s.needs_cuda_why} (stand-in run)"
             self.log(f"{s.name}: {e.status} ({e.reason})")
-            return
-        if not self.limit(e, self.cap(s), s.least):
+            return e, None
+        return e, (args if self.limit(e, self.cap(s), s.least) else None)
+
+    def run_tests(self, s: Step) -> None:
+        e, args = self.started_args(s)
+        if args is None:
             return
         records = self.dir / "logs" / f"{s.name}-tests.jsonl"
         cmd = self.test_command(s.name, args)
@@ -442,7 +449,25 @@ class Run:
             references.save(out, self.made, self.machine.get("gpu"))
         self.save()
 
-    RUNS = {"data": run_data, "tests": run_tests, "notebooks": run_notebooks, "references": run_references}
+    def run_command(self, s: Step) -> None:
+        """A ``command`` row: its argv once (``python`` is this run's python), under its limit; its
+        output is the step's log, its exit status the verdict."""
+        e, argv = self.started_args(s)
+        if argv is None:
+            return
+        argv = [self.python, *argv[1:]] if argv[0] == "python" else list(argv)
+        if shutil.which(argv[0]) is None and not Path(argv[0]).is_file():
+            e.status, e.reason = FAILED, f"{argv[0]} is not on this node's PATH"
+            self.log(f"{s.name}: {FAILED} ({e.reason})")
+            self.save()
+            return
+        child = self.start(e, argv, self.env(quick=self.quick, results=self.dir / "results-tests", measured=False))
+        rc = child.wait()
+        last = (self.dir / e.log).read_text(errors="replace").strip().splitlines()
+        self.finish(e, child, rc, f"exit {rc}" + (f": {last[-1][:80]}" if rc and last else ""))
+
+    RUNS = {"data": run_data, "tests": run_tests, "notebooks": run_notebooks, "references": run_references,
+            "command": run_command}
 
     def main(self, selected: set[str], lessons: list[str]) -> int:
         """The whole run: 0 when nothing that ran failed, 1 when something did, 3 when the preflight
@@ -519,7 +544,7 @@ def selection(lessons: str) -> tuple[set[str], list[str]]:
     Example:
         >>> steps, numbers = selection("tests 08")
         >>> sorted(steps), numbers
-        (['csan', 'cuda', 'data', 'preflight', 'quick', 'references'], ['08'])
+        (['csan', 'cuda', 'data', 'preflight', 'quick', 'references', 'topology'], ['08'])
     """
     from gpufeed.measure.lessons import LESSONS
 
@@ -532,7 +557,7 @@ def selection(lessons: str) -> tuple[set[str], list[str]]:
     if unknown:
         raise SystemExit(f"gpurun: LESSONS: {' '.join(unknown)}: give all, tests, step names "
                          f"({', '.join(s.name for s in STEPS)}), bench, ceilings or lesson numbers (03 08)")
-    steps = {"preflight"} | {t for t in tokens if t in names} | ({"cuda", "csan"} if "tests" in tokens else set())
+    steps = {"preflight", "topology"} | {t for t in tokens if t in names} | ({"cuda", "csan"} if "tests" in tokens else set())
     numbers = [t for t in tokens if t in numbers_all]
     if numbers:
         steps |= {"quick", "references"}

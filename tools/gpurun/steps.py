@@ -1,11 +1,14 @@
 """The steps of ``make test-gpu``, one row each, in the order of their value; and the producers of
 references (the lessons whose GPU figures are references come from the registry). Adding a step
 is one row here: the runner reads its kind, its limits, its arguments and whether it runs on the
-CPU stand-in.
+CPU stand-in, and both plans' orders follow the table (:func:`order`). A step that runs a command
+of its own is a ``command`` row carrying its argv, as ``topology`` (``nvidia-smi topo -m``) does.
 
 Example:
     >>> [s.name for s in STEPS]
-    ['preflight', 'data', 'cuda', 'csan', 'quick', 'references']
+    ['preflight', 'topology', 'data', 'cuda', 'csan', 'quick', 'references']
+    >>> ORDERS["references"]
+    ('preflight', 'topology', 'data', 'cuda', 'references', 'csan', 'quick')
     >>> [p.name for p in producers()][-3:]
     ['lesson12', 'bench', 'ceilings']
 """
@@ -20,8 +23,10 @@ from gpufeed.measure.lessons import LESSONS, Lesson
 #: command in the background, joined before the first step that reads its datasets), ``tests``
 #: (pytest with plugin autoload off, the plugins it needs named: xdist's and the run's own, and
 #: junit), ``notebooks`` (every lesson in quick mode through :mod:`gpurun.notebook`, several at a
-#: time, each saved after every cell), ``references`` (the producers one at a time, in the plan's order).
-KINDS = ("preflight", "data", "tests", "notebooks", "references")
+#: time, each saved after every cell), ``references`` (the producers one at a time, in the plan's order),
+#: ``command`` (the row's own argv, run once under its limit, its output kept as the step's log;
+#: ``"python"`` as the first word is the run's own python).
+KINDS = ("preflight", "data", "tests", "notebooks", "references", "command")
 
 
 @dataclass(frozen=True)
@@ -32,8 +37,9 @@ class Step:
         name: as ``run.json`` and ``LESSONS=...`` name it. kind: one of :data:`KINDS`. what: one line.
         least: seconds of the budget it needs left to be worth starting. cap: seconds at most.
         estimate_s: stated default on one H100 node, until a run on that GPU timed it.
-        args: its command's arguments (for ``tests``: pytest's). standin: the arguments under the
-            CPU stand-in, or None where it cannot run there (then ``not run``, with the reason).
+        args: its command's arguments (for ``tests``: pytest's; for ``command``: the whole argv).
+            standin: the arguments under the CPU stand-in, or None where it cannot run there (then
+            ``not run``, with the reason).
         needs_cuda_why: the reason it is not run on the stand-in.
         share: the most of the budget it may take (its limit is at most ``share * budget``), so that a
             step cut by a slow machine leaves the steps after it their turn.
@@ -57,6 +63,9 @@ _SIMCUDA = ("-m", "simcuda", "-k", "not simcuda1 and not simcuda2 and not simcud
 
 STEPS: tuple[Step, ...] = (
     Step("preflight", "preflight", "GPU, driver, torch and CUDA, wheelhouse, commit file, free disk", 0, 15, 8),
+    Step("topology", "command", "how the GPU is linked to the CPUs and its peers (nvidia-smi topo -m), beside the "
+         "host-to-device figures", 5, 20, 2, ("nvidia-smi", "topo", "-m"), None, "nvidia-smi needs a GPU's driver",
+         share=0.05),
     Step("data", "data", "the full-mode datasets of the references planned, in the background", 20, 300, 60),
     Step("cuda", "tests", "the cuda tests (pytest-xdist)", 20, 120, 60, ("-m", "cuda", "tests", "src"), _SIMCUDA,
          share=0.25),
@@ -68,13 +77,22 @@ STEPS: tuple[Step, ...] = (
          "first, then the stalest, as many as fit", 20, 10_000, 0),
 )
 
-#: The steps in the order they run, for each plan (``GPU_PLAN``): ``default`` gives the tests and
-#: every notebook a verdict first; ``references`` spends the slot on references once the ``cuda``
-#: tests have passed or failed, then the sanitizer and the quick notebooks with what is left.
-ORDERS: dict[str, tuple[str, ...]] = {
-    "default": ("preflight", "data", "cuda", "csan", "quick", "references"),
-    "references": ("preflight", "data", "cuda", "references", "csan", "quick"),
-}
+def order(plan: str, table: tuple[Step, ...] | None = None) -> tuple[str, ...]:
+    """The steps' names in the order they run for a plan (``GPU_PLAN``): ``default`` is the table's
+    order (the tests and every notebook get a verdict first); ``references`` moves the references
+    right after the ``cuda`` tests, so the slot is spent on them, then the sanitizer and the quick
+    notebooks get what is left. A new row takes its place in both from the table alone."""
+    names = [s.name for s in (STEPS if table is None else table)]
+    if plan == "references":
+        names.remove("references")
+        names.insert(names.index("cuda") + 1, "references")
+    elif plan != "default":
+        raise ValueError(f"GPU_PLAN={plan!r}: the plans are default and references")
+    return tuple(names)
+
+
+#: :func:`order` of each plan.
+ORDERS: dict[str, tuple[str, ...]] = {name: order(name) for name in ("default", "references")}
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,10 @@ Example:
     >>> measured_or_reference("no-such-lesson", lambda: 42, "x", cuda=False, shows="a number") is None
     No CUDA here, and no GPU run of ours holds this measurement: on a GPU this cell shows a number.
     True
+    >>> measured_or_reference("no-such-lesson", lambda: 42, "x", cuda=True, shows="a number", full_only=True,
+    ...                       mode="quick") is None
+    This cell measures on a GPU in full mode only (GPUFEED_QUICK=0): it starts CUDA in worker processes, seconds each. No GPU run of ours holds this measurement: on a GPU in full mode this cell shows a number.
+    True
 """
 
 from __future__ import annotations
@@ -20,17 +24,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from gpufeed import config
 from gpufeed.measure import results
 from gpufeed.measure.machine import describe
 
 
 def measured_or_reference(lesson: str, measure: Callable[[], Any], pick: str | Callable[[list, dict], Any], *,
-                          cuda: bool, shows: str) -> Any:
+                          cuda: bool, shows: str, full_only: bool = False, mode: str | None = None) -> Any:
     """``measure()`` where there is CUDA; else what our committed GPU reference for ``lesson`` holds.
 
     Without CUDA it prints where the value comes from, in one line: the machine of the reference
     (its GPU, CPU, cores and torch), or, where no reference holds the value, what the cell shows on
-    a GPU; then returns the value, or None.
+    a GPU; then returns the value, or None. A measurement too long for quick mode on a GPU (one
+    that starts CUDA in worker processes, lesson 07's deep dives) passes ``full_only=True``: on a
+    GPU outside full mode it says so and shows the reference as a machine without CUDA would.
 
     Args:
         lesson: the results' name, e.g. ``"lesson07"``.
@@ -40,18 +47,24 @@ def measured_or_reference(lesson: str, measure: Callable[[], Any], pick: str | C
             or empty counts as missing (an older reference, saved before the cell measured it).
         cuda: whether this machine has CUDA (``S.cuda`` in a lesson).
         shows: what the cell measures on a GPU, to finish "on a GPU this cell shows ...".
+        full_only: measure only in full mode (:func:`gpufeed.config.mode`), even where there is CUDA.
+        mode: the mode to read ``full_only`` against; None: this process's.
 
     Returns:
         The measured value, the reference's, or None.
     """
-    if cuda:
+    skipped = cuda and full_only and (mode or config.mode()) != "full"
+    if cuda and not skipped:
         return measure()
     ref = results.reference(lesson)
     value = None
     if ref is not None:
         value = ref[1].get(pick) if isinstance(pick, str) else pick(*ref)
+    lead = ("This cell measures on a GPU in full mode only (GPUFEED_QUICK=0): it starts CUDA in worker processes, "
+            "seconds each. " if skipped else "No CUDA here")
     if value is None or (hasattr(value, "__len__") and len(value) == 0):
-        print(f"No CUDA here, and no GPU run of ours holds this measurement: on a GPU this cell shows {shows}.")
+        print(f"{lead}{'No' if skipped else ', and no'} GPU run of ours holds this measurement: on a GPU"
+              f"{' in full mode' if skipped else ''} this cell shows {shows}.")
         return None
-    print(f"No CUDA here: our reference, measured on {describe(ref[1].get('machine') or {})}:")
+    print(f"{lead}{'Our' if skipped else ': our'} reference, measured on {describe(ref[1].get('machine') or {})}:")
     return value

@@ -9,7 +9,8 @@ Each module holds one piece; none needs the lessons to be used safely:
   NumPy alone; :mod:`~gpufeed.data.manifest`: the format's names and manifest, which both use.
 * :mod:`~gpufeed.data.loader`: batched loading (one gather per batch), seeded, sharded;
   :mod:`~gpufeed.data.settings`: a loader's settings, each checked once.
-* :mod:`~gpufeed.data.prefetch`: prefetchers (a CUDA side stream; a thread on the CPU).
+* :mod:`~gpufeed.data.prefetch`: prefetchers (a CUDA side stream; a thread on the CPU), both run
+  on :mod:`~gpufeed.data.producer`'s thread (a bounded queue, errors carried, a quick close).
 * :mod:`~gpufeed.data.movers`: moving nested batches to a device.
 * :mod:`~gpufeed.data.progress_bar`: the one rule for whether a progress bar is drawn (someone
   watches: a terminal or a notebook; not in quick mode, under pytest or CI).
@@ -19,7 +20,8 @@ Each module holds one piece; none needs the lessons to be used safely:
   :mod:`~gpufeed.data.resized`: its RandomResizedCrop for the front door (CPU and device paths).
 * :mod:`~gpufeed.data.image_loader`: the front door, :class:`~gpufeed.data.ImageLoader` (its
   settings, built once) and its one pass (``ImageLoaderIterator``): a memmap folder to shuffled,
-  augmented, prefetched batches on the device, for your own training loop.
+  augmented, prefetched batches on the device, for your own training loop;
+  :mod:`~gpufeed.data.buffers`: the output buffers its CPU path reuses once nothing holds them.
 
 It imports nothing from :mod:`gpufeed.measure` or :mod:`gpufeed.course`, and no plotting library
 (``tests/test_layout.py`` checks it).
@@ -29,8 +31,9 @@ from __future__ import annotations
 
 import importlib
 
-_MODULES = {'arrays', 'augment', 'folder', 'image_loader', 'jpeg', 'loader', 'manifest', 'memmap',
-            'movers', 'prefetch', 'progress_bar', 'resized', 'settings', 'staging', 'transforms'}
+_MODULES = {'arrays', 'augment', 'buffers', 'folder', 'image_loader', 'jpeg', 'loader',
+            'manifest', 'memmap', 'movers', 'prefetch', 'producer', 'progress_bar', 'resized',
+            'settings', 'staging', 'transforms'}
 
 __all__ = sorted(_MODULES | {"ImageLoader"})
 

@@ -10,6 +10,8 @@ it takes seconds, so importing this module never imports ``nvidia.dali``. What i
 * :func:`eval_pipeline`: the deterministic part of a pipeline (read in order, decode, resize,
   normalise), and :func:`torchvision_eval`, the torchvision reference it is tested against;
 * :class:`MemmapSource`: batches of a memmap dataset for ``fn.external_source``, so DALI only augments;
+* :func:`tuned_folder` (with :func:`read_jpeg`): the tuned DataLoader's dataset that DALI is measured
+  against, beside the untuned one;
 * :func:`unpack`: a ``DALIGenericIterator`` batch as ``(images, int64 labels)``;
 * :func:`reference_with_dali`: committed results that include DALI's numbers.
 
@@ -203,6 +205,38 @@ class MemmapSource:
     def __iter__(self):
         for images, labels in self.loader:  # one epoch; the next iter() is the next epoch
             yield images.numpy(), labels.numpy()
+
+
+def read_jpeg(path: str | os.PathLike) -> torch.Tensor:
+    """One JPEG file decoded to ``uint8 [3, H, W]`` by :func:`gpufeed.data.jpeg.decode_jpeg`
+    (libjpeg-turbo through TorchCodec or torchvision, no Pillow): ``ImageFolder``'s ``loader=`` for
+    :func:`tuned_folder`, a module-level function so that DataLoader workers can pickle it."""
+    from gpufeed.data.jpeg import decode_jpeg
+
+    with open(path, "rb") as f:
+        return decode_jpeg(f.read())
+
+
+def tuned_folder(root: str | os.PathLike, size: tuple[int, int]):
+    """The tuned DataLoader's dataset (lesson 10's baseline beside the untuned one): torchvision's
+    ``ImageFolder`` that decodes with :func:`read_jpeg` and crops, resizes and flips on ``uint8``
+    (:func:`gpufeed.data.augment.cpu_transform` with ``to_float=False``). Item ``i`` is
+    ``(uint8 [3, *size], label)``: a quarter of float32's bytes through the workers; the batch is
+    converted and normalised after the hand-over (:func:`gpufeed.data.augment.finish`).
+
+    Example:
+        >>> from gpufeed.measure.synth import synth_folder
+        >>> import tempfile
+        >>> root = synth_folder(tempfile.mkdtemp() + "/jpeg", n=4, size=(64, 48), classes=2, progress=False).path
+        >>> image, label = tuned_folder(root, (32, 32))[0]
+        >>> image.dtype, tuple(image.shape), label
+        (torch.uint8, (3, 32, 32), 0)
+    """
+    from torchvision.datasets import ImageFolder
+
+    from gpufeed.data.augment import cpu_transform
+
+    return ImageFolder(str(root), transform=cpu_transform(size, to_float=False), loader=read_jpeg)
 
 
 def unpack(batch) -> tuple[torch.Tensor, torch.Tensor]:

@@ -99,7 +99,8 @@ def sources(claim: Claim, number: str, cuda: bool) -> list[Source]:
         for fid in claim.published:  # one line per source, each figure with what it measured and on what
             by_source.setdefault(figures[fid].url, []).append(figures[fid])
         for url, figs in by_source.items():
-            numbers = "; ".join(f"{f.number()} {f.unit} on {f.hardware} ({f.measured})" for f in figs)
+            numbers = "; ".join(f"{f.number()} {f.unit}{f.reading()}{' (the unit as we read the source)' if f.note else ''}"
+                                f" on {f.hardware} ({f.measured})" for f in figs)
             out.append(Source(PUBLISHED, f"by {figs[0].publisher}, {figs[0].title}: {numbers}", link=url))
         if ref is None and not claim.published:
             out.append(Source(NOT_YET, "no GPU run of ours holds it, and we found no published figure that measured it"))

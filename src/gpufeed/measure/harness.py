@@ -11,7 +11,7 @@ mistakes it avoids; ``notebooks/00_setup.ipynb`` first uses it):
   measurement when its spread is large (shown as a ``[noisy]`` line in a notebook:
   :func:`show_noisy_as_marks`);
 * the **machine** it ran on, and **JSON** save and load, and a table with **ratios to a baseline**;
-* a **time cap** where a run must fit a slot (``GPUFEED_MEASURE_S``, :func:`measure_cap`): each case
+* a **time cap** where a run must fit a slot (``GPUFEED_MEASURE_S``, :func:`gpufeed.config.measure_cap`): each case
   stops sampling once it has spent that long (after at least :data:`MIN_SAMPLES`), and the machine
   record of every result says the cap was on (``measure_s``), so a reader knows.
 
@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from gpufeed.config import ENV_MEASURE_S, measure_cap  # noqa: F401  (re-exported: harness.measure_cap)
+from gpufeed.config import measure_cap
 
 #: IQR / median above which a measurement is flagged as noisy (torch.utils.benchmark uses ~10% too).
 NOISY = 0.10
@@ -264,6 +264,8 @@ def interleave(
     items: float | dict[str, float] | None = None,
     params: dict[str, dict] | None = None,
     desc: str | None = None,
+    setup: dict[str, Callable[[], object]] | None = None,
+    nbytes: float | dict[str, float] | None = None,
 ) -> list[Measurement]:
     """Times several cases in turns (a, b, c, a, b, c, ...): one :class:`Measurement` per case.
 
@@ -271,7 +273,9 @@ def interleave(
     a lot, so the ratios between them are what this protects (lesson 11, ``gpufeed bench``). Each
     case gets ``warmup`` untimed calls first; CUDA is synchronised before every clock read. Each
     case is typically a whole epoch, so a progress bar (:mod:`gpufeed.measure.progress`, labelled
-    ``desc``, by default the cases' names) counts the calls where someone watches.
+    ``desc``, by default the cases' names) counts the calls where someone watches. ``setup`` maps a
+    case to a call made untimed before each of its calls (e.g. to drop the page cache before a cold
+    epoch, lesson 05); ``items`` and ``nbytes`` are per call, one number for all or one per case.
 
     Under a time cap (:func:`measure_cap`) the rounds stop once the cases together have spent the cap
     times their number, after at least :data:`MIN_SAMPLES` rounds.
@@ -280,6 +284,11 @@ def interleave(
         >>> ms = interleave({"a": lambda: sum(range(1000)), "b": lambda: sum(range(10))}, repeats=3, items=1)
         >>> [m.name for m in ms], [len(m.samples) for m in ms]
         (['a', 'b'], [3, 3])
+        >>> order = []
+        >>> _ = interleave({"a": lambda: order.append("a"), "b": lambda: order.append("b")}, repeats=2, warmup=0,
+        ...                setup={"a": lambda: order.append("setup a")}, nbytes={"a": 10, "b": 20})
+        >>> order, [m.nbytes for m in _]
+        (['setup a', 'a', 'b', 'setup a', 'a', 'b'], [10, 20])
     """
     if repeats < 1 or warmup < 0:
         raise ValueError("repeats must be at least 1, warmup at least 0")
@@ -291,9 +300,12 @@ def interleave(
     samples: dict[str, list[float]] = {name: [] for name in cases}
     with progress.bar(total=len(cases) * (warmup + repeats), unit="call",
                       desc=desc or f"in turns: {', '.join(cases)}"[:60]) as shown:
+        before = setup or {}
         for name, fn in cases.items():
             shown.set_postfix_str(f"warm-up {name}")
             for _ in range(warmup):
+                if name in before:
+                    before[name]()
                 fn()
                 shown.update()
         spent = 0.0
@@ -302,6 +314,8 @@ def interleave(
                 break
             for name, fn in cases.items():
                 shown.set_postfix_str(f"{name}, {r + 1}/{repeats}")
+                if name in before:
+                    before[name]()
                 cuda_sync()
                 start = time.perf_counter()
                 fn()
@@ -310,8 +324,9 @@ def interleave(
                 spent += samples[name][-1]
                 shown.update()
     machine = machine_info()
-    ms = [Measurement(name, samples[name], items.get(name) if isinstance(items, dict) else items, None,
-                      dict((params or {}).get(name, {})), machine) for name in cases]
+    per = lambda x, name: x.get(name) if isinstance(x, dict) else x  # noqa: E731  one value, or one per case
+    ms = [Measurement(name, samples[name], per(items, name), per(nbytes, name), dict((params or {}).get(name, {})),
+                      machine) for name in cases]
     _warn_if_noisy(ms)
     return ms
 

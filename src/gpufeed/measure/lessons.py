@@ -125,7 +125,8 @@ def workload_dataset(owner: str, root: str, w) -> Dataset:
 # Each lesson's datasets, kept in step with its source by hand: tests/test_gpurun.py checks every
 # part of every path against the strings and f-strings of the lesson (lesson 11: its workloads).
 def _l00(pick, cuda):
-    return [Dataset("lesson00", f"lesson00-{w}x{h}-q90", pick(16, 256), (w, h)) for w, h in ((224, 224), (640, 480))]
+    n = pick(16, 256)
+    return [Dataset("lesson00", f"lesson00-{w}x{h}-q90-n{n}", n, (w, h)) for w, h in ((224, 224), (640, 480))]
 
 
 def _l01(pick, cuda):
@@ -140,21 +141,21 @@ def _l02(pick, cuda):
 
 
 def _l04(pick, cuda):
-    n, (size, m) = pick(16, 64), pick(((384, 384), 32), ((640, 480), 256))
+    n, (size, m) = pick(16, 64), pick(((384, 384), 32), ((640, 480), 256), ((384, 384), 64))
     return [*(Dataset("lesson04", f"lesson04-{w}x{h}-q90-n{n}", n, (w, h))
-              for w, h in pick([(384, 384)], [(384, 384), (640, 480), (1280, 960)])),
+              for w, h in pick([(384, 384)], [(384, 384), (640, 480), (1280, 960)], [(384, 384), (1280, 960)])),
             *(Dataset("lesson04", f"lesson04-{size[0]}x{size[1]}-n{m}-q{q}", m, size, quality=q) for q in (95, 75))]
 
 
 def _l05(pick, cuda):
-    n = pick(128, 5000)
+    n = pick(128, 5000, 512)
     return [Dataset("lesson05", "lesson05/demo-jpeg", pick(16, 64), (320, 240), classes=4),
             Dataset("lesson05", f"lesson05/jpeg-224-{n}", n, (224, 224),
                     memmaps=((f"lesson05/mm-224-{n}", (224, 224)), (f"lesson05/mm-112-{n}", (112, 112))))]
 
 
 def _l07(pick, cuda):
-    n = pick(64, 2000)
+    n = pick(64, 2000, 384)
     return [Dataset("lesson07", f"lesson07/jpeg-224-{n}", n, (224, 224), memmaps=((f"lesson07/mm-224-{n}", (224, 224)),))]
 
 
@@ -164,12 +165,12 @@ def _l08(pick, cuda):
 
 
 def _l09(pick, cuda):
-    n, s = pick(128, 2048), pick(96, 256)
+    n, s = pick(128, 2048, 512), pick(96, 256, 128)
     return [Dataset("lesson09", f"lesson09/jpeg-{s}-{n}", n, (s, s), memmaps=((f"lesson09/mm-{s}-{n}", (s, s)),))]
 
 
 def _l10(pick, cuda):
-    n, (j, m) = pick(64, 1024), pick(((160, 120), (160, 120)), ((640, 480), (320, 240)))
+    n, (j, m) = pick(64, 1024, 256), pick(((160, 120), (160, 120)), ((640, 480), (320, 240)), ((320, 240), (320, 240)))
     return [Dataset("lesson10", f"lesson10/jpeg-{j[0]}-{n}", n, j, memmaps=((f"lesson10/mm-{m[0]}-{n}", m),))]
 
 
@@ -178,7 +179,8 @@ def _l11(pick, cuda):
 
     w = pick(pipelines.Workload(n=32, jpeg_size=(96, 72), resize=40, crop=16, batch=16),
              pipelines.Workload(n=2048, jpeg_size=(640, 480), resize=256, crop=224, batch=128) if cuda
-             else pipelines.Workload(n=128, jpeg_size=(640, 480), resize=192, crop=160, batch=16))
+             else pipelines.Workload(n=128, jpeg_size=(640, 480), resize=192, crop=160, batch=16),
+             pipelines.Workload(n=128, jpeg_size=(640, 480), resize=64, crop=32, batch=32))
     return [workload_dataset("lesson11", "lesson11", w)]
 
 
@@ -194,12 +196,13 @@ _H2D = ("h2d-pageable-gtx680", "h2d-pinned-gtx680", "h2d-pageable-nvs4200m", "h2
 #: The course, in order (DESIGN.md's outline).
 LESSONS: tuple[Lesson, ...] = (
     Lesson("00", "00_setup", "Setup and your machine", False, (25, 60), _l00, claims=(
-        Claim("No input pipeline on this machine runs faster than its ceilings: the memory copy, JPEG decode "
-              "per core, and file reads with a cold and a warm page cache.",
-              here="each ceiling of this machine"),
-        Claim("Pinned host memory reaches the GPU faster than pageable memory.",
-              here="host-to-device copies from pageable and pinned memory", needs_cuda=True, gpu=True,
-              reference="ceilings", published=_H2D),
+        Claim("No input pipeline on this machine runs faster than its ceilings: copying RAM (buffers four times "
+              "the last-level cache), JPEG decode per core, and file reads with a cold and a warm page cache.",
+              here="each ceiling of this machine, and the cache's edge over RAM"),
+        Claim("Pinned host memory reaches the GPU faster than pageable memory, and on a current GPU far faster; "
+              "pinning each batch first still beats pageable there.",
+              here="host-to-device copies from pageable and pinned memory, and pin-then-copy", needs_cuda=True,
+              gpu=True, reference="ceilings", published=_H2D),
     )),
     Lesson("01", "01_bottlenecks", "Bottlenecks", True, (20, 60), _l01, claims=(
         Claim("A loop runs at the rate of its slowest stage only when its stages overlap; a naive loop "
@@ -223,33 +226,42 @@ LESSONS: tuple[Lesson, ...] = (
         Claim("A uint8 batch puts 4x fewer bytes on the wire than float32, 2x fewer than float16.",
               here="the bytes of each batch"),
         Claim("Sending uint8 and converting on the GPU beats converting on the host first, the more so the "
-              "larger the image.", here="the host's side: what converting on the host costs", gpu=True),
+              "larger the image.", here="the host's side only: converting a batch on the host against a plain "
+              "copy of it, timed in turns", gpu=True),
     )),
     Lesson("04", "04_jpeg", "JPEG quality and decoding", True, (30, 90), _l04, claims=(
-        Claim("Lower JPEG quality saves most of the bytes at a small error (PSNR, SSIM).",
-              here="file size and error at each quality"),
+        Claim("Lower JPEG quality saves most of the bytes at a small error (PSNR, SSIM), and decodes faster.",
+              here="file size and error at each quality, and the decodes timed in turns"),
+        Claim("Pillow and torchvision decode with the same libjpeg-turbo: a gap between them lies in the copies "
+              "around the decoder; decoding straight to a smaller size (draft()) saves more.",
+              here="the library each one loaded, each step of a decode and draft(), timed in turns"),
         Claim("A GPU's batched JPEG decoder decodes many times more images per second than one CPU core.",
               here="batched decoding on the GPU", needs_cuda=True, gpu=True,
               published=("decode-cuda-batched-tv-a100", "decode-cuda-unfused-tv-a100", "decode-cpu-unfused-tv-a100-host")),
     )),
     Lesson("05", "05_memmap", "Memory-mapped datasets", True, (30, 90), _l05, claims=(
         Claim("A memmap of decoded uint8 images feeds batches many times faster than a folder of JPEGs.",
-              here="the JPEG folder against the memmap, with a warm and a cold page cache"),
+              here="the JPEG folder against the memmap, taken in turns, with a warm and with a cold page cache"),
         Claim("On a many-core GPU machine too, decoded pixels in RAM load several times faster than JPEGs.", gpu=True,
               published=("ffcv-load-ram-raw-256", "ffcv-load-ram-jpeg-512")),
     )),
     Lesson("06", "06_batched", "Batched fetching", False, (25, 60), claims=(
         Claim("One call per batch costs far less than one Python call per sample.",
-              here="per-sample __getitem__ against __getitems__ and a batched loader"),
+              here="per-sample __getitem__ against __getitems__, a BatchSampler and FastLoader, taken in turns"),
+        Claim("Past a few million indices, a grouped shuffle costs less than a full one (torch.randperm).",
+              here="both shuffles taken in turns, up to 10^7 indices (10^8 in full mode)"),
         Claim("A grouped shuffle reads a dataset larger than the memory with far fewer bytes than a full shuffle.",
-              here="a file larger than the memory read in both orders"),
+              here="the bytes read from a file four times the memory allowed, in both orders (a deep dive)"),
     )),
     Lesson("07", "07_dataloader", "DataLoader knobs and moving structures", True, (35, 150), _l07, claims=(
         Claim("Workers pay for decoding JPEGs, up to the cores; a memmap read a batch at a time needs none.",
-              here="the num_workers sweeps on a JPEG folder and a memmap"),
-        Claim("non_blocking=True overlaps a copy only from pinned memory, and a GPU-to-CPU copy read "
-              "before a sync gives wrong values.", here="the four host-to-device copies and the unsafe read",
-              needs_cuda=True, gpu=True, published=_H2D),
+              here="the num_workers sweep of a JPEG folder and a memmap, every configuration taken in turns"),
+        Claim("A copy from pinned host memory reaches the GPU faster than one from pageable memory.",
+              here="the copy of one batch from pinned and from pageable memory", needs_cuda=True, gpu=True,
+              reference="ceilings", published=_H2D),
+        Claim("non_blocking=True returns before the copy ends only from pinned memory, and a GPU-to-CPU copy "
+              "read before a sync gives wrong values.", here="when each copy returns, and the unsafe read",
+              needs_cuda=True, gpu=True),
     )),
     Lesson("08", "08_prefetch", "GPU prefetching", True, (30, 55), _l08, claims=(
         Claim("Each line of a side-stream prefetcher (wait_stream, record_stream, the event) is needed: "
@@ -268,29 +280,44 @@ LESSONS: tuple[Lesson, ...] = (
         Claim("A random transform applied to a batch draws one set of parameters for all of it; a few "
               "batched calls give per-sample randomness.", here="the trap and the fix, image by image"),
         Claim("Batched uint8 augmentation on the GPU beats per-sample torchvision in CPU workers.",
-              here="both pipelines on this machine's device", gpu=True),
+              here="both pipelines in turns, the batched one on the GPU", needs_cuda=True, gpu=True),
+        Claim("torch.compile fuses the pointwise tail (to float, jitter, normalise) into far fewer operators "
+              "or kernels, and runs it faster; what that saves of a whole batch depends on the tail's share of it.",
+              here="the eager and compiled tails in turns (quick mode on a CPU skips the compile), the profiler's "
+                   "counts, and the tail's share of a batch"),
     )),
     Lesson("10", "10_dali", "NVIDIA DALI", True, (25, 60), _l10, claims=(
-        Claim("DALI runs a whole input pipeline in C++ threads outside Python; CPU-only, it is measured "
-              "here against the torchvision DataLoader on the same cores.", here="DALI CPU-only against the DataLoader"),
-        Claim("On a GPU, DALI decodes on the device (\"mixed\"), many times faster than one CPU core.",
-              here="DALI with a GPU decoder", needs_cuda=True, gpu=True,
+        Claim("On the same CPU cores, DALI's C++ pipeline is to be weighed against a tuned DataLoader, not only "
+              "the untuned one: the tuning (a decoder without Pillow, uint8 through the workers) closes much of the gap.",
+              here="DALI (CPU-only) and the untuned and tuned DataLoaders, in turns on the same cores"),
+        Claim("On a GPU, nvJPEG, the library DALI's \"mixed\" decoder uses, decodes many times more images per "
+              "second than one CPU thread.", here="DALI with the GPU decoder", needs_cuda=True, gpu=True,
               published=("decode-cuda-batched-tv-a100", "decode-cpu-unfused-tv-a100-host")),
+        Claim("With several ranks, pad_last_batch and the iterator's last-batch policy decide whether every rank "
+              "runs the same steps, reads each file once, or trains on padding.",
+              here="what each setting made two shards read, over two epochs for DROP"),
     )),
     Lesson("11", "11_together", "Putting it together", True, (40, 180), _l11, claims=(
         Claim("The course's loop trains faster than the naive loop on the same model and data.",
               here="the two loops in turns on a ResNet-18"),
-        Claim("Loader efficiency (training with the real loader over training on data already on the "
-              "device) says whether the model waits for data.", here="each rung's loader efficiency"),
-        Claim("On a GPU the model computes fast enough that the loader decides the rate.", gpu=True,
+        Claim("Loader efficiency says whether the model waits for data: a loop that makes each batch and then "
+              "trains on it cannot beat 1 / (1 + model rate / loader rate); a prefetch thread lets it.",
+              here="each pipeline's efficiency against that bound, and the naive loop with and without a prefetch "
+                   "thread, in turns"),
+        Claim("On a GPU the model trains thousands of images/s, so the loader must make as many: where it "
+              "cannot, the loader decides the rate.", gpu=True,
               published=("dle-rn50-train-1xa100-amp", "dle-rn50-train-1xv100-amp")),
     )),
     Lesson("12", "12_scaling", "Scaling out", True, (30, 90), _l12, claims=(
-        Claim("Ranks on one machine share one page cache: the dataset is read from disk once.",
-              here="the page faults and memory of two ranks"),
+        Claim("Ranks on one machine share one page cache: the dataset is read from disk once and held in RAM once, "
+              "which their PSS shows and their RSS, added up, does not.",
+              here="the major faults of a cold and a warm reader and of two ranks after a drop; eight readers' RSS "
+                   "and PSS"),
         Claim("Data-parallel training multiplies throughput by the GPUs while each rank's loader keeps up.",
-              here="1 and 2 processes with gloo on this CPU", gpu=True,
+              here="1 and 2 processes with gloo on this CPU, runs in turns", gpu=True,
               published=("dle-rn50-train-8xa100-amp", "dle-rn50-train-1xa100-amp")),
+        Claim("Each rank needs its own augmentation seed: seeded alike, every rank draws the same crops.",
+              here="the crops two ranks draw, seeded alike and by (seed, epoch, rank)"),
     )),
 )
 

@@ -35,8 +35,10 @@ Example:
     >>> v = compare(noisy, fast, paired=True)
     >>> v.kind, v.words("fast")
     ('cannot tell', 'not told apart from fast by this run (0.52x to 2.00x)')
+    >>> import os; os.environ["GPUFEED_MODE"] = "site"
     >>> print(v.advice)
-    This run cannot tell: the ratio's interval, 0.52x to 2.00x, holds both a gain and a loss; full mode (GPUFEED_QUICK=0) or an idle machine would tell.
+    This run cannot tell: the ratio's interval, 0.52x to 2.00x, holds both a gain and a loss; full mode (GPUFEED_MODE=full: more samples, larger sizes) or an idle machine would tell.
+    >>> del os.environ["GPUFEED_MODE"]
     >>> compare(Measurement("a", [1.0, 1.0]), Measurement("b", [2.0, 2.0])).words("b")
     'not told apart from b by this run (2 samples per arm)'
 """
@@ -58,8 +60,32 @@ RESAMPLES = 2000
 LEVEL = 0.90
 
 FASTER, SLOWER, SAME, CANNOT_TELL, NOT_MEASURED = "faster", "slower", "the same", "cannot tell", "not measured"
-#: What a reader is told to do when a run cannot tell.
-WHAT_WOULD_TELL = "full mode (GPUFEED_QUICK=0) or an idle machine would tell"
+#: How a sentence that gives a cause the page did not measure begins (lower case, to follow a colon;
+#: :data:`LIKELY_START` begins a sentence).
+LIKELY = "one likely cause, not measured here:"
+LIKELY_START = LIKELY[0].upper() + LIKELY[1:]
+
+
+def what_would_tell() -> str:
+    """What would tell where this run cannot, for the mode it ran in (:func:`gpufeed.config.mode`).
+
+    Example:
+        >>> import os
+        >>> os.environ["GPUFEED_MODE"] = "site"
+        >>> what_would_tell()
+        'full mode (GPUFEED_MODE=full: more samples, larger sizes) or an idle machine would tell'
+        >>> del os.environ["GPUFEED_MODE"]
+    """
+    from gpufeed import config
+
+    return {"quick": "site or full mode (GPUFEED_MODE=site or full: more samples, larger sizes) or an idle machine "
+                     "would tell",
+            "site": "full mode (GPUFEED_MODE=full: more samples, larger sizes) or an idle machine would tell",
+            "full": "more repeats or an idle machine would tell"}[config.mode()]
+
+
+def _samples(n: int) -> str:
+    return f"{n} sample{'s' if n != 1 else ''} per arm"
 
 
 @dataclass(frozen=True)
@@ -118,7 +144,7 @@ class Verdict:
         if self.kind == NOT_MEASURED:
             return f"not measured against {than}" if than else "not measured"
         if self.kind == CANNOT_TELL:
-            why = self.interval(digits) if self.samples >= MIN_SAMPLES else f"{self.samples} samples per arm"
+            why = self.why(digits)
             return (f"not told apart from {than} by this run ({why})" if than
                     else f"not told apart by this run ({why})")
         if self.kind == SAME:
@@ -128,16 +154,43 @@ class Verdict:
         head = f"{mark}{value:.{digits}f}x {more if self.kind == FASTER else less}{mark}"
         return f"{head}{f' than {than}' if than else ''} ({self.interval(digits)})"
 
-    @property
-    def advice(self) -> str:
-        """For a run that cannot tell, what a reader should know and do; "" otherwise."""
+    def why(self, digits: int = 2) -> str:
+        """What the verdict rests on, for a parenthesis: its interval (``"0.90x to 1.70x"``), or its
+        too few samples (``"3 samples per arm"``), or ``"not measured"``."""
+        if self.kind == NOT_MEASURED:
+            return "not measured"
+        return self.interval(digits) if self.samples >= MIN_SAMPLES else _samples(self.samples)
+
+    def ran(self, than: str = "", verb: str = "ran", **kw) -> str:
+        """The verdict after its verb: ``"ran 1.52x faster than X (1.31x to 1.70x)"`` (``verb``:
+        "trained", "read", ...), and for a run that cannot tell, ``"was not told apart from X by this
+        run (...)"`` (``kw``: :meth:`words`'s).
+
+        Example:
+            >>> Verdict(1.3, 1.2, 1.4, 5, FASTER).ran("X"), Verdict(1.3, 0.9, 1.7, 5, CANNOT_TELL).ran("X", "trained")
+            ('ran 1.30x faster than X (1.20x to 1.40x)', 'was not told apart from X by this run (0.90x to 1.70x)')
+        """
+        return f"{verb if self.decided else 'was'} {self.words(than, **kw)}"
+
+    def advice_on(self, what: str = "") -> str:
+        """For a run that cannot tell, what a reader should know and do, naming ``what`` it could
+        not tell ("the loop from the workers"); "" otherwise.
+
+        Example:
+            >>> Verdict(1.0, 0.5, 2.0, 3, CANNOT_TELL).advice_on("a from b").split(";")[0]
+            'This run cannot tell a from b: 3 samples per arm, and a verdict needs at least 5'
+        """
         if self.kind != CANNOT_TELL:
             return ""
+        head = f"This run cannot tell{' ' + what if what else ''}:"
         if self.samples < MIN_SAMPLES:
-            return (f"This run cannot tell: {self.samples} samples per arm, and a verdict needs at least "
-                    f"{MIN_SAMPLES}; {WHAT_WOULD_TELL}.")
-        return (f"This run cannot tell: the ratio's interval, {self.interval()}, holds both a gain and a loss; "
-                f"{WHAT_WOULD_TELL}.")
+            return f"{head} {_samples(self.samples)}, and a verdict needs at least {MIN_SAMPLES}; {what_would_tell()}."
+        return f"{head} the ratio's interval, {self.interval()}, holds both a gain and a loss; {what_would_tell()}."
+
+    @property
+    def advice(self) -> str:
+        """For a run that cannot tell, what a reader should know and do; "" otherwise (:meth:`advice_on`)."""
+        return self.advice_on()
 
     def agrees(self, other: Verdict) -> bool:
         """Whether two verdicts on one question do not contradict: no faster against slower, and no
@@ -170,6 +223,37 @@ class Verdict:
         if self.agrees(first):
             return f"This agrees with {where} ({first.words().split(' (')[0]} there, {self.words().split(' (')[0]} here)."
         return (f"This differs from {where}, which found it {first.words()}; here it ran {self.words()}.")
+
+
+def advice(verdicts) -> str:
+    """Once for a part of a page that words several verdicts, what would tell where any cannot: a
+    dict names what each tells apart (``{"the loop from the workers": v}``); a list does not, so its
+    sentence is general (or, where a verdict lacks samples, says how many it needs); "" where every
+    one tells (or was not measured).
+
+    Example:
+        >>> import os
+        >>> os.environ["GPUFEED_MODE"] = "full"
+        >>> print(advice({"the loop from the workers": Verdict(1.0, 0.5, 2.0, 5, CANNOT_TELL),
+        ...               "the tails apart": Verdict(2.0, 1.9, 2.1, 5, FASTER)}))
+        This run cannot tell the loop from the workers: the ratio's interval, 0.50x to 2.00x, holds both a gain and a loss; more repeats or an idle machine would tell.
+        >>> advice([Verdict(2.0, 1.9, 2.1, 5, FASTER)]), advice([Verdict(1.1, 0.7, 1.6, 5, CANNOT_TELL)] * 2)
+        ('', 'Where this run cannot tell, more repeats or an idle machine would tell.')
+        >>> del os.environ["GPUFEED_MODE"]
+    """
+    named = verdicts if isinstance(verdicts, dict) else {f"#{i}": v for i, v in enumerate(verdicts)}
+    open_ = {what: v for what, v in named.items() if v.kind == CANNOT_TELL}
+    if not open_:
+        return ""
+    if len(open_) == 1 and isinstance(verdicts, dict):
+        (what, v), = open_.items()
+        return v.advice_on(what)
+    if isinstance(verdicts, dict):
+        *most, last = open_
+        return (f"This run cannot tell {', '.join(most)} or {last}: each interval holds both a gain and a loss, "
+                f"or an arm has too few samples; {what_would_tell()}.")
+    few = [v for v in open_.values() if v.samples < MIN_SAMPLES]  # the samples a verdict needs, said once
+    return few[0].advice if few else f"Where this run cannot tell, {what_would_tell()}."
 
 
 def _ratio_of_medians(a: Sequence[float], b: Sequence[float], higher: bool) -> float:

@@ -18,6 +18,8 @@ Example:
     ([0, 1, 2, 3], [0, 1, 2, 4, 8, 16, 24])
     >>> label({"num_workers": 2, "prefetch_factor": 4, "persistent_workers": True, "pin_memory": False})
     '2 workers, prefetch 4, persistent'
+    >>> label({"num_workers": 1, "multiprocessing_context": "spawn", "worker_init_fn": print})
+    '1 worker, spawn, worker_init_fn=print'
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -35,8 +37,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from gpufeed.data.loader import no_collate
-from gpufeed.measure import progress
-from gpufeed.measure.harness import Measurement, benchmark, cuda_sync
+from gpufeed.measure.harness import Measurement, cuda_sync, interleave
 
 
 def worker_counts(cores: int) -> list[int]:
@@ -57,6 +58,11 @@ def label(config: dict) -> str:
         parts.append("persistent")
     if config.get("pin_memory"):
         parts.append("pinned")
+    if w and config.get("multiprocessing_context") is not None:
+        context = config["multiprocessing_context"]
+        parts.append(context if isinstance(context, str) else context.get_start_method())
+    if w and config.get("worker_init_fn") is not None:
+        parts.append(f"worker_init_fn={getattr(config['worker_init_fn'], '__name__', 'yes')}")
     return ", ".join(parts)
 
 
@@ -108,13 +114,15 @@ class _Stream:
         return samples
 
 
-def _budgeted(dl: DataLoader, device, step: Callable | None, budget_s: float, repeats: int,
-              batch_size: int, **kwargs) -> Measurement:
-    """Times ``repeats`` blocks of batches whose size makes them last about ``budget_s`` together.
+def _budgeted_arm(dl: DataLoader, device, step: Callable | None, budget_s: float, repeats: int,
+                  batch_size: int) -> tuple[Callable[[], None], int, list[int]]:
+    """One configuration's arm for timing blocks of batches in turns: ``(take, block, got)``.
 
     Untimed first: ``num_workers x prefetch_factor + 2`` batches (the workers start, the queue they
-    fill is drained once), then a probe of ``max(1, num_workers)`` batches that sizes the blocks.
-    The samples are rescaled to blocks of full batches (an epoch's last batch may be short).
+    fill is drained once), then a probe of ``max(1, num_workers)`` batches that sizes the blocks
+    so that ``repeats`` of them last about ``budget_s`` together. ``take()`` takes one block and
+    appends the samples it held to ``got`` (an epoch's last batch may be short: the samples are
+    rescaled to blocks of full batches afterwards, :func:`_rescale`).
     """
     stream = _Stream(dl, device, step)
     stream.take(dl.num_workers * (dl.prefetch_factor or 0) + 2)
@@ -125,56 +133,116 @@ def _budgeted(dl: DataLoader, device, step: Callable | None, budget_s: float, re
     per_batch = (time.perf_counter() - start) / probe
     block = max(1, round(budget_s / repeats / per_batch))
     got: list[int] = []
-    m = benchmark(lambda: got.append(stream.take(block)), repeats=repeats, warmup=0, items=block * batch_size,
-                  **{**kwargs, "params": {**kwargs["params"], "batches_per_sample": block}})
-    m.samples = [s * block * batch_size / n for s, n in zip(m.samples, got)]
-    return m
+    return (lambda: got.append(stream.take(block))), block, got
+
+
+def _rescale(m: Measurement, block: int, batch_size: int, got: list[int]) -> None:
+    """Samples of blocks that held ``got`` samples each, as seconds per block of full batches."""
+    m.samples = [s * block * batch_size / n for s, n in zip(m.samples, got[-len(m.samples):])]
 
 
 def sweep(datasets: dict[str, Dataset], configs: Iterable[dict], batch_size: int, *, repeats: int = 3,
           warmup: int = 1, device=None, step: Callable | None = None,
           budget_s: float | None = None) -> list[Measurement]:
-    """Times every dataset and configuration; one :class:`Measurement` each, in images/s.
+    """Times every dataset and configuration **in turns**; one :class:`Measurement` each, in images/s.
 
-    Each configuration gets one DataLoader. Without ``budget_s``, whole epochs are timed:
-    ``warmup`` untimed epochs first (with ``persistent_workers`` that is where the workers start;
-    without it every epoch starts them again, and the time shows it), then ``repeats`` timed ones.
-    With ``budget_s`` (seconds per configuration), the time is bounded instead: the loader runs as
-    one stream of epochs, and each of the ``repeats`` samples is a block of batches sized, after a
-    short warm-up, so that all of them take about ``budget_s`` (a slow configuration is timed over
-    part of an epoch, a fast one over several; ``params["batches_per_sample"]`` says how many).
-    That bounds a sweep's time on any machine (a GPU node's 16 cores and 2,000 JPEGs included);
-    compare persistent and non-persistent workers over whole epochs, without a budget, since what
-    differs is each epoch's start. ``params`` hold the dataset's name and the configuration.
+    Each configuration gets one DataLoader, all of them built first (persistent workers wait,
+    idle, while the others run), then timed round after round, one sample of each per round
+    (:func:`gpufeed.measure.harness.interleave`): a busy spell of the machine slows every
+    configuration a little rather than one a lot, and the ratio of any two is read with
+    :func:`gpufeed.measure.verdict.compare` (``paired=True``). Without ``budget_s``, each sample
+    is a whole epoch, after ``warmup`` untimed ones (with ``persistent_workers`` that is where the
+    workers start; without it every epoch starts them again, and the time shows it). With
+    ``budget_s`` (seconds per configuration), each sample is a block of batches from one stream of
+    epochs, sized after a short warm-up so that all of a configuration's samples take about
+    ``budget_s`` (a slow configuration is timed over part of an epoch, a fast one over several;
+    ``params["batches_per_sample"]`` says how many). That bounds a sweep's time on any machine (a
+    GPU node's 16 cores and 2,000 JPEGs included); compare persistent and non-persistent workers
+    over whole epochs, without a budget, since what differs is each epoch's start. ``params`` hold
+    the dataset's name and the configuration.
 
     Args:
         datasets: name -> dataset (batches of ``(images, targets)``).
         configs: keyword arguments for :func:`loader`, e.g. ``{"num_workers": 2}``.
         batch_size: samples per batch.
-        repeats, warmup: timed samples, and untimed epochs (without a budget).
+        repeats, warmup: timed samples per configuration, and untimed epochs first (without a budget).
         device: move each batch there (``non_blocking``), as a training loop does; None: stay put.
         step: called with each batch, e.g. to stand for a training step.
         budget_s: about how many seconds to time each configuration for; None: whole epochs.
     """
-    out = []
     configs = list(configs)
     cases = [(name, ds, config) for name, ds in datasets.items() for config in configs]
-    with progress.bar(total=len(cases), desc=f"sweep of {', '.join(datasets)}", unit="config") as shown:
-        for name, ds, config in cases:
-            shown.set_postfix_str(label(config))
-            with warnings.catch_warnings():  # more workers than cores is what a sweep is for
-                warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
-                dl = loader(ds, batch_size, **config)
-                common = {"name": f"{name}, {label(config)}",
-                          "params": {"dataset": name, "batch_size": batch_size, **config}}
-                if budget_s is None:
-                    out.append(benchmark(lambda dl=dl: _epoch(dl, device, step), items=len(ds), repeats=repeats,
-                                         warmup=warmup, **common))
-                else:
-                    out.append(_budgeted(dl, device, step, budget_s, repeats, batch_size, **common))
-            del dl  # stops its workers now (persistent ones would live on until collected)
-            shown.update()
-    return out
+    arms, items, params, blocks = {}, {}, {}, {}
+    with warnings.catch_warnings():  # more workers than cores is what a sweep is for
+        warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
+        loaders = {}
+        for i, (name, ds, config) in enumerate(cases):
+            case = f"{name}, {label(config)}"
+            loaders[case if case not in loaders else f"{case} ({i + 1})"] = (ds, loader(ds, batch_size, **config))
+        for (case, (ds, dl)), (name, _, config) in zip(loaders.items(), cases):
+            params[case] = {"dataset": name, "batch_size": batch_size, **config}
+            if budget_s is None:
+                arms[case], items[case] = (lambda dl=dl: _epoch(dl, device, step)), len(ds)
+            else:
+                arms[case], block, got = _budgeted_arm(dl, device, step, budget_s, repeats, batch_size)
+                blocks[case], items[case] = (block, got), block * batch_size
+                params[case]["batches_per_sample"] = block
+        ms = interleave(arms, repeats=repeats, warmup=warmup if budget_s is None else 0, items=items, params=params,
+                        desc=f"sweep of {', '.join(datasets)}")
+    for m in ms:
+        if m.name in blocks:
+            _rescale(m, blocks[m.name][0], batch_size, blocks[m.name][1])
+    del loaders, arms  # stops their workers now (persistent ones would live on until collected)
+    return ms
+
+
+def uneven_steps(mean_s: float, batches: int, burst: int = 8) -> list[float]:
+    """Seconds a stand-in training step sleeps, batch by batch: bursts of ``burst`` short steps
+    (a quarter of ``mean_s``) and ``burst`` long ones (seven quarters), ``mean_s`` on average.
+    A queue of prefetched batches is what carries a loader through a burst of short steps.
+
+    Example:
+        >>> [round(s, 2) for s in uneven_steps(1.0, 6, burst=2)]
+        [0.25, 0.25, 1.75, 1.75, 0.25, 0.25]
+    """
+    return [mean_s * (0.25 if (i // burst) % 2 == 0 else 1.75) for i in range(batches)]
+
+
+def prefetch_trial(dataset: Dataset, factors: Sequence[int], *, num_workers: int, batch_size: int, batches: int,
+                   step_s: float, repeats: int, device=None) -> list[Measurement]:
+    """``prefetch_factor`` compared in turns, one DataLoader per factor (persistent workers), each
+    sample a pass of ``batches`` batches from a fresh iterator, so that the queue of
+    ``num_workers x factor`` batches fills at the start and drains at the end, and a stand-in step
+    per batch that sleeps :func:`uneven_steps` (``step_s`` on average). The batches are drawn with
+    replacement from ``dataset``, so a small dataset serves any number of them.
+
+    Returns one :class:`Measurement` per factor (seconds per pass), named ``prefetch_factor=F``.
+    """
+    from torch.utils.data import RandomSampler
+
+    if batches < 8 * num_workers * max(factors):
+        warnings.warn(f"prefetch_trial: {batches} batches are fewer than 8 x workers x factor: the queue barely "
+                      "fills and drains", stacklevel=2)
+    sleeps = uneven_steps(step_s, batches)
+    arms, params = {}, {}
+    for f in factors:
+        sampler = RandomSampler(dataset, replacement=True, num_samples=batches * batch_size,
+                                generator=torch.Generator().manual_seed(f))
+        dl = DataLoader(dataset, batch_size, sampler=sampler, num_workers=num_workers, prefetch_factor=f,
+                        persistent_workers=True, collate_fn=no_collate if getattr(dataset, "__getitems__", None) else None)
+
+        def one_pass(dl=dl):
+            for batch, sleep_s in zip(dl, sleeps):
+                _use(batch, device, None)
+                time.sleep(sleep_s)
+
+        arms[f"prefetch_factor={f}"] = one_pass
+        params[f"prefetch_factor={f}"] = {"prefetch_factor": f, "num_workers": num_workers, "batches": batches,
+                                          "step_s": step_s, "batch_size": batch_size}
+    ms = interleave(arms, repeats=repeats, warmup=1, items=batches * batch_size, params=params,
+                    desc=f"prefetch_factor {', '.join(map(str, factors))} in turns")
+    del arms  # stops the workers
+    return ms
 
 
 def grid(ms: list[Measurement], row: str, col: str) -> tuple[list, list, list[list[float | None]]]:

@@ -73,6 +73,27 @@ def committed_bench(gpu: bool | None = None) -> list[tuple[Path, dict]]:
     return found
 
 
+def target_status(found: list[tuple[Path, dict]] | None = None) -> str:
+    """What a page may say of :data:`TARGET`: the course pipeline's efficiency in the newest committed
+    GPU run of ``gpufeed bench`` (``found``, default :func:`committed_bench` with ``gpu=True``), or that
+    no GPU run has measured it yet.
+
+    Example:
+        >>> print(target_status([]))
+        The course aims at a loader efficiency of 0.95 on a GPU (`efficiency.TARGET`); no GPU run of `gpufeed bench` is committed yet, so that target is not yet measured on a GPU.
+    """
+    found = committed_bench(gpu=True) if found is None else found
+    if not found:
+        return (f"The course aims at a loader efficiency of {TARGET} on a GPU (`efficiency.TARGET`); no GPU run of "
+                "`gpufeed bench` is committed yet, so that target is not yet measured on a GPU.")
+    path, doc = found[0]
+    by = {r["pipeline"]: r["efficiency"] for r in efficiency(from_bench(doc))}
+    gpu = (doc.get("machine") or {}).get("gpu") or path.parent.name
+    return (f"On {gpu}, `gpufeed bench` ({doc['workload'].get('model', 'resnet50')}, crops of {doc['workload']['crop']}, "
+            f"batches of {doc['workload']['batch']}) measured the course pipeline's loader efficiency at "
+            f"{by.get('course', float('nan')):.2f}, against the course's {TARGET} target.")
+
+
 def plot(rows: list[dict], machine: dict | None, title: str = "", note: str = "", target: float = TARGET):
     """Loader efficiency per pipeline as horizontal bars, with the target and 1.0 drawn as lines;
     each pipeline labelled with its training speed-up over naive. Returns ``(figure, axes)``."""

@@ -15,14 +15,17 @@ and :func:`try_tensorrt` builds :func:`tensorrt_engine` and checks it where it i
 Example:
     >>> headroom(loader_rate=3000.0, model_rate=1000.0)
     3.0
-    >>> print(read_model_side({"eager": 4000.0, "torch.compile": 4800.0}, loader=4500.0, train=1500.0))
+    >>> quiet = [1.0, 1.01, 0.99, 1.0, 1.02]
+    >>> print(read_model_side({"eager": [4000 * x for x in quiet], "torch.compile": [4800 * x for x in quiet]},
+    ...                       loader=[4500 * x for x in quiet], train=[1500 * x for x in quiet]))
     ... # doctest: +NORMALIZE_WHITESPACE
-    Inference, a forward pass on batches already on the device: eager 4,000 images/s, torch.compile
-    4,800 (1.20x faster than eager). The course's loader makes 4,500 images/s alone. Training at
-    1,500 images/s: a model at most 3.0x faster could still be fed (an upper bound: the loader was
-    timed alone, and beside the model its work shares the device). Inference (torch.compile) at 4,800 images/s:
-    about the loader's rate, so a faster model would wait for it. A faster model (TensorRT,
-    torch.compile, a smaller network) gains nothing where the loader cannot keep up.
+    Inference, a forward pass on batches already on the device: eager 4,000 images/s; torch.compile
+    4,800, 1.20x faster than eager (1.20x to 1.20x). The course's loader makes 4,500 images/s alone.
+    Training at 1,500 images/s: a model up to 3.0x faster (2.9x to 3.1x) could still be fed (an upper
+    bound: the loader was timed alone, and beside the model its work shares the device). Inference
+    (torch.compile) at 4,800 images/s: the loader is already the bottleneck, 1.07x slower than the
+    model (1.05x to 1.09x). A faster model (TensorRT, torch.compile, a smaller network) gains nothing
+    where the loader cannot keep up.
     >>> net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 3))
     >>> forward = inference(net, "cpu")
     >>> forward(torch.ones(2, 3, 2, 2)).shape, net.training
@@ -114,48 +117,50 @@ def headroom(loader_rate: float, model_rate: float) -> float:
     return loader_rate / model_rate
 
 
-def read_model_side(forward: dict[str, float], loader: float, train: float, note: str = "",
-                    flat: float = 0.1) -> str:
-    """The sentences that read the model's side, either way: the forward pass's images/s per
-    engine (``forward``: ``"eager"`` first, then ``"torch.compile"``, ``"TensorRT"`` where measured),
-    and how much faster the model may get, training (``train``, images/s on resident batches) and
-    in inference (its fastest engine), before the loader (``loader``, images/s alone) holds it back.
-
-    The loader was timed alone: beside the model its work (the augmentation on the GPU, its threads
-    on a CPU) shares the device, so the headroom is an upper bound and is worded so.
+def read_model_side(forward: dict[str, list[float]], loader: list[float], train: list[float], note: str = "") -> str:
+    """The sentences that read the model's side: the forward pass's images/s per engine, each
+    compiler against eager (timed in turns), and whether the loader could feed a faster model, in
+    training and in inference (its fastest engine). Every comparison is a verdict
+    (:func:`gpufeed.measure.verdict.compare`); the loader was timed alone, so beside the model (its
+    work shares the device) the headroom is an upper bound, and is worded so.
 
     Args:
-        forward: images/s of the forward pass per engine, ``"eager"`` among them.
-        loader: the course loader's images/s, timed alone.
-        train: the training step's images/s on batches already on the device.
+        forward: images/s samples of the forward pass per engine, ``"eager"`` first, timed in turns.
+        loader: images/s samples of the course's loader, timed alone (another run: not paired).
+        train: images/s samples of the training step on batches already on the device.
         note: why ``torch.compile`` was not measured, where it was not.
-        flat: ratios within this of 1 read as "about the same" (the measurements' spread,
-            :func:`gpufeed.course.prose.band`).
     """
-    from gpufeed.course.prose import times
+    import statistics
 
+    from gpufeed.measure.verdict import CANNOT_TELL, FASTER, SAME, compare
+
+    med = statistics.median
     eager = forward["eager"]
-    said = [f"Inference, a forward pass on batches already on the device: eager {eager:,.0f} images/s"]
-    said += [f"{name} {rate:,.0f} ({times(rate / eager, 'eager', flat=flat)})"
-             for name, rate in forward.items() if name != "eager"]
-    text = ", ".join(said) + (f"; torch.compile not measured: {note}" if "torch.compile" not in forward and note else "")
-    fastest = max(forward, key=forward.get)
-    text += f". The course's loader makes {loader:,.0f} images/s alone. "
-    waits = False
+    said = [f"Inference, a forward pass on batches already on the device: eager {med(eager):,.0f} images/s"]
+    said += [f"{name} {med(r):,.0f}, {compare(r, eager, paired=True, higher=True).words('eager')}"
+             for name, r in forward.items() if name != "eager"]
+    text = "; ".join(said) + (f"; torch.compile not measured: {note}" if "torch.compile" not in forward and note else "")
+    fastest = max(forward, key=lambda k: med(forward[k]))
+    text += f". The course's loader makes {med(loader):,.0f} images/s alone. "
+    waits, unsure = False, None
     for what, rate in (("Training", train), (f"Inference ({fastest})", forward[fastest])):
-        x = headroom(loader, rate)
-        if x > 1 + flat:
-            text += (f"{what} at {rate:,.0f} images/s: a model at most {x:.{1 if x >= 1.1 else 2}f}x faster could still be fed "
-                     "(an upper bound: the loader was timed alone, and beside the model its work shares the device). ")
-        elif x * (1 + flat) >= 1:
-            text += f"{what} at {rate:,.0f} images/s: about the loader's rate, so a faster model would wait for it. "
+        v = compare(loader, rate, higher=True)
+        head = f"{what} at {med(rate):,.0f} images/s: "
+        if v.kind == FASTER:
+            text += (f"{head}a model up to {v.ratio:.1f}x faster ({v.interval(1)}) could still be fed (an upper bound: "
+                     "the loader was timed alone, and beside the model its work shares the device). ")
+        elif v.kind == SAME:
+            text += f"{head}the loader ran {v.words('the model')}, so a faster model would wait for it. "
             waits = True
+        elif v.kind == CANNOT_TELL:
+            text += f"{head}the loader alone was {v.words('the model')}, so this run cannot tell whether it keeps up. "
+            unsure = unsure or v
         else:
-            text += (f"{what} at {rate:,.0f} images/s: the loader is already the bottleneck, "
-                     f"{times(x, 'the model', flat=0.0)}. ")  # outside the band: the ratio itself
+            text += f"{head}the loader is already the bottleneck, {v.words('the model')}. "
             waits = True
-    return text + ("A faster model (TensorRT, torch.compile, a smaller network) gains nothing where the loader "
-                   "cannot keep up." if waits else "Past that, a faster model gains nothing until the loader keeps up.")
+    text += ("A faster model (TensorRT, torch.compile, a smaller network) gains nothing where the loader cannot keep "
+             "up." if waits else "Past that, a faster model gains nothing until the loader keeps up.")
+    return text + (" " + unsure.advice if unsure else "")
 
 
 def tensorrt_version() -> str | None:

@@ -19,8 +19,9 @@ naive                     01       ImageFolder, Pillow, per-sample float transfo
 DALI (lesson 10) is a side rung where it is installed. The pieces that DataLoader workers pickle
 (:func:`memmap_samples`, with the library's :class:`~gpufeed.data.transforms.CropFlip`) live here;
 the rest comes from :mod:`gpufeed.measure.pipelines`.
-:func:`rows`, :func:`read` and :func:`plot` turn measured rates into the ladder's records, the
-sentences that read them and the chart; loader efficiency is in :mod:`gpufeed.course.lesson11.efficiency`.
+:func:`rows`, :func:`read` and :func:`plot` turn the rungs' measurements into the ladder's records, the
+sentences that read them (each step a verdict of :func:`step_verdicts`) and the chart; :class:`Busy`
+counts the cores each rung keeps busy. Loader efficiency is in :mod:`gpufeed.course.lesson11.efficiency`.
 
 Example:
     >>> [r.label for r in LADDER][:3]
@@ -38,16 +39,18 @@ from dataclasses import dataclass
 
 import torch
 
-from gpufeed.course.prose import times
+from gpufeed.course.lesson11.reading import against
 from gpufeed.data.transforms import IMAGENET_MEAN, IMAGENET_STD, CropFlip, crop_flip, draw_crops
 from gpufeed.measure import pipelines
 from gpufeed.measure.pipelines import Data, Workload
+from gpufeed.measure.verdict import CANNOT_TELL, FASTER, SAME, SLOWER, Verdict, advice
 
 
 @dataclass(frozen=True)
 class Rung:
-    """One step of the ladder: its key, its label in charts, the lesson that teaches it, and why
-    it can lose on a machine like this one (``{cores}`` is filled in)."""
+    """One step of the ladder: its key, its label in charts, the lesson that teaches it, and the
+    likely cause when it gains nothing on a machine like this one (``{cores}`` is filled in; the
+    page words it as a cause not measured there)."""
 
     key: str
     label: str
@@ -60,18 +63,18 @@ LADDER = (
     Rung("workers", "+ workers", "07", "{cores} worker processes share the {cores} cores with the main process, "
          "which collates and copies, and each batch crosses between processes"),
     Rung("uint8", "+ uint8 on the wire", "03, 04", "torchvision's decode and tensor resize cost about what Pillow's "
-         "do on small JPEGs, and the bytes saved matter only where a bus is the bottleneck"),
+         "do, and the bytes saved matter only where a bus is the bottleneck"),
     Rung("memmap", "+ decode once", "05", "the per-sample Python of the DataLoader, not the decoding, "
-         "was the bottleneck"),
+         "was what the workers spent their time on"),
     Rung("batched", "+ batched fetching", "06", "the FastLoader runs in one thread, while the DataLoader "
          "before it had {cores} worker processes"),
-    Rung("prefetch", "+ prefetching", "08", "a loader timed alone has nothing to overlap with: the thread only "
-         "adds a hand-off (prefetching pays when the model computes, as in the training measurement)"),
+    Rung("prefetch", "+ prefetching", "08", "a loader timed alone has no model step to overlap with, so the "
+         "thread only adds a hand-off (section 5 times prefetching in training)"),
     Rung("course", "+ batched augmentation", "09", "the per-sample crops were already cheap next to the "
          "gather; batching them pays most where a GPU does the work"),
 )
 DALI = Rung("dali", "DALI (side rung)", "10", "DALI decodes every JPEG in every epoch, where the course "
-            "pipeline decoded them once into the memmap")
+            "pipeline reads them decoded from the memmap")
 RUNGS = {r.key: r for r in (*LADDER, DALI)}
 
 
@@ -155,6 +158,54 @@ def _lazy_dali(data: Data, w: Workload, device, threads: int) -> Callable[[], It
     return epoch
 
 
+#: The name of :func:`settle` as a case of an interleaved run: its measurement is dropped.
+SETTLE = "(settle)"
+
+
+def wait_idle(most_s: float = 2.0, window_s: float = 0.01, share: float = 0.3) -> float:
+    """Waits until the threads of this process use less than ``share`` of a core over ``window_s``
+    seconds (``time.process_time``: a cheap read, so the wait does not measure itself), at most
+    ``most_s``; returns the seconds it waited (at least one window). Threads only: DALI's work ahead
+    runs on threads of this process; DataLoader workers do not work ahead between epochs.
+
+    Example:
+        >>> 0.01 <= wait_idle() < 2.0  # nothing runs here
+        True
+    """
+    import time
+
+    start = time.perf_counter()
+    while time.perf_counter() - start < most_s:
+        cpu = time.process_time()
+        time.sleep(window_s)
+        if time.process_time() - cpu < share * window_s:
+            break
+    return time.perf_counter() - start
+
+
+def settle() -> int:
+    """A case to time right after DALI in an interleaved run (named :data:`SETTLE`, its measurement
+    dropped): DALI's pipeline goes on working ahead on its threads once an epoch is handed over
+    (the next epoch's first batches), and the case timed next would pay for it. Returns 0 images."""
+    wait_idle()
+    return 0
+
+
+def drained(epoch: Callable[[], Iterator]) -> Callable[[], Iterator]:
+    """``epoch`` whose pass ends only once this process is idle again (:func:`wait_idle`): a loader
+    timed alone pays for the work its threads do ahead (DALI's), inside its own pass."""
+    def run() -> Iterator:
+        yield from epoch()
+        wait_idle()
+
+    return run
+
+
+def alone(rungs: dict[str, Callable[[], Iterator]]) -> dict[str, Callable[[], Iterator]]:
+    """The rungs as loaders timed alone: DALI's :func:`drained`, the others as they are."""
+    return {k: drained(e) if k == DALI.key else e for k, e in rungs.items()}
+
+
 def epoch_pass(epoch: Callable[[], Iterator]) -> int:
     """Runs one whole pass of ``epoch()`` and returns the images seen. A whole pass, not a few
     batches: a DataLoader left mid-epoch goes on prefetching in its workers while the next case is
@@ -220,48 +271,115 @@ def rows(rates: dict[str, float]) -> list[dict]:
     return out
 
 
-def read(ladder: list[dict], cores: int, flat: float = 0.05, spread: dict[str, float] | None = None) -> str:
-    """Sentences that read the ladder: the whole gain, the biggest step, and every step that lost
-    (or changed less than its band) with the reason it can on a machine with ``cores`` cores.
+def step_verdicts(ms) -> dict[str, Verdict]:
+    """The verdict on every rung's images/s against the rung above it (DALI's: against the course
+    pipeline and, as ``"dali/naive"``, against naive), and ``"total"``: the last rung against naive.
+    ``ms``: the rungs' measurements, timed in turns (:func:`gpufeed.measure.harness.interleave`), so
+    each comparison pairs the samples of one round.
+
+    Example:
+        >>> from gpufeed.measure.harness import Measurement
+        >>> ms = [Measurement("naive", [1.0, 1.1, 0.9, 1.0, 1.05], items=10),
+        ...       Measurement("workers", [0.5, 0.52, 0.48, 0.5, 0.51], items=10)]
+        >>> v = step_verdicts(ms)
+        >>> v["workers"].kind, round(v["workers"].ratio, 2), v["total"].kind
+        ('faster', 2.0, 'faster')
+    """
+    by = {m.name: m for m in ms}
+    if "naive" not in by:
+        raise ValueError(f"ladder.step_verdicts: the naive rung is missing (got {sorted(by)}); it is the baseline")
+    out, above = {}, None
+    for rung in LADDER:
+        if rung.key in by:
+            if above is not None:
+                out[rung.key] = against(by[rung.key], by[above])
+            above = rung.key
+    out["total"] = against(by[above], by["naive"])
+    if DALI.key in by:
+        out[DALI.key] = against(by[DALI.key], by.get("course"))
+        out["dali/naive"] = against(by[DALI.key], by["naive"])
+    return out
+
+
+def _busy(busy: dict[str, float] | None, key: str, other: str, whose: str) -> str:
+    """`` (1.8 cores busy, against 1.0 for the rung above)``, where both were counted."""
+    if not busy or busy.get(key) is None or busy.get(other) is None:
+        return ""
+    return f" ({busy[key]:.1f} cores busy, against {busy[other]:.1f} for {whose})"
+
+
+def read(ms, cores: int, busy: dict[str, float] | None = None) -> str:
+    """Sentences that read the ladder from its measurements (``ms``, timed in turns): the whole gain,
+    the biggest step this run tells, every step that lost or tied (with the likely cause, as one not
+    measured here), the steps this run cannot tell apart, and DALI beside the course pipeline.
 
     Args:
-        ladder: :func:`rows`.
+        ms: the rungs' :class:`~gpufeed.measure.harness.Measurement` objects, named by rung key.
         cores: the cores the loaders shared.
-        flat: the narrowest band around 1 within which a step reads as "changed little".
-        spread: rung key -> the spread (IQR over median) of its measurement, where known: a step's
-            band is then the wider of ``flat`` and the spreads of the two rungs it compares.
+        busy: rung key -> the cores it kept busy (:class:`Busy`), where measured.
     """
-    spread = spread or {}
-
-    def band(*keys: str) -> float:
-        return max([flat, *(spread.get(k, 0.0) for k in keys)])
-
-    main = [r for r in ladder if r["key"] != DALI.key]
+    v, main = step_verdicts(ms), rows({m.name: m.items_per_s for m in ms})
+    main = [r for r in main if r["key"] != DALI.key]
     first, last = main[0], main[-1]
-    f = band(first["key"], last["key"])
-    total = times(last["total"], flat=f, same="")  # "" inside the band
-    text = [f"From naive ({first['images_per_s']:,.0f} images/s) to '{last['label']}' "
-            f"({last['images_per_s']:,.0f} images/s) " + (f"the loader got {total}." if total else
-                                                          f"the loader's rate stayed within the runs' spread ({f:.0%}).")]
+    total = v["total"]
+    change = {FASTER: f"got {total.words()}", SLOWER: f"got {total.words()}",
+              SAME: f"stayed {total.words(same='the same')}"}.get(total.kind, f"was {total.words()}")
+    text = [f"From naive ({first['images_per_s']:,.0f} images/s) to '{last['label']}' ({last['images_per_s']:,.0f} "
+            f"images/s) the loader's rate {change}."]
+    gains = [r for r in main[1:] if v[r["key"]].kind == FASTER]
     if len(main) > 1:
-        best = max(main[1:], key=lambda r: r["step"])
-        text.append(f"The biggest step was '{best['label']}' (lesson {best['lesson']}): {times(best['step'])}."
-                    if best["step"] > 1 else f"No rung gained here: the least loss was '{best['label']}' "
-                    f"(lesson {best['lesson']}), {times(best['step'])}.")
+        best = max(gains, key=lambda r: v[r["key"]].ratio) if gains else None
+        text.append(f"The biggest step this run tells was '{best['label']}' (lesson {best['lesson']}): "
+                    f"{v[best['key']].words()}." if best else "No rung was told faster than the rung above it.")
+    unsure = []
     for above, r in zip(main, main[1:]):
-        why, f = RUNGS[r["key"]].slower_because.format(cores=cores), band(above["key"], r["key"])
-        if r["step"] * (1 + f) < 1:
-            text.append(f"'{r['label']}' made it {times(r['step'])} here: {why}.")
-        elif r["step"] <= 1 + f:
-            text.append(f"'{r['label']}' changed little here ({times(r['step'])}, within the runs' spread of "
-                        f"{f:.0%}): {why}.")
-    dali = next((r for r in ladder if r["key"] == DALI.key), None)
+        step, why = v[r["key"]], RUNGS[r["key"]].slower_because.format(cores=cores)
+        if step.kind in (SLOWER, SAME):
+            text.append(f"'{r['label']}'{_busy(busy, r['key'], above['key'], 'the rung above')} "
+                        f"{step.ran('the rung above')}; one likely cause, not measured here: {why}.")
+        elif step.kind == CANNOT_TELL:
+            unsure.append(f"'{r['label']}' ({step.why()})")
+    if unsure:
+        text.append(f"This run cannot tell {', '.join(unsure)} from the rung above.")
+    dali = next((r for r in rows({m.name: m.items_per_s for m in ms}) if r["key"] == DALI.key), None)
     if dali is not None:
-        f = band(DALI.key, "course")
-        text.append(f"DALI, as a side rung: {dali['images_per_s']:,.0f} images/s, {times(dali['total'], 'naive')} "
-                    f"and {times(dali['step'], 'the course pipeline', flat=f)}"
-                    + (f": {DALI.slower_because}." if dali["step"] * (1 + f) < 1 else "."))
+        side = v[DALI.key]
+        text.append(f"DALI, as a side rung, made {dali['images_per_s']:,.0f} images/s"
+                    f"{_busy(busy, DALI.key, 'course', 'the course pipeline')}: it {v['dali/naive'].ran('naive')} and "
+                    f"{side.ran('the course pipeline')}.")
+        if side.kind == SLOWER:
+            text.append(f"One likely cause, not measured here: {DALI.slower_because}."
+                        + (f" In the DataLoader, skipping the decode (the '+ decode once' rung) {v['memmap'].ran('the rung above')}."
+                           if "memmap" in v else ""))
+        elif side.kind == FASTER:
+            text.append("It decodes every JPEG in every epoch, where the course pipeline reads them decoded: "
+                        "what makes it faster here is not measured on this page.")
+    said = advice([total, *(v[r["key"]] for r in main[1:]), *((v[DALI.key],) if dali is not None else ())])
+    if said:
+        text.append(said)
     return " ".join(text)
+
+
+class Busy:
+    """The cores each rung keeps busy while it runs (:class:`gpufeed.measure.cpu.CoresBusy` around
+    every pass, warm-up included): ``run(key, epoch)`` is :func:`epoch_pass` counted for ``key``,
+    ``cores()`` the CPU seconds over the wall seconds of each key's passes."""
+
+    def __init__(self):
+        self.cpu_s: dict[str, float] = {}
+        self.wall_s: dict[str, float] = {}
+
+    def run(self, key: str, epoch: Callable[[], Iterator]) -> int:
+        from gpufeed.measure.cpu import CoresBusy
+
+        with CoresBusy() as c:
+            seen = epoch_pass(epoch)
+        self.cpu_s[key] = self.cpu_s.get(key, 0.0) + c.cpu_s
+        self.wall_s[key] = self.wall_s.get(key, 0.0) + c.wall_s
+        return seen
+
+    def cores(self) -> dict[str, float]:
+        return {k: round(self.cpu_s[k] / w, 2) for k, w in self.wall_s.items() if w > 0}
 
 
 def plot(ladder: list[dict], machine: dict | None, title: str = "", note: str = ""):

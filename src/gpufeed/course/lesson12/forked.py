@@ -143,3 +143,34 @@ def run(nproc: int, script_args, out: str | os.PathLike, *, threads: int = 1, ti
     if verbose:
         print(texts[0].strip())
     return load(out)
+
+
+def in_turns(arms: dict[str, tuple[int, int]], script_args, out_dir: str | os.PathLike, rounds: int = 5,
+             ) -> dict[str, dict[str, object]]:
+    """Runs the script (:func:`run`) once per arm in each of ``rounds`` rounds, the arms in turns
+    (A, B, A, B, ...), so that a burst of other work on the machine slows both a little rather than
+    one a lot, and the verdict can pair them round by round (:func:`gpufeed.measure.verdict.compare`).
+
+    Args:
+        arms: ``name -> (nproc, threads)``, e.g. ``{"1 process": (1, 1), "2 processes": (2, 1)}``.
+        script_args: the script's arguments, the same for every arm.
+        out_dir: where each run's JSON goes.
+        rounds: runs of each arm.
+
+    Returns:
+        ``name -> {measurement name -> Measurement}``, the script's measurement names with
+        ``"N process(es)"`` written ``"all"`` (``"load, all"``, ``"train, rank 1"``): each holds the
+        median sample (seconds) of each round's run, one per round, and is named ``"<arm>: <name>"``.
+    """
+    from gpufeed.measure.harness import Measurement
+
+    out: dict[str, dict[str, Measurement]] = {name: {} for name in arms}
+    for r in range(rounds):
+        for i, (name, (nproc, threads)) in enumerate(arms.items()):
+            ms, _ = run(nproc, script_args, Path(out_dir) / f"turn{r}-arm{i}.json", threads=threads, verbose=False)
+            for m in ms:
+                key = f"{m.params['phase']}, all" if m.params.get("rank") == "all" else m.name
+                got = out[name].setdefault(key, Measurement(f"{name}: {key}", [], m.items, params={**m.params, "arm": name}))
+                got.samples.append(m.median)
+    return out
+
