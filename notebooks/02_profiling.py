@@ -441,31 +441,39 @@ saved = results.save_lesson("lesson02", lesson, trace_summary=summary, first_ste
                             first_batch_s=statistics.median(first_batch), lazy_s=lazy_s, eager_s=eager_s)
 
 # %% [markdown]
-# ## 10. Your own loop: `diagnose`
+# ## 10. Your own loop, measured as it runs: `watch`
 #
-# Everything above, pointed at a loop you bring: `gpufeed.measure.diagnose(loader, step)` runs your
-# loader and your training step unchanged and splits the period into waiting inside `next()` and the
-# step. It watches a few steps for copies from pageable memory and host syncs (on a GPU it profiles
-# them and reads the trace as above), and measures two what-ifs: the loader alone, and the
-# step on a batch already on the device. Each finding names the numbers behind it and the lesson
-# that fixes it; nothing measured, nothing said. Its *loader efficiency* is your loop's images/s over
-# the step's on batches already there: 1.0 means the loop never waits for data (lesson 11). Here
-# lesson 01's naive loading is the loader.
+# Everything above, pointed at a loop you bring, without rewriting it: wrap the loader in
+# `gpufeed.measure.watch(loader)` and loop over the wrapper as you would over the loader. Around each
+# `next()` it takes the host's time and, on a GPU, two CUDA events: how long the *device* sat idle
+# waiting for that batch. (A step that queues its GPU work and returns, as a step without `.item()`
+# does, leaves the host waiting in `next()` while the GPU still works; only the device's clock tells
+# that apart from waiting for data.) It counts the host syncs and names the line that made each.
+# `feed.report()` reads the loop as it ran. `feed.what_ifs(step)` is a second step, taken when you
+# ask: it watches a few steps for copies and syncs by kind (profiled on a GPU, as above) and measures
+# the loader alone and the step on a batch already on the device; each finding names the numbers
+# behind it and the lesson that fixes it. Here lesson 01's naive loading is the loader.
 
 # %%
-import itertools
-
-from gpufeed.measure import diagnose
+import gpufeed.measure
 
 
-def naive_batches():  # lesson 01's loading, on the main thread: read, decode, stack
-    for b in itertools.count():
-        idx = [(b * B + k) % n for k in range(B)]
-        yield torch.stack([decode_pil(files[k].read_bytes()) for k in idx]), torch.tensor([labels[k] for k in idx])
+class NaiveBatches:  # lesson 01's loading on the main thread (read, decode, stack); one pass: an epoch
+    def __init__(self, batches):
+        self.batches = batches
+
+    def __iter__(self):
+        for b in range(self.batches):
+            idx = [(b * B + k) % n for k in range(B)]
+            yield torch.stack([decode_pil(files[k].read_bytes()) for k in idx]), torch.tensor([labels[k] for k in idx])
 
 
-report = diagnose(naive_batches(), lambda b: step(b[0].to(S.device), b[1].to(S.device)),
-                  batches=config.pick(quick=3, full=10, site=10), warmup=1)
+with gpufeed.measure.watch(NaiveBatches(config.pick(quick=6, full=20, site=12))) as feed:
+    for x, y in feed:  # the loop as it is
+        step(x.to(S.device), y.to(S.device))
+print(feed.report().table())
+report = feed.what_ifs(lambda b: step(b[0].to(S.device), b[1].to(S.device)),
+                       batches=config.pick(quick=5, full=10, site=10))
 print(report.table())
 say(report.sentences())
 

@@ -24,10 +24,12 @@ from gpufeed.measure.harness import Measurement
 from gpufeed.measure.verdict import (
     CANNOT_TELL,
     FASTER,
+    LIKELY_START,
     NOT_MEASURED,
     SAME,
     SLOWER,
     Verdict,
+    advice,
     compare,
 )
 from gpufeed.measure.wording import times
@@ -67,8 +69,8 @@ def prediction(predicted: float, measured: Measurement | None, what: str) -> str
     v = against(measured.samples, measured.items / predicted, higher=False)  # seconds per batch, both
     head += f"; it measured {measured.items_per_s:,.0f} (median of {len(measured.samples)} samples)"
     if v.decided:
-        return f"{head}: the loop ran {v.words('predicted')}."
-    return f"{head}. Does the prediction hold? {v.advice}"
+        return f"{head}: the loop {v.ran('predicted')}."
+    return f"{head}. {v.advice_on('the loop from the prediction')}"
 
 
 def workers_gain(loop: Verdict, decode: Verdict, threads: int) -> str:
@@ -83,9 +85,9 @@ def workers_gain(loop: Verdict, decode: Verdict, threads: int) -> str:
         return f"The loop with {threads} loading threads was not measured here."
     rounds = f"{loop.samples} rounds of each, in turns"
     if loop.kind == CANNOT_TELL:
-        return f"Is the loop with {threads} loading threads faster than the naive loop ({rounds})? {loop.advice}"
-    said = [f"Timed in turns, {loop.samples} rounds of each, the loop with {threads} loading threads ran "
-            f"{loop.words('the naive loop', bold=True)}."]
+        return loop.advice_on(f"the loop with {threads} loading threads from the naive loop ({rounds})")
+    said = [f"Timed in turns, {loop.samples} rounds of each, the loop with {threads} loading threads "
+            f"{loop.ran('the naive loop', bold=True)}."]
     if loop.kind == FASTER:
         said.append("Loading in parallel pays here.")
     on_threads = decode.words("on the loop's own thread")
@@ -94,7 +96,7 @@ def workers_gain(loop: Verdict, decode: Verdict, threads: int) -> str:
     elif decode.decided and loop.kind != FASTER:
         said.append(f"Decoding an image on a thread was {on_threads}.")
     if loop.kind != FASTER or decode.kind == SLOWER:
-        said.append("One likely cause, not measured here: the threads share this machine's cores with each other "
+        said.append(f"{LIKELY_START} the threads share this machine's cores with each other "
                     "and with whatever else runs on it, and take turns holding Python's lock between decodes.")
     return " ".join(said)
 
@@ -110,7 +112,7 @@ def keeps_up(loading: Sequence[float], figures: Sequence[tuple[float, str]]) -> 
         return "The loader was not measured here."
     head = (f"This machine's naive loading (read, decode and collate on one core, no model) delivered "
             f"{statistics.median(loading):,.0f} images/s (median of {len(loading)} batches).")
-    said = []
+    said, open_ = [], {}
     for rate, label in figures:
         v = against(loading, rate)
         if v.kind == FASTER:
@@ -123,8 +125,10 @@ def keeps_up(loading: Sequence[float], figures: Sequence[tuple[float, str]]) -> 
             said.append(f"It delivers about what a GPU training at {rate:,.0f} images/s ({label}) consumes: "
                         f"{v.words('that GPU', same='as fast')}, with nothing to spare.")
         else:
-            said.append(f"Would it keep up with a GPU training at {rate:,.0f} images/s ({label})? {v.advice}")
-    return " ".join([head, *said])
+            said.append(f"Against a GPU training at {rate:,.0f} images/s ({label}), it was "
+                        f"{v.words('what that GPU consumes', digits=1)}.")
+            open_[f"this loader from a GPU at {rate:,.0f} images/s"] = v
+    return " ".join([head, *said, advice(open_)]).rstrip()
 
 
 def decoders(decode: Verdict, gains: dict[str, float], slowest: str) -> str:
@@ -132,8 +136,9 @@ def decoders(decode: Verdict, gains: dict[str, float], slowest: str) -> str:
     simulator predicts from their median costs for each preset (``gains``: preset to predicted
     rate with torchvision over with Pillow; ``slowest``: the slowest stage of the last preset)."""
     if not decode.decided:
-        return (f"Is torchvision's decoder faster than Pillow's, timed in turns? {decode.advice} The predictions "
-                "above rest on the two medians, which this run does not tell apart.")
+        what = "torchvision's decoder from Pillow's, timed in turns"
+        return (f"{decode.advice_on(what)} The predictions above "
+                "rest on the two medians, which this run does not tell apart.")
     measured = f"torchvision's decoder was {decode.words('Pillow')} per image, timed in turns"
     if decode.kind == SAME:
         return f"{measured}: fed to the simulator, the two medians change its predictions by no more than that."

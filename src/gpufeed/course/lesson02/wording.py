@@ -22,11 +22,14 @@ from collections.abc import Mapping
 from gpufeed.measure.verdict import (
     CANNOT_TELL,
     FASTER,
+    LIKELY,
+    LIKELY_START,
     MIN_SAMPLES,
     NOT_MEASURED,
     SAME,
     SLOWER,
     Verdict,
+    what_would_tell,
 )
 
 #: Words for durations: a shorter time is the gain.
@@ -51,7 +54,7 @@ def lazy_reading(v: Verdict, images: int, lazy_s: float, eager_s: float) -> str:
         return f"{head}, {v.words('', bold=True, digits=places(v), **TIME_WORDS)}: the lazy time measured nothing."
     if v.decided:  # decoding as fast as making a map object: not what happens, but say what was measured
         return f"{head}, {v.words('', digits=2, **TIME_WORDS)}: this run's timer did not see the work; run it again."
-    return f"{head}. Is it longer than the lazy time? {v.advice}"
+    return f"{head}. {v.advice_on('the real decode from the lazy time') or 'The two were not compared.'}"
 
 
 def first_reading(v: Verdict, first: str, rest: str, cause: str = "") -> str:
@@ -61,10 +64,10 @@ def first_reading(v: Verdict, first: str, rest: str, cause: str = "") -> str:
     if v.kind == NOT_MEASURED:
         return f"{first[:1].upper()}{first[1:]} was not measured here."
     if v.kind == CANNOT_TELL:
-        return f"Does {first} take longer than {rest}? {v.advice}"
+        return v.advice_on(f"{first} from {rest}")
     text = f"{first[:1].upper()}{first[1:]} took {v.words(rest, bold=True, **TIME_WORDS)}."
     if v.kind == SLOWER and cause:
-        text += f" One likely cause, not measured here: {cause}."
+        text += f" {LIKELY_START} {cause}."
     elif v.kind != SLOWER:
         text += " Here the first call paid nothing that shows: whatever it sets up was already set up."
     return text
@@ -76,11 +79,11 @@ def sync_reading(v: Verdict, gpu: str) -> str:
     if v.kind == NOT_MEASURED:
         return f"On {gpu}, the two timers were not measured."
     if v.kind == CANNOT_TELL:
-        return f"On {gpu}, does the timer without a sync read less than the one with it? {v.advice}"
+        return f"On {gpu}: {v.advice_on('the timer without a sync from the one with it')}"
     text = f"On {gpu}, the timer without a sync read {v.words('the one with a sync', bold=True, **TIME_WORDS)}"
     if v.kind == FASTER:
         return text + ": it timed the queueing, not the work."
-    return text + (": the host waited for the work anyway (one likely cause, not measured here: the queue "
+    return text + (f": the host waited for the work anyway ({LIKELY} the queue "
                    "was full, so each launch waited for room)." if v.kind == SAME else
                    ": one run cannot say why; run the cell again.")
 
@@ -93,9 +96,9 @@ def tools_agree(v: Verdict, rounds: int) -> str:
     if v.kind == SAME:
         return head + f"{v.words('Timer', same='the same', bold=True)}: the same work gives the same answer."
     if v.kind == CANNOT_TELL:
-        return f"Do the harness and Timer agree, timed in turns ({rounds} rounds each)? {v.advice}"
+        return v.advice_on(f"the harness from Timer, timed in turns ({rounds} rounds each)")
     return (head + f"{v.words('Timer', bold=True, **TIME_WORDS)}: the two tools disagree beyond this run's noise. "
-            "One likely cause, not measured here: they count different things (the harness times one call per "
+            f"{LIKELY_START} they count different things (the harness times one call per "
             "sample; Timer, blocks of calls, then divides).")
 
 
@@ -104,7 +107,7 @@ def collate_reading(v: Verdict, images: int, megabytes: float) -> str:
     if v.kind == NOT_MEASURED:
         return "The two collates were not compared here."
     if v.kind == CANNOT_TELL:
-        return f"Is torch.stack slower than collate_images on {images} images? {v.advice}"
+        return v.advice_on(f"torch.stack from collate_images on {images} images")
     text = f"Stacking {images} decoded images ({megabytes:.1f} MB), torch.stack took {v.words('collate_images', bold=True, **TIME_WORDS)}"
     if v.kind == SLOWER:
         return (text + ". Both copy every byte once; torch.stack writes each image's bytes to new places "
@@ -117,9 +120,10 @@ def aa_reading(v: Verdict) -> str:
     if v.kind == SAME:
         return f"The A/A test reads {v.words('itself', same='the same')}: the method invents no difference."
     if v.kind == CANNOT_TELL:
-        return (f"Even one function against itself is not told apart by this run ({v.interval()}): calls this short "
-                "move by more than 10% here, so a smaller difference than that needs longer calls, more rounds or an "
-                "idle machine." if v.samples >= MIN_SAMPLES else f"The A/A test: {v.advice}")
+        if v.samples < MIN_SAMPLES:
+            return f"The A/A test: {v.advice_on('collate_images from itself')}"
+        return (f"Even one function against itself was {v.words('itself')}: calls this short move by more than 10% "
+                f"here, so a smaller difference than that is not told; {what_would_tell()}.")
     if v.kind == NOT_MEASURED:
         return "The A/A test was not run."
     return (f"The A/A test reads a difference where there is none ({v.words('itself')}): a 90% interval misses "
@@ -161,7 +165,8 @@ def iter_reading(with_workers: Verdict, in_next: Verdict, start_up: Verdict, ms:
         said.append(f"iter() took {ms['iter2']:.1f} ms with 2 workers and {ms['iter0']:.2f} ms with 0: with workers "
                     f"{with_workers.words('with 0', bold=True, digits=places(with_workers), **TIME_WORDS)}.")
     else:
-        said.append(f"Does iter() take longer with 2 workers than with 0? {with_workers.advice}")
+        said.append(with_workers.advice_on("iter() with 2 workers from iter() with 0")
+                    or "iter() with 2 workers and with 0 were not compared.")
     if in_next.kind == SLOWER:
         said.append(f"With 0 workers the work is in next(): {ms['next0']:.2f} ms, "
                     f"{in_next.words('iter()', digits=places(in_next), **TIME_WORDS)}; timing only iter() measures "
@@ -170,7 +175,8 @@ def iter_reading(with_workers: Verdict, in_next: Verdict, start_up: Verdict, ms:
         said.append(f"With 0 workers the first next() took {in_next.words('iter()', **TIME_WORDS)}: this dataset's "
                     "batch costs next to nothing.")
     else:
-        said.append(f"With 0 workers, does the work land in next()? {in_next.advice}")
+        said.append(in_next.advice_on("the first next() from iter(), with 0 workers")
+                    or "With 0 workers, the first next() and iter() were not compared.")
     if start_up.kind == SLOWER:
         said.append(f"With 2 workers most of the start-up landed in iter(), which starts the worker processes: "
                     f"{ms['iter2']:.1f} ms, {start_up.words('the first next()', **TIME_WORDS)}. Timing only the first "
@@ -184,5 +190,6 @@ def iter_reading(with_workers: Verdict, in_next: Verdict, start_up: Verdict, ms:
         said.append(f"With 2 workers iter() took {start_up.words('the first next()', **TIME_WORDS)}: the start-up is "
                     "split between them, and timing either alone misses part of it (mistake 2).")
     else:
-        said.append(f"With 2 workers, does the start-up land in iter() or in the first next()? {start_up.advice}")
+        said.append(start_up.advice_on("iter() from the first next(), with 2 workers")
+                    or "With 2 workers, iter() and the first next() were not compared.")
     return " ".join(said)
