@@ -382,19 +382,25 @@ tb.Compare(timers).print()
 # 3. **Four verdicts**: *faster* or *slower* when the whole interval lies on one side of 1; *the
 #    same within X%* when it holds 1 and stays within 10% of it; *this run cannot tell* when it
 #    holds 1 and is wider, or when an arm has fewer than 5 samples. "Cannot tell" is an answer too:
-#    it says how wide the interval is, and that full mode or an idle machine would tell.
+#    it says how wide the interval is, and what would tell (more samples, larger sizes, an idle machine).
 #
 # Here, Timer and the harness in turns on one batch of decodes, each round one sample of each:
 
 # %%
+import warnings
+
+from gpufeed.measure.harness import NoisyMeasurementWarning
+
 threads = torch.get_num_threads()
 torch.set_num_threads(1)  # as Timer(num_threads=1) does
 decode_batch = lambda: [decode_pil(b) for b in blobs]  # noqa: E731  the work both tools time
 by_timer, by_harness = [], []
-for _ in range(rounds := config.pick(quick=2, full=48, site=48)):
-    by_timer.append(tb.Timer("decode_batch()", globals={"decode_batch": decode_batch}, num_threads=1)
-                    .blocked_autorange(min_run_time=run_time).median)
-    by_harness.append(benchmark(decode_batch, name="pil", items=B, repeats=3, min_time=run_time).median)
+with warnings.catch_warnings():  # one [noisy] mark for all the rounds, not one per round
+    warnings.simplefilter("once", NoisyMeasurementWarning)
+    for _ in range(rounds := config.pick(quick=2, full=48, site=48)):
+        by_timer.append(tb.Timer("decode_batch()", globals={"decode_batch": decode_batch}, num_threads=1)
+                        .blocked_autorange(min_run_time=run_time).median)
+        by_harness.append(benchmark(decode_batch, name="pil", items=B, repeats=3, min_time=run_time).median)
 torch.set_num_threads(threads)
 ours = Measurement("harness, pil", by_harness, items=B, params={"size": "224x224"})
 print(f"{len(blobs)} x 224x224 with Pillow, medians of {rounds} rounds: Timer {statistics.median(by_timer) * 1e3:.2f} ms, "

@@ -127,7 +127,8 @@ def aa_reading(v: Verdict) -> str:
     if v.kind == NOT_MEASURED:
         return "The A/A test was not run."
     return (f"The A/A test reads a difference where there is none ({v.words('itself')}): a 90% interval misses "
-            "about one time in ten, and a burst of other work can fall on one arm's turns. Run the cell again.")
+            f"about one time in ten; {LIKELY} the arms' places within each round, or a burst of other work on one "
+            "arm's turns. A difference between two real arms no larger than this one is not believed from one run.")
 
 
 def verdict_table(rows: Mapping[str, Verdict]) -> str:
