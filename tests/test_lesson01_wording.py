@@ -13,6 +13,7 @@ from gpufeed.measure.verdict import (
     NOT_MEASURED,
     SAME,
     SLOWER,
+    Verdict,
     compare,
 )
 
@@ -130,3 +131,10 @@ def test_a_noisy_run_reads_cannot_tell_and_never_both_ways():
     }
     for question, text in page.items():
         assert reads_as_cannot_tell(text), (question, text)
+
+
+def test_one_round_reads_in_the_singular():
+    one = Verdict(1.2, None, None, 1, CANNOT_TELL, True)
+    assert "(1 round of each, in turns)" in wording.workers_gain(one, one, threads=2)
+    text = wording.prediction(800.0, Measurement("naive", [0.01], items=8), "the naive loop")
+    assert "it measured 800 (one sample)" in text and "This run cannot tell the loop from the prediction" in text

@@ -67,7 +67,8 @@ def prediction(predicted: float, measured: Measurement | None, what: str) -> str
     if measured is None or not measured.samples or not measured.items:
         return f"{head}; it was not measured here."
     v = against(measured.samples, measured.items / predicted, higher=False)  # seconds per batch, both
-    head += f"; it measured {measured.items_per_s:,.0f} (median of {len(measured.samples)} samples)"
+    n = len(measured.samples)
+    head += f"; it measured {measured.items_per_s:,.0f} ({f'median of {n} samples' if n > 1 else 'one sample'})"
     if v.decided:
         return f"{head}: the loop {v.ran('predicted')}."
     return f"{head}. {v.advice_on('the loop from the prediction')}"
@@ -83,7 +84,7 @@ def workers_gain(loop: Verdict, decode: Verdict, threads: int) -> str:
     """
     if loop.kind == NOT_MEASURED:
         return f"The loop with {threads} loading threads was not measured here."
-    rounds = f"{loop.samples} rounds of each, in turns"
+    rounds = f"{loop.samples} round{'s' if loop.samples != 1 else ''} of each, in turns"
     if loop.kind == CANNOT_TELL:
         return loop.advice_on(f"the loop with {threads} loading threads from the naive loop ({rounds})")
     said = [f"Timed in turns, {loop.samples} rounds of each, the loop with {threads} loading threads "

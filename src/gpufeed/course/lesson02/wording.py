@@ -29,6 +29,7 @@ from gpufeed.measure.verdict import (
     SAME,
     SLOWER,
     Verdict,
+    advice,
     what_would_tell,
 )
 
@@ -161,13 +162,13 @@ def iter_reading(with_workers: Verdict, in_next: Verdict, start_up: Verdict, ms:
         start_up: ``iter()`` with 2 workers against the first ``next()`` with 2.
         ms: the medians in ms: ``iter0``, ``next0``, ``iter2``, ``next2``.
     """
-    said = []
+    said, open_ = [], {}  # the verdicts this run cannot tell, named: their advice is said once
     if with_workers.decided:
         said.append(f"iter() took {ms['iter2']:.1f} ms with 2 workers and {ms['iter0']:.2f} ms with 0: with workers "
                     f"{with_workers.words('with 0', bold=True, digits=places(with_workers), **TIME_WORDS)}.")
     else:
-        said.append(with_workers.advice_on("iter() with 2 workers from iter() with 0")
-                    or "iter() with 2 workers and with 0 were not compared.")
+        open_["iter() with 2 workers from iter() with 0"] = with_workers
+        said.append("" if with_workers.kind == CANNOT_TELL else "iter() with 2 workers and with 0 were not compared.")
     if in_next.kind == SLOWER:
         said.append(f"With 0 workers the work is in next(): {ms['next0']:.2f} ms, "
                     f"{in_next.words('iter()', digits=places(in_next), **TIME_WORDS)}; timing only iter() measures "
@@ -176,8 +177,8 @@ def iter_reading(with_workers: Verdict, in_next: Verdict, start_up: Verdict, ms:
         said.append(f"With 0 workers the first next() took {in_next.words('iter()', **TIME_WORDS)}: this dataset's "
                     "batch costs next to nothing.")
     else:
-        said.append(in_next.advice_on("the first next() from iter(), with 0 workers")
-                    or "With 0 workers, the first next() and iter() were not compared.")
+        open_["the first next() from iter() with 0 workers"] = in_next
+        said.append("" if in_next.kind == CANNOT_TELL else "With 0 workers, the first next() and iter() were not compared.")
     if start_up.kind == SLOWER:
         said.append(f"With 2 workers most of the start-up landed in iter(), which starts the worker processes: "
                     f"{ms['iter2']:.1f} ms, {start_up.words('the first next()', **TIME_WORDS)}. Timing only the first "
@@ -191,6 +192,6 @@ def iter_reading(with_workers: Verdict, in_next: Verdict, start_up: Verdict, ms:
         said.append(f"With 2 workers iter() took {start_up.words('the first next()', **TIME_WORDS)}: the start-up is "
                     "split between them, and timing either alone misses part of it (mistake 2).")
     else:
-        said.append(start_up.advice_on("iter() from the first next(), with 2 workers")
-                    or "With 2 workers, iter() and the first next() were not compared.")
-    return " ".join(said)
+        open_["iter() from the first next() with 2 workers"] = start_up
+        said.append("" if start_up.kind == CANNOT_TELL else "With 2 workers, iter() and the first next() were not compared.")
+    return " ".join(x for x in [*said, advice(open_)] if x)
