@@ -127,10 +127,11 @@ def train_epoch(batches):
 # batched step (lesson 09). The training loop is the same `train_epoch`.
 
 # %%
-from gpufeed.data.loader import FastLoader, seeded_generator
+from gpufeed.data.loader import FastLoader
+from gpufeed.data.orders import seeded_generator
 from gpufeed.data.memmap import load_memmap
 from gpufeed.data.prefetch import ThreadPrefetcher
-from gpufeed.data.transforms import DeviceAugment
+from gpufeed.data.device_augment import DeviceAugment
 
 # The pieces, by hand, to see them. In your own training use the library's front door, which is this
 # composition made safe (on CUDA: copy and augmentation on a side stream; see README, "Use it in your
@@ -379,7 +380,7 @@ for kind, runs_found in (("GPU", efficiency.committed_bench(gpu=True)), ("CPU-on
 #
 # * **No gathered copy.** It crops each sample straight out of the memmap, a group of
 #   `GROUP` samples at a time (the number is printed below) into a small uint8 scratch, writes them
-#   once, as float, into the batch (`gpufeed.data.transforms.crop_flip_normalize`), then scales
+#   once, as float, into the batch (`gpufeed.data.cpu_crops.crop_flip_normalize`), then scales
 #   them while the group's float crops are still in the cache: one read of the stored bytes instead
 #   of a gather, a copy and two more passes over the whole float batch (sizes below).
 # * **Every core.** A small pool of threads shares the work (torch releases the GIL inside its
@@ -401,7 +402,7 @@ for kind, runs_found in (("GPU", efficiency.committed_bench(gpu=True)), ("CPU-on
 
 
 # %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
-from gpufeed.data.transforms import GROUP
+from gpufeed.data.cpu_crops import GROUP
 
 group_kb = GROUP * 3 * w.crop * w.crop * 4 / 1e3  # float32 crops of one task, kB
 batch_kb = w.batch * 3 * w.crop * w.crop * 4 / 1e3  # the float32 batch, kB

@@ -11,7 +11,7 @@ the memmap's distinct images copied in file order into a ring of two buffers, an
 the course's raw shuffled gather (FastLoader alone) into the same ring; the summary prints the fetch
 as a fraction of the stream, and the course's pipelines against their bandwidth bound (the bytes
 each must read and write per image at the stream's rate,
-:func:`gpufeed.measure.ceilings.bandwidth_bound`). Each loader's peak memory (PSS of the process and
+:func:`gpufeed.measure.rates.bandwidth_bound`). Each loader's peak memory (PSS of the process and
 its workers, :mod:`gpufeed.measure.memory`) and the cores it kept busy (:mod:`gpufeed.measure.cpu`)
 sit beside its speed. ``--peers`` adds FFCV, SPDL and torchdata.nodes where installed
 (:mod:`gpufeed.measure.peers`), each in its own process.
@@ -102,7 +102,7 @@ def train(batches: Iterable, step: Callable, limit: int) -> int:
 
 
 #: Bytes a value of the course's pipelines' output, by name in :func:`sources`: what each must write
-#: per pixel, for its bandwidth bound (:func:`gpufeed.measure.ceilings.pipeline_bytes`).
+#: per pixel, for its bandwidth bound (:func:`gpufeed.measure.rates.pipeline_bytes`).
 OUT_ITEMSIZE = {"course": torch.float32.itemsize, "course_uint8": torch.uint8.itemsize}
 
 
@@ -216,8 +216,8 @@ def run(out: str | Path, *, quick: bool, device, workload: Workload | None = Non
 def _run(out: Path, quick: bool, device: torch.device, workload: Workload | None, repeats: int | None,
          dali: bool | None, threads: int, peers: bool, log: Callable[[str], None]) -> Path:
     from gpufeed import config
-    from gpufeed.measure import ceilings
     from gpufeed.measure import dali as gdali
+    from gpufeed.measure import rates
     from gpufeed.measure.cpu import CoresBusy
     from gpufeed.measure.machine import usable_cores
     from gpufeed.measure.memory import PeakPss
@@ -271,8 +271,8 @@ def _run(out: Path, quick: bool, device: torch.device, workload: Workload | None
             log(f"  {m}")
         stream = bounds[0]
         # the course's pipelines against the bytes they must move per image at the stream's rate
-        moved = {name: ceilings.pipeline_bytes(w.crop, size) for name, size in OUT_ITEMSIZE.items()}
-        bandwidth = {name: ceilings.bandwidth_bound(stream, n) for name, n in moved.items()}
+        moved = {name: rates.pipeline_bytes(w.crop, size) for name, size in OUT_ITEMSIZE.items()}
+        bandwidth = {name: rates.bandwidth_bound(stream, n) for name, n in moved.items()}
         peer_ms: list[bench.Measurement] = []
         if peers:
             from gpufeed.measure import peers as gpeers
@@ -326,8 +326,8 @@ def _run(out: Path, quick: bool, device: torch.device, workload: Workload | None
                       ceilings={"loader_images_per_s": round(loader_ceiling, 1), "wire": wire.name,
                                 "bytes_per_image": per_image,
                                 **{f"{k}_images_per_s": round(v, 1) for k, v in bound_rates.items()},
-                                "fetch_of_stream": float(f"{ceilings.fetch_fraction(*bounds):.3g}"),
-                                "stream_gb_per_s": round(ceilings.stream_bytes_per_s(stream) / 1e9, 2),  # read + written
+                                "fetch_of_stream": float(f"{rates.fetch_fraction(*bounds):.3g}"),
+                                "stream_gb_per_s": round(rates.stream_bytes_per_s(stream) / 1e9, 2),  # read + written
                                 "bandwidth_bound": {name: {"bytes_per_image": moved[name],
                                                            "images_per_s": round(bandwidth[name], 1)}
                                                     for name in moved}},
