@@ -389,7 +389,7 @@ tb.Compare(timers).print()
 # %%
 import warnings
 
-from gpufeed.measure.harness import NoisyMeasurementWarning
+from gpufeed.measure.noise import NoisyMeasurementWarning
 
 threads = torch.get_num_threads()
 torch.set_num_threads(1)  # as Timer(num_threads=1) does

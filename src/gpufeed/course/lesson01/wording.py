@@ -32,7 +32,7 @@ from gpufeed.measure.verdict import (
     advice,
     compare,
 )
-from gpufeed.measure.wording import times
+from gpufeed.measure.wording import sentences, times
 
 
 def rates(m: Measurement) -> list[float]:
@@ -99,7 +99,7 @@ def workers_gain(loop: Verdict, decode: Verdict, threads: int) -> str:
     if loop.kind != FASTER or decode.kind == SLOWER:
         said.append(f"{LIKELY_START} the threads share this machine's cores with each other "
                     "and with whatever else runs on it, and take turns holding Python's lock between decodes.")
-    return " ".join(said)
+    return sentences(*said)
 
 
 def keeps_up(loading: Sequence[float], figures: Sequence[tuple[float, str]]) -> str:
@@ -129,7 +129,7 @@ def keeps_up(loading: Sequence[float], figures: Sequence[tuple[float, str]]) -> 
             said.append(f"Against a GPU training at {rate:,.0f} images/s ({label}), it was "
                         f"{v.words('what that GPU consumes', digits=1)}.")
             open_[f"this loader from a GPU at {rate:,.0f} images/s"] = v
-    return " ".join([head, *said, advice(open_)]).rstrip()
+    return sentences(head, *said, advice(open_))
 
 
 def decoders(decode: Verdict, gains: dict[str, float], slowest: str) -> str:

@@ -32,6 +32,7 @@ from gpufeed.measure.verdict import (
     advice,
     what_would_tell,
 )
+from gpufeed.measure.wording import sentences
 
 #: Words for durations: a shorter time is the gain.
 TIME_WORDS = {"more": "shorter", "less": "longer", "same": "as long"}
@@ -194,4 +195,4 @@ def iter_reading(with_workers: Verdict, in_next: Verdict, start_up: Verdict, ms:
     else:
         open_["iter() from the first next() with 2 workers"] = start_up
         said.append("" if start_up.kind == CANNOT_TELL else "With 2 workers, iter() and the first next() were not compared.")
-    return " ".join(x for x in [*said, advice(open_)] if x)
+    return sentences(*said, advice(open_))
