@@ -69,13 +69,17 @@ print(f"The GPU computes {gpu:.0%} of the time and waits {1 - gpu:.0%}: decoding
 #
 # Each preset adds one change to the one before it:
 #
-# | preset | what changes | what it buys |
-# |---|---|---|
-# | naive | one core loads, then a copy from pageable memory, then compute | nothing overlaps |
-# | pinned | the batch is pinned (page-locked) on the pin thread | a faster copy, from pinned memory |
-# | workers | 4 workers decode the batch's images in parallel | loading is 4x shorter |
-# | CPU prefetch | workers load 2 batches ahead of the loop | loading hides behind copy and compute |
-# | GPU prefetch | the next batch is copied on a side stream during this compute | the copy hides behind compute |
+# | preset | what changes | what it buys | in PyTorch |
+# |---|---|---|---|
+# | naive | one core loads, then a copy from pageable memory, then compute | nothing overlaps | `DataLoader(num_workers=0)` |
+# | pinned | the batch is pinned (page-locked) on the pin thread | a faster copy, from pinned memory | `pin_memory=True` |
+# | workers | 4 workers decode the batch's images in parallel, when the loop asks for it | loading is 4x shorter | no DataLoader setting: its workers always load ahead; a thread pool in the loop (section 5 measures one) |
+# | CPU prefetch | workers load 2 batches ahead of the loop | loading hides behind copy and compute | `num_workers=4, pin_memory=True` |
+# | GPU prefetch | the next batch is copied on a side stream during this compute | the copy hides behind compute | the same, through lesson 08's `CudaPrefetcher` |
+#
+# A DataLoader worker builds whole batches, `prefetch_factor` (2) each, so 4 workers keep 8 in
+# flight where the simulator shares each batch among its workers; once at least as many batches as
+# workers are in flight, the two reach the same steady rate.
 
 # %%
 from gpufeed.course.simulator import PRESETS, preset, slowest_stage
@@ -120,8 +124,9 @@ stage, ms = slowest_stage(runs["GPU prefetch"].pipeline)
 best = runs["GPU prefetch"]
 say(f"Pinning alone makes the loop only **{times(pinned_gain)}**: the copy is {copy_share:.1%} of a serial batch "
     f"({costs.copy_pageable_ms} of {runs['naive'].ms_per_batch:.0f} ms), so making it {saved:.1f} ms faster "
-    f"cannot change much, and the pin adds {costs.pin_ms} ms back. Pinning pays later: only a copy from "
-    "pinned memory can run asynchronously, which GPU prefetch needs.\n\n"
+    f"cannot change much, and the pin adds {costs.pin_ms} ms back. What pinning buys is a shorter copy that "
+    "does not hold the thread issuing it (a pageable copy holds it until the driver has staged all of it); "
+    "exercise 2 shows when that matters to GPU prefetch.\n\n"
     f"Workers and prefetch give the big steps. With GPU prefetch the slowest stage is {stage} "
     f"({ms:.1f} ms per batch) and the loop reaches {ms / best.ms_per_batch:.0%} of its "
     "rate: the GPU is the bottleneck, which is where you want it.")
@@ -144,52 +149,68 @@ explorer(preset("GPU prefetch"))
 # %% [markdown]
 # ## 5. Measured, not only simulated
 #
-# Now a real naive loop over JPEGs generated from the course's photos: read the bytes, decode with
-# Pillow, stack into a batch, copy to the device, one training step of a small CNN (ending with
-# `loss.item()`). `gpufeed.course.instrument.naive_loop` wraps each stage in a timer and records the same
-# intervals as the simulator, so the real loop is drawn in the same chart. The main process
-# does the loading (the row is called `worker 1`, as in the simulator's naive preset). The first
-# batch pays for warm-up (lesson 02 shows why) and is left out of the means.
+# Now real loops over JPEGs generated from the course's photos: read the bytes, decode with
+# Pillow, collate into a batch, copy to the device, one training step of a small CNN (ending with
+# `loss.item()`). `gpufeed.course.instrument.naive_loop` wraps each stage in a timer and records the
+# same intervals as the simulator, so a real loop is drawn in the same chart. Two loops, on one
+# model, timed in turns (naive, threads, naive, threads, ...: a burst of other work then slows both):
+# the naive loop, whose own thread loads (the row `worker 1`), and the "workers" preset for real, a
+# pool of threads that read and decode a batch's images when the loop asks for it (Pillow lets go
+# of Python's lock while it decodes). Each run's first batch pays for warm-up (lesson 02) and is
+# left out. The collate is `gpufeed.data.jpeg.collate_images`: the decoders hand back views of
+# interleaved pixels, which `torch.stack` would transpose one by one (lesson 02 measures it).
 
 # %%
 from gpufeed import config
-from gpufeed.course.instrument import list_images, naive_loop
+from gpufeed.course.instrument import list_images
+from gpufeed.course.lesson01 import wording
+from gpufeed.course.lesson01.loops import naive_and_workers
 from gpufeed.measure.synth import synth_folder
+from gpufeed.measure.verdict import compare
 
-B = config.pick(quick=8, full=32)
-n_batches = config.pick(quick=6, full=16)
-folder = synth_folder(config.cache_dir() / f"lesson01-224x224-q90-n{B * n_batches}", n=B * n_batches,
-                      size=(224, 224), quality=90).path
+B = config.pick(quick=8, full=32, site=32)
+batches, rounds = config.pick(quick=2, full=8, site=4), config.pick(quick=1, full=20, site=20)  # per arm and round
+threads = min(4, S.machine["cores"])  # the preset has 4 workers; no more than this machine's cores
+n = B * (batches + 1)
+folder = synth_folder(config.cache_dir() / f"lesson01-224x224-q90-n{n}", n=n, size=(224, 224), quality=90).path
 files, labels = list_images(folder)
-rec = naive_loop(files, labels, batch_size=B, n_batches=n_batches, device=S.device)
-print(f"measured: {rec.images_per_s:,.0f} images/s, {rec.ms_per_batch:.1f} ms per batch of {B} on {S.device}")
+loops = naive_and_workers(files, labels, batch_size=B, batches=batches, rounds=rounds, workers=threads, device=S.device)
+naive_ms, workers_ms = loops.measurements()  # seconds per batch, one sample per round
+print(f"{naive_ms}\n{workers_ms}")
 
 # %%
-means = rec.stage_means()
+means = loops.stage_ms("naive")  # medians over the timed batches, as the loop's time per batch is
 total = sum(means.values())
 for stage, ms in means.items():
-    print(f"{stage:>8}: {ms:8.2f} ms per batch ({ms / total:5.1%})")
-fig, ax = gantt(rec.intervals, until=rec.step_end[min(3, n_batches - 1)], machine=S.machine,
-                title=f"a real naive loop, batches of {B} 224x224 JPEGs")
+    print(f"{stage:>8}: {ms:8.2f} ms per batch ({ms / total:5.1%}), naive loop, median")
+fig, axes = plt.subplots(2, 1, figsize=(9, 5), sharex=True)
+for ax, rec, name in zip(axes, (loops.naive[-1], loops.workers[-1]), ("naive", f"{threads} loading threads")):
+    gantt(rec.intervals, ax=ax, until=rec.step_end[min(3, batches)], legend=ax is axes[0],
+          title=f"{name}, measured: batches of {B} 224x224 JPEGs")
+fig.tight_layout()
+plotting.caption(fig, S.machine)
 plt.show()
+say(wording.workers_gain(loops.verdict(), compare(loops.decode_ms("workers"), loops.decode_ms("naive"), paired=True),
+                         threads))
 if not S.cuda:
     say(f"No GPU here: the *copy engine* row times `.to(\"cpu\")` on a tensor already on the CPU, which "
         f"returns it unchanged ({means['copy']:.3f} ms per batch: the call's overhead, no bytes moved).")
 
 # %% [markdown]
-# Feed the measured mean costs into the simulator (read and decode become per-sample costs) and
-# compare its prediction with the measurement. For a serial loop the model just adds the stages,
-# so what it misses is the time *between* them: Python, the timer itself, anything unrecorded.
+# Feed the naive loop's stage costs into the simulator (read and decode become per-sample costs) and
+# compare its predictions with both loops. For a serial loop the model just adds the stages, so
+# what it misses is the time *between* them: Python, the timer itself, anything unrecorded.
 
 # %%
 from gpufeed.course.simulator import Costs
 
 measured_costs = Costs.from_stage_means(means, batch_size=B)
 predicted = simulate(Pipeline(batch_size=B, costs=measured_costs), n_batches=20)
-ratio = predicted.images_per_s / rec.images_per_s
-say(f"Predicted {predicted.images_per_s:,.0f} images/s, measured {rec.images_per_s:,.0f}: "
-    f"predicted / measured = **{ratio:.2f}**. The recorded stages cover {total / rec.ms_per_batch:.1%} of each "
-    "batch's time; the rest is the gaps between them, which the model does not know about.")
+predicted_threads = simulate(preset("workers", costs=measured_costs, batch_size=B, workers=threads, pin=False))
+ratio = predicted.images_per_s / naive_ms.items_per_s
+say(f"The naive loop's recorded stages cover {loops.coverage('naive'):.1%} of a batch's time (median); the rest is "
+    "the gaps between them. " + wording.prediction(predicted.images_per_s, naive_ms, "the naive loop") + "\n\n"
+    + wording.prediction(predicted_threads.images_per_s, workers_ms, f"the loop with {threads} loading threads"))
 
 # %% [markdown]
 # With the measured costs, the simulator can answer *what if*: what would the other presets give
@@ -226,8 +247,8 @@ for name, rate in what_if.items():
     vs = "the baseline" if name == "naive" else times(rate / what_if["naive"], than="naive")
     print(f"{name:>12}: {rate:8,.0f} images/s predicted ({vs})")
 if not S.cuda:
-    say(f"Careful: without a GPU the model step runs on the same {S.machine['cores']} cores as the workers, "
-        "while the simulator gives it a resource of its own: these what-ifs are optimistic here.")
+    say(f"Careful: the two prefetch rows overlap loading with the model's step, which here run on the same "
+        f"{S.machine['cores']} cores, while the simulator gives the step a resource of its own: upper bounds here.")
 
 # %% [markdown]
 # ## 6. Saved, and the reference from a GPU
@@ -238,9 +259,8 @@ if not S.cuda:
 # %%
 from gpufeed.measure import results
 
-naive_measured = rec.measurement("naive loop, measured", size="224x224", device=str(S.device))
 naive_predicted = Measurement("naive loop, simulated", [predicted.ms_per_batch / 1000], items=B)
-saved = results.save_lesson("lesson01", [naive_measured, naive_predicted], stage_means_ms=means,
+saved = results.save_lesson("lesson01", [naive_ms, workers_ms, naive_predicted], stage_ms=means,
                             predicted_over_measured=ratio, what_if_images_per_s=what_if)
 
 # %%
@@ -249,14 +269,12 @@ if S.cuda:
     print(f"Measured above on {S.machine['gpu']}: this run is the GPU reference.")
 elif ref is None:
     theirs = results.no_reference("lesson01")  # what a GPU consumes, as others published it
-    loading = B * 1000 / sum(means[k] for k in ("read", "decode", "collate"))  # images/s: one core, no model
-    for f in theirs:  # loader against demand: the small CNN on this CPU is no ResNet-50 on a GPU
-        say(f"A GPU training at {f.figure:,.0f} images/s ({f.label()}) needs a loader that delivers as many. "
-            f"This machine's loading stages alone (read, decode, collate on one core, no model) delivered "
-            f"{loading:,.0f} images/s, {times(loading / f.figure, than='that GPU consumes', digits=1)}.")
+    say(wording.keeps_up(loops.loading_images_per_s("naive"), [(f.figure, f.label()) for f in theirs])
+        + " Our JPEGs are already 224x224, while ImageNet's recipe decodes larger photos and crops them: "
+        "a real loader on this core would likely be slower still (not measured here).")
 else:
     ref_ms, doc = ref
-    gpu_means = doc["stage_means_ms"]
+    gpu_means = doc["stage_ms"]
     print(f"On {doc['machine']['gpu']}, the naive loop ran at {ref_ms[0].items * 1000 / sum(gpu_means.values()):,.0f} images/s "
           f"(predicted / measured = {doc['predicted_over_measured']:.2f}); per batch of {ref_ms[0].items:.0f}:")
     for stage, ms in gpu_means.items():
@@ -267,8 +285,9 @@ else:
 #
 # * A loop whose stages run one after another costs the sum of its stages; a loop whose stages
 #   overlap runs at the rate of its slowest resource. Overlap is the whole game.
-# * Parallel workers shorten the loading, prefetching hides it behind compute, and GPU prefetch
-#   hides the copy, which needs pinned memory. Pinning alone barely helps a serial loop.
+# * Parallel workers shorten the loading (where the cores are free: section 5 measured it),
+#   prefetching hides it behind compute, and GPU prefetch hides the copy. Pinning alone barely helps
+#   a serial loop; it makes the copy shorter and frees the thread that issues it.
 # * Measure the stages, then reason with a model: the simulator, fed this machine's costs, says
 #   which change can pay off before you write it. Lesson 02 gives the instruments.
 #
@@ -280,8 +299,9 @@ else:
 # 2. In the explorer, turn GPU prefetch on but pinning off. Does the copy still hide behind
 #    compute? (Hint: a copy from pageable memory holds the thread that issues it: which thread is
 #    that in the simulator, and in a prefetcher that copies on the loop's own thread?)
-# 3. Re-run section 5 with `decode=gpufeed.data.jpeg.decode_torchvision` passed to `naive_loop`. How
-#    much does the predicted rate of the "workers" preset change with the measured decode cost?
+# 3. Time `gpufeed.data.jpeg.decode_torchvision` against Pillow's decoder on one batch of section 5's
+#    files, in turns, and feed its cost to the simulator. How much does the predicted rate of the
+#    "workers" preset change? And of "CPU prefetch"?
 #
 # Each exercise has a worked solution after the self-check, folded: try it first, then open the cell.
 
@@ -316,8 +336,8 @@ say(f"Loading costs {loading:.0f} ms per batch, so it takes **{my_answer} worker
 
 # %% tags=["solution", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution to exercise 2: GPU prefetch without pinned memory
-# Why: a copy from pageable memory holds the thread that issues it (the driver first copies into a
-# pinned staging buffer of its own, and returns when the copy is done). In the simulator's GPU
+# Why: a copy from pageable memory holds the thread that issues it (the driver copies it through a
+# pinned staging buffer of its own, and returns once the last of it is staged). In the simulator's GPU
 # prefetch that thread is the prefetch thread, not the loop: it is held, the loop is not, so as long
 # as the slower copy stays shorter than a step, it still hides behind compute. A prefetcher that
 # issues the copy on the loop's own thread (the classic apex one, lesson 08) would be held instead:
@@ -347,16 +367,19 @@ say(f"Pinned: {with_pin.ms_per_batch:.1f} ms per batch, GPU busy {with_pin.utili
 # %% tags=["solution", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution to exercise 3: the "workers" prediction with another decoder
 # Why: the simulator only knows costs, so swapping the decoder changes one number: decode ms per
-# sample. Measure the loop again with torchvision's decoder and take only its decode cost (the
-# other stages vary from run to run, more so on a shared CPU: keep them from section 5). The
-# "workers" preset does not prefetch: the loop waits for each batch's loading (shared by 4 workers),
-# then copies and computes, so every millisecond of decoding saved shows, whatever the slowest
-# stage. "CPU prefetch" overlaps loading with compute: there only the slowest stage counts, so
-# a faster decoder helps only while loading is that stage. Both presets, both decoders:
+# sample. Time both decoders on the same bytes in turns (a burst of other work then slows both), and
+# scale section 5's decode cost by the ratio of their medians; the other stages stay section 5's.
+# The "workers" preset does not prefetch: the loop waits for each batch's loading (shared by 4
+# workers), then copies and computes, so every millisecond of decoding saved shows. "CPU prefetch"
+# overlaps loading with compute: there only the slowest stage counts, so a faster decoder helps
+# only while loading is that stage. Both presets, both decoders:
 from gpufeed.data import jpeg
+from gpufeed.measure.verdict import in_turns
 
-rec_tv = naive_loop(files, labels, batch_size=B, n_batches=n_batches, device=S.device, decode=jpeg.decode_torchvision)
-costs_tv = dataclasses.replace(measured_costs, decode_ms=Costs.from_stage_means(rec_tv.stage_means(), B).decode_ms)
+blobs = [f.read_bytes() for f in files[:B]]
+dec = in_turns(lambda: [jpeg.decode_torchvision(b) for b in blobs], lambda: [jpeg.decode_pil(b) for b in blobs],
+               names=("torchvision", "Pillow"), repeats=config.pick(quick=3, full=10, site=8))
+costs_tv = dataclasses.replace(measured_costs, decode_ms=measured_costs.decode_ms * dec.a.median / dec.b.median)
 rates = {}
 for name in ("workers", "CPU prefetch"):
     for decoder, c in (("Pillow", measured_costs), ("torchvision", costs_tv)):
@@ -364,12 +387,8 @@ for name in ("workers", "CPU prefetch"):
         rates[name, decoder] = simulate(p).images_per_s
         print(f"{name:>12}, {decoder:>11} ({c.decode_ms:5.2f} ms per image): {rates[name, decoder]:7,.0f} "
               f"images/s predicted; slowest stage {slowest_stage(p)[0]}")
-gain = {name: rates[name, "torchvision"] / rates[name, "Pillow"] for name in ("workers", "CPU prefetch")}
-say(f"torchvision's decoder is {times(measured_costs.decode_ms / costs_tv.decode_ms, than='Pillow')} per image; "
-    f"with it the 'workers' preset's predicted rate comes out **{times(gain['workers'], than='with Pillow')}**, "
-    f"the 'CPU prefetch' one {times(gain['CPU prefetch'], than='with Pillow')}. " + ("Compute is the slowest stage here, so the decoder matters only as far as "
-    "loading is not overlapped." if slowest_stage(p)[0] == "compute" else "Loading is the slowest stage, so "
-    "the decoder's speed sets the loop's."))
+say(wording.decoders(dec.verdict, {name: rates[name, "torchvision"] / rates[name, "Pillow"]
+                                   for name in ("workers", "CPU prefetch")}, slowest_stage(p)[0]))
 
 # %% [markdown]
 # ## Further reading

@@ -45,8 +45,8 @@ from gpufeed.course.instrument import list_images, tiny_model, train_step
 from gpufeed.data.jpeg import decode_pil
 from gpufeed.measure.synth import synth_folder
 
-B = config.pick(quick=8, full=32)
-n = B * config.pick(quick=4, full=16)
+B = config.pick(quick=8, full=32, site=32)
+n = B * config.pick(quick=4, full=16, site=4)
 folder = synth_folder(config.cache_dir() / f"lesson02-224x224-q90-n{n}", n=n, size=(224, 224), quality=90).path
 files, labels = list_images(folder)
 step = train_step(tiny_model(max(labels) + 1).to(S.device))
@@ -59,7 +59,7 @@ def one_step(b):
     with record_function("decode"):
         images = [decode_pil(blob) for blob in blobs]
     with record_function("collate"):
-        x, y = torch.stack(images), torch.tensor([labels[k] for k in idx])
+        x, y = torch.stack(images), torch.tensor([labels[k] for k in idx])  # as most loops write it
     with record_function("copy"):
         x, y = x.to(S.device), y.to(S.device)
     with record_function("compute"):
@@ -133,13 +133,15 @@ print(table)
 #   3 active steps.
 # * **Input Shapes**: `[[B, 3, 224, 224], ...]` (B, the batch size) is the batch entering the first
 #   convolution.
-# * With CUDA, more columns appear: **Self CUDA** and **CUDA total**, time on the GPU. A CPU total
-#   far above the CUDA total of the same row means the GPU waits for the CPU.
+# * With CUDA, more columns appear: **Self CUDA** and **CUDA total**, time on the GPU. CPU time is
+#   the host's clock, waiting included: our `compute` range ends in `loss.item()`, which waits for
+#   the GPU to finish the step, so its CPU total holds the GPU's time too. Whether the GPU waits
+#   for the CPU is what section 6's idle fraction says, not the two columns.
 #
 # The same numbers are there to compute with, per event name:
 
 # %%
-from gpufeed.course.prose import say, times
+from gpufeed.course.prose import say
 from gpufeed.course.trace import cpu_rows
 
 # With CUDA, a range that launches GPU work has a second, GPU-side row of the same key whose
@@ -157,6 +159,11 @@ say(f"Self time is {self_share[most]:.0%} of **{most}**'s total (its work is not
     f"{self_share[least]:.0%} of **{least}**'s (its work is torch operators, each an event of its own).")
 slowest = max(stages, key=lambda s: events[s].cpu_time_total)
 say(f"The profiler points at **{slowest}**: {events[slowest].cpu_time_total / step_us:.0%} of each profiled step.")
+if "aten::cat" in events:  # what torch.stack runs: one copy of the batch's bytes
+    say(f"One operator to read twice: **aten::cat**, the copy inside `torch.stack`, spent "
+        f"{events['aten::cat'].self_cpu_time_total / events['collate'].count / 1000:.2f} ms of self time per step "
+        f"({events['aten::cat'].self_cpu_time_total / step_us:.1%} of the step) stacking {B} decoded images, "
+        f"{B * 3 * 224 * 224 / 1e6:.1f} MB. Is that what a copy of so few bytes costs? Section 8 measures it.")
 
 # %% [markdown]
 # ## 5. The chrome trace
@@ -227,52 +234,59 @@ import statistics
 import time
 import timeit
 
+from gpufeed.course.lesson02 import wording
+from gpufeed.measure.verdict import compare
+
 blobs = [f.read_bytes() for f in files[:B]]
-# Creating a map() takes well under a microsecond, less than one perf_counter pair can resolve, so it
-# is timed as anything that short must be: 10,000 creations per sample, 5 samples, the median.
-lazy_s = statistics.median(timeit.repeat(lambda: map(decode_pil, blobs), number=10_000, repeat=5)) / 10_000
-start = time.perf_counter()
-decoded = list(map(decode_pil, blobs))  # list() takes every item out: now they are decoded
-eager_s = time.perf_counter() - start
-say(f"'Decoding' {B} images lazily: {lazy_s * 1e9:,.0f} ns. Really decoding them: {eager_s * 1e3:.1f} ms, "
-    f"**{times(eager_s / lazy_s, more='longer', less='shorter', same='as long', digits=0)}**.")
+lazy, eager = [], []  # seconds, one sample of each per round, taken in turns
+for _ in range(5):
+    # A map() is made in well under a microsecond, less than one perf_counter pair resolves, so it is
+    # timed as anything that short must be: 10,000 creations per sample.
+    lazy.append(timeit.timeit(lambda: map(decode_pil, blobs), number=10_000) / 10_000)
+    start = time.perf_counter()
+    decoded = list(map(decode_pil, blobs))  # list() takes every item out: now they are decoded
+    eager.append(time.perf_counter() - start)
+lazy_s, eager_s = statistics.median(lazy), statistics.median(eager)
+say(wording.lazy_reading(compare(eager, lazy, paired=True), B, lazy_s, eager_s))
 
 # %% [markdown]
 # ### Mistake 2: no warm-up
 #
 # The first call of anything pays once for what later calls reuse: memory allocation, a new
 # model's first backward pass, kernels chosen for a new shape, and for a DataLoader, starting its
-# worker processes. Timing the first call measures the start-up, not the steady state.
+# worker processes. Timing the first call measures the start-up, not the steady state. Each demo
+# below starts afresh several times, one sample of each arm per start: a new DataLoader; a new
+# model on an image size this process has not run (this notebook has run the model on 224x224
+# already, which is why a new model on that size would show little).
 
 # %%
 from torch.utils.data import DataLoader, TensorDataset
 
+from gpufeed.course.lesson02.firstcall import first_steps
 from gpufeed.measure.harness import benchmark
 
-loader = DataLoader(TensorDataset(torch.arange(64 * B)), batch_size=B, num_workers=2)
-start = time.perf_counter()
-batches = iter(loader)
-next(batches)  # iter() started two workers; the first batch waits for them to start and load it
-first_batch_s = time.perf_counter() - start
-start = time.perf_counter()
-rest = sum(1 for _ in batches)
-per_batch_s = (time.perf_counter() - start) / rest
-print(f"DataLoader: first batch {first_batch_s * 1e3:.1f} ms, then {per_batch_s * 1e3:.2f} ms per batch "
-      f"(the first {times(first_batch_s / per_batch_s, more='longer', less='shorter', same='as long', digits=0)})")
+starts = config.pick(quick=1, full=5, site=5)
+first_batch, per_batch = [], []  # seconds, one sample of each per new DataLoader
+for _ in range(starts):
+    loader = DataLoader(TensorDataset(torch.arange(64 * B)), batch_size=B, num_workers=2)
+    start = time.perf_counter()
+    batches = iter(loader)
+    next(batches)  # iter() started two workers; the first batch waits for them to start and load it
+    first_batch.append(time.perf_counter() - start)
+    start = time.perf_counter()
+    rest = sum(1 for _ in batches)  # the other 63 batches
+    per_batch.append((time.perf_counter() - start) / rest)
+say(wording.first_reading(compare(first_batch, per_batch, paired=True), "a new DataLoader's first batch",
+                          "each batch after it", "starting two worker processes"))
 
-x = torch.stack(decoded).to(S.device)
-y = torch.zeros(B, dtype=torch.long, device=S.device)
-fresh = train_step(tiny_model(10).to(S.device))
-start = time.perf_counter()
-fresh(x, y)  # ends with loss.item(), so the GPU's work is included
-first_s = time.perf_counter() - start
-steady = benchmark(lambda: fresh(x, y), name="train step", warmup=2, repeats=config.pick(5, 20), items=B)
-print(f"a new model's first training step: {first_s * 1e3:.1f} ms; steady state: {steady.median * 1e3:.1f} ms "
-      f"(the first {times(first_s / steady.median, more='longer', less='shorter', same='as long', digits=1)})")
-if first_s < 1.2 * steady.median:
-    print("Here the new model's first step was not clearly slower: the profiled loop of section 3 already "
-          "paid, once for the whole process, what a first step costs (kernels chosen for these shapes, "
-          f"memory from the allocator), and the steady state's spread ({steady.iqr * 1e3:.1f} ms IQR) hides the rest.")
+sizes = range(160, 160 + 8 * config.pick(quick=2, full=7, site=7), 8)  # 160x160, 168x168, ...: none run so far
+first, steady = first_steps(sizes, batch_size=B, steps=3, device=S.device)
+first_s = first.median
+say(f"A new model on each of {len(first.samples)} new image sizes: the first training step took "
+    f"{first.median * 1e3:.1f} ms, the steps after it {steady.median * 1e3:.1f} ms (medians). " + wording.first_reading(
+        compare(first, steady, paired=True), "the first step", "the steps after it",
+        "on a new size the operators choose their kernels and the allocator finds memory of new sizes; "
+        "a training script's very first step likely pays more (thread pools; on a GPU, the CUDA context)"))
 
 # %% [markdown]
 # ### Mistake 3: no CUDA synchronisation
@@ -291,15 +305,18 @@ if S.cuda:
     for _ in range(3):
         a @ a  # warm-up
     torch.cuda.synchronize()
-    for synced in (False, True):
-        start = time.perf_counter()
-        for _ in range(10):
-            a @ a
-        if synced:
-            torch.cuda.synchronize()
-        sync_ms.append(Measurement("matmul, synced" if synced else "matmul, no sync",
-                                   [(time.perf_counter() - start) / 10], params={"n": 4096}))
-        torch.cuda.synchronize()
+    took = {False: [], True: []}  # seconds per matmul, one sample of each per round, in turns
+    for _ in range(config.pick(quick=3, full=7, site=7)):
+        for synced in (False, True):
+            start = time.perf_counter()
+            for _ in range(10):
+                a @ a
+            if synced:
+                torch.cuda.synchronize()
+            took[synced].append((time.perf_counter() - start) / 10)
+            torch.cuda.synchronize()  # the next sample starts with an empty queue
+    sync_ms = [Measurement(f"matmul, {'synced' if synced else 'no sync'}", took[synced], params={"n": 4096})
+               for synced in (False, True)]
     sync_machine = S.machine
 elif ref is not None:
     sync_ms = [m for m in ref[0] if m.name.startswith("matmul")]
@@ -315,15 +332,13 @@ else:  # this CPU: an operator returns when its work is done, so there is nothin
 # %%
 if sync_ms:
     no_sync, synced = sync_ms
-    off = synced.median / no_sync.median
     print(f"4096x4096 matmul: {no_sync.median * 1e6:,.0f} us per call without a sync, "
-          f"{synced.median * 1e6:,.0f} us with one (on {sync_machine['gpu']}): the timer without a sync read "
-          f"{times(off, 'the work took', more='less', less='more', same='about the same', flat=0.1, digits=1)}"
-          + (": it timed the queueing, not the work." if off > 1.1 else
-             ": here the launches did not return before the work was done; one run cannot say why, so re-run it."))
+          f"{synced.median * 1e6:,.0f} us with one (medians of {len(no_sync.samples)} rounds in turns)")
+    say(wording.sync_reading(compare(no_sync, synced, paired=len(no_sync.samples) == len(synced.samples)),
+                             sync_machine["gpu"]))
 
 # %% [markdown]
-# ## 8. Doing it right: `torch.utils.benchmark`
+# ## 8. Doing it right: `torch.utils.benchmark`, and a verdict
 #
 # `torch.utils.benchmark.Timer` warms up, synchronises CUDA when it is present, chooses how many
 # runs to time (`blocked_autorange`), keeps every sample, and pins the number of threads so that
@@ -336,6 +351,7 @@ from torch.utils import benchmark as tb
 
 from gpufeed.data import jpeg
 
+run_time = config.pick(quick=0.05, full=0.5, site=0.2)  # seconds each Timer and harness sample spends
 sizes = {"224x224": blobs}
 big = synth_folder(config.cache_dir() / "lesson02-640x480-q90-n8", n=8, size=(640, 480), quality=90).path
 sizes["640x480"] = [p.read_bytes() for p in sorted(big.rglob("*.jpg"))]
@@ -345,34 +361,79 @@ for dec_name, decode in jpeg.available_decoders().items():
         timer = tb.Timer("[decode(b) for b in data]", globals={"decode": decode, "data": data},
                          num_threads=1, label="JPEG decode, one thread", sub_label=dec_name,
                          description=f"{len(data)} x {size}")
-        timers.append(timer.blocked_autorange(min_run_time=config.pick(0.2, 1.0)))
+        timers.append(timer.blocked_autorange(min_run_time=run_time))
 tb.Compare(timers).print()
 
 # %% [markdown]
-# The course's harness (`gpufeed.measure.harness.benchmark`, first used in lesson 00) does the same job and adds
-# what the later lessons need: images/s and GB/s, a ratio to a baseline, the machine it ran on,
-# and JSON. Its median should agree with `Timer`'s on the same work:
+# The course's harness (`gpufeed.measure.harness.benchmark`, first used in lesson 00) does the same
+# job and adds what the later lessons need: images/s and GB/s, the machine it ran on, and JSON. Do
+# the two agree on the same work? Two numbers taken one cell after the other cannot say: the
+# machine's load moves between them. It takes the method every comparison in this course uses.
+#
+# ### The verdict: faster, slower, the same, or "this run cannot tell"
+#
+# `gpufeed.measure.verdict` does it in three steps:
+#
+# 1. **Arms in turns**: A, B, A, B, ... so that a burst of other work slows both a little rather
+#    than one a lot; each round gives one sample of each (`in_turns(a, b)` does it).
+# 2. **The ratio of the medians**, r = B's median time over A's ("A is r times faster than B"),
+#    with an **interval**: resample the rounds 2,000 times, take the ratio each time, and keep the
+#    middle 90% of those ratios. A wide interval means the samples move a lot.
+# 3. **Four verdicts**: *faster* or *slower* when the whole interval lies on one side of 1; *the
+#    same within X%* when it holds 1 and stays within 10% of it; *this run cannot tell* when it
+#    holds 1 and is wider, or when an arm has fewer than 5 samples. "Cannot tell" is an answer too:
+#    it says how wide the interval is, and what would tell (more samples, larger sizes, an idle machine).
+#
+# Here, Timer and the harness in turns on one batch of decodes, each round one sample of each:
 
 # %%
-from gpufeed.measure.harness import compare
+import warnings
+
+from gpufeed.measure.noise import NoisyMeasurementWarning
 
 threads = torch.get_num_threads()
-torch.set_num_threads(1)  # as Timer(num_threads=1) did
-ours = [benchmark(lambda d=decode: [d(b) for b in sizes["224x224"]], name=name, items=B, repeats=5,
-                  min_time=config.pick(0.2, 1.0))  # as long as Timer's min_run_time
-        for name, decode in jpeg.available_decoders().items()]
+torch.set_num_threads(1)  # as Timer(num_threads=1) does
+decode_batch = lambda: [decode_pil(b) for b in blobs]  # noqa: E731  the work both tools time
+by_timer, by_harness = [], []
+with warnings.catch_warnings():  # no [noisy] mark per round: the verdict below reads the rounds' spread
+    warnings.simplefilter("ignore", NoisyMeasurementWarning)
+    for _ in range(rounds := config.pick(quick=2, full=48, site=48)):
+        by_timer.append(tb.Timer("decode_batch()", globals={"decode_batch": decode_batch}, num_threads=1)
+                        .blocked_autorange(min_run_time=run_time).median)
+        by_harness.append(benchmark(decode_batch, name="pil", items=B, repeats=3, min_time=run_time).median)
 torch.set_num_threads(threads)
-print(compare(ours))
-theirs = {m.task_spec.sub_label: m for m in timers if m.task_spec.description.endswith("224x224")}
-ratios = {m.name: m.median / theirs[m.name].median for m in ours}
-for m in ours:
-    print(f"{m.name}: harness {m.median * 1e3:.2f} ms, Timer {theirs[m.name].median * 1e3:.2f} ms "
-          f"(ratio {ratios[m.name]:.2f})")
-if all(0.8 < r < 1.25 for r in ratios.values()):
-    print("The two tools agree within 25%: the same work gives the same answer.")
-else:
-    print("They differ by more than 25%. They ran at different moments, and one run cannot say whether the "
-          "machine's load changed between them (see the IQR and the noisy marks): re-run both cells and compare.")
+ours = Measurement("harness, pil", by_harness, items=B, params={"size": "224x224"})
+print(f"{len(blobs)} x 224x224 with Pillow, medians of {rounds} rounds: Timer {statistics.median(by_timer) * 1e3:.2f} ms, "
+      f"harness {ours.median * 1e3:.2f} ms")
+say(wording.tools_agree(compare(ours, by_timer, paired=True), rounds))
+
+# %% [markdown]
+# A second live example: section 4's question. The decoders hand back views of interleaved pixels
+# (strides below); `torch.stack` writes each image as `[3, H, W]`, `jpeg.collate_images` copies
+# the pixels as they lie (channels-last memory). First check they agree, then time them in turns,
+# and beside that an A/A test (one function against itself) and the same runs cut to 3 rounds. In
+# the table, *ratio* is r: above 1, A was faster.
+
+# %%
+from gpufeed.measure.verdict import in_turns
+
+views = [decode_pil(b) for b in blobs]
+assert torch.equal(torch.stack(views), jpeg.collate_images(views))  # the same batch, before any timing
+print("strides of one image:", views[0].stride(), " torch.stack:", torch.stack(views).stride(),
+      " collate_images:", jpeg.collate_images(views).stride())
+repeats = config.pick(quick=3, full=100, site=100)
+stack = in_turns(lambda: torch.stack(views), lambda: jpeg.collate_images(views),
+                 names=("torch.stack", "collate_images"), repeats=repeats, warmup=3)
+same = in_turns(lambda: jpeg.collate_images(views), lambda: jpeg.collate_images(views),
+                names=("collate_images", "collate_images again"), repeats=repeats, warmup=3)
+print(wording.verdict_table({
+    "torch.stack against collate_images": stack.verdict,
+    "collate_images against torch.stack": compare(stack.b, stack.a, paired=True),
+    "collate_images against itself": same.verdict,
+    "the first 3 rounds only": compare(stack.a.samples[:3], stack.b.samples[:3], paired=True),
+}))
+say(wording.collate_reading(stack.verdict, len(views), sum(v.nbytes for v in views) / 1e6) + " "
+    + wording.aa_reading(same.verdict))
 
 # %% [markdown]
 # ## 9. Saved
@@ -381,34 +442,44 @@ else:
 # with the course, is the reference that learners without a GPU see above).
 
 # %%
-lesson = [steady, *ours, *(sync_ms if S.cuda else [])]
-saved = results.save_lesson("lesson02", lesson, trace_summary=summary,
-                            first_step_s=first_s, first_batch_s=first_batch_s, lazy_s=lazy_s, eager_s=eager_s)
+lesson = [first, steady, ours, stack.a, stack.b, *(sync_ms if S.cuda else [])]
+saved = results.save_lesson("lesson02", lesson, trace_summary=summary, first_step_s=first_s,
+                            first_batch_s=statistics.median(first_batch), lazy_s=lazy_s, eager_s=eager_s)
 
 # %% [markdown]
-# ## 10. Your own loop: `diagnose`
+# ## 10. Your own loop, measured as it runs: `watch`
 #
-# Everything above, pointed at a loop you bring: `gpufeed.measure.diagnose(loader, step)` runs your
-# loader and your training step unchanged and splits the period into waiting inside `next()` and the
-# step. It watches a few steps for copies from pageable memory and host syncs (on a GPU it profiles
-# them and reads the trace as above), and measures two what-ifs: the loader alone, and the
-# step on a batch already on the device. Each finding names the numbers behind it and the lesson
-# that fixes it; nothing measured, nothing said. Here lesson 01's naive loading is the loader.
+# Everything above, pointed at a loop you bring, without rewriting it: wrap the loader in
+# `gpufeed.measure.watch(loader)` and loop over the wrapper as you would over the loader. Around each
+# `next()` it takes the host's time and, on a GPU, two CUDA events: how long the *device* sat idle
+# waiting for that batch. (A step that queues its GPU work and returns, as a step without `.item()`
+# does, leaves the host waiting in `next()` while the GPU still works; only the device's clock tells
+# that apart from waiting for data.) It counts the host syncs and names the line that made each.
+# `feed.report()` reads the loop as it ran. `feed.what_ifs(step)` is a second step, taken when you
+# ask: it watches a few steps for copies and syncs by kind (profiled on a GPU, as above) and measures
+# the loader alone and the step on a batch already on the device; each finding names the numbers
+# behind it and the lesson that fixes it. Here lesson 01's naive loading is the loader.
 
 # %%
-import itertools
-
-from gpufeed.measure import diagnose
+import gpufeed.measure
 
 
-def naive_batches():  # lesson 01's loading, on the main thread: read, decode, stack
-    for b in itertools.count():
-        idx = [(b * B + k) % n for k in range(B)]
-        yield torch.stack([decode_pil(files[k].read_bytes()) for k in idx]), torch.tensor([labels[k] for k in idx])
+class NaiveBatches:  # lesson 01's loading on the main thread (read, decode, stack); one pass: an epoch
+    def __init__(self, batches):
+        self.batches = batches
+
+    def __iter__(self):
+        for b in range(self.batches):
+            idx = [(b * B + k) % n for k in range(B)]
+            yield torch.stack([decode_pil(files[k].read_bytes()) for k in idx]), torch.tensor([labels[k] for k in idx])
 
 
-report = diagnose(naive_batches(), lambda b: step(b[0].to(S.device), b[1].to(S.device)),
-                  batches=config.pick(quick=3, full=10), warmup=1)
+with gpufeed.measure.watch(NaiveBatches(config.pick(quick=6, full=20, site=12))) as feed:
+    for x, y in feed:  # the loop as it is
+        step(x.to(S.device), y.to(S.device))
+print(feed.report().table())
+report = feed.what_ifs(lambda b: step(b[0].to(S.device), b[1].to(S.device)),
+                       batches=config.pick(quick=5, full=10, site=10))
 print(report.table())
 say(report.sentences())
 
@@ -421,6 +492,8 @@ say(report.sentences())
 # * Time honestly: consume lazy iterators inside the timed region, warm up first, synchronise
 #   CUDA inside the timer, keep every sample and look at the spread. `torch.utils.benchmark` and
 #   `gpufeed.measure.harness.benchmark` do all of it.
+# * Compare two things in turns and read the ratio of their medians with its interval: faster,
+#   slower, the same within X%, or "this run cannot tell", which is an answer too.
 #
 # ## Exercises
 #
@@ -489,29 +562,23 @@ say(f"With prof.step() after the loop: {len(moved_traces)} traces (vs {len(trace
 # processes and hands each its first batches to load (prefetch_factor x workers), so it costs the
 # start-up, and the first next() waits for a worker to start and load: mistake 2 (that first
 # batch is warm-up, not the steady state). No number here shows mistake 3: nothing runs on a GPU.
-iter_ms, first_ms = {}, {}
-for workers in (0, 2):
-    loader_w = DataLoader(TensorDataset(torch.arange(64 * B)), batch_size=B, num_workers=workers)
-    t0 = time.perf_counter()
-    it = iter(loader_w)
-    t1 = time.perf_counter()
-    next(it)
-    t2 = time.perf_counter()
-    rest = sum(1 for _ in it)
-    steady_s = (time.perf_counter() - t2) / rest
-    del it  # shuts the workers down
-    print(f"num_workers={workers}: iter() {(t1 - t0) * 1e3:7.2f} ms, first next() {(t2 - t1) * 1e3:7.2f} ms, "
-          f"then {steady_s * 1e3:.3f} ms per batch")
-    iter_ms[workers], first_ms[workers] = (t1 - t0) * 1e3, (t2 - t1) * 1e3
-say(f"iter() took {iter_ms[2]:.1f} ms with 2 workers and {iter_ms[0]:.2f} ms with 0: with workers "
-    f"**{times(iter_ms[2] / iter_ms[0], more='longer', less='shorter', same='as long', digits=0)}**. "
-    + ("With 0 workers the work is in next() (" + f"{first_ms[0]:.2f} ms): timing only iter() measures nothing (mistake 1). "
-       if first_ms[0] > iter_ms[0] else f"With 0 workers even the first next() ({first_ms[0]:.2f} ms) took no longer than iter(). ")
-    + (f"With 2 workers most of the start-up landed in iter() ({iter_ms[2]:.1f} ms, which starts the worker processes), "
-       f"not in the first next() ({first_ms[2]:.1f} ms): timing only the first batch would miss it, and timing both "
-       "together measures the start-up, not the steady state (mistake 2)." if iter_ms[2] > first_ms[2] else
-       f"With 2 workers the first next() took {first_ms[2]:.1f} ms, waiting for a worker to start and load: timing "
-       "only the first batch measures the start-up, not the steady state (mistake 2)."))
+loader_took = {}  # (what, workers) -> seconds, one sample per new loader, 0 and 2 workers in turns
+for _ in range(config.pick(quick=1, full=5, site=5)):
+    for workers in (0, 2):
+        loader_w = DataLoader(TensorDataset(torch.arange(64 * B)), batch_size=B, num_workers=workers)
+        t0 = time.perf_counter()
+        it = iter(loader_w)
+        t1 = time.perf_counter()
+        next(it)
+        t2 = time.perf_counter()
+        del it  # shuts the workers down
+        for what, seconds in (("iter", t1 - t0), ("next", t2 - t1)):
+            loader_took.setdefault((what, workers), []).append(seconds)
+ms = {f"{what}{w}": statistics.median(v) * 1e3 for (what, w), v in loader_took.items()}
+for w in (0, 2):
+    print(f"num_workers={w}: iter() {ms[f'iter{w}']:7.2f} ms, first next() {ms[f'next{w}']:7.2f} ms (medians)")
+say(wording.iter_reading(*(compare(loader_took[a], loader_took[b], paired=True) for a, b in (
+    (("iter", 2), ("iter", 0)), (("next", 0), ("iter", 0)), (("iter", 2), ("next", 2)))), ms))
 
 # %% [markdown]
 # ## Further reading

@@ -6,6 +6,7 @@ import torch
 from gpufeed.course.instrument import Recording, list_images, naive_loop, tiny_model, train_step
 from gpufeed.course.simulator import Costs, Pipeline, simulate
 from gpufeed.course.timeline import Interval
+from gpufeed.data.jpeg import collate_images
 from gpufeed.measure.synth import synth_folder
 
 
@@ -48,6 +49,7 @@ def test_recording_arithmetic_without_running_anything():
     assert rec.stage_means() == {"decode": 2.5, "compute": 1.0}
     assert rec.periods_ms() == [3, 4] and rec.ms_per_batch == 3.5
     assert Recording(work, 2, [5, 8, 12], skip=0).periods_ms() == [5, 3, 4]
+    assert rec.per_batch() == [{"decode": 2, "compute": 1}, {"decode": 3, "compute": 1}]
 
 
 def test_model_takes_uint8_and_learns_a_step():
@@ -66,3 +68,46 @@ def test_bad_input(tmp_path, folder):
     files, labels = list_images(folder)
     with pytest.raises(ValueError, match="n_batches"):
         naive_loop(files, labels, 2, 1, torch.device("cpu"))
+
+
+def test_worker_threads_load_a_batch_and_the_loop_collates(folder):
+    files, labels = list_images(folder)
+    rec = naive_loop(files, labels, batch_size=4, n_batches=3, device=torch.device("cpu"), workers=2)
+    loaders = {i.resource for i in rec.intervals if i.stage in ("read", "decode")}
+    assert loaders <= {"worker 1", "worker 2"} and loaders
+    assert {i.resource for i in rec.intervals if i.stage == "collate"} == {"loop"}
+    for b in range(3):  # every sample read and decoded once per batch, before that batch's collate
+        mine = [i for i in rec.intervals if i.batch == b]
+        assert sum(i.stage == "decode" for i in mine) == 4 and sum(i.stage == "read" for i in mine) == 4
+        collate = next(i for i in mine if i.stage == "collate")
+        assert all(i.end <= collate.start for i in mine if i.stage in ("read", "decode"))
+    assert len(rec.loading_ms()) == 2 and all(ms > 0 for ms in rec.loading_ms())
+
+
+def test_the_collate_is_a_choice_and_the_batches_agree(folder):
+    files, labels = list_images(folder)
+    seen = {}
+
+    def keep(name, collate):
+        def step(x, y):
+            seen.setdefault(name, []).append(x.clone())
+            return 0.0
+        naive_loop(files, labels, batch_size=3, n_batches=2, device=torch.device("cpu"), step=step, collate=collate)
+
+    keep("default", collate_images)
+    keep("stack", torch.stack)
+    assert all(torch.equal(a, b) for a, b in zip(seen["default"], seen["stack"]))
+    assert seen["default"][0].is_contiguous(memory_format=torch.channels_last)  # no transposing copy
+
+
+def test_loading_time_is_the_wall_clock_of_a_batchs_loading():
+    work = [Interval("worker 1", "read", 0, 1, 1), Interval("worker 2", "read", 0.5, 1, 1),
+            Interval("worker 1", "decode", 1, 4, 1), Interval("worker 2", "decode", 1, 3, 1),
+            Interval("loop", "collate", 4, 5, 1), Interval("GPU", "compute", 5, 9, 1)]
+    assert Recording(work, 2, [0.0, 9.0]).loading_ms() == [5.0]  # 0 to 5, not the 1 + 0.5 + 3 + 2 + 1 summed
+
+
+def test_workers_must_be_at_least_one(folder):
+    files, labels = list_images(folder)
+    with pytest.raises(ValueError, match="workers"):
+        naive_loop(files, labels, 2, 2, torch.device("cpu"), workers=0)

@@ -84,3 +84,32 @@ def test_decode_batch_on_cuda_is_close_to_the_cpu(data):
     gpu = out[0]
     to_nearest, to_fancy = (_mean_difference(gpu, ref) for ref in (jpeg.decode_replicated_chroma(data), jpeg.decode_pil(data)))
     assert min(to_nearest, to_fancy) < 0.5, (to_nearest, to_fancy)
+
+
+def test_collate_images_equals_torch_stack_without_transposing(data):
+    views = [jpeg.decode_pil(data), jpeg.decode_pil(data).flip(1).permute(1, 2, 0).contiguous().permute(2, 0, 1)]
+    assert all(v.stride()[0] == 1 for v in views)  # views of interleaved pixels, as the decoders return
+    naive = torch.stack(views)
+    batch = jpeg.collate_images(views)
+    assert torch.equal(batch, naive) and batch.dtype == torch.uint8 and batch.shape == (2, 3, 64, 96)
+    assert batch.is_contiguous(memory_format=torch.channels_last) and not batch.is_contiguous()
+    assert naive.is_contiguous()  # torch.stack made [B, 3, H, W] in memory: it transposed every image
+    for name, decode in jpeg.available_decoders().items():  # every CPU decoder hands back such a view
+        out = jpeg.collate_images([decode(data)] * 3)
+        assert torch.equal(out, torch.stack([decode(data)] * 3)), name
+
+
+@pytest.mark.parametrize("images", [
+    [torch.arange(24, dtype=torch.uint8).reshape(2, 3, 4)] * 2,        # contiguous [C, H, W]: torch.stack
+    [torch.zeros(1, 3, 4, dtype=torch.uint8)] * 3,                     # one channel
+    [torch.arange(24, dtype=torch.uint8).reshape(3, 4, 2).permute(2, 0, 1),
+     torch.arange(24, dtype=torch.uint8).reshape(2, 3, 4)],             # one view, one contiguous
+])
+def test_collate_images_falls_back_to_torch_stack(images):
+    assert torch.equal(jpeg.collate_images(images), torch.stack(images))
+    assert jpeg.collate_images(images).is_contiguous()
+
+
+def test_collate_images_needs_an_image():
+    with pytest.raises(ValueError, match="at least one"):
+        jpeg.collate_images([])

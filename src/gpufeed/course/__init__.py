@@ -4,7 +4,8 @@ One folder per lesson that has helpers of its own, holding its sweeps, plots and
 prints; beside them, flat, the plumbing several lessons share:
 
 * ``lesson00/``: the sentences that read this machine's ceilings; ``lesson01/``: the sliders over the
-  pipeline simulator; ``lesson03/``: the sentences that read dtypes and transfer order; ``lesson04/``:
+  pipeline simulator; ``lesson02/``: a first step on new image sizes, the verdicts'
+  sentences; ``lesson03/``: the sentences that read dtypes and transfer order; ``lesson04/``:
   JPEG quality, decoders and storage formats; ``lesson05/``: the sentences that read the memmap's
   measurements; ``lesson06/``: a dataset larger than the memory, shuffles; ``lesson07/``: DataLoader
   sweeps, moving batches in workers and DataParallel, tensors saved on one device loaded on
@@ -32,7 +33,7 @@ from __future__ import annotations
 import importlib
 
 _MODULES = {'doctor', 'gpucell', 'instrument', 'prose', 'session', 'simulator', 'timeline', 'trace', 'training', 'transfer',
-            'lesson00', 'lesson01', 'lesson03', 'lesson04', 'lesson05', 'lesson06', 'lesson07', 'lesson08',
+            'lesson00', 'lesson01', 'lesson02', 'lesson03', 'lesson04', 'lesson05', 'lesson06', 'lesson07', 'lesson08',
             'lesson09', 'lesson10', 'lesson11', 'lesson12'}
 
 __all__ = sorted(_MODULES)

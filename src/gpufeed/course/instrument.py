@@ -2,11 +2,13 @@
 
 One process does everything in turn, as ``DataLoader(num_workers=0)`` does: **read** each file's
 bytes, **decode** it, **collate** the batch, **copy** it to the device, run one training **compute**
-step (forward, backward, optimiser, ``loss.item()``). Each stage's start and end go into
+step (forward, backward, optimiser, ``loss.item()``). With ``workers=W`` a pool of W threads reads
+and decodes each batch's files when the loop asks for the batch, and the loop waits for them: the
+simulator's "workers" preset (no loading ahead), measured. Each stage's start and end go into
 :class:`~gpufeed.course.timeline.Interval` records, so the real loop is drawn in the same Gantt chart as
 the simulated ones, and its mean stage costs can be fed to the simulator
 (:meth:`gpufeed.course.simulator.Costs.from_stage_means`). Taught in ``notebooks/01_bottlenecks.ipynb``,
-section 4; ``notebooks/02_profiling.ipynb`` profiles the same model step.
+section 5; ``notebooks/02_profiling.ipynb`` profiles the same model step.
 
 Example:
     >>> import tempfile, pathlib, torch
@@ -18,12 +20,17 @@ Example:
     ['read', 'decode', 'read', 'decode', 'collate', 'copy', 'compute']
     >>> sorted(rec.stage_means()), rec.images_per_s > 0
     (['collate', 'compute', 'copy', 'decode', 'read'], True)
+    >>> pooled = naive_loop(files, labels, batch_size=2, n_batches=3, device=torch.device("cpu"), workers=2)
+    >>> sorted({i.resource for i in pooled.intervals if i.stage == "decode"}) <= ["worker 1", "worker 2"]
+    True
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +39,7 @@ import torch
 from torch import nn
 
 from gpufeed.course.timeline import Interval
-from gpufeed.data.jpeg import decode_pil
+from gpufeed.data.jpeg import collate_images, decode_pil
 from gpufeed.measure.harness import Measurement, cuda_sync
 
 
@@ -108,12 +115,29 @@ class Recording:
 
     def stage_means(self) -> dict[str, float]:
         """Mean milliseconds per batch spent in each stage, over the batches after ``skip``."""
-        totals: dict[str, float] = {}
+        batches = self.per_batch()
+        return {stage: sum(b.get(stage, 0.0) for b in batches) / len(batches) for stage in batches[0]} if batches else {}
+
+    def per_batch(self) -> list[dict[str, float]]:
+        """Each batch after ``skip``: milliseconds spent in each stage (summed over threads), in the
+        order of :meth:`periods_ms`."""
+        out: dict[int, dict[str, float]] = {}
         for i in self.intervals:
             if i.batch is not None and i.batch >= self.skip:
-                totals[i.stage] = totals.get(i.stage, 0.0) + i.duration
-        steps = len(self.step_end) - self.skip
-        return {stage: ms / steps for stage, ms in totals.items()}
+                stages = out.setdefault(i.batch, {})
+                stages[i.stage] = stages.get(i.stage, 0.0) + i.duration
+        return [out[b] for b in sorted(out)]
+
+    def loading_ms(self) -> list[float]:
+        """How long each batch's loading took on the wall clock, after ``skip``: from its first read's
+        start to its collate's end (ms). For a loop that loads on one thread, the sum of its read,
+        decode and collate; with worker threads, less."""
+        spans: dict[int, list[float]] = {}
+        for i in self.intervals:
+            if i.batch is not None and i.batch >= self.skip and i.stage in ("read", "decode", "collate"):
+                lo_hi = spans.setdefault(i.batch, [i.start, i.end])
+                lo_hi[0], lo_hi[1] = min(lo_hi[0], i.start), max(lo_hi[1], i.end)
+        return [hi - lo for _, (lo, hi) in sorted(spans.items())]
 
     def periods_ms(self) -> list[float]:
         """Time between consecutive step ends, after ``skip``: one sample per batch."""
@@ -145,6 +169,8 @@ def naive_loop(
     device: torch.device,
     step: Callable[[torch.Tensor, torch.Tensor], float] | None = None,
     decode: Callable[[bytes], torch.Tensor] = decode_pil,
+    collate: Callable[[list[torch.Tensor]], torch.Tensor] = collate_images,
+    workers: int = 1,
 ) -> Recording:
     """Runs a naive loop over ``files`` and records every stage's interval.
 
@@ -156,13 +182,20 @@ def naive_loop(
         device: where the model runs; the copy stage is ``.to(device)``, a no-op on the CPU.
         step: the training step, ``step(images, labels) -> loss``; default: a :func:`tiny_model`.
         decode: bytes to ``uint8 [3, H, W]``; default: Pillow.
+        collate: the decoded images to one batch; default :func:`gpufeed.data.jpeg.collate_images`
+            (no transposing copy; ``torch.stack`` is the other choice).
+        workers: threads that read and decode a batch's files, when the loop asks for it (1: the
+            loop's own thread, as ``DataLoader(num_workers=0)``). Pillow and torchvision release
+            Python's lock while they decode, so threads decode in parallel.
 
     Returns:
-        A :class:`Recording`. Rows: ``worker 1`` (the main process loads, as with
-        ``num_workers=0``), ``copy engine``, and ``GPU`` or ``compute (CPU)``.
+        A :class:`Recording`. Rows: ``worker 1`` ... ``worker W`` (with one worker the loop's own
+        thread, which also collates; with more, the loop collates on ``loop``), ``copy engine``,
+        and ``GPU`` or ``compute (CPU)``.
     """
-    if n_batches < 2 or batch_size < 1 or not files:
-        raise ValueError("naive_loop needs files, batch_size >= 1 and n_batches >= 2 (the first one warms up)")
+    if n_batches < 2 or batch_size < 1 or workers < 1 or not files:
+        raise ValueError("naive_loop needs files, batch_size >= 1, workers >= 1 and n_batches >= 2 "
+                         "(the first one warms up)")
     if step is None:
         step = train_step(tiny_model(max(labels) + 1).to(device))
     compute_row = "GPU" if device.type == "cuda" else "compute (CPU)"
@@ -176,20 +209,31 @@ def naive_loop(
         yield
         out.append(Interval(row, stage, start, (time.perf_counter() - t0) * 1000.0, b))
 
-    for b in range(n_batches):
-        idx = [(b * batch_size + k) % len(files) for k in range(batch_size)]
-        images = []
-        for k in idx:
-            with span("worker 1", "read", b):
-                data = files[k].read_bytes()
-            with span("worker 1", "decode", b):
-                images.append(decode(data))  # uint8 [3, H, W]
-        with span("worker 1", "collate", b):
-            x, y = torch.stack(images), torch.tensor([labels[k] for k in idx])  # [B, 3, H, W], [B]
-        with span("copy engine", "copy", b):
-            x, y = x.to(device), y.to(device)
-            cuda_sync()  # a pageable copy is done when this returns; the sync makes that certain
-        with span(compute_row, "compute", b):
-            step(x, y)  # ends with loss.item(): the device has finished the step
-        step_end.append(out[-1].end)
+    rows: dict[int, str] = {}  # thread id -> its row, "worker 1", "worker 2", ... in order of first use
+    lock = threading.Lock()
+
+    def load(k: int, b: int) -> torch.Tensor:  # one sample: read, then decode, on the calling thread
+        with lock:
+            row = rows.setdefault(threading.get_ident(), f"worker {len(rows) + 1}")
+        with span(row, "read", b):
+            data = files[k].read_bytes()
+        with span(row, "decode", b):
+            return decode(data)  # uint8 [3, H, W]
+
+    pool = ThreadPoolExecutor(workers, thread_name_prefix="loader") if workers > 1 else None
+    try:
+        for b in range(n_batches):
+            idx = [(b * batch_size + k) % len(files) for k in range(batch_size)]
+            images = list(pool.map(load, idx, [b] * len(idx))) if pool else [load(k, b) for k in idx]
+            with span("worker 1" if pool is None else "loop", "collate", b):
+                x, y = collate(images), torch.tensor([labels[k] for k in idx])  # [B, 3, H, W], [B]
+            with span("copy engine", "copy", b):
+                x, y = x.to(device), y.to(device)
+                cuda_sync()  # a pageable copy is done when this returns; the sync makes that certain
+            with span(compute_row, "compute", b):
+                step(x, y)  # ends with loss.item(): the device has finished the step
+            step_end.append(out[-1].end)
+    finally:
+        if pool is not None:
+            pool.shutdown()
     return Recording(out, batch_size, step_end)
