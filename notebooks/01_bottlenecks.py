@@ -163,7 +163,7 @@ explorer(preset("GPU prefetch"))
 # %%
 from gpufeed import config
 from gpufeed.course.instrument import list_images
-from gpufeed.course.lesson01 import wording
+from gpufeed.course.lesson01 import reading
 from gpufeed.course.lesson01.loops import naive_and_workers
 from gpufeed.measure.synth import synth_folder
 from gpufeed.measure.verdict import compare
@@ -190,7 +190,7 @@ for ax, rec, name in zip(axes, (loops.naive[-1], loops.workers[-1]), ("naive", f
 fig.tight_layout()
 plotting.caption(fig, S.machine)
 plt.show()
-say(wording.workers_gain(loops.verdict(), compare(loops.decode_ms("workers"), loops.decode_ms("naive"), paired=True),
+say(reading.workers_gain(loops.verdict(), compare(loops.decode_ms("workers"), loops.decode_ms("naive"), paired=True),
                          threads))
 if not S.cuda:
     say(f"No GPU here: the *copy engine* row times `.to(\"cpu\")` on a tensor already on the CPU, which "
@@ -209,8 +209,8 @@ predicted = simulate(Pipeline(batch_size=B, costs=measured_costs), n_batches=20)
 predicted_threads = simulate(preset("workers", costs=measured_costs, batch_size=B, workers=threads, pin=False))
 ratio = predicted.images_per_s / naive_ms.items_per_s
 say(f"The naive loop's recorded stages cover {loops.coverage('naive'):.1%} of a batch's time (median); the rest is "
-    "the gaps between them. " + wording.prediction(predicted.images_per_s, naive_ms, "the naive loop") + "\n\n"
-    + wording.prediction(predicted_threads.images_per_s, workers_ms, f"the loop with {threads} loading threads"))
+    "the gaps between them. " + reading.prediction(predicted.images_per_s, naive_ms, "the naive loop") + "\n\n"
+    + reading.prediction(predicted_threads.images_per_s, workers_ms, f"the loop with {threads} loading threads"))
 
 # %% [markdown]
 # With the measured costs, the simulator can answer *what if*: what would the other presets give
@@ -269,7 +269,7 @@ if S.cuda:
     print(f"Measured above on {S.machine['gpu']}: this run is the GPU reference.")
 elif ref is None:
     theirs = results.no_reference("lesson01")  # what a GPU consumes, as others published it
-    say(wording.keeps_up(loops.loading_images_per_s("naive"), [(f.figure, f.label()) for f in theirs])
+    say(reading.keeps_up(loops.loading_images_per_s("naive"), [(f.figure, f.label()) for f in theirs])
         + " Our JPEGs are already 224x224, while ImageNet's recipe decodes larger photos and crops them: "
         "a real loader on this core would likely be slower still (not measured here).")
 else:
@@ -387,7 +387,7 @@ for name in ("workers", "CPU prefetch"):
         rates[name, decoder] = simulate(p).images_per_s
         print(f"{name:>12}, {decoder:>11} ({c.decode_ms:5.2f} ms per image): {rates[name, decoder]:7,.0f} "
               f"images/s predicted; slowest stage {slowest_stage(p)[0]}")
-say(wording.decoders(dec.verdict, {name: rates[name, "torchvision"] / rates[name, "Pillow"]
+say(reading.decoders(dec.verdict, {name: rates[name, "torchvision"] / rates[name, "Pillow"]
                                    for name in ("workers", "CPU prefetch")}, slowest_stage(p)[0]))
 
 # %% [markdown]

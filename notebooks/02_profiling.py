@@ -234,7 +234,7 @@ import statistics
 import time
 import timeit
 
-from gpufeed.course.lesson02 import wording
+from gpufeed.course.lesson02 import reading
 from gpufeed.measure.verdict import compare
 
 blobs = [f.read_bytes() for f in files[:B]]
@@ -247,7 +247,7 @@ for _ in range(5):
     decoded = list(map(decode_pil, blobs))  # list() takes every item out: now they are decoded
     eager.append(time.perf_counter() - start)
 lazy_s, eager_s = statistics.median(lazy), statistics.median(eager)
-say(wording.lazy_reading(compare(eager, lazy, paired=True), B, lazy_s, eager_s))
+say(reading.lazy_reading(compare(eager, lazy, paired=True), B, lazy_s, eager_s))
 
 # %% [markdown]
 # ### Mistake 2: no warm-up
@@ -276,14 +276,14 @@ for _ in range(starts):
     start = time.perf_counter()
     rest = sum(1 for _ in batches)  # the other 63 batches
     per_batch.append((time.perf_counter() - start) / rest)
-say(wording.first_reading(compare(first_batch, per_batch, paired=True), "a new DataLoader's first batch",
+say(reading.first_reading(compare(first_batch, per_batch, paired=True), "a new DataLoader's first batch",
                           "each batch after it", "starting two worker processes"))
 
 sizes = range(160, 160 + 8 * config.pick(quick=2, full=7, site=7), 8)  # 160x160, 168x168, ...: none run so far
 first, steady = first_steps(sizes, batch_size=B, steps=3, device=S.device)
 first_s = first.median
 say(f"A new model on each of {len(first.samples)} new image sizes: the first training step took "
-    f"{first.median * 1e3:.1f} ms, the steps after it {steady.median * 1e3:.1f} ms (medians). " + wording.first_reading(
+    f"{first.median * 1e3:.1f} ms, the steps after it {steady.median * 1e3:.1f} ms (medians). " + reading.first_reading(
         compare(first, steady, paired=True), "the first step", "the steps after it",
         "on a new size the operators choose their kernels and the allocator finds memory of new sizes; "
         "a training script's very first step likely pays more (thread pools; on a GPU, the CUDA context)"))
@@ -334,7 +334,7 @@ if sync_ms:
     no_sync, synced = sync_ms
     print(f"4096x4096 matmul: {no_sync.median * 1e6:,.0f} us per call without a sync, "
           f"{synced.median * 1e6:,.0f} us with one (medians of {len(no_sync.samples)} rounds in turns)")
-    say(wording.sync_reading(compare(no_sync, synced, paired=len(no_sync.samples) == len(synced.samples)),
+    say(reading.sync_reading(compare(no_sync, synced, paired=len(no_sync.samples) == len(synced.samples)),
                              sync_machine["gpu"]))
 
 # %% [markdown]
@@ -405,7 +405,7 @@ torch.set_num_threads(threads)
 ours = Measurement("harness, pil", by_harness, items=B, params={"size": "224x224"})
 print(f"{len(blobs)} x 224x224 with Pillow, medians of {rounds} rounds: Timer {statistics.median(by_timer) * 1e3:.2f} ms, "
       f"harness {ours.median * 1e3:.2f} ms")
-say(wording.tools_agree(compare(ours, by_timer, paired=True), rounds))
+say(reading.tools_agree(compare(ours, by_timer, paired=True), rounds))
 
 # %% [markdown]
 # A second live example: section 4's question. The decoders hand back views of interleaved pixels
@@ -426,14 +426,14 @@ stack = in_turns(lambda: torch.stack(views), lambda: jpeg.collate_images(views),
                  names=("torch.stack", "collate_images"), repeats=repeats, warmup=3)
 same = in_turns(lambda: jpeg.collate_images(views), lambda: jpeg.collate_images(views),
                 names=("collate_images", "collate_images again"), repeats=repeats, warmup=3)
-print(wording.verdict_table({
+print(reading.verdict_table({
     "torch.stack against collate_images": stack.verdict,
     "collate_images against torch.stack": compare(stack.b, stack.a, paired=True),
     "collate_images against itself": same.verdict,
     "the first 3 rounds only": compare(stack.a.samples[:3], stack.b.samples[:3], paired=True),
 }))
-say(wording.collate_reading(stack.verdict, len(views), sum(v.nbytes for v in views) / 1e6) + " "
-    + wording.aa_reading(same.verdict))
+say(reading.collate_reading(stack.verdict, len(views), sum(v.nbytes for v in views) / 1e6) + " "
+    + reading.aa_reading(same.verdict))
 
 # %% [markdown]
 # ## 9. Saved
@@ -577,7 +577,7 @@ for _ in range(config.pick(quick=1, full=5, site=5)):
 ms = {f"{what}{w}": statistics.median(v) * 1e3 for (what, w), v in loader_took.items()}
 for w in (0, 2):
     print(f"num_workers={w}: iter() {ms[f'iter{w}']:7.2f} ms, first next() {ms[f'next{w}']:7.2f} ms (medians)")
-say(wording.iter_reading(*(compare(loader_took[a], loader_took[b], paired=True) for a, b in (
+say(reading.iter_reading(*(compare(loader_took[a], loader_took[b], paired=True) for a, b in (
     (("iter", 2), ("iter", 0)), (("next", 0), ("iter", 0)), (("iter", 2), ("next", 2)))), ms))
 
 # %% [markdown]

@@ -5,7 +5,8 @@ import math
 import matplotlib.pyplot as plt
 import pytest
 
-from gpufeed.course.timeline import Interval, busy, gantt, row_order, union_length
+from gpufeed.course.timeline import Interval, busy, gantt, row_order
+from gpufeed.measure.traces import union_length
 
 
 def test_union_counts_overlaps_once():

@@ -9,6 +9,7 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from gpufeed.course import trace
 from gpufeed.course.timeline import gantt
+from gpufeed.measure import traces
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +35,7 @@ def test_stage_times_of_a_recorded_cpu_trace(cpu_trace):
         assert s.count == 3 and s.total_ms > 0 and s.mean_ms == pytest.approx(s.total_ms / 3, rel=1e-4)
         assert 0 < s.share < 1
     assert trace.stage_times(cpu_trace, names=["compute"]).keys() == {"compute"}
-    assert trace.gpu_idle_fraction(cpu_trace) is None  # no kernels on a CPU-only trace
+    assert traces.gpu_idle_fraction(cpu_trace) is None  # no kernels on a CPU-only trace
     s = trace.summary(cpu_trace)
     assert s["steps"] == 3 and s["kernels"] == 0 and json.dumps(s)
     assert "load" in trace.report(cpu_trace) and "CPU only" in trace.report(cpu_trace)
@@ -64,8 +65,8 @@ def synthetic_gpu_trace():
 
 def test_gpu_idle_fraction_of_a_synthetic_trace():
     doc = synthetic_gpu_trace()
-    assert trace.gpu_idle_fraction(doc) == pytest.approx(1 - 25 / 100)
-    assert trace.gpu_idle_fraction(doc, cats=["kernel", "gpu_memcpy"]) == pytest.approx(1 - 55 / 100)
+    assert traces.gpu_idle_fraction(doc) == pytest.approx(1 - 25 / 100)
+    assert traces.gpu_idle_fraction(doc, cats=["kernel", "gpu_memcpy"]) == pytest.approx(1 - 55 / 100)
     assert trace.stage_times(doc)["decode"].count == 2  # the GPU copy of the range is not counted twice
     rows = {i.resource for i in trace.intervals(doc)}
     assert rows == {"thread 1", "GPU stream 7", "GPU stream 9"}
@@ -88,11 +89,11 @@ def test_gzipped_traces_and_bad_files(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     with pytest.raises(ValueError, match="bad.json"):
-        trace.load(bad)
+        traces.load(bad)
     with pytest.raises(ValueError, match="traceEvents"):
-        trace.load({"events": []})
+        traces.load({"events": []})
     with pytest.raises(ValueError, match="no complete events"):
-        trace.window_us({"traceEvents": []})
+        traces.window_us({"traceEvents": []})
 
 
 def test_cpu_rows_ignore_gpu_rows_of_the_same_key():

@@ -29,7 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from gpufeed.measure.plotting import COLORS, caption
-from gpufeed.measure.traces import union_length  # noqa: F401  (moved: the measure room reads traces too)
+from gpufeed.measure.traces import union_length
 
 #: The stages in pipeline order; the legend lists them in this order.
 STAGES = ("read", "decode", "collate", "pin", "copy", "compute")

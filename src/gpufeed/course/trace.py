@@ -33,14 +33,14 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
 from gpufeed.course.timeline import Interval
-from gpufeed.measure.traces import (  # noqa: F401
+from gpufeed.measure.traces import (
     GPU_COPY,
     KERNEL,
     LEGACY_USER,
     STEP,
     USER,
     complete_events,
-    gpu_idle_fraction,  # moved: the measure room reads traces too
+    gpu_idle_fraction,
     load,
     window_us,
 )

@@ -1,10 +1,10 @@
-"""Lesson 01's sentences (gpufeed.course.lesson01.wording) on a grid of verdicts: a tie, a loss, a win
+"""Lesson 01's sentences (gpufeed.course.lesson01.reading) on a grid of verdicts: a tie, a loss, a win
 inside the spread, too few samples, the narrow threshold, a missing side; and a noisy run read whole."""
 
 import pytest
 from verdict_grid import CANT, FEW, LOSS, NONE, QUIET, TIE, WIDE, WIN, reads_as_cannot_tell
 
-from gpufeed.course.lesson01 import wording
+from gpufeed.course.lesson01 import reading
 from gpufeed.measure.harness import Measurement
 from gpufeed.measure.verdict import (
     CANNOT_TELL,
@@ -35,7 +35,7 @@ def per_batch(factor, base=QUIET, items=8):
     ([100.0] * 5, None, NOT_MEASURED),
 ])
 def test_against_a_figure_on_a_grid(samples, figure, kind):
-    v = wording.against(samples, figure)
+    v = reading.against(samples, figure)
     assert v.kind == kind
     if v.ratio is not None:
         assert v.low <= v.ratio <= v.high
@@ -43,10 +43,10 @@ def test_against_a_figure_on_a_grid(samples, figure, kind):
 
 def test_against_a_figure_at_the_narrow_threshold():
     just_inside = [100.0 * x for x in QUIET]
-    assert wording.against(just_inside, 100.0 * (1 + NARROW / 2)).kind == SLOWER  # quiet: 5% is decided
+    assert reading.against(just_inside, 100.0 * (1 + NARROW / 2)).kind == SLOWER  # quiet: 5% is decided
     spread = [100.0, 106.0, 94.0, 103.0, 97.0, 105.0, 95.0]
-    assert wording.against(spread, 100.0).kind == SAME                              # within 10% of 1
-    assert wording.against([100.0 + 3 * (x - 100.0) for x in spread], 100.0).kind == CANNOT_TELL  # wider
+    assert reading.against(spread, 100.0).kind == SAME                              # within 10% of 1
+    assert reading.against([100.0 + 3 * (x - 100.0) for x in spread], 100.0).kind == CANNOT_TELL  # wider
 
 
 @pytest.mark.parametrize("measured, words", [
@@ -58,13 +58,13 @@ def test_against_a_figure_at_the_narrow_threshold():
     (None, "it was not measured here"),
 ])
 def test_prediction_reads_each_kind(measured, words):
-    text = wording.prediction(800.0, measured, "the naive loop")  # 800 images/s: 10 ms per batch of 8
+    text = reading.prediction(800.0, measured, "the naive loop")  # 800 images/s: 10 ms per batch of 8
     assert text.startswith("The simulator predicted 800 images/s for the naive loop") and words in text
 
 
 def test_prediction_says_the_measured_rate_as_the_measurement_does():
     m = per_batch(1.25)
-    assert f"it measured {m.items_per_s:,.0f} (median of 7 samples)" in wording.prediction(800.0, m, "x")
+    assert f"it measured {m.items_per_s:,.0f} (median of 7 samples)" in reading.prediction(800.0, m, "x")
 
 
 @pytest.mark.parametrize("loop, decode, has, lacks", [
@@ -81,22 +81,22 @@ def test_prediction_says_the_measured_rate_as_the_measurement_does():
     (NONE, NONE, ["was not measured here"], ["faster", "slower"]),
 ])
 def test_workers_gain_on_a_grid(loop, decode, has, lacks):
-    text = wording.workers_gain(loop, decode, threads=2)
+    text = reading.workers_gain(loop, decode, threads=2)
     assert all(h in text for h in has), text
     assert not any(w in text for w in lacks), text
 
 
 def test_keeps_up_reads_each_figure_on_its_own_side():
     loading = [1000.0 * x for x in QUIET]
-    text = wording.keeps_up(loading, [(2000.0, "theirs, AMP"), (500.0, "theirs, TF32"), (1000.0, "theirs, same")])
+    text = reading.keeps_up(loading, [(2000.0, "theirs, AMP"), (500.0, "theirs, TF32"), (1000.0, "theirs, same")])
     assert "delivered 1,000 images/s (median of 7 batches)" in text
     assert "keep a GPU training at 2,000 images/s (theirs, AMP) waiting: 2.0x slower" in text
     assert "keep up with a GPU training at 500 images/s (theirs, TF32): 2.0x faster" in text
     assert "about what a GPU training at 1,000 images/s (theirs, same) consumes: as fast as that GPU (within" in text
-    noisy = wording.keeps_up([1000.0 * x for x in WIDE], [(1050.0, "theirs")])
+    noisy = reading.keeps_up([1000.0 * x for x in WIDE], [(1050.0, "theirs")])
     assert "Against a GPU training at 1,050 images/s (theirs), it was not told apart" in noisy
-    assert wording.keeps_up([], [(1.0, "x")]) == "The loader was not measured here."
-    assert "per arm" in wording.keeps_up([900.0, 1000.0], [(100.0, "x")])  # two batches: too few
+    assert reading.keeps_up([], [(1.0, "x")]) == "The loader was not measured here."
+    assert "per arm" in reading.keeps_up([900.0, 1000.0], [(100.0, "x")])  # two batches: too few
 
 
 @pytest.mark.parametrize("decode, slowest, has, lacks", [
@@ -109,7 +109,7 @@ def test_keeps_up_reads_each_figure_on_its_own_side():
     (NONE, "compute", ["does not tell apart"], ["1.20x"]),
 ])
 def test_decoders_on_a_grid(decode, slowest, has, lacks):
-    text = wording.decoders(decode, {"workers": 1.2, "CPU prefetch": 1.0}, slowest)
+    text = reading.decoders(decode, {"workers": 1.2, "CPU prefetch": 1.0}, slowest)
     assert all(h in text for h in has), text
     assert not any(w in text for w in lacks), text
 
@@ -123,11 +123,11 @@ def test_a_noisy_run_reads_cannot_tell_and_never_both_ways():
     dec = compare([0.5 * x for x in WIDE], [0.55 * x for x in WIDE[2:] + WIDE[:2]], paired=True)
     assert {v.kind for v in (loop, decode, dec)} == {CANNOT_TELL}
     page = {
-        "workers": wording.workers_gain(loop, decode, threads=2),
-        "naive prediction": wording.prediction(naive.items_per_s * 1.05, naive, "the naive loop"),
-        "threads prediction": wording.prediction(threads.items_per_s * 0.95, threads, "the loop with 2 threads"),
-        "keeps up": wording.keeps_up([900.0 * x for x in WIDE], [(950.0, "theirs")]),
-        "decoders": wording.decoders(dec, {"workers": 1.1, "CPU prefetch": 1.0}, "compute"),
+        "workers": reading.workers_gain(loop, decode, threads=2),
+        "naive prediction": reading.prediction(naive.items_per_s * 1.05, naive, "the naive loop"),
+        "threads prediction": reading.prediction(threads.items_per_s * 0.95, threads, "the loop with 2 threads"),
+        "keeps up": reading.keeps_up([900.0 * x for x in WIDE], [(950.0, "theirs")]),
+        "decoders": reading.decoders(dec, {"workers": 1.1, "CPU prefetch": 1.0}, "compute"),
     }
     for question, text in page.items():
         assert reads_as_cannot_tell(text), (question, text)
@@ -135,6 +135,6 @@ def test_a_noisy_run_reads_cannot_tell_and_never_both_ways():
 
 def test_one_round_reads_in_the_singular():
     one = Verdict(1.2, None, None, 1, CANNOT_TELL, True)
-    assert "(1 round of each, in turns)" in wording.workers_gain(one, one, threads=2)
-    text = wording.prediction(800.0, Measurement("naive", [0.01], items=8), "the naive loop")
+    assert "(1 round of each, in turns)" in reading.workers_gain(one, one, threads=2)
+    text = reading.prediction(800.0, Measurement("naive", [0.01], items=8), "the naive loop")
     assert "it measured 800 (one sample)" in text and "This run cannot tell the loop from the prediction" in text
