@@ -228,11 +228,12 @@ def main_threads(vs: dict[tuple[str, int], Verdict], default_threads: int) -> st
     Example:
         >>> vs = {("memmap", 0): Verdict(1.6, 1.4, 1.8, 5, "faster", True), ("JPEG folder", 2): Verdict(1.0, 0.97, 1.03, 5, "the same", True)}
         >>> print(main_threads(vs, 2))  # doctest: +NORMALIZE_WHITESPACE
-        memmap, num_workers=0: ran 1.60x faster than with 1 thread (1.40x to 1.80x); JPEG folder, num_workers=2: ran
-        as fast as with 1 thread (within 4%). The row that moves is memmap at num_workers=0, where the main process
+        at num_workers=0, the memmap with 2 threads ran 1.60x faster than with 1 (1.40x to 1.80x); at num_workers=2,
+        the JPEG folder with 2 threads ran as fast as with 1 (within 4%). The row that moves is memmap at num_workers=0, where the main process
         loads the batches itself: one likely cause, not measured here: its torch copies split over free cores.
     """
-    parts = [f"{name}, num_workers={w}: {v.ran('with 1 thread')}" for (name, w), v in vs.items()]
+    parts = [f"at num_workers={w}, the {name} with {default_threads} threads {v.ran('with 1')}"
+             for (name, w), v in vs.items()]
     text = "; ".join(parts) + ". "
     if default_threads <= 1:
         return text + "torch runs one thread by default here: both runs are the same configuration."
