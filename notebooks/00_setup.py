@@ -61,17 +61,18 @@ from gpufeed.measure.harness import benchmark
 nbytes = config.pick(quick=16 << 20, full=256 << 20)  # 16 MiB or 256 MiB
 src = torch.randint(0, 256, (nbytes,), dtype=torch.uint8)
 dst = torch.empty_like(src)
-m = benchmark(lambda: dst.copy_(src), name="memcpy", nbytes=nbytes, repeats=10)
-print(m)
+first = benchmark(lambda: dst.copy_(src), name="memcpy", nbytes=nbytes, repeats=10)
+print(first)
 
 # %% [markdown]
-# The same measurement is `gpufeed.measure.ceilings.memcpy`. Sweeping the size asks where the
-# caches end: a buffer smaller than the CPU's last-level cache (L3, read below from the operating
-# system) may be copied from cache rather than from RAM, and a buffer several times the L3 cannot
-# be. For datasets, the RAM rate is the number that matters. A copy of 64 KiB takes microseconds,
-# less than the timer's own noise, so `memcpy` repeats small copies within each timed sample until
-# it has copied 64 MiB (the harness's `number`; lesson 02 shows why). Look at the plot for a step
-# near the L3 size: whether there is one, and how tall, depends on the CPU.
+# The same measurement is `gpufeed.measure.ceilings.memcpy`. Is that number the RAM's? Sweeping
+# the size asks where the caches end: a buffer smaller than the CPU's last-level cache (L3, read
+# below from the operating system) may be copied from cache rather than from RAM, and a buffer
+# several times the L3 cannot be, so the sweep ends at four times the L3. For datasets, the RAM
+# rate is the number that matters. A copy of 64 KiB takes microseconds, less than the timer's own
+# noise, so `memcpy` repeats small copies within each timed sample until it has copied 64 MiB (the
+# harness's `number`; lesson 02 shows why). Look at the plot for a step near the L3 size: whether
+# there is one, and how tall, depends on the CPU.
 
 # %%
 import matplotlib.pyplot as plt
@@ -81,11 +82,9 @@ from gpufeed.measure import ceilings, plotting
 from gpufeed.measure.machine import cache_bytes
 
 l3 = cache_bytes(3)  # bytes, or None where the OS does not say
-largest_size = max(config.pick(quick=16 << 20, full=256 << 20), 4 * (l3 or 0))  # RAM: 4x the L3 at least
-sizes = [1 << 16]  # bytes: 64 KiB, 256 KiB, 1 MiB, ... until one is at least largest_size
-while sizes[-1] < largest_size:
-    sizes.append(sizes[-1] * 4)
-sweep = [ceilings.memcpy(n, repeats=5 if S.quick else 10) for n in sizes]
+ram_bytes = ceilings.ram_bytes(l3, floor=config.pick(quick=16 << 20, full=256 << 20))  # 4x the L3, at least the floor
+sizes = ceilings.sweep_sizes(ram_bytes)  # bytes: 64 KiB, 256 KiB, 1 MiB, ... (x4 each), then ram_bytes
+sweep = [ceilings.memcpy(n, repeats=config.pick(quick=5, full=10, site=10)) for n in sizes]
 fig, ax = plt.subplots()
 ax.plot([n / 2**20 for n in sizes], [m.gb_per_s for m in sweep], "o-", color=plotting.COLORS["copy"])
 ax.set_xscale("log")
@@ -99,33 +98,33 @@ plotting.caption(fig, S.machine)
 plt.show()
 
 # %%
-ram = sweep[-1]
-image_bytes = 3 * 224 * 224  # one 224x224 RGB image as uint8
-from gpufeed.course.prose import say, times, versus
+from gpufeed.course.lesson00 import readings
+from gpufeed.course.prose import say
 
-in_cache = [m for n, m in zip(sizes, sweep) if l3 and n <= l3 // 2]  # comfortably inside the L3
-cache_text = ""
-if in_cache:
+ram = sweep[-1]  # several times the L3: RAM's rate
+in_cache = [m for n, m in zip(sizes, sweep) if l3 and 2 * n <= l3]  # source and destination inside the L3
+lines, earlier = [readings.ram_sentence(ram, l3)], None
+if in_cache:  # the same question twice (a copy in the caches against RAM): the second reads the first
     fastest = max(in_cache, key=lambda m: m.gb_per_s)
-    ratio = fastest.gb_per_s / ram.gb_per_s
-    cache_text = (f" Within the {l3 / 2**20:g} MiB L3 the fastest copy ({fastest.name}) ran at {fastest.gb_per_s:.1f} GB/s, "
-                  f"{versus(fastest.gb_per_s, ram.gb_per_s)} the RAM rate: "
-                  + ("those buffers were copied from cache." if ratio > 1.2 else
-                     "on this machine, in this run, the caches gave small copies no clear edge."))
-elif l3 is None:
-    cache_text = " This OS does not report the L3 size, so the plot cannot say which sizes fit in cache."
-say(f"Copying {sizes[-1] / 2**20:.0f} MiB (RAM, not cache) runs at **{ram.gb_per_s:.1f} GB/s**, "
-    f"{ram.gb_per_s * 1e9 / image_bytes:,.0f} 224x224 uint8 images/s: no step that copies every byte can go faster. "
-    "A pass that only reads the bytes (a checksum, a sum) moves half the traffic and can go faster." + cache_text)
+    lines.append(readings.cache_sentence(fastest, ram, l3, f"The fastest copy inside the L3 ({fastest.name})"))
+    earlier = (readings.cache_verdict(fastest, ram), "the sweep's fastest copy inside the L3")
+lines.append(readings.cache_sentence(first, ram, l3, f"The first cell's {nbytes >> 20} MiB copy", earlier, cause=False))
+if torch.get_num_threads() > 1:  # torch splits a copy over its threads: time the same copy on one and on all
+    one, every = ceilings.memcpy_threads(nbytes, (1, torch.get_num_threads()), repeats=config.pick(3, 10, site=10))
+    lines.append(readings.split_copy_sentence(one, every, slow=readings.cache_verdict(first, ram).kind == "slower"))
+say("\n\n".join(lines))
 
 # %% [markdown]
 # ## 4. Host to device: pageable, pinned, and pin-then-copy
 #
 # A GPU's copy engine reads *page-locked* (pinned) host memory. From ordinary (pageable) memory,
 # the driver first copies into a pinned staging buffer of its own, then across the bus: two
-# copies, and the call returns only when they are done. From pinned memory there is one copy, and
-# with `non_blocking=True` the host goes on while it runs (lesson 08 overlaps it with compute).
-# `non_blocking=True` from pageable memory is safe too: it just behaves like a blocking copy.
+# copies, and the host waits for the first. The call returns once the last bytes are in the
+# staging buffer, while their trip across the bus may still be running (CUDA's
+# [API synchronization behavior](https://docs.nvidia.com/cuda/cuda-runtime-api/api-sync-behavior.html)).
+# From pinned memory there is one copy, and with `non_blocking=True` the host goes on while it
+# runs (lesson 08 overlaps it with compute). `non_blocking=True` from pageable memory is safe too:
+# the host still waits for the staging copy.
 #
 # Pinning is not free: page-locking memory, or copying a batch into an already pinned buffer,
 # costs time too. So three series: **pageable** (`dst.copy_(x)`), **pinned** (`x` pinned once,
@@ -178,23 +177,14 @@ if ours:
 # NVIDIA's post *How to Optimize Data Transfers in CUDA C/C++* (2012) timed the same two copies,
 # 16 MiB from pageable and from pinned memory, on a laptop and on a desktop of its day. Their
 # machines are not yours, so their GB/s say little about your bus; the ratio, what pinning buys,
-# is the point. Each row below names its hardware and its source: yours where CUDA is here, else
-# our committed reference (the copy nearest 16 MiB it holds), then NVIDIA's.
+# is the point. Each row below names its hardware, its source and its copy size: yours where CUDA
+# is here, else our committed reference (the copy nearest 16 MiB it holds), then NVIDIA's.
 
 # %%
 theirs = published.for_lesson("lesson00")
 say(transfer.h2d_table([ours] if ours else [], theirs))
-pair = {f.id: f for f in theirs}
-old = pair.get("h2d-pinned-gtx680"), pair.get("h2d-pageable-gtx680")
-if ours and all(old):
-    at = ceilings.h2d_at(ours.measurements, 16 << 20)
-    now, then = at["pinned"].gb_per_s / at["pageable"].gb_per_s, old[0].figure / old[1].figure
-    say(f"Pinned over pageable: **{now:.2f}x** on {ours.hardware} ({ours.source.split(',')[0]}), "
-        f"**{then:.2f}x** on NVIDIA's {old[0].hardware} ({old[0].publisher}, not measured here). "
-        + f"On the first, pinning buys "
-          f"{times(now / then, 'on the second', more='more', less='less', same='about as much', flat=0.05, digits=1)}"
-        + (": the pageable path adds the driver's copy in RAM, which does not get faster with the bus, so the "
-           "faster the bus, the more of the time it takes." if now / then > 1.05 else "."))
+if ours:
+    say(readings.pinning_then_and_now(ours, theirs))
 
 # %% [markdown]
 # ## 5. JPEG decode: images per second on one core
@@ -208,13 +198,13 @@ if ours and all(old):
 from gpufeed.data import jpeg
 from gpufeed.measure.synth import synth_folder
 
-n_images = config.pick(quick=16, full=256)
+n_images = config.pick(quick=16, full=256)  # the sentences below compare nothing: no site size
 decode_ms = []
 for w, h in ((224, 224), (640, 480)):
-    folder = synth_folder(config.cache_dir() / f"lesson00-{w}x{h}-q90", n=n_images, size=(w, h), quality=90).path
+    folder = synth_folder(config.cache_dir() / f"lesson00-{w}x{h}-q90-n{n_images}", n=n_images, size=(w, h), quality=90).path
     jpegs = [p.read_bytes() for p in sorted(folder.rglob("*.jpg"))]
     for name, decode in jpeg.available_decoders().items():
-        decode_ms.append(ceilings.decode_rate(jpegs, decode, name=f"{name} {w}x{h}", repeats=3 if S.quick else 7))
+        decode_ms.append(ceilings.decode_rate(jpegs, decode, name=f"{name} {w}x{h}", repeats=config.pick(3, 7, site=7)))
 print(f"Pillow uses libjpeg-turbo: {jpeg.pillow_uses_turbo()}")
 for m in decode_ms:
     print(m)
@@ -254,25 +244,13 @@ say("\n".join(lines))
 # %%
 read_bytes = config.pick(quick=32 << 20, full=1 << 30)  # 32 MiB or 1 GiB
 path = ceilings.make_file(config.cache_dir() / f"lesson00-read-{read_bytes >> 20}MiB.bin", read_bytes)
-cold = ceilings.file_read(path, cold=True, repeats=3 if S.quick else 5)
-warm = ceilings.file_read(path, cold=False, repeats=3 if S.quick else 5)
+reads = config.pick(quick=3, full=5, site=5)  # 5 per arm: the least a verdict reads
+cold = ceilings.file_read(path, cold=True, repeats=reads)
+warm = ceilings.file_read(path, cold=False, repeats=reads)
 fig, ax = plotting.bars([cold, warm], rate="bytes", machine=S.machine, title="reading one file")
 plt.show()
 on_disk = ceilings.reached_disk(cold, warm)  # fetched from storage (where the OS counts), else 1.5x slower
-share = cold.params["from_storage"]  # the fraction of the file each cold read fetched from storage, or None
-if not cold.params["fadvise"]:  # macOS, Windows: no posix_fadvise, so nothing asked the OS to drop the pages
-    why = (" This OS has no `posix_fadvise`, so no drop was requested: the 'cold' reads came from the page "
-           "cache as well, and this number does not show the disk. Clear the cache by hand (macOS: `sudo purge`) "
-           "to see it.")
-elif not on_disk:
-    why = (f" Each 'cold' read fetched {share:.0%} of the file from storage: this file system kept it cached "
-           "despite the request, so this number does not show the disk." if share is not None else
-           " Cold is barely slower than warm, and this OS does not say what came from storage: the file system "
-           "may have kept the file cached despite the request, so this number may not show the disk.")
-else:
-    why = ("" if share is None else f" Each cold read fetched {share:.0%} of the file from storage: it reached the disk.")
-say(f"Cold {cold.gb_per_s:.2f} GB/s, warm {warm.gb_per_s:.2f} GB/s: the page cache read "
-    f"{versus(warm.gb_per_s, cold.gb_per_s)} the cold read." + why)
+say(readings.read_sentence(cold, warm, on_disk))
 
 # %% [markdown]
 # ### The storage ladder: this machine beside NVMe, RAID and network storage
@@ -311,9 +289,8 @@ plt.show()
 # %%
 if honest_cold:  # storage against storage: each published rung beside this machine's disk
     say("Each published rung against this machine's disk (theirs measured on their hardware, with their "
-        "threads; ours here, one thread):\n\n" + "\n".join(
-            f"- {f.hardware}: {f.number()} {f.unit} ({ceilings.published_gb_per_s(f):.2f} GB/s), "
-            f"{versus(ceilings.published_gb_per_s(f), honest_cold.gb_per_s)} the disk here." for f in fast_storage))
+        "threads; ours here, one thread: orders of magnitude, not a race):\n\n"
+        + readings.rung_lines(fast_storage, honest_cold))
 else:
     say("The cold read here did not reach the disk (see above), so no published rung is set against it.")
 
@@ -324,11 +301,9 @@ else:
 # the machine's description, so that later lessons and `python -m gpufeed bench` can compare.
 
 # %%
-from gpufeed.measure.harness import compare
-
 everything = [ram, *h2d, *decode_ms, cold, warm]  # h2d: measured here, or empty
 results.save_lesson("lesson00", everything)
-print(compare([ram, cold, warm, *([] if not S.cuda else h2d[-3:])], rate="bytes"))
+say(readings.rates_table([ram, cold, warm, *h2d[-3:]]))  # rates: the rows move different byte counts
 
 # %% [markdown]
 # ## Key takeaways
@@ -361,7 +336,7 @@ print(compare([ram, cold, warm, *([] if not S.cuda else h2d[-3:])], rate="bytes"
 # Self-check for exercise 2: fill in your estimate (a ratio, memcpy images/s / decode images/s).
 my_estimate = None
 best640 = max((m for m in decode_ms if m.name.endswith("640x480")), key=lambda m: m.items_per_s)
-answer = (ram.gb_per_s * 1e9 / (3 * 640 * 480)) / (best640.items_per_s * S.machine["cores"])
+sentence, answer = readings.lower_ceiling(ram, best640, S.machine["cores"], (640, 480))
 if my_estimate is not None:
     print("close enough!" if abs(my_estimate / answer - 1) < 0.25 else
           "not quite: memcpy GB/s x 1e9 / (3 x 640 x 480 bytes), over the decode images/s of one core x the cores")
@@ -373,19 +348,12 @@ if my_estimate is not None:
 # cannot keep every memory channel busy (it has only so many cache-line misses in flight), so the
 # rate with all threads over the rate with one says what the other cores add. `ceilings.memcpy`
 # takes `threads=`: it calls `torch.set_num_threads` for the timing and restores it afterwards, so
-# the rest of the lesson keeps all its threads. Both are measured now, one after the other, so that
-# they share the same conditions (the sweep above ran earlier, maybe beside other work).
+# the rest of the lesson keeps all its threads. The two are timed in turns (one thread, all, one,
+# all, ...), so that a burst of other work slows both rather than one (lesson 02).
 threads = torch.get_num_threads()
-one_core = ceilings.memcpy(sizes[-1], repeats=5 if S.quick else 10, threads=1)
-all_cores = ceilings.memcpy(sizes[-1], repeats=5 if S.quick else 10, threads=threads)
-gain = all_cores.gb_per_s / one_core.gb_per_s
+one_core, all_cores = ceilings.memcpy_threads(ram_bytes, (1, threads), repeats=config.pick(quick=3, full=9, site=11))
 print(one_core, all_cores, sep="\n")  # a [noisy] mark: other work shared the cores; rerun
-say(f"Copying {sizes[-1] / 2**20:.0f} MiB: **{one_core.gb_per_s:.1f} GB/s** on one thread, "
-    f"**{all_cores.gb_per_s:.1f} GB/s** on {threads}, {versus(all_cores.gb_per_s, one_core.gb_per_s)} one. "
-    + ("More threads did not help here: one core already gets what the memory gives (or the other cores "
-       "were busy with other work; rerun to see)." if gain < 1.1 else
-       f"The other cores add {100 * (gain - 1):.0f}%: a single-threaded copy (a loader's main thread) leaves "
-       "part of the bus idle."))
+say(readings.threads_sentence(one_core, all_cores))
 
 # %% tags=["solution", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution to exercise 2: the decode ceiling against the memcpy ceiling, for 640x480 images
@@ -394,13 +362,11 @@ say(f"Copying {sizes[-1] / 2**20:.0f} MiB: **{one_core.gb_per_s:.1f} GB/s** on o
 # could move. Decoding runs on one core per image, so its ceiling is the fastest decoder's images/s
 # on one core times the number of cores. Their ratio is the estimate the self-check asks for; far
 # above 1 means that decoding, not memory, caps a folder of JPEGs (what lessons 04 and 05 attack).
+# Both rates are compared sample by sample with the verdict method, as every comparison here is.
 memcpy_images = ram.gb_per_s * 1e9 / (3 * 640 * 480)
 decode_images = best640.items_per_s * S.machine["cores"]
 my_estimate = memcpy_images / decode_images
-lower = "decoding" if decode_images < memcpy_images else "memcpy"
-say(f"memcpy could move {memcpy_images:,.0f} images/s of 640x480; {S.machine['cores']} cores decode at most "
-    f"{decode_images:,.0f} images/s with {best640.name.split()[0]}. The lower ceiling is **{lower}**, "
-    f"by **{max(my_estimate, 1 / my_estimate):.1f}x**.")
+say(sentence)
 
 # %% tags=["solution", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution to exercise 3: cold and warm reads on another disk
@@ -411,18 +377,19 @@ say(f"memcpy could move {memcpy_images:,.0f} images/s of 640x480; {S.machine['co
 import tempfile
 from pathlib import Path
 
+from gpufeed.course.prose import compare
 from gpufeed.measure.machine import file_system
 
 other_disk = None  # your folder on another disk, e.g. "/media/usb"; None: this machine's temporary folder
 
 with tempfile.TemporaryDirectory(dir=other_disk) as folder:
     there = ceilings.make_file(Path(folder) / "read-test.bin", read_bytes)
-    cold2, warm2 = (ceilings.file_read(there, cold=c, repeats=3 if S.quick else 5) for c in (True, False))
+    cold2, warm2 = (ceilings.file_read(there, cold=c, repeats=reads) for c in (True, False))
     fs_there, fs_here = file_system(there), file_system(path)
 rows = [("the cache folder", fs_here, cold, warm),
         (f"a temporary folder{' in ' + other_disk if other_disk else ''} (removed since)", fs_there, cold2, warm2)]
 for where, fs, c, w in rows:
-    print(f"{where} on {fs}: cold {c.gb_per_s:.2f} GB/s, warm {w.gb_per_s:.2f} GB/s, warm/cold {w.gb_per_s / c.gb_per_s:.1f}x")
+    print(f"{where} on {fs}: cold {c.gb_per_s:.2f} GB/s, warm {w.gb_per_s:.2f} GB/s, warm {compare(w, c).words('cold')}")
 kept = [f"{where} ({fs})" for where, fs, c, w in rows if not ceilings.reached_disk(c, w)]
 say(f"The 'cold' reads of {' and '.join(kept)} did not reach a disk: that file system kept the data in RAM "
     "(tmpfs, or a cache of its own), so its 'cold' number is not a disk's." if kept else

@@ -110,47 +110,40 @@ for v in transfer.order_variants(torch.float16):
 # harness synchronises the GPU, so the copy and the conversion are inside the timing). Without
 # CUDA, `.to("cpu")` does nothing, so both orders are the same code; what a CPU can show is the
 # cost the host pays in `x.half().to(dev)` before the copy even starts: the conversion itself,
-# next to a plain `uint8` copy of the same batch.
+# next to a plain `uint8` copy of the same batch. The variants of each case are timed in turns
+# (a, b, c, a, b, c, ...), so that a burst of other work on the machine slows all of them alike,
+# and each comparison below is read sample by sample with its interval (lesson 02).
 
 # %%
 batches = config.pick(quick=(4, 8), full=transfer.BATCHES)
-# At least 3 samples per case, and more while a case has taken under min_time seconds: quick cases
-# get many samples, the slow ones (a 472 MB float16 batch) few, so the sweep keeps to a time budget.
-repeats, warmup, min_time = config.pick(quick=(3, 1, 0.0), full=(3, 1, 0.05))
+repeats = config.pick(quick=3, full=9, site=15)  # rounds of every variant; 5 is the least a verdict reads
 if S.cuda:
     variants, baseline = transfer.order_variants(torch.float16), "x.half().to(dev)"
 else:
     variants, baseline = transfer.conversion_variants(), "x.clone() (uint8 copy)"
-order_ms = transfer.sweep(variants, S.device, transfer.SIZES, batches, repeats=repeats, warmup=warmup,
-                          min_time=min_time)
+order_ms = transfer.sweep(variants, S.device, transfer.SIZES, batches, repeats=repeats, warmup=1)
 fig, axes = transfer.plot_sweep(order_ms, baseline=baseline, machine=S.machine,
                                 title="uint8 to float16 and to the device" if S.cuda else "the host's share: converting a uint8 batch")
 
 # %%
+from gpufeed.course.lesson03 import readings
+from gpufeed.course.prose import compare, say
+
 last = transfer.at_largest(order_ms)  # name -> measurement at 1280x960 and the largest batch
 where = f"a batch of {max(batches)} at {transfer.size_name(big)}"
-from gpufeed.course.prose import say, times
-
 if S.cuda:
-    slow, fast = last["x.half().to(dev)"], last["x.to(dev).half()"]
-    say(f"For {where}, x.to(dev).half() takes {fast.median * 1e3:.2f} ms, x.half().to(dev) "
-        f"{slow.median * 1e3:.2f} ms: sending uint8 is **{times(slow.median / fast.median, digits=1)}**. By image "
-        "size, x.to(dev).half() against x.half().to(dev) at the largest batch: "
-        + transfer.read_trend(transfer.gains_by_size(order_ms, "x.half().to(dev)", "x.to(dev).half()")))
+    say(readings.order_sentence(last["x.half().to(dev)"], last["x.to(dev).half()"], where) + "\n\n"
+        + readings.trend_sentence(order_ms, "x.half().to(dev)", "x.to(dev).half()", what="x.to(dev).half()"))
 else:
-    copy, half, flt = last["x.clone() (uint8 copy)"], last["x.half()"], last["x.float()"]
-    say(f"On this CPU, x.half() on {where} takes {half.median * 1e3:.1f} ms, **{times(copy.median / half.median, digits=1, than='a plain uint8 copy')}"
-        f"** ({copy.median * 1e3:.1f} ms): time the host spends before x.half().to(dev) can "
-        "start a copy that is then twice as large. "
-        f"x.float() takes {flt.median * 1e3:.1f} ms ({times(half.median / flt.median, than='x.half()')}) and writes 4 "
-        "bytes per value instead of 2.")
+    say(readings.conversion_sentence(last["x.clone() (uint8 copy)"], last["x.half()"], last["x.float()"], where))
 
 # %% [markdown]
 # ### The GPU reference
 #
 # Where there is no GPU, here is the same sweep measured on one when it is committed in `results/`;
 # else what the sweep's largest batch costs at a host-to-device rate: our GPU's (the one lessons 00
-# and 07 show), or where none is committed, the rates others published.
+# and 07 show), or where none is committed, the rates others published. That is arithmetic, bytes
+# over bandwidth, not a measurement of the two orders.
 
 # %%
 from gpufeed.measure import ceilings, results
@@ -171,107 +164,92 @@ elif ref is None:
         ms = {dt: transfer.batch_bytes(*big, dt) / (gb_s * 1e9) * 1e3 for dt in transfer.DTYPES}
         say(f"At {gb_s:.2f} GB/s ({whose}), a batch of {big[0]} {transfer.size_name(big[1])} images "
             f"crosses the bus in {ms[torch.uint8]:.0f} ms as uint8, {ms[torch.float16]:.0f} ms as float16, "
-            f"{ms[torch.float32]:.0f} ms as float32: bytes over bandwidth, before any conversion.")
+            f"{ms[torch.float32]:.0f} ms as float32: bytes over bandwidth, before any conversion. Whether sending "
+            "uint8 and converting on the GPU wins, and by how much, is not yet measured on a GPU by this course.")
 else:
     ref_ms, ref_doc = ref
     ref_order = [m for m in ref_ms if "variant" in m.params]
     fig, axes = transfer.plot_sweep(ref_order, baseline="x.half().to(dev)", machine=ref_doc["machine"],
                                     title="reference: uint8 to float16 and to the device")
     top_ref = transfer.at_largest(ref_order)
-    slow, fast = top_ref["x.half().to(dev)"], top_ref["x.to(dev).half()"]
-    say(f"On {ref_doc['machine']['gpu']}, {fast.params['size']} batch {fast.params['batch']}: sending uint8 "
-        f"and converting on the GPU is **{times(slow.median / fast.median, digits=1, than='converting on the host')}**. "
-        "Zuppichini's *the bigger the image, the bigger the gain*, read over the sizes at the largest batch: "
-        + transfer.read_trend(transfer.gains_by_size(ref_order, "x.half().to(dev)", "x.to(dev).half()")))
+    say(f"On {ref_doc['machine']['gpu']}: " + readings.order_sentence(
+        top_ref["x.half().to(dev)"], top_ref["x.to(dev).half()"], f"{top_ref['x.half().to(dev)'].params['size']}") + "\n\n"
+        + readings.trend_sentence(ref_order, "x.half().to(dev)", "x.to(dev).half()", what="x.to(dev).half()"))
 
 # %% [markdown]
 # ## 5. In a training loop
 #
 # A micro-benchmark can exaggerate: in training, the copy overlaps with nothing else only if the
-# loop is naive, and the model's compute may dwarf it. So we time epochs of a torchvision
-# ResNet-18 (random weights: nothing is downloaded) in mixed precision: `torch.autocast` with
-# `float16` and a `GradScaler` on CUDA, `bfloat16` autocast on a CPU. Batches are prepared in
-# advance and sent either as `uint8` (converted on the device by the model's first layer,
-# section 6) or converted on the host first, into a buffer prepared per batch (`float16` or
-# `float32`).
+# loop is naive, and the model's compute may dwarf it. So on a GPU we time epochs of a torchvision
+# ResNet-18 (random weights: nothing is downloaded) with `torch.autocast` in `float16` and a
+# `GradScaler`. Batches are prepared in advance and sent either as `uint8` (converted on the device
+# by the model's first layer, section 6) or converted on the host first, into a buffer prepared per
+# batch (`float16` or `float32`). On a CPU this section is not timed: nothing crosses a bus, so
+# the dtype's effect there is the one conversion section 4 already measured.
 #
 # As usually written, the two loops differ in two ways at once: a DataLoader with
 # `pin_memory=True` hands over a *pinned* `uint8` batch, copied `non_blocking`, while `x.half()`
 # makes a fresh *pageable* tensor whose copy holds the host. So we measure all four cells: `uint8`
-# or `float16`, each from pinned and from pageable memory. Across a row only the dtype changes,
-# down a column only the pinning. (Pinning needs CUDA: on a CPU there is one column.) Unlike the
-# usual `x.half()`, the `float16` cells convert into a buffer prepared per batch, so no fresh
-# allocation is timed: the host's conversion at its cheapest.
+# or `float16`, each from pinned and from pageable memory, timed in turns. Across a row only the
+# dtype changes, down a column only the pinning. Unlike the usual `x.half()`, the `float16` cells
+# convert into a buffer prepared per batch, so no fresh allocation is timed: the host's
+# conversion at its cheapest.
 #
-# First, is mixed precision even a good idea on this machine? GPUs have Tensor Cores for it; many
-# CPUs have no native `bfloat16` arithmetic, and then autocast is *slower*.
+# First, is mixed precision a gain on this GPU? It is timed against float32 in turns, after a
+# warm-up, on a real batch: a new model's first steps measure start-up, not arithmetic.
 
 # %%
 from gpufeed.course import training
-
-# On a big GPU a tiny probe only measures kernel launches (the GPU finishes each kernel before the
-# CPU launches the next), which autocast does not speed up; full mode on CUDA probes a real batch.
-tiny, tb = config.pick(quick=((32, 32), 2), full=((224, 224), 64) if S.cuda else ((128, 128), 8))
-probe = {amp: training.train_epoch(tb, tiny, "uint8", S.device, epoch_images=tb, amp=amp, name=f"probe, amp={amp}",
-                                   repeats=config.pick(quick=1, full=3 if S.cuda else 1)) for amp in (False, True)}
-speedup = probe[False].median / probe[True].median
-kind = "float16 + GradScaler" if S.cuda else "bfloat16"
-say(f"{kind} autocast: {probe[True].median * 1e3:.0f} ms per step vs {probe[False].median * 1e3:.0f} ms in float32: "
-    f"**{times(speedup)}** on this machine (batch {tb} at {transfer.size_name(tiny)}"
-    + ("; a probe this small is launch-bound on a GPU, so autocast cannot show its gain)." if S.cuda and tiny[0] < 128
-       else ")."))
-use_amp = S.cuda or speedup > 1
-if not use_amp:
-    print("Mixed precision is slower on this CPU, so the loops below run in float32. (CPUs without native bfloat16 "
-          "instructions, such as AVX512-BF16 or AMX, pay for converting back and forth.)")
-
-# %%
 from gpufeed.measure import plotting
 
 # bytes of device memory per input pixel a training step peaks at: measured on a GPU, else the course's
 # estimate (a deep dive below); cases that would not fit this GPU's free memory are run smaller or skipped
 per_pixel = training.calibrate(S.device) if S.cuda else training.TRAIN_BYTES_PER_PIXEL
+timing = dict(device=S.device, repeats=config.pick(quick=3, full=7), warmup=1)  # epochs of 2 batches, in turns
+probe = []
 if S.cuda:
-    grid_case = config.pick(quick=((384, 384), 16), full=((640, 480), 32))
+    tb = config.pick(quick=16, full=64)
+    probe = training.train_in_turns({f"amp={a}": dict(batch=tb, size=(224, 224), wire="uint8", amp=a)
+                                     for a in (False, True)}, epoch_images=2 * tb, **timing)
+    text, use_amp = readings.amp_sentence(*probe, "float16 + GradScaler", f"batch {tb} at 224x224")
+    say(text)
 else:
-    grid_case = config.pick(quick=((32, 32), 4), full=((128, 128), 8))
-steps = 2  # batches per timed epoch; each epoch is timed again until budget_s has passed
-budget_s = config.pick(quick=0.0, full=0.5)  # full mode on an H100: the lesson fits ~40 s
-timing = dict(repeats=config.pick(quick=1, full=3), warmup=1, min_time=budget_s, amp=use_amp)
-size, batch = grid_case
-if not training.fits(batch, size, S.device, per_pixel=per_pixel):
-    batch = max(1, batch // 4)
-    print(f"batch {grid_case[1]} does not fit in this GPU's free memory: the grid runs at batch {batch}")
-pinnings = (True, False) if S.cuda else (False,)
-grid_ms = [training.train_epoch(batch, size, wire, S.device, steps * batch, pinned=pinned, **timing)
-           for pinned in pinnings for wire in ("uint8", "float16")]
-fig, ax = plotting.bars(grid_ms, baseline=grid_ms[-1].name, machine=S.machine,
-                        title=f"ResNet-18 steps, {transfer.size_name(size)} batch {batch} (ratios vs the last)")
-say(training.read_grid(grid_ms) + ("" if S.cuda else "\n\nNo GPU here: nothing is pinned and no byte crosses a "
-                                   "bus, so the dtype's effect is one conversion on the host, small next to a "
-                                   "ResNet-18 step (rerun the cell and it moves). The reference below is a GPU's."))
+    use_amp = False
+    say(readings.NO_GPU_LOOP)
+
+# %%
+grid_ms = []
+if S.cuda:
+    size, batch = config.pick(quick=((384, 384), 16), full=((640, 480), 32))
+    if not training.fits(batch, size, S.device, per_pixel=per_pixel):
+        batch = max(1, batch // 4)
+        print(f"the grid runs at batch {batch}: a larger one does not fit in this GPU's free memory")
+    cells = {f"{w} on the wire, {'pinned' if p else 'pageable'}": dict(batch=batch, size=size, wire=w, pinned=p, amp=use_amp)
+             for p in (True, False) for w in ("uint8", "float16")}
+    grid_ms = training.train_in_turns(cells, epoch_images=2 * batch, **timing)
+    fig, ax = plotting.bars(grid_ms, baseline=grid_ms[-1].name, machine=S.machine,
+                            title=f"ResNet-18 steps, {transfer.size_name(size)} batch {batch} (ratios vs the last)")
+    say(readings.grid_sentences(grid_ms))
 
 # %% [markdown]
 # ### Over image sizes
 #
 # Zuppichini's *the bigger the image, the bigger the gain*, in training: each wire at one batch size
-# over the image sizes, all from pinned memory where CUDA is, so only the dtype changes.
+# over the image sizes, all from pinned memory where CUDA is, so only the dtype changes. The gain at
+# the largest size is then compared with the gain at the smallest, round by round.
 
 # %%
+trend_ms, sizes = [], []
 if S.cuda:
     sizes, tbatch = config.pick(quick=([(384, 384), (640, 480)], 8), full=(transfer.SIZES, 16))
-else:
-    sizes, tbatch = config.pick(quick=([(32, 32), (64, 64)], 2), full=([(128, 128), (224, 224)], 8))
-wires = config.pick(quick=("uint8", "float16"), full=training.WIRES)
-skipped = [size for size in sizes if not training.fits(tbatch, size, S.device, per_pixel=per_pixel)]
-trend_ms = [training.train_epoch(tbatch, size, wire, S.device, steps * tbatch, name=f"{wire} on the wire", **timing)
-            for size in sizes if size not in skipped for wire in wires]
-if skipped:
-    print("skipped, too big for this GPU's free memory: " + ", ".join(transfer.size_name(s) for s in skipped))
-fig, ax = transfer.plot_by_size(trend_ms, key="wire", machine=S.machine, title=f"ResNet-18, batch {tbatch}")
-say("uint8 on the wire against float16 from the host, by image size: "
-    + transfer.read_trend(transfer.gains_by_size(trend_ms, "float16", "uint8", key="wire"))
-    + ("" if S.cuda else " Without a GPU each ratio is one conversion on the host and this machine's noise."))
+    wires = config.pick(quick=("uint8", "float16"), full=training.WIRES)
+    sizes = [s for s in sizes if training.fits(tbatch, s, S.device, per_pixel=per_pixel)]  # the others: too big
+    for size in sizes:  # at each size, the wires in turns
+        trend_ms += training.train_in_turns({f"{w} on the wire": dict(batch=tbatch, size=size, wire=w, amp=use_amp)
+                                             for w in wires}, epoch_images=2 * tbatch, **timing)
+    fig, ax = transfer.plot_by_size(trend_ms, key="wire", machine=S.machine, title=f"ResNet-18, batch {tbatch}")
+    say("uint8 on the wire against float16 from the host. "
+        + readings.trend_sentence(trend_ms, "float16", "uint8", key="wire", what="uint8"))
 
 # %%
 if not S.cuda and ref is not None and any("pinned" in m.params for m in ref[0]):
@@ -280,11 +258,11 @@ if not S.cuda and ref is not None and any("pinned" in m.params for m in ref[0]):
     fig, ax = plotting.bars(ref_grid, baseline=ref_grid[-1].name, machine=ref[1]["machine"],
                             title="reference: ResNet-18 steps (ratios vs the last)")
     say(f"On {ref[1]['machine']['gpu']}, {ref_grid[0].params['size']} batch {ref_grid[0].params['batch']}:\n\n"
-        + training.read_grid(ref_grid) + "\n\nBy image size, uint8 against float16: "
-        + transfer.read_trend(transfer.gains_by_size(ref_trend, "float16", "uint8", key="wire")))
+        + readings.grid_sentences(ref_grid) + "\n\n"
+        + readings.trend_sentence(ref_trend, "float16", "uint8", key="wire", what="uint8"))
 elif not S.cuda:
-    print("No CUDA here, and no GPU measurement of ours for the training loop is committed "
-          "(results/<gpu>/lesson03.json); no figure published elsewhere times this loop.")
+    print("No GPU measurement of ours for the training loop is committed (results/<gpu>/lesson03.json), and we "
+          "found no published figure that times this loop: on a GPU, it is not yet measured.")
 
 # %% [markdown]
 # ### Deeper (optional): how much memory a training step needs
@@ -378,8 +356,8 @@ else:
 # course, is the reference that CPU-only learners see above.
 
 # %%
-saved = results.save_lesson("lesson03", [*order_ms, *grid_ms, *trend_ms, *probe.values()], amp=use_amp,
-                            steps_per_epoch=steps, per_pixel=per_pixel, saved_per_pixel=saved_pp)
+saved = results.save_lesson("lesson03", [*order_ms, *grid_ms, *trend_ms, *probe], amp=use_amp,
+                            steps_per_epoch=2, per_pixel=per_pixel, saved_per_pixel=saved_pp)
 
 # %% [markdown]
 # ## Key takeaways
@@ -390,7 +368,8 @@ saved = results.save_lesson("lesson03", [*order_ms, *grid_ms, *trend_ms, *probe.
 #   the CPU first. Send `uint8` explicitly, then convert.
 # * Put `Normalize` in the model (`nn.Sequential(Normalize(...), model)`): the pipeline stays
 #   `uint8` up to the GPU, and exports carry their preprocessing.
-# * Mixed precision pays on GPUs; on a CPU without native `bfloat16` it can be slower. Measure.
+# * Whether mixed precision pays is measured, not assumed: section 5 times it against float32, in
+#   turns and after a warm-up, before the loops use it.
 #
 # ## Exercises
 #
@@ -399,7 +378,8 @@ saved = results.save_lesson("lesson03", [*order_ms, *grid_ms, *trend_ms, *probe.
 # 2. Add `torch.bfloat16` to the micro-benchmark (`transfer.order_variants(torch.bfloat16)`): does
 #    the order matter as much as for `float16`?
 # 3. In section 5's loop over image sizes, send `float32` instead of `float16` from the host
-#    (`wires=("uint8", "float32")`). Does uint8's lead grow with the image size?
+#    (`wires=("uint8", "float32")`). Does uint8's lead grow with the image size? (Without a GPU,
+#    read section 4's `x.float()` against `x.half()` instead: the host's share.)
 #
 # Each exercise has a worked solution after the self-check, folded: try it first, then open the cell.
 
@@ -426,51 +406,51 @@ say(f"**{my_mb:.1f} MB** as float16; {my_mb / 2:.1f} MB as uint8, {my_mb * 2:.1f
 # Why: bfloat16 also stores a value in 2 bytes, so converting on the host sends exactly as many bytes
 # as float16 does: the order saves the same half of the wire. (uint8 values are exact in bfloat16
 # too: 8 significant bits, 7 stored and 1 implied, hold every integer to 256.) What can differ is the conversion's own cost, on the
-# host or on the GPU. So on a GPU, time both orders for both dtypes and compare the two gains;
-# on a CPU there is no wire, and what can be measured is the host's conversion to each dtype.
+# host or on the GPU. So on a GPU, time both orders for both dtypes in turns and compare the two
+# gains round by round; on a CPU there is no wire, and what can be measured is the host's conversion
+# to each dtype, beside the plain copy, which also re-asks section 4's question (x.half() against
+# the copy): the sentence says whether the two answers agree.
 bf_size, bf_batch = transfer.SIZES[-1], max(batches)
 small = transfer.random_batch(2, (64, 48))
 assert torch.equal(small.bfloat16().float(), small.float())  # exact, so the order cannot change the result
+case = f"{transfer.size_name(bf_size)}, batch {bf_batch}"
 if S.cuda:
-    gains = {}
-    for d in (torch.float16, torch.bfloat16):
-        slow, fast = transfer.sweep(transfer.order_variants(d)[:2], S.device, [bf_size], [bf_batch], repeats, warmup,
-                                    min_time)
-        gains[d] = slow.median / fast.median
-        print(f"{slow.name}: {slow.median * 1e3:.2f} ms, {fast.name}: {fast.median * 1e3:.2f} ms")
-    say(f"Sending uint8 and converting on the GPU is **{times(gains[torch.bfloat16], than='converting on the host')}"
-        f"** for bfloat16, {times(gains[torch.float16])} for float16 ({transfer.size_name(bf_size)}, batch {bf_batch}).")
+    ms2 = transfer.sweep([*transfer.order_variants(torch.float16)[:2], *transfer.order_variants(torch.bfloat16)[:2]],
+                         S.device, [bf_size], [bf_batch], repeats=repeats, warmup=1)
+    say(readings.order_gain_sentence({"float16": (ms2[0], ms2[1]), "bfloat16": (ms2[2], ms2[3])}, case))
 else:
-    host = [transfer.Variant(f"x.{n}()", lambda x, dev, d=d: x.to(d)) for n, d in (("half", torch.float16), ("bfloat16", torch.bfloat16))]
-    half, bf = transfer.sweep(host, S.device, [bf_size], [bf_batch], repeats, warmup, min_time)
-    say(f"No GPU here, so no wire: on the host, x.bfloat16() takes {bf.median * 1e3:.1f} ms and x.half() "
-        f"{half.median * 1e3:.1f} ms ({transfer.size_name(bf_size)}, batch {bf_batch}): x.bfloat16() is "
-        f"**{times(half.median / bf.median)}**. With a GPU both send 2 bytes per value, so the order saves the "
-        "same bytes; this cell then times both orders.")
+    copy_v, half_v = transfer.conversion_variants()[:2]
+    copy2, half2, bf = transfer.sweep([copy_v, half_v, transfer.Variant("x.bfloat16()", lambda x, dev: x.bfloat16())],
+                                      S.device, [bf_size], [bf_batch], repeats=repeats, warmup=1)
+    earlier = compare(last["x.half()"], last["x.clone() (uint8 copy)"], paired=True)  # section 4's answer
+    say(readings.bfloat16_sentence(copy2, half2, bf, earlier, case))
 
 # %% tags=["solution", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution to exercise 3: float32 instead of float16 from the host, over image sizes
 # Why: float32 sends 4 bytes per value, twice float16 and four times uint8, and the host writes all
 # of them before the copy starts. Both costs grow in proportion to the pixels; whether uint8's lead
 # widens with the size depends on how fast the GPU's step grows with them, which is what to
-# measure. Read it as a trend over sizes at one batch (gains_by_size), not as one ratio. On a CPU
-# nothing crosses a bus: the gap is only the host's conversion, which the model's work dwarfs.
-# Full mode already ran float32 in section 5; otherwise this cell runs it at section 5's sizes.
-runs3 = [m for m in trend_ms if m.params["wire"] in ("uint8", "float32")]
-if not any(m.params["wire"] == "float32" for m in runs3):
-    runs3 += [training.train_epoch(tbatch, size, "float32", S.device, steps * tbatch, name="float32 on the wire",
-                                   **timing) for size in sizes if size not in skipped]
-gap = transfer.gains_by_size(runs3, "float32", "uint8", key="wire")
-say("uint8 on the wire against float32 from the host, by image size: " + transfer.read_trend(gap)
-    + ("" if S.cuda else " No bytes cross a bus here: the only extra work is one conversion, small next to a "
-       "ResNet-18 step, so these ratios are mostly this machine's noise (rerun the cell and they move)."))
+# measure. Read it as a trend over sizes at one batch, the gain at the largest size against the
+# gain at the smallest, not as one ratio; the two wires of each size are timed in turns. On a CPU
+# nothing crosses a bus: what is left is the host's conversion, which section 4 timed for x.float()
+# and x.half() at every size, in turns: this cell reads those.
+if S.cuda:
+    runs3 = [m for m in trend_ms if m.params["wire"] in ("uint8", "float32")]
+    if not any(m.params["wire"] == "float32" for m in runs3):  # full mode ran float32 in section 5
+        runs3 = [m for size in sizes for m in training.train_in_turns(
+            {f"{w} on the wire": dict(batch=tbatch, size=size, wire=w, amp=use_amp) for w in ("uint8", "float32")},
+            epoch_images=2 * tbatch, **timing)]
+    say("uint8 on the wire against float32 from the host. "
+        + readings.trend_sentence(runs3, "float32", "uint8", key="wire", what="uint8"))
+else:
+    say(readings.float_by_size(order_ms))
 ref_f32 = [m for m in ref[0] if m.params.get("wire") in ("uint8", "float32") and m.name.endswith("on the wire")
            and "pinned" in m.params] if ref is not None else []
 if any(m.params["wire"] == "float32" for m in ref_f32):
-    print(f"On {ref[1]['machine']['gpu']} (committed reference): uint8 against float32: "
-          + transfer.read_trend(transfer.gains_by_size(ref_f32, "float32", "uint8", key="wire")))
+    say(f"On {ref[1]['machine']['gpu']} (committed reference), uint8 against float32. "
+        + readings.trend_sentence(ref_f32, "float32", "uint8", key="wire", what="uint8"))
 elif not S.cuda:
-    print("No GPU reference with float32 on the wire is committed: on a GPU this cell reads section 5's sizes.")
+    print("No GPU reference with float32 on the wire is committed: on a GPU this cell times section 5's sizes.")
 
 # %% [markdown]
 # ## Further reading

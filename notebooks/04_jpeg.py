@@ -3,8 +3,9 @@
 #
 # **What you will learn:** what JPEG's quality setting trades (file size against error, measured
 # as PSNR and SSIM, and against decode time); whether your Pillow decodes with libjpeg-turbo; how
-# Pillow, torchvision and TorchCodec compare per core, and what a GPU's batched decoder adds;
-# whether you can *see* the difference at a quality that saves most of the bytes; and what the
+# Pillow, torchvision and TorchCodec compare per core, where the time between them goes, what
+# decoding straight to a smaller size saves, and what a GPU's batched decoder adds; whether you
+# can *see* the difference at a quality that saves most of the bytes; and what the
 # storage format does to a DataLoader's throughput.
 #
 # **Time:** about 15 minutes (1-2 minutes in quick mode). **Prerequisites:** lesson 00 (decode
@@ -25,8 +26,9 @@ S = gpufeed.setup("04")  # S.device, S.mode, S.machine; shows this lesson's evid
 # setting scales that table: low quality divides by large numbers, so most coefficients round to
 # zero and cost almost no bits. The decoder undoes it: entropy decoding (work grows with the
 # number of non-zero coefficients), dequantisation, inverse DCT and colour conversion (work fixed
-# per pixel). So a lower quality means fewer bytes to store and read, somewhat faster decoding,
-# and a larger error. How much of each is what we measure.
+# per pixel). So a lower quality means fewer bytes to store and read, a larger error, and maybe
+# a faster decode (less entropy decoding, the same per-pixel work). How much of each is what we
+# measure.
 
 # %% [markdown]
 # ## 2. Measuring the error: PSNR and SSIM
@@ -67,8 +69,14 @@ print(f"JPEG q50:     PSNR {quality.psnr(x, q50):.2f} dB, SSIM {quality.ssim(x, 
 # Each generated image (the original, before any JPEG) is encoded at qualities from 10 to 100 with
 # Pillow; we record the mean file size, PSNR and SSIM against the original, and the time to decode
 # one image with `gpufeed.data.jpeg.decode_jpeg` (TorchCodec where installed, else torchvision).
-# At the largest size a second series keeps full colour resolution (`subsampling="4:4:4"`), to
-# show what Pillow's default 4:2:0 costs at the top of the scale.
+# The decodes of all the qualities are timed in turns (q10, q30, ..., then again), so that two
+# qualities compare round by round. At the largest size a second series keeps full colour
+# resolution (`subsampling="4:4:4"`), to show what Pillow's default 4:2:0 costs at the top.
+#
+# Mind the pictures: the course's images are crops of seven photos 300 to 1411 pixels wide,
+# enlarged to the size asked (`assets/photos`). An enlarged crop is smoother than a camera's
+# photo of the same size, so its JPEG is smaller at the same quality: read the sizes below as
+# this dataset's, not a camera's.
 
 # %%
 from gpufeed.course import transfer
@@ -76,12 +84,13 @@ from gpufeed.course import transfer
 sizes = config.pick(quick=[(384, 384)], full=list(transfer.SIZES))
 n_images = config.pick(quick=2, full=6)
 qualities = config.pick(quick=[10, 30, 50, 75, 90, 100], full=[10, 20, 30, 40, 50, 60, 70, 75, 80, 85, 90, 95, 100])
+rounds = config.pick(quick=3, full=7, site=9)  # decodes in turns; 5 is the least a verdict reads
 sweep = []
 for w, h in sizes:
     spec = SynthSpec(n=n_images, width=w, height=h)
     originals = [render(spec, i) for i in range(n_images)]
-    sweep += quality.quality_sweep(originals, qualities, decode=jpeg.decode_jpeg, repeats=config.pick(quick=3, full=5))
-sweep += quality.quality_sweep(originals, qualities, decode=jpeg.decode_jpeg, repeats=config.pick(quick=3, full=5),
+    sweep += quality.quality_sweep(originals, qualities, decode=jpeg.decode_jpeg, repeats=rounds)
+sweep += quality.quality_sweep(originals, qualities, decode=jpeg.decode_jpeg, repeats=rounds,
                                subsampling="4:4:4")  # the largest size (the last loop's originals), full colour
 print(f"{'size':9s} {'chroma':6s} {'q':>3s} {'KB':>7s} {'bits/px':>7s} {'PSNR dB':>7s} {'SSIM':>6s} {'decode ms':>9s}")
 for r in sweep:
@@ -112,6 +121,7 @@ plotting.caption(fig, S.machine)
 plt.show()
 
 # %%
+from gpufeed.course.lesson04 import readings
 from gpufeed.course.prose import say, times
 
 
@@ -120,17 +130,8 @@ def row(size, q, sub="4:2:0"):
 
 
 largest = transfer.size_name(sizes[-1])
-hi, mid = row(largest, 90), row(largest, 50)
-top, top444 = row(largest, 100), row(largest, 100, "4:4:4")
-size_words, q90_files = {"more": "smaller", "less": "larger", "same": "the same size"}, "quality 90's"
-say(f"{largest}: quality 90 -> 50 makes files **{times(hi.bytes / mid.bytes, **size_words, digits=1)}** "
-    f"({hi.bytes / 1e3:.0f} -> {mid.bytes / 1e3:.0f} KB), PSNR goes from {hi.psnr:.1f} to {mid.psnr:.1f} dB, SSIM "
-    f"from {hi.ssim:.3f} to {mid.ssim:.3f}, and decoding is {times(hi.decode_ms / mid.decode_ms)} "
-    f"({hi.decode_ms:.2f} -> {mid.decode_ms:.2f} ms).\n\n"
-    f"Quality 100 files are {times(hi.bytes / top.bytes, **size_words, digits=1, than=q90_files)}, for "
-    f"{top.psnr - hi.psnr:+.1f} dB. With Pillow's default 4:2:0 it stops at {top.psnr:.1f} dB: the halved colour "
-    f"planes are lost whatever the quality. Keeping them (4:4:4) reaches {top444.psnr:.1f} dB at quality 100, "
-    f"with files {times(top.bytes / top444.bytes, **size_words)}.")
+size_words = readings.SIZE_WORDS  # times(..., **size_words): "2.5x smaller", "3.1x larger"
+say(readings.quality_sentence(row(largest, 90), row(largest, 50), row(largest, 100), row(largest, 100, "4:4:4")))
 
 # %% [markdown]
 # ## 4. Which decoder? Is Pillow using libjpeg-turbo?
@@ -138,32 +139,32 @@ say(f"{largest}: quality 90 -> 50 makes files **{times(hi.bytes / mid.bytes, **s
 # libjpeg-turbo is the SIMD-accelerated libjpeg; Pillow's wheels and torchvision ship it, but a
 # Pillow built from source may link plain libjpeg, which the libjpeg-turbo project measured at a
 # fraction of its speed ([libjpeg-turbo.org/About/Performance](https://libjpeg-turbo.org/About/Performance));
-# the cell below says which one this Pillow uses. torchvision 0.29+
-# deprecates `torchvision.io.decode_jpeg` in favour of TorchCodec (`pip install torchcodec`, which
-# needs FFmpeg's libraries); `gpufeed.data.jpeg` uses whichever is installed. We time each decoder on
-# one thread: images/s per core, the rate one DataLoader worker can reach.
+# the cell below reads which library each of the two loaded. torchvision 0.29+ deprecates
+# `torchvision.io.decode_jpeg` in favour of TorchCodec (`pip install torchcodec`, which needs
+# FFmpeg's libraries); `gpufeed.data.jpeg` uses whichever is installed. We time each decoder on
+# one thread, in turns: images/s per core, the rate one DataLoader worker can reach. If both run
+# libjpeg-turbo, a gap between them is not the decoder's, so two more arms time the steps of the
+# course's `decode_pil`: Pillow's decode alone (into its own buffer), then with the copy out into
+# an array (`np.asarray`); `decode_pil` adds `convert("RGB")`, a copy of its own.
 
 # %%
-from PIL import features
-
-from gpufeed.measure import ceilings
+from gpufeed.course.lesson04 import decoders
 from gpufeed.measure.synth import synth_folder
 
-turbo = jpeg.pillow_uses_turbo()
-version = features.version_feature("libjpeg_turbo") if turbo else None
-print(f"Pillow uses libjpeg-turbo: {turbo}" + (f" (version {version})" if version else ""))
-decoders = jpeg.available_decoders()
-if "torchcodec" not in decoders:
+libs = decoders.libraries()  # {"Pillow": "libjpeg-turbo 3.2.0", "torchvision": ...}, read from what each loaded
+print(f"Pillow decodes with {libs['Pillow']}, torchvision with {libs['torchvision']}")
+if "torchcodec" not in jpeg.available_decoders():
     print("TorchCodec is not installed: `pip install torchcodec` (with FFmpeg's libraries) adds it to this comparison.")
+decode_sizes = config.pick(quick=[(384, 384)], full=list(transfer.SIZES), site=[(384, 384), (1280, 960)])
+n_decode = config.pick(16, 64)
+decode_rounds = config.pick(quick=3, full=9, site=15)  # the steps of a decode differ by a tenth: many rounds
 decode_ms = []
-for w, h in sizes:
-    folder = synth_folder(config.cache_dir() / f"lesson04-{w}x{h}-q90-n{config.pick(16, 64)}", n=config.pick(16, 64),
-                          size=(w, h), quality=90, progress=False).path
-    jpegs = [p.read_bytes() for p in sorted(folder.rglob("*.jpg"))]
-    for dec_name, decode in decoders.items():
-        m = ceilings.decode_rate(jpegs, decode, name=f"{dec_name} {w}x{h}", repeats=config.pick(3, 7))
-        m.params.update(size=f"{w}x{h}", decoder=dec_name, device="cpu")
-        decode_ms.append(m)
+for w, h in decode_sizes:
+    folder = synth_folder(config.cache_dir() / f"lesson04-{w}x{h}-q90-n{n_decode}", n=n_decode, size=(w, h),
+                          quality=90, progress=False).path
+    jpegs = [p.read_bytes() for p in sorted(folder.rglob("*.jpg"))]  # in memory: the decoder is timed, not the disk
+    decode_ms += decoders.decode_in_turns(jpegs, decoders.decoder_arms(jpegs), f"{w}x{h}", repeats=decode_rounds)
+largest_decoded = transfer.size_name(decode_sizes[-1])  # `jpegs` holds this size's files
 
 # %%
 def bars_by_size(ms, machine, title):
@@ -177,20 +178,26 @@ def bars_by_size(ms, machine, title):
     plt.show()
 
 
-bars_by_size(decode_ms, S.machine, "JPEG q90 decode on one core")
-lines = []
-for w, h in sizes:
-    here = [m for m in decode_ms if m.params["size"] == f"{w}x{h}"]
-    best, worst = max(here, key=lambda m: m.items_per_s), min(here, key=lambda m: m.items_per_s)
-    lines.append(f"- {w}x{h}: **{best.params['decoder']}** decodes {best.items_per_s:,.0f} images/s per core, "
-                 f"{times(best.items_per_s / worst.items_per_s, than=worst.params['decoder'])}; {S.machine['cores']} cores: "
-                 f"at most about {best.items_per_s * S.machine['cores']:,.0f} images/s.")
-winners = {max((m for m in decode_ms if m.params["size"] == f"{w}x{h}"), key=lambda m: m.items_per_s).params["decoder"]
-           for w, h in sizes}
-lines.append("No decoder was the fastest at every size here: pick by the size your dataset has." if len(winners) > 1 else
-             f"On this machine, use **{winners.pop()}**: it was the fastest at every size." if len(sizes) > 1 else
-             f"At this size, **{winners.pop()}** was the fastest (quick mode measures one size; full mode, several).")
-say("\n".join(lines))
+bars_by_size([m for m in decode_ms if m.params["decoder"] not in readings.STAGES], S.machine,
+             "JPEG q90 decode on one core")
+say(readings.decoder_lines(decode_ms, S.machine["cores"], sizes_measured_in_full=len(decode_sizes) == len(transfer.SIZES))
+    + "\n\n" + readings.gap_sentence(decode_ms, libs, largest_decoded))
+
+# %% [markdown]
+# ### Decode fewer pixels: `draft()`
+#
+# A loader that shrinks its images (to 224x224, say) usually decodes every pixel, then throws
+# most of them away. libjpeg can scale *while* decoding, by 1/2, 1/4 or 1/8: the inverse DCT then
+# computes fewer pixels. Pillow exposes it as `Image.draft()`, and
+# `gpufeed.course.lesson04.decoders.decode_draft` uses it. Here it decodes section 4's largest
+# images to a quarter of their size, in turns with a full decode followed by a resize:
+
+# %%
+w, h = decode_sizes[-1]
+quarter = (w // 4, h // 4)
+draft_ms = decoders.decode_in_turns(jpegs, decoders.draft_arms(jpegs, quarter), f"{w}x{h} to {w // 4}x{h // 4}",
+                                    repeats=rounds)
+say(readings.draft_sentence(*draft_ms, "a quarter", decoders.draft_difference(jpegs[:8], quarter)))
 
 # %% [markdown]
 # ### Batched decoding on the GPU
@@ -204,18 +211,14 @@ say("\n".join(lines))
 
 # %%
 from gpufeed.measure import results
-from gpufeed.measure.harness import benchmark
 
 gpu_ms = []
 if S.cuda:
-    for w, h in sizes:
-        folder = config.cache_dir() / f"lesson04-{w}x{h}-q90-n{config.pick(16, 64)}"
-        jpegs = [p.read_bytes() for p in sorted(folder.rglob("*.jpg"))]
-        params = {"size": f"{w}x{h}", "device": "cuda"}
-        gpu_ms.append(benchmark(lambda j=jpegs: [jpeg.decode_torchvision(b, "cuda") for b in j], name=f"nvjpeg one by one {w}x{h}",
-                                items=len(jpegs), repeats=config.pick(3, 10), params={**params, "decoder": "nvjpeg one by one"}))
-        gpu_ms.append(benchmark(lambda j=jpegs: jpeg.decode_batch(j, "cuda"), name=f"nvjpeg batched {w}x{h}",
-                                items=len(jpegs), repeats=config.pick(3, 10), params={**params, "decoder": "nvjpeg batched"}))
+    for w, h in decode_sizes:  # section 4's files, each size's two GPU arms in turns
+        files = [p.read_bytes() for p in sorted((config.cache_dir() / f"lesson04-{w}x{h}-q90-n{n_decode}").rglob("*.jpg"))]
+        gpu_ms += decoders.decode_in_turns(files, {
+            "nvjpeg one by one": lambda f=files: [jpeg.decode_torchvision(b, "cuda") for b in f],
+            "nvjpeg batched": lambda f=files: jpeg.decode_batch(f, "cuda")}, f"{w}x{h}", repeats=rounds, device="cuda")
     gpu_machine = S.machine
 else:
     ref = results.reference("lesson04")
@@ -241,22 +244,9 @@ cpu_same = decode_ms if S.cuda else ([m for m in ref[0] if m.params.get("device"
 if gpu_ms:
     both = [m for sz in dict.fromkeys(m.params["size"] for m in gpu_ms)
             for m in [*(c for c in cpu_same if c.params["size"] == sz), *(g for g in gpu_ms if g.params["size"] == sz)]]
-    bars_by_size(both, gpu_machine, "JPEG q90 decode, CPU (one core) and nvJPEG")
-    lines = []
-    for sz in dict.fromkeys(m.params["size"] for m in gpu_ms):
-        fast = max((g for g in gpu_ms if g.params["size"] == sz), key=lambda m: m.items_per_s)
-        cpus = [c for c in cpu_same if c.params["size"] == sz]
-        if cpus:
-            cpu = max(cpus, key=lambda m: m.items_per_s)
-            cores = gpu_machine.get("cores") or 1
-            lines.append(f"- {sz}: {fast.params['decoder']} decodes {fast.items_per_s:,.0f} images/s, "
-                         f"**{times(fast.items_per_s / cpu.items_per_s, digits=1, than=cpu.params['decoder'])}** on "
-                         f"one core ({times(fast.items_per_s / (cpu.items_per_s * cores), digits=1, than=f'all {cores} cores')}"
-                         ", at best), and the images are already on the GPU.")
-        else:
-            lines.append(f"- {sz}: {fast.params['decoder']} decodes {fast.items_per_s:,.0f} images/s; this reference "
-                         "has no CPU decoder at this size to compare with.")
-    say(f"On {gpu_machine['gpu']}:\n" + "\n".join(lines))
+    bars_by_size([m for m in both if m.params["decoder"] not in readings.STAGES], gpu_machine,
+                 "JPEG q90 decode, CPU (one core) and nvJPEG")
+    say(f"On {gpu_machine['gpu']}:\n" + readings.nvjpeg_lines(gpu_ms, cpu_same, gpu_machine.get("cores") or 1))
 
 # %% [markdown]
 # ### The same JPEG, not the same pixels
@@ -270,16 +260,12 @@ if gpu_ms:
 # images decoded one way and served images decoded the other sees this difference.
 
 # %%
-def mean_diff(xs, ys):
-    """Mean absolute difference in grey levels, averaged over pairs of decoded images."""
-    return sum((x.cpu().float() - y.cpu().float()).abs().mean().item() for x, y in zip(xs, ys)) / len(xs)
-
-
+mean_diff = decoders.mean_difference  # grey levels, averaged over pairs of decoded images
 sample = jpegs[:8]  # the largest size's q90 JPEGs from section 4
 pil_images = [jpeg.decode_pil(b) for b in sample]
 replicated = [quality.decode_replicated_chroma(b) for b in sample]
 upsampling = mean_diff(replicated, pil_images)
-text = (f"On {len(sample)} q90 JPEGs of {largest}, repeating the colour samples instead of interpolating them "
+text = (f"On {len(sample)} q90 JPEGs of {largest_decoded}, repeating the colour samples instead of interpolating them "
         f"changes the decoded image by **{upsampling:.2f} grey levels** on average.")
 if S.cuda:
     gpu_images = jpeg.decode_batch(sample, "cuda")
@@ -367,13 +353,15 @@ else:
 #
 # Same images, same labels, same DataLoader and workers, four ways to store them: lossless PNG,
 # JPEG at quality 95 and at quality 75, and raw `uint8` arrays (`.npy`, no decoding at all, but
-# the most bytes). The folders are built once in the cache (`gpufeed.course.lesson04.formats`) and reused.
+# the most bytes). The folders are built once in the cache (`gpufeed.course.lesson04.formats`) and
+# reused. The four loaders take their passes in turns, each after one untimed pass that starts its
+# workers and brings every file into the page cache.
 
 # %%
 from gpufeed.course.lesson04 import formats as folders
 from gpufeed.measure.machine import usable_cores
 
-ds_size, ds_n = config.pick(quick=((384, 384), 32), full=((640, 480), 256))
+ds_size, ds_n = config.pick(quick=((384, 384), 32), full=((640, 480), 256), site=((384, 384), 64))
 workers = config.pick(quick=2, full=min(8, usable_cores()))
 tag = f"{ds_size[0]}x{ds_size[1]}-n{ds_n}"
 paths = {
@@ -386,26 +374,20 @@ for name, path in paths.items():
     print(f"{name:16s} {folders.folder_bytes(path) / 1e6:7.1f} MB  ({folders.folder_bytes(path) / ds_n / 1e3:.0f} KB per image)")
 
 # %%
-loader_ms = []
-for name, path in paths.items():
-    m = folders.loader_rate(folders.ImageFiles(path), batch_size=16, workers=workers, repeats=config.pick(3, 5), name=name)
-    m.params.update(format=name, size=tag, disk_bytes=folders.folder_bytes(path))
-    loader_ms.append(m)
+loader_ms = folders.loaders_in_turns({name: folders.ImageFiles(path) for name, path in paths.items()}, batch_size=16,
+                                     workers=workers, repeats=config.pick(quick=3, full=5, site=7))
+for m in loader_ms:
+    m.params.update(format=m.name, size=tag, disk_bytes=folders.folder_bytes(paths[m.name]))
 fig, ax = plotting.bars(loader_ms, machine=S.machine, title=f"DataLoader, {workers} workers, {tag} (ratios vs PNG)")
 plt.show()
-best = max(loader_ms, key=lambda m: m.items_per_s)
-vs_png = ("PNG is the fastest here" if best is loader_ms[0]
-          else f"{times(best.items_per_s / loader_ms[0].items_per_s, digits=1, than='PNG')}")
-print(f"With {workers} workers, {best.name} loads {best.items_per_s:,.0f} images/s, {vs_png}; " + ", ".join(
-          f"{m.name} {m.items_per_s:,.0f}" for m in loader_ms if m is not best) + " images/s.")
-print("Here every file was in the page cache (a warm-up pass ran first): from a disk or a network share, "
-      "the formats with more bytes per image lose ground (lesson 05).")
+say(readings.loader_sentence(loader_ms, workers) + " From a disk or a network share, the formats with more bytes per "
+    "image would read slower: not measured here (lesson 05 reads a cold page cache).")
 
 # %% [markdown]
 # ## 7. Saved
 
 # %%
-saved = results.save_lesson("lesson04", [*decode_ms, *gpu_ms, *loader_ms] if S.cuda else [*decode_ms, *loader_ms],
+saved = results.save_lesson("lesson04", [*decode_ms, *draft_ms, *(gpu_ms if S.cuda else []), *loader_ms],
                             quality_sweep=[r.as_dict() for r in sweep], ffmpeg_map=ffmpeg_map)
 
 # %% [markdown]
@@ -413,11 +395,14 @@ saved = results.save_lesson("lesson04", [*decode_ms, *gpu_ms, *loader_ms] if S.c
 #
 # * Quality is a dial between bytes and error: the top of the scale (95-100) costs many bytes for
 #   little PSNR; in the middle, files shrink several-fold while SSIM stays high.
-# * Decoding gets somewhat faster at lower quality (fewer coefficients to entropy-decode), but
-#   the per-pixel work stays: a smaller image is the bigger lever.
+# * Whether a lower quality also decodes faster, and by how much, is a measurement (section 3, in
+#   turns); the per-pixel work stays whatever the quality, so decoding fewer pixels is the other
+#   lever: `draft()` decodes straight to a half, a quarter or an eighth of the size.
 # * Check that Pillow uses libjpeg-turbo, and pick the decoder by measuring it on your images:
-#   section 4 says which one was fastest here. On a GPU, compare nvJPEG's batched decode with
-#   the CPU decoders at the same size (and the cores you would give them) before moving decode.
+#   section 4 says which one was fastest here. Pillow and torchvision ship the same library, so
+#   time the steps around it (the copies out of Pillow) before blaming the decoder. On a GPU,
+#   compare nvJPEG's batched decode with the CPU decoders at the same size (and the cores you
+#   would give them) before moving decode.
 # * Pillow subsamples colour (4:2:0) at every quality unless told `subsampling=0`: at the top of
 #   the scale that, not the quality, bounds the error.
 # * Raw `uint8` skips decoding but multiplies the bytes; that pays only when the bytes are cheap

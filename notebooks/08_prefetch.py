@@ -381,7 +381,7 @@ def one_epoch(name):
     return lambda: history[name].append(run(prefetched, step_fn)[0])
 
 
-thread_ms = interleave({name: one_epoch(name) for name in cases}, repeats=config.pick(quick=3, full=5, site=9),
+thread_ms = interleave({name: one_epoch(name) for name in cases}, repeats=config.pick(quick=3, full=5, site=21),
                        warmup=1, items=len(batches) * B, desc="four loops, in turns")
 logs = {name: runs[-1] for name, runs in history.items()}  # the last epoch of each, to draw
 shown = ["plain loop", "ThreadPrefetcher", "ThreadPrefetcher, waiting step"]
@@ -617,16 +617,16 @@ def uneven(n=48, fast_s=0.001, slow_s=0.025):
         yield i
 
 
-turns = config.pick(quick=3, full=5, site=9)  # epochs of each depth, in turns (a verdict needs 5)
+turns = config.pick(quick=3, full=5, site=15)  # epochs of each depth, in turns (a verdict needs 5)
 even = in_turns(epoch(lambda: loader, compute_ms / 1e3, 8), epoch(lambda: loader, compute_ms / 1e3, 1),
                 names=("depth 8", "depth 1"), repeats=turns, desc="section 4's loader, depth 8 and 1")
 bursty = in_turns(epoch(uneven, 0.005, 8), epoch(uneven, 0.005, 1), names=("depth 8", "depth 1"),
                   repeats=turns, desc="uneven batches, depth 8 and 1")
 v = bursty.verdict
 print(f"Section 4's loader, waiting step (an epoch: {even.b.median:.2f} s with depth 1, {even.a.median:.2f} s "
-      f"with depth 8): depth 8 {reading.said(even.verdict, 'ran', 'depth 1')}.")
+      f"with depth 8): depth 8 {even.verdict.ran('depth 1')}.")
 print(f"Uneven batches (an epoch: {bursty.b.median * 1e3:.0f} ms with depth 1, {bursty.a.median * 1e3:.0f} ms "
-      f"with depth 8; the step alone needs {48 * 5} ms): depth 8 {reading.said(v, 'ran', 'depth 1')}. " + (
+      f"with depth 8; the step alone needs {48 * 5} ms): depth 8 {v.ran('depth 1')}. " + (
           "With depth 1 the 25 ms batch finds at most two batches made ahead (one queued, one waiting to be: 10 ms "
           "of steps) and the step waits for the rest; with depth 8 the queue filled during the fast batches and "
           "covered it." if v.kind == "faster" else v.advice if not v.decided else
@@ -659,8 +659,8 @@ print(f"A test that checks each batch: {sum(t == right for t in tested)} of {len
       f"{tested_races} races reported.")
 print(f"A training loop that never waits: wrong batches in {len(wrong)} of {len(SCHEDULES)} orders "
       + (f"(run {SCHEDULES[wrong[0].seed]}: held {' '.join(f'{v:g}' for v in wrong[0].held)}), " if wrong else "")
-      + f"races reported under {sum(p.races > 0 for p in training)}: the simulator finds the bug even in the "
-      "lucky orders, where a real GPU gives no sign.")
+      + f"and the simulator reported races in {sum(p.races > 0 for p in training)} of {len(SCHEDULES)}: it finds the "
+      "bug even in the lucky orders, where a real GPU gives no sign.")
 
 
 # %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["solution", "hide-cell"]
@@ -686,7 +686,7 @@ limit = overlap.bound(1, 2, n=n)  # 3n / (2n + 1)
 text = (f"Predicted {my_speedup:.2f}x for long epochs, at most 3n / (2n + 1) = {limit:.2f}x for epochs of "
         f"n = {n} batches. Measured with a decode of {d * 1e3:.0f} ms and a {2 * d * 1e3:.0f} ms waiting step, "
         f"{len(timed3.a.samples)} epochs each way in turns: the prefetched loop "
-        f"{reading.said(v, 'ran', 'the plain loop', bold=True)}.")
+        f"{v.ran('the plain loop', bold=True)}.")
 if v.kind == "faster" and v.low > limit:
     had = {way: [statistics.mean(i.duration for i in ran[way] if i.stage == stage) for stage in ("decode", "compute")]
            for way in ran}  # ms, in each arm's last epoch
@@ -697,7 +697,7 @@ if v.kind == "faster" and v.low > limit:
                                                   if v.low > again else "."))
 elif not v.decided:
     text += " " + v.advice
-say(text)
+say(text + reading.share_of_bound(v, limit))
 
 # %% [markdown]
 # ## Further reading

@@ -393,7 +393,8 @@ say(reading.tail_reading(eager, compiled_m, counts, per_batch_s=per_batch_s, cud
 
 # %%
 results.save_lesson("lesson09", [*ms, both, *tail], n_images=n_images, batch_size=batch_size, cores=cores,
-                    stored=list(stored_hw), out_size=list(out_size), compile_note=compile_note, counts=counts)
+                    stored=list(stored_hw), out_size=list(out_size), compile_note=compile_note, counts=counts,
+                    in_turns=True)  # each cell's arms timed in turns: a reference reads them as pairs
 if S.cuda:
     print(f"Measured above on {S.machine.get('gpu')}.")
 else:
@@ -497,7 +498,7 @@ for name, (make, epoch, n) in versions.items():  # each version at both sizes, i
                              items=n_images, repeats=config.pick(quick=3, full=5, site=7), warmup=1)
     del at  # stops the workers
 print(reading.batch_size_reading(pairs, small=batch_size, big=big, batches=-(-n_images // big), cores=cores,
-                                 all_images=big < 256))
+                                 all_images=big < 256, earlier=dict(zip(versions, ms))))  # section 1's, at batch 64
 
 
 # %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["solution", "hide-cell"]

@@ -227,7 +227,7 @@ if HAVE_DALI:
     assert got_labels.tolist() == [label for _, label in files]
     worst_in, worst_mean = max(e["interior_max"] for e in errors), max(e["mean"] for e in errors)
     print(f"{len(errors)} images: inside the frame at most {worst_in:.2f} grey levels apart, {worst_mean:.3f} on "
-          f"average over each image (tolerances {gdali.INTERIOR_TOLERANCE:.1f} and {gdali.MEAN_TOLERANCE}); "
+          f"average over each image (tolerances {gdali.INTERIOR_TOLERANCE:.2f} and {gdali.MEAN_TOLERANCE:.2f}); "
           f"on the frame at most {max(e['max'] for e in errors):.1f}")
     if DEVICE_ID is None:
         assert worst_in <= gdali.INTERIOR_TOLERANCE and worst_mean <= gdali.MEAN_TOLERANCE
@@ -575,7 +575,8 @@ if HAVE_DALI:
     del scaling  # stops the workers
     say(reading.scaling(dl1, dln, dali1, dalin, cores=cores,
                         section7=reading.throughput_verdicts(by["JPEG folder"], by["tuned"], by["memmap"],
-                                                             by["DALI"])[reading.DALI_UNTUNED]).replace("\n", "  \n"))
+                                                             by["DALI"])[reading.DALI_UNTUNED],
+                        earlier={"DataLoader": by["JPEG folder"], "DALI": by["DALI"]}).replace("\n", "  \n"))
 else:
     print("DALI is not installed here (section 2 says how).")
 

@@ -8,7 +8,7 @@ import pytest
 
 from gpufeed.course.lesson09 import augment_prose as p
 from gpufeed.measure.harness import Measurement
-from gpufeed.measure.verdict import CANNOT_TELL, FASTER, NARROW, SAME, SLOWER, Verdict
+from gpufeed.measure.verdict import CANNOT_TELL, NARROW, SAME, SLOWER
 
 QUIET = [1.00, 1.01, 0.99, 1.005, 0.995, 1.002, 0.998]  # about 1% of spread, 7 samples
 NOISY = [1.0, 0.55, 1.9, 0.7, 1.5, 0.8, 1.3]  # a 2-core machine under load
@@ -34,22 +34,35 @@ def section1(workers=1.0, loop=1.0, batched=1.0, all_=None, base=QUIET, cuda=Fal
 def test_section1_tie_says_neither_is_ahead_and_gives_no_cause():
     text = section1()
     assert "**as fast** as the workers (within" in text and "as fast as the loop" in text
+    assert "The loop, on one thread, ran as fast as the 2 workers (within" in text  # read on a CPU too
     assert "neither way is ahead" in text and p.LIKELY not in text and "cannot tell" not in text
 
 
 def test_section1_loss_is_a_loss_with_its_likely_cause():
     text = section1(workers=1.0, loop=1.0, batched=1.8)
     assert "**1.80x slower** than the workers" in text and "1.80x slower than the loop" in text
-    assert "the 2 workers were the better fit" in text
+    assert "the batched version did not catch the 2 workers." in text
     assert "The batched version lost to the loop. One likely cause, not measured here: its dense" in text
     assert "a GPU does that arithmetic" in text
+    assert text.count(p.LIKELY) == 1, "one cause, the one the loop's comparison points at"
+    assert "per-sample work splits over the cores" not in text, "a cause its own loop on one thread contradicts"
+
+
+def test_section1_on_a_cpu_reads_the_loop_against_the_workers_with_the_hand_over_cause_once():
+    text = section1(workers=2.0, loop=1.0, batched=1.0)
+    assert "The loop, on one thread, ran 2.00x faster than the 2 workers (" in text
+    assert text.count("hands it over to this process") == 1 and text.count(p.LIKELY) == 1
+    slower = section1(workers=1.0, loop=2.0, batched=2.0)
+    assert "The loop, on one thread, ran 2.00x slower than the 2 workers (" in slower
+    assert "hands it over" not in slower
 
 
 def test_section1_win_reads_one_process_did_more():
     text = section1(workers=2.0, loop=1.5, batched=1.0)
     assert "**2.00x faster** than the workers" in text and "1.50x faster than the loop" in text
-    assert "one process did more than 2 workers. One likely cause, not measured here" in text
-    assert "lost to the loop" not in text
+    assert "On this CPU one process did more than 2 workers." in text and "lost to the loop" not in text
+    assert "The loop, on one thread, ran 1.33x faster than the 2 workers (" in text
+    assert text.count("hands it over to this process") == 1, "the cause is said once, where the loop gives it"
 
 
 def test_section1_the_all_threads_arm_decides_the_reading_on_a_cpu():
@@ -62,7 +75,8 @@ def test_section1_the_all_threads_arm_decides_the_reading_on_a_cpu():
 def test_section1_a_win_inside_the_spread_cannot_tell_and_says_which():
     text = section1(workers=1.0, loop=1.0, batched=0.9, base=NOISY)
     assert "not told apart from the workers by this run" in text
-    assert "This run cannot tell the batched version from the workers or the batched version from the loop:" in text
+    assert ("This run cannot tell the batched version from the workers, the batched version from the loop or the "
+            "loop from the workers:") in text
     assert not DECIDED.search(text) and p.LIKELY not in text and "neither way is ahead" not in text
 
 
@@ -92,6 +106,21 @@ def test_reference_headline_words_the_committed_reference_and_none_without_one()
     text = p.reference_headline((ms, doc))
     assert "our reference (GPU X, 16 CPU cores" in text and "**8.00x faster** than the workers" in text
     assert p.reference_headline(None) == "" and p.reference_headline((ms[:1], doc)) == ""
+    assert "answers the same question, its arms timed one after another rather than in turns (each interval " \
+           "resamples them apart): the 16 CPU workers" in text, "an older reference says how it was timed"
+    paired = p.reference_headline((ms, {**doc, "in_turns": True}))
+    assert "answers the same question, its arms timed in turns: the 16" in paired and "rather than" not in paired
+    assert p.reference_verdicts(ms + [arm(0.2, name="per-sample loop", items=2048, turn=1)], True)[
+        p.BATCHED_WORKERS].paired
+
+
+def test_a_noisy_reference_timed_apart_cannot_tell_where_turns_might():
+    """Arms timed one after another are resampled apart: the interval is as wide as both spreads."""
+    ms = [arm(1.0, NOISY, name="per sample, 16 CPU workers", items=2048),
+          arm(0.8, NOISY, name="batched, GPU", items=2048, turn=3)]
+    doc = {"machine": {"gpu": "GPU X"}, "cores": 16, "n_images": 2048, "stored": [256, 256], "out_size": [224, 224]}
+    text = p.reference_headline((ms, doc))
+    assert "not told apart from the workers by this run" in text and not DECIDED.search(text)
 
 
 def test_the_committed_h100_reference_reads_8x_and_the_tails_share():
@@ -207,19 +236,25 @@ def test_batch_size_reading_grid():
                                                           all_images=True)
 
 
-def test_advice_grid():
-    told = Verdict(2.0, 1.9, 2.1, 7, FASTER)
-    assert p.advice({}) == "" and p.advice({"a from b": told}) == ""
-    assert p.advice({"x": Verdict(None, None, None, 0, "not measured")}) == ""
-    one = p.advice({"a from b": Verdict(1.0, 0.8, 1.3, 7, CANNOT_TELL), "c from d": told})
-    assert one.startswith("This run cannot tell a from b: the ratio's interval, 0.80x to 1.30x")
-    few = p.advice({"a from b": Verdict(1.0, 0.8, 1.3, 3, CANNOT_TELL)})
-    assert "3 samples per arm" in few
-    two = p.advice({"a from b": Verdict(1.0, 0.8, 1.3, 7, CANNOT_TELL), "c from d": Verdict(1.0, 0.5, 2, 3, CANNOT_TELL)})
-    assert two.startswith("This run cannot tell a from b or c from d:")
+def test_across_cells_sets_each_rate_against_the_first_cells_own_range():
+    earlier = {"workers": arm(1.0, NOISY, name="w"), "loop": arm(1.0, QUIET, name="l")}  # 512 images an epoch
+    inside = p.across_cells(earlier, {"workers": arm(1.4, QUIET), "loop": arm(1.0, QUIET)})
+    assert inside.startswith("Section 1 timed the workers and the loop at this batch size too: 512 and 512 images/s "
+                             "there, 366 and 512 here, each inside the range its own epochs spanned there (")
+    assert "only arms timed in turns" in inside
+    outside = p.across_cells(earlier, {"workers": arm(1.4, QUIET), "loop": arm(1.4, QUIET)})
+    assert "The loop's 366 lies outside the 507 to 517 its epochs spanned in section 1" in outside
+    assert "does not say which made the difference" in outside
+    both = p.across_cells(earlier, {"workers": arm(9.0, QUIET), "loop": arm(1.4, QUIET)})
+    assert "The workers' 57 lies outside the 269 to 931" in both and "; the loop's 366" in both
+    assert "load" not in inside + outside, "no cause this page did not measure"
+    assert p.across_cells({}, {"workers": arm(1.0)}) == "" and p.across_cells(earlier, {"batched": arm(1.0)}) == ""
+    assert p.across_cells({"workers": None}, {"workers": arm(1.0)}) == ""
+    text = p.batch_size_reading(pairs(), small=64, big=256, batches=2, cores=2, all_images=False,
+                                earlier={"workers": arm(1.0, name="w")})
+    assert text.endswith("so only arms timed in turns are compared.") and "Section 1 timed the workers at" in text
+    assert "Section 1" not in reading(), "without section 1's measurements, no word on them"
 
-
-# --- a noisy run, read whole ----------------------------------------------------------------------
 
 def test_a_noisy_run_reads_cannot_tell_everywhere_and_answers_no_question_both_ways():
     """Every arm of lesson 09 with the spread of a loaded 2-core machine and small true differences:
@@ -231,9 +266,16 @@ def test_a_noisy_run_reads_cannot_tell_everywhere_and_answers_no_question_both_w
              p.late_convert(arm(1.0, NOISY), arm(0.95, NOISY, turn=3), cuda=False),
              tail(compiled=0.9, base=NOISY),
              p.batch_size_reading(big, small=64, big=256, batches=2, cores=2, all_images=False)]
+    texts += [p.section1(ws, ls, bs, cores=2, cuda=True), p.reference_reading(
+        [arm(f, NOISY, name=n, items=2048, turn=t) for t, (n, f) in enumerate((
+            ("per sample, 16 CPU workers", 1.0), ("per-sample loop, GPU", 0.95), ("batched, GPU", 0.9),
+            ("uint8 from 16 CPU workers", 1.05), ("tail, eager", 1.0), ("tail, torch.compile", 0.9)))],
+        {"machine": {"gpu": "GPU X"}, "cores": 16, "n_images": 2048, "batch_size": 64, "stored": [256, 256],
+         "out_size": [224, 224], "in_turns": True})]
     for text in texts:
         assert not DECIDED.search(text), text
         assert "not told apart" in text and "cannot tell" in text and p.LIKELY not in text
+        assert "ran not told apart" not in text, "a verb before words that are no gain"
     verdicts = {**p.section1_verdicts(ws, ls, bs, alls), **p.batch_size_verdicts(big)}
     assert all(v.kind == CANNOT_TELL for v in verdicts.values())
     # The same question asked twice (section 1's batched version against the workers, read again as the

@@ -77,10 +77,15 @@ def test_host_to_device_rejects_an_unknown_source():
         ceilings.host_to_device(1 << 20, source="mapped")
 
 
-def h2d(source, seconds, nbytes=1 << 28):
+QUIET = (1.00, 1.01, 0.99, 1.005, 0.995)  # five samples, about 1% apart
+NOISY = (1.0, 1.9, 0.5, 1.6, 0.7)
+
+
+def h2d(source, seconds, nbytes=1 << 28, base=QUIET):
     from gpufeed.measure.harness import Measurement
 
-    return Measurement(f"H2D {source}", [seconds], nbytes=nbytes, params={"nbytes": nbytes, "source": source})
+    return Measurement(f"H2D {source}", [seconds * f for f in base], nbytes=nbytes,
+                       params={"nbytes": nbytes, "source": source})
 
 
 def test_committed_reads_a_gpu_reference_and_skips_quick_mode_files(monkeypatch, tmp_path):
@@ -118,7 +123,8 @@ def test_the_committed_h100_reference_is_what_lessons_00_and_07_show():
     assert ref is not None and ref.hardware == "NVIDIA H100 80GB HBM3" and "full mode" in ref.source
     assert "commit" not in ref.source  # a learner reads the machine, the mode and (where recorded) the date
     text = transfer.h2d_sentence(ref)
-    assert "**54.5 GB/s**, **6.3x** as fast as the 8.7 GB/s" in text and "runs at 24.0 GB/s" in text
+    assert "**54.5 GB/s**, **6.28x faster** than the 8.7 GB/s" in text and "runs at 24.0 GB/s" in text
+    assert "caching host allocator" in text  # the pin reused a page-locked block: said, as the finding asked
     table = transfer.h2d_table([ref], published.for_lesson("lesson07")).splitlines()
     assert table[2].startswith("| NVIDIA H100 80GB HBM3 | our reference, `results/h100-80gb-hbm3/ceilings.json`")
     assert "| 8.69 | 54.54 | 6.28x | 24.01 |" in table[2]
@@ -126,13 +132,51 @@ def test_the_committed_h100_reference_is_what_lessons_00_and_07_show():
     assert "| 5.368503 | 6.186581 | 1.15x |" in gtx and "not measured here" in gtx and "developer.nvidia.com" in gtx
 
 
-def test_h2d_sentence_reads_its_numbers_either_way():
-    ref = ceilings.Reference([h2d("pageable", 0.01), h2d("pinned", 0.02), h2d("pin+copy", 0.04)], {"gpu": "GPU Y"}, "here")
-    text = transfer.h2d_sentence(ref)  # a machine where pinned memory is the slower source
-    assert "**2.0x** slower than the 26.8 GB/s from pageable" in text and "in a serial loop, pinning costs" in text
-    assert "as fast as the" not in text
-    old = ceilings.Reference([h2d("pageable", 0.02), h2d("pinned", 0.01)], {"gpu": "GPU Z"}, "an old file")
-    assert "predates the pin+copy series" in transfer.h2d_sentence(old)
+@pytest.mark.parametrize("pinned_s, both_s, base, says", [
+    (0.005, 0.012, QUIET, ["**6.00x faster** than the 8.9 GB/s", "pinning paid for itself", "**2.40x slower** than memory"]),
+    (0.005, 0.005, QUIET, ["pinning paid for itself"]),  # a pin that costs nothing: no slower-than-pinned clause
+    (0.030, 0.030, QUIET, ["**as fast** as the 8.9 GB/s", "**as fast** as pageable", "pinning cost what the faster"]),
+    (0.060, 0.090, QUIET, ["**2.00x slower** than the 8.9 GB/s", "**3.00x slower** than pageable", "pinning cost"]),
+    (0.027, 0.033, NOISY, ["not told apart from the 8.9 GB/s", "This run cannot tell"]),  # inside the spread
+])
+def test_h2d_sentence_reads_its_verdicts_either_way(pinned_s, both_s, base, says):
+    ref = ceilings.Reference([h2d("pageable", 0.030), h2d("pinned", pinned_s, base=base), h2d("pin+copy", both_s, base=base)],
+                             {"gpu": "GPU Y"}, "here")
+    text = transfer.h2d_sentence(ref)
+    assert all(s in text for s in says), text
+    assert "caching host allocator" in text
+    assert ("than memory pinned beforehand (" in text) == any("than memory" in s for s in says)
+
+
+def test_h2d_sentence_with_too_few_samples_or_an_old_reference():
+    few = ceilings.Reference([h2d("pageable", 0.03, base=(1.0,) * 3), h2d("pinned", 0.005, base=(1.0,) * 3)],
+                             {"gpu": "GPU Z"}, "an old file")
+    text = transfer.h2d_sentence(few)
+    assert "3 samples per arm" in text and "predates the pin+copy series" in text
+
+
+def test_ram_bytes_and_sweep_sizes_end_at_several_times_the_cache():
+    assert ceilings.ram_bytes(260 * ceilings.MB, floor=16 * ceilings.MB) == 1040 * ceilings.MB
+    assert ceilings.ram_bytes(None, floor=16 * ceilings.MB) == 16 * ceilings.MB
+    assert ceilings.ram_bytes(3 * ceilings.MB + 1, floor=1, times=1) == 4 * ceilings.MB  # whole MiB, rounded up
+    sizes = ceilings.sweep_sizes(1040 * ceilings.MB)
+    assert sizes[0] == 1 << 16 and sizes[-1] == 1040 * ceilings.MB and sizes[-2] == 256 * ceilings.MB
+    assert ceilings.sweep_sizes(1 << 16) == [1 << 16]
+
+
+def test_byte_rates_need_a_byte_count():
+    from gpufeed.measure.harness import Measurement
+
+    assert ceilings.byte_rates(Measurement("c", [1.0, 2.0], nbytes=4e9)) == [4.0, 2.0]
+    with pytest.raises(ValueError, match="no byte count"):
+        ceilings.byte_rates(Measurement("c", [1.0]))
+
+
+def test_memcpy_threads_times_each_count_in_turns_and_keeps_threads():
+    before = torch.get_num_threads()
+    one, two = ceilings.memcpy_threads(1 << 20, (1, 2), repeats=3)
+    assert [m.params["threads"] for m in (one, two)] == [1, 2] and len(one.samples) == len(two.samples) == 3
+    assert one.nbytes == two.nbytes == 1 << 20 and one.gb_per_s > 0 and torch.get_num_threads() == before
 
 
 def test_h2d_at_takes_the_size_nearest_the_one_asked_for():

@@ -42,9 +42,11 @@ def test_a_dataloader_with_workers_gives_what_the_dataset_gives(made):
     assert torch.cat(ys).tolist() == ds.labels
 
 
-def test_loader_rate_measures_images_per_second(made):
-    m = folders.loader_rate(folders.ImageFiles(made["png"]), batch_size=3, workers=0, repeats=2, name="png")
-    assert m.name == "png" and m.items == N and m.items_per_s > 0 and m.params == {"batch_size": 3, "workers": 0}
+def test_loaders_in_turns_measure_images_per_second_round_by_round(made):
+    png, npy = folders.loaders_in_turns({f: folders.ImageFiles(made[f]) for f in ("png", "npy")}, batch_size=3,
+                                        workers=0, repeats=2)
+    assert png.name == "png" and npy.name == "npy" and png.items == npy.items == N and png.items_per_s > 0
+    assert len(png.samples) == len(npy.samples) == 2 and png.params == {"batch_size": 3, "workers": 0}
 
 
 def test_export_is_reused_and_refuses_other_content(made, tmp_path):

@@ -58,7 +58,7 @@ def test_bench_peers_end_to_end_from_the_command_line(tmp_path):
     import json
 
     from gpufeed.cli import main
-    from gpufeed.measure import suite
+    from gpufeed.measure import bench_report
 
     installed = sorted(n for n, ok in peers.available().items() if ok)
     for name in sorted(peers.PEERS):
@@ -74,5 +74,5 @@ def test_bench_peers_end_to_end_from_the_command_line(tmp_path):
         row = loaders[name]
         assert row["images_per_s"] > 0 and row["fraction_of_memcpy_stream"] > 0 and row["fraction_of_batch_fetch"] > 0
         assert row["peak_pss_mb"] > 0 and row["cores_busy"] > 0
-    table = suite.markdown(doc)
+    table = bench_report.markdown(doc)
     assert set(installed) <= set(pipelines_in(table))

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from gpufeed.cli import main
+from gpufeed.measure import bench_report
 from gpufeed.measure import dali as gdali
 from gpufeed.measure import suite as pb
 
@@ -68,7 +69,7 @@ def test_writes_one_record_per_pipeline_and_mode(tiny_run):
             assert r["fraction_of_batch_fetch"] == pytest.approx(r["images_per_s"] / fetch, rel=0.01)
             assert r["peak_pss_mb"] is None or r["peak_pss_mb"] > 10
             assert r["cores_busy"] > 0  # the process and its workers: CPU seconds over wall seconds
-    assert "cores busy" in columns(pb.markdown(doc))
+    assert "cores busy" in columns(bench_report.markdown(doc))
     c = doc["ceilings"]  # the raw fetch over the stream of the same run, and the course's bandwidth bounds
     assert c["fetch_of_stream"] == pytest.approx(fetch / stream, rel=0.01)
     loader = {r["pipeline"]: r for r in doc["records"] if r["mode"] == "loader"}
@@ -90,7 +91,7 @@ def test_plots_and_summary(tiny_run, capsys):
     assert "memcpy stream" in table.splitlines()[-4]
     assert table.splitlines()[-3].startswith("raw batch fetch: ")
     assert [line.split(":")[0] for line in table.splitlines()[-2:]] == ["course", "course_uint8"]
-    md = pb.markdown(pb.load(tiny_run))
+    md = bench_report.markdown(pb.load(tiny_run))
     cols = columns(md)
     assert cols[cols.index("of memcpy stream"):][:3] == ["of memcpy stream", "of raw fetch", "peak memory (PSS), MB"]
     assert "course" in pipelines_in(md)
@@ -121,7 +122,7 @@ def test_the_readme_quotes_the_committed_results():
     committed = [(path, doc) for path, doc in committed_bench() if path.is_relative_to(root)]
     assert committed, "no committed benchmark results: run `python -m gpufeed bench --quick --out results/<machine>`"
     for path, doc in committed:
-        block = pb.markdown(doc)
+        block = bench_report.markdown(doc)
         assert block in readme, f"README.md does not quote {path.relative_to(root)}: paste\n{block}"
         if doc["quick"] and doc["device"] == "cpu":  # the issue's bar for a 2-core CPU-only machine
             loader = {r["pipeline"]: r for r in doc["records"] if r["mode"] == "loader"}
@@ -145,11 +146,11 @@ def test_the_gpu_size_trains_the_efficiency_bar_s_resnet50(tiny_run):
                                                 model="resnet50"), "cpu")
     assert isinstance(model, torchvision.models.ResNet) and model.fc.in_features == 2048  # ResNet-50's width
     doc = pb.load(tiny_run)
-    assert doc["workload"]["model"] == "resnet18" and "with a ResNet-18 step, images/s" in columns(pb.markdown(doc))
+    assert doc["workload"]["model"] == "resnet18" and "with a ResNet-18 step, images/s" in columns(bench_report.markdown(doc))
     doc["workload"]["model"] = "resnet50"
-    assert "with a ResNet-50 step, images/s" in columns(pb.markdown(doc))
+    assert "with a ResNet-50 step, images/s" in columns(bench_report.markdown(doc))
     del doc["workload"]["model"]  # a file from before the field
-    assert "with a ResNet-18 step, images/s" in columns(pb.markdown(doc))
+    assert "with a ResNet-18 step, images/s" in columns(bench_report.markdown(doc))
     with pytest.raises(ValueError, match="model must be one of"):
         pipelines.Workload(n=4, jpeg_size=(64, 48), resize=40, crop=32, batch=2, model="vit")
 
@@ -165,11 +166,11 @@ def test_bound_lines_read_the_run_either_way(fetch, fraction, words):
            "records": [{"pipeline": "course", "mode": "loader", "images_per_s": 13286.6 * fraction,
                         "fraction_of_bandwidth_bound": fraction},
                        {"pipeline": "course", "mode": "train", "images_per_s": 1.0}]}
-    fetch_line, course_line = pb.bound_lines(doc)
+    fetch_line, course_line = bench_report.bound_lines(doc)
     assert words[0] in fetch_line and "(this run)" in fetch_line
     assert course_line.startswith(f"course: {words[1]}, 13,287 images/s (752,640 bytes")
 
 
 def test_bound_lines_of_an_older_file_are_none():
     """A results file from before the fetch fraction was measured (the committed ones) prints as before."""
-    assert pb.bound_lines({"ceilings": {"memcpy_stream_images_per_s": 1.0}, "records": []}) == []
+    assert bench_report.bound_lines({"ceilings": {"memcpy_stream_images_per_s": 1.0}, "records": []}) == []

@@ -106,6 +106,18 @@ def test_train_epoch_runs_and_records_its_case(amp, wire, images):
     assert m.items == images and len(m.samples) == 1 and m.median > 0 and m.name == f"{wire} on the wire, pageable"
 
 
+def test_train_in_turns_times_each_case_in_rounds():
+    a, b = training.train_in_turns({"uint8": dict(batch=2, size=(16, 16), wire="uint8", amp=False),
+                                    "float32": dict(batch=2, size=(16, 16), wire="float32", amp=False)},
+                                   "cpu", epoch_images=4, repeats=2, warmup=0)
+    assert [m.name for m in (a, b)] == ["uint8", "float32"] and len(a.samples) == len(b.samples) == 2
+    assert b.params == {"size": "16x16", "batch": 2, "wire": "float32", "pinned": False, "amp": False, "steps": 2,
+                        "device": "cpu"}
+    assert a.items == b.items == 4
+    with pytest.raises(ValueError, match="needs CUDA"):
+        training.train_in_turns({"x": dict(batch=2, size=(8, 8), wire="uint8", pinned=True)}, "cpu", 2)
+
+
 def test_train_epoch_measures_for_a_time_when_asked():
     m = training.train_epoch(batch=2, size=(16, 16), wire="uint8", device="cpu", epoch_images=2, amp=False,
                              repeats=1, warmup=0, min_time=0.3, max_repeats=50)
@@ -173,38 +185,6 @@ def test_calibrate_measures_what_a_step_holds_and_the_guard_covers_a_bigger_one(
     before = torch.cuda.memory_allocated()  # what other tests left alive is not this step's
     peak = training.step_peak_bytes("cuda", batch, size) - before
     assert peak <= training.train_bytes(batch, size, per_pixel)
-
-
-def _grid(u8_pinned, f16_pinned, u8_pageable=None, f16_pageable=None):
-    from gpufeed.measure.harness import Measurement
-
-    cells = [("uint8", True, u8_pinned), ("float16", True, f16_pinned), ("uint8", False, u8_pageable),
-             ("float16", False, f16_pageable)]
-    return [Measurement(f"{w} on the wire", [2 * s], params={"wire": w, "pinned": p, "steps": 2})
-            for w, p, s in cells if s is not None]
-
-
-def test_read_grid_reads_each_effect_with_the_other_held_fixed_either_way():
-    text = training.read_grid(_grid(0.010, 0.012, 0.011, 0.020))  # seconds per step
-    assert "From pinned memory, uint8 on the wire makes a step **1.20x faster than float16 converted on the host**" in text
-    assert "from pageable memory, **1.82x faster** (11.0 vs 20.0 ms)" in text
-    assert "the uint8 step **1.10x faster** and the float16 step **1.67x faster**" in text
-    assert "differ by 2.00x in favour of uint8; the larger part is the dtype" in text
-    # the other way round: uint8 slower, pinning the larger part; no "0.9x faster" anywhere
-    text = training.read_grid(_grid(0.010, 0.009, 0.030, 0.020))
-    assert "**1.11x slower than float16" in text and "**1.50x slower**" in text and "the larger part is the pinning" in text
-    assert "0." not in "".join(w for w in text.split() if w.endswith("x"))
-    # a CPU: pageable only, no pinning sentence
-    text = training.read_grid(_grid(None, None, 0.011, 0.010))
-    assert text.startswith("From pageable memory, uint8 on the wire makes a step **1.10x slower than float16")
-    assert "Pinning" not in text
-
-
-def test_read_grid_says_the_float16_loop_converts_into_a_prepared_buffer():
-    text = training.read_grid(_grid(0.010, 0.012, 0.011, 0.020))
-    assert "pinned uint8 and pageable float16 (here converted into a prepared buffer" in text  # not "as usually written"
-    tie = training.read_grid(_grid(0.010, 0.010, 0.010, 0.010))  # a tie everywhere: no winner claimed
-    assert "differ by nothing; neither part shows" in tie and "in favour of" not in tie and "larger part" not in tie
 
 
 def test_resnet18_with_normalize_equals_a_fresh_build_and_leaves_the_generator_as_one_would():

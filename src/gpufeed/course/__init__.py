@@ -3,9 +3,10 @@
 One folder per lesson that has helpers of its own, holding its sweeps, plots and the sentences it
 prints; beside them, flat, the plumbing several lessons share:
 
-* ``lesson01/``: the sliders over the pipeline simulator; ``lesson04/``: JPEG quality and storage
-  formats; ``lesson05/``: the sentences that read the memmap's measurements; ``lesson06/``: a
-  dataset larger than the memory, shuffles; ``lesson07/``: DataLoader
+* ``lesson00/``: the sentences that read this machine's ceilings; ``lesson01/``: the sliders over the
+  pipeline simulator; ``lesson03/``: the sentences that read dtypes and transfer order; ``lesson04/``:
+  JPEG quality, decoders and storage formats; ``lesson05/``: the sentences that read the memmap's
+  measurements; ``lesson06/``: a dataset larger than the memory, shuffles; ``lesson07/``: DataLoader
   sweeps, moving batches in workers and DataParallel, tensors saved on one device loaded on
   another; ``lesson08/``: the stream hazards on :mod:`gpufeed.simcuda`, the prefetcher's timed
   experiment and the sentences that read it; ``lesson09/`` and ``lesson10/``: the sentences that
@@ -30,8 +31,8 @@ from __future__ import annotations
 import importlib
 
 _MODULES = {'doctor', 'gpucell', 'instrument', 'prose', 'session', 'simulator', 'timeline', 'trace', 'training', 'transfer',
-            'lesson01', 'lesson04', 'lesson05', 'lesson06', 'lesson07', 'lesson08', 'lesson09', 'lesson10',
-            'lesson11', 'lesson12'}
+            'lesson00', 'lesson01', 'lesson03', 'lesson04', 'lesson05', 'lesson06', 'lesson07', 'lesson08',
+            'lesson09', 'lesson10', 'lesson11', 'lesson12'}
 
 __all__ = sorted(_MODULES)
 

@@ -5,7 +5,8 @@
 the arithmetic, and an exported model (ONNX, TorchScript) carries its own preprocessing.
 :func:`train_epoch` times a ResNet-18 (random weights: nothing is downloaded) with the batch sent
 as ``uint8`` and converted on the device, or converted on the host first, from pinned or pageable
-memory; :func:`saved_bytes_per_pixel` and :func:`calibrate` say how much device memory a step
+memory, and :func:`train_in_turns` times several such cases in turns, for the verdict method;
+:func:`saved_bytes_per_pixel` and :func:`calibrate` say how much device memory a step
 needs per input pixel. Taught in ``notebooks/03_dtypes.ipynb``.
 
 Example:
@@ -20,17 +21,15 @@ from __future__ import annotations
 
 import copy
 import functools
-import math
 from collections.abc import Sequence
 from contextlib import nullcontext
 
 import torch
 from torch import nn
 
-from gpufeed.course.prose import times
 from gpufeed.course.transfer import size_name
 from gpufeed.data.transforms import IMAGENET_MEAN, IMAGENET_STD, affine
-from gpufeed.measure.harness import Measurement, benchmark
+from gpufeed.measure.harness import Measurement, benchmark, interleave
 
 #: How a batch travels: ``uint8`` (convert on the device) or a float dtype (convert on the host).
 WIRES = ("uint8", "float16", "float32")
@@ -295,29 +294,9 @@ def calibrate(device, size: tuple[int, int] = (224, 224), amp: bool = True, num_
     return max(large - small, 0) / (2 * size[0] * size[1])
 
 
-def train_epoch(batch: int, size: tuple[int, int], wire: str, device, epoch_images: int, amp: bool = True,
-                repeats: int = 3, warmup: int = 1, num_classes: int = 10, name: str = "",
-                pinned: bool | None = None, min_time: float = 0.0, max_repeats: int = 100) -> Measurement:
-    """Times one epoch of ResNet-18 training steps, the batch sent the ``wire`` way.
-
-    An epoch is ``max(1, epoch_images // batch)`` steps over batches prepared in advance, so only
-    the conversion, the transfer and the step are timed, not a loader. A float wire converts into
-    a host buffer prepared per batch (:func:`staging_buffer`), pinned or pageable as the batch is.
-    Mixed precision: ``autocast`` in :func:`autocast_dtype`, with a ``GradScaler`` on CUDA.
-
-    Args:
-        pinned: the batches (and a float wire's buffers) are in pinned memory and copied
-            ``non_blocking``; default: where CUDA is, as a DataLoader with ``pin_memory=True``
-            hands them over. Pinning needs CUDA.
-        min_time: keep timing epochs (at least ``repeats``, at most ``max_repeats``) until this
-            many seconds are spent: a time budget rather than a count, for long cases.
-
-    Returns:
-        A :class:`Measurement` of seconds per epoch, named ``name`` or ``"<wire> on the wire,
-        <pinned or pageable>"``; ``items`` are images, ``params`` hold ``size``, ``batch``,
-        ``wire``, ``pinned``, ``amp``, ``steps`` and ``device``.
-    """
-    device = torch.device(device)
+def _epoch(batch: int, size: tuple[int, int], wire: str, device: torch.device, epoch_images: int, amp: bool,
+           num_classes: int, pinned: bool | None):
+    """One case of :func:`train_epoch`, built: ``(epoch, steps, pinned)``, ``epoch()`` running one epoch."""
     cuda = device.type == "cuda"
     pinned = cuda if pinned is None else pinned
     if pinned and not cuda:
@@ -338,50 +317,70 @@ def train_epoch(batch: int, size: tuple[int, int], wire: str, device, epoch_imag
         for xb, yb, buf in zip(batches, labels, staging):
             step(xb, yb, wire, buf)
 
-    kind = "pinned" if pinned else "pageable"
-    return benchmark(epoch, name=name or f"{wire} on the wire, {kind}", repeats=repeats, warmup=warmup,
-                     min_time=min_time, max_repeats=max_repeats, items=steps * batch,
-                     params={"size": size_name(size), "batch": batch, "wire": wire, "pinned": pinned, "amp": amp,
-                             "steps": steps, "device": str(device)})
+    return epoch, steps, pinned
 
 
-def read_grid(ms: Sequence[Measurement]) -> str:
-    """Sentences that read the dtype and the pinning apart, from :func:`train_epoch` on one case.
+def _params(batch, size, wire, pinned, amp, steps, device) -> dict:
+    return {"size": size_name(size), "batch": batch, "wire": wire, "pinned": pinned, "amp": amp, "steps": steps,
+            "device": str(device)}
 
-    ``ms`` are the cells of lesson 03's grid at one size and batch: ``params["wire"]`` uint8 or
-    float16, ``params["pinned"]`` True or False (four cells on a GPU; two, pageable, on a CPU). Each
-    effect is read with the other held fixed, in either direction (:func:`~gpufeed.course.prose.times`).
+
+def train_epoch(batch: int, size: tuple[int, int], wire: str, device, epoch_images: int, amp: bool = True,
+                repeats: int = 3, warmup: int = 1, num_classes: int = 10, name: str = "",
+                pinned: bool | None = None, min_time: float = 0.0, max_repeats: int = 100) -> Measurement:
+    """Times one epoch of ResNet-18 training steps, the batch sent the ``wire`` way.
+
+    An epoch is ``max(1, epoch_images // batch)`` steps over batches prepared in advance, so only
+    the conversion, the transfer and the step are timed, not a loader. A float wire converts into
+    a host buffer prepared per batch (:func:`staging_buffer`), pinned or pageable as the batch is.
+    Mixed precision: ``autocast`` in :func:`autocast_dtype`, with a ``GradScaler`` on CUDA. To
+    compare cases, time them in turns instead (:func:`train_in_turns`).
+
+    Args:
+        pinned: the batches (and a float wire's buffers) are in pinned memory and copied
+            ``non_blocking``; default: where CUDA is, as a DataLoader with ``pin_memory=True``
+            hands them over. Pinning needs CUDA.
+        min_time: keep timing epochs (at least ``repeats``, at most ``max_repeats``) until this
+            many seconds are spent: a time budget rather than a count, for long cases.
+
+    Returns:
+        A :class:`Measurement` of seconds per epoch, named ``name`` or ``"<wire> on the wire,
+        <pinned or pageable>"``; ``items`` are images, ``params`` hold ``size``, ``batch``,
+        ``wire``, ``pinned``, ``amp``, ``steps`` and ``device``.
+    """
+    device = torch.device(device)
+    epoch, steps, pinned = _epoch(batch, size, wire, device, epoch_images, amp, num_classes, pinned)
+    return benchmark(epoch, name=name or f"{wire} on the wire, {'pinned' if pinned else 'pageable'}", repeats=repeats,
+                     warmup=warmup, min_time=min_time, max_repeats=max_repeats, items=steps * batch,
+                     params=_params(batch, size, wire, pinned, amp, steps, device))
+
+
+def train_in_turns(cases: dict[str, dict], device, epoch_images: int, repeats: int = 5, warmup: int = 1,
+                   num_classes: int = 10) -> list[Measurement]:
+    """Times several training cases **in turns** (a, b, c, a, b, c, ...), one epoch per call, so that
+    the verdict method can compare any two as pairs (:func:`gpufeed.measure.verdict.compare`).
+
+    Args:
+        cases: name -> :func:`train_epoch`'s case arguments: ``batch``, ``size``, ``wire``, and
+            optionally ``amp`` (default True) and ``pinned`` (default: where CUDA is).
+        epoch_images: images per epoch (``epoch_images // batch`` steps, at least one).
+
+    Returns:
+        One :class:`Measurement` per case, in the order given, as :func:`train_epoch` returns them.
 
     Example:
-        >>> cell = lambda wire, pinned, s: Measurement("", [s], params={"wire": wire, "pinned": pinned, "steps": 1})
-        >>> print(read_grid([cell("uint8", True, 0.010), cell("float16", True, 0.012),
-        ...                  cell("uint8", False, 0.011), cell("float16", False, 0.020)]))
-        From pinned memory, uint8 on the wire makes a step **1.20x faster than float16 converted on the host** (10.0 vs 12.0 ms); from pageable memory, **1.82x faster** (11.0 vs 20.0 ms): the dtype alone.
-        Pinning (copied non_blocking) makes the uint8 step **1.10x faster** and the float16 step **1.67x faster**: the pinning alone.
-        The usual pair of loops, pinned uint8 and pageable float16 (here converted into a prepared buffer, without the fresh tensor that `x.half()` allocates), differ by 2.00x in favour of uint8; the larger part is the dtype (uint8 over float16: 1.48x faster; pinned over pageable: 1.35x faster; each the mean of its two readings above).
+        >>> a, b = train_in_turns({"u8": dict(batch=2, size=(16, 16), wire="uint8", amp=False),
+        ...                        "f16": dict(batch=2, size=(16, 16), wire="float16", amp=False)}, "cpu", 2, repeats=2)
+        >>> [m.name for m in (a, b)], len(a.samples) == len(b.samples) == 2, b.params["wire"]
+        (['u8', 'f16'], True, 'float16')
     """
-    step = {(m.params["wire"], m.params["pinned"]): m.median / m.params["steps"] for m in ms}  # seconds per step
-    kinds = [p for p in (True, False) if ("uint8", p) in step and ("float16", p) in step]
-    dtype = {p: step["float16", p] / step["uint8", p] for p in kinds}  # > 1: uint8 faster
-    ms_ = {k: v * 1e3 for k, v in step.items()}
-    said = "; ".join(
-        f"from {'pinned' if p else 'pageable'} memory, {'uint8 on the wire makes a step ' if i == 0 else ''}"
-        f"**{times(dtype[p], than='float16 converted on the host' if i == 0 else '')}** "
-        f"({ms_['uint8', p]:.1f} vs {ms_['float16', p]:.1f} ms)" for i, p in enumerate(kinds))
-    lines = [said[0].upper() + said[1:] + ": the dtype alone."]
-    if len(kinds) == 2:
-        pin = {w: step[w, False] / step[w, True] for w in ("uint8", "float16")}  # > 1: pinned faster
-        lines.append(f"Pinning (copied non_blocking) makes the uint8 step **{times(pin['uint8'])}** and the float16 "
-                     f"step **{times(pin['float16'])}**: the pinning alone.")
-        usual = step["float16", False] / step["uint8", True]
-        # Each effect read twice (once per level of the other); their geometric mean is its share.
-        both = {"dtype": math.sqrt(dtype[True] * dtype[False]), "pinning": math.sqrt(pin["uint8"] * pin["float16"])}
-        larger = max(both, key=lambda k: abs(math.log(both[k])))
-        lines.append(f"The usual pair of loops, pinned uint8 and pageable float16 (here converted into a prepared "
-                     f"buffer, without the fresh tensor that `x.half()` allocates), differ by "
-                     f"{times(usual, more='in favour of uint8', less='in favour of float16', same='nothing')}; "
-                     + ("neither part shows" if times(both["dtype"]) == times(both["pinning"]) == "as fast" else
-                        f"the larger part is the {larger}")
-                     + f" (uint8 over float16: {times(both['dtype'])}; pinned over pageable: "
-                     f"{times(both['pinning'])}; each the mean of its two readings above).")
-    return "\n".join(lines)
+    device = torch.device(device)
+    built, params, items = {}, {}, {}
+    for name, c in cases.items():
+        amp = c.get("amp", True)
+        epoch, steps, pinned = _epoch(c["batch"], c["size"], c["wire"], device, epoch_images, amp, num_classes,
+                                      c.get("pinned"))
+        built[name], items[name] = epoch, steps * c["batch"]
+        params[name] = _params(c["batch"], c["size"], c["wire"], pinned, amp, steps, device)
+    return interleave(built, repeats=repeats, warmup=warmup, items=items, params=params,
+                      desc=f"{len(cases)} training cases in turns")

@@ -25,10 +25,9 @@ from dataclasses import dataclass
 
 import torch
 
-from gpufeed.course.prose import times, versus
-from gpufeed.measure import progress
 from gpufeed.measure.ceilings import MB, Reference, h2d_at, size_label
-from gpufeed.measure.harness import Measurement, benchmark
+from gpufeed.measure.harness import Measurement, interleave
+from gpufeed.measure.verdict import CANNOT_TELL, FASTER, SLOWER, compare
 
 #: The image sizes of the course (width, height), from the talks it grew from.
 SIZES: tuple[tuple[int, int], ...] = ((384, 384), (640, 480), (1280, 960))
@@ -129,34 +128,40 @@ def random_batch(batch: int, size: tuple[int, int], pinned: bool = False, seed: 
 
 
 def sweep(variants: Sequence[Variant], device, sizes: Iterable[tuple[int, int]] = SIZES,
-          batches: Iterable[int] = BATCHES, repeats: int = 10, warmup: int = 2, min_time: float = 0.0,
-          max_repeats: int = 100) -> list[Measurement]:
-    """Times every variant for every (size, batch); one :class:`Measurement` each.
+          batches: Iterable[int] = BATCHES, repeats: int = 10, warmup: int = 2) -> list[Measurement]:
+    """Times every variant for every (size, batch), the variants of one case **in turns** (a, b, c, a,
+    b, c, ...: :func:`gpufeed.measure.harness.interleave`); one :class:`Measurement` each.
 
-    Each case takes at least ``repeats`` samples and, when ``min_time`` is given, goes on (up to
-    ``max_repeats``) until that many seconds are timed: quick cases get many samples, slow ones
-    few, so a sweep's length follows a time budget rather than its slowest case times a count.
+    In turns, so that a burst of other work slows every variant of a case a little rather than one
+    a lot, and the verdict method can read any two of them as pairs
+    (:func:`gpufeed.measure.verdict.compare` with ``paired=True``): sample ``i`` of each variant
+    comes from round ``i``.
 
-    Each measurement's ``params`` hold ``size`` (e.g. ``"640x480"``), ``batch``, ``variant`` and
-    ``device``; ``nbytes`` is the uint8 batch's size, so ``gb_per_s`` reads as image bytes moved.
-    Pinned variants get their own pinned copy of the batch (only where CUDA exists: pinning
-    needs the CUDA driver).
+    Each measurement's ``params`` hold ``size`` (e.g. ``"640x480"``), ``batch``, ``variant``,
+    ``device`` and ``where``; ``nbytes`` is the uint8 batch's size, so ``gb_per_s`` reads as image
+    bytes moved. Pinned variants get their own pinned copy of the batch (only where CUDA exists:
+    pinning needs the CUDA driver).
+
+    Example:
+        >>> ms = sweep(conversion_variants(), "cpu", sizes=[(16, 8)], batches=[2], repeats=3, warmup=0)
+        >>> [m.name for m in ms], {len(m.samples) for m in ms}, ms[0].params["size"]
+        (['x.clone() (uint8 copy)', 'x.half()', 'x.float()'], {3}, '16x8')
     """
     device = torch.device(device)
     out = []
     can_pin = torch.cuda.is_available()
-    cases = [(size, b) for size in sizes for b in batches]
-    for size, b in progress.bar(cases, desc=f"transfer sweep of {len(variants)} variants on {device}", unit="batch"):
-        x = random_batch(b, size)
-        xp = x.pin_memory() if can_pin and any(v.pinned for v in variants) else x
-        for v in variants:
-            src = xp if v.pinned else x
-            m = benchmark(lambda v=v, src=src: v.fn(src, device), name=v.name, repeats=repeats,
-                          warmup=warmup, min_time=min_time, max_repeats=max_repeats, items=b, nbytes=x.numel(),
-                          params={"size": size_name(size), "batch": b, "variant": v.name,
-                                  "device": str(device), "where": v.where})
-            out.append(m)
-        del x, xp
+    for size in sizes:
+        for b in batches:
+            x = random_batch(b, size)
+            xp = x.pin_memory() if can_pin and any(v.pinned for v in variants) else x
+            cases = {v.name: (lambda v=v, src=(xp if v.pinned else x): v.fn(src, device)) for v in variants}
+            params = {v.name: {"size": size_name(size), "batch": b, "variant": v.name, "device": str(device),
+                               "where": v.where} for v in variants}
+            out += interleave(cases, repeats=repeats, warmup=warmup, items=b, params=params,
+                              desc=f"{len(variants)} variants in turns, {size_name(size)} batch {b}")
+            for m in out[-len(variants):]:
+                m.nbytes = x.numel()
+            del x, xp
     return out
 
 
@@ -180,56 +185,6 @@ def at_largest(ms: Sequence[Measurement], key: str | None = None) -> dict[str, M
     batch = max(m.params["batch"] for m in ms if m.params["size"] == size)
     return {(m.params[key] if key else m.name): m for m in ms
             if m.params["size"] == size and m.params["batch"] == batch}
-
-
-def gains_by_size(ms: Sequence[Measurement], slow: str, fast: str, key: str | None = None) -> dict[str, float]:
-    """``slow / fast`` time at the largest batch of each image size, smallest size first.
-
-    What "the bigger the image, the bigger the gain" is read from: a trend over the sizes, not one
-    ratio. ``slow`` and ``fast`` are names, or values of ``params[key]`` when ``key`` is given.
-
-    Example:
-        >>> ms = [Measurement(n, [t], params={"size": s, "batch": 8})
-        ...       for n, t, s in [("a", 2, "8x8", ), ("b", 1, "8x8"), ("a", 9, "16x16"), ("b", 3, "16x16")]]
-        >>> gains_by_size(ms, "a", "b")
-        {'8x8': 2.0, '16x16': 3.0}
-    """
-    out = {}
-    for size in sorted({m.params["size"] for m in ms}, key=pixels):
-        at = [m for m in ms if m.params["size"] == size]
-        batch = max(m.params["batch"] for m in at)
-        pair = {(m.params[key] if key else m.name): m for m in at if m.params["batch"] == batch}
-        if slow in pair and fast in pair:
-            out[size] = pair[slow].median / pair[fast].median
-    return out
-
-
-def read_trend(gains: dict[str, float]) -> str:
-    """One sentence: the faster side at each size, and whether its lead grows with the image size.
-
-    ``gains`` are ``slow / fast`` times (:func:`gains_by_size`): above 1, ``fast`` was faster. Each
-    is read either way (:func:`gpufeed.course.prose.times`), never as "0.80x faster".
-
-    Example:
-        >>> read_trend({"8x8": 1.5, "16x16": 2.5})
-        '8x8 1.50x faster, 16x16 2.50x faster: the gain grows with the image size.'
-        >>> read_trend({"8x8": 0.8, "16x16": 0.5})
-        '8x8 1.25x slower, 16x16 2.00x slower: slower at every size, more so as the image grows.'
-    """
-    values = list(gains.values())
-    listed = ", ".join(f"{s} {times(g)}" for s, g in gains.items())
-    if len(values) < 2:
-        return f"{listed}: one size only, so no trend to read."
-    up, down = (all(op(b, a) for a, b in zip(values, values[1:])) for op in (float.__gt__, float.__lt__))
-    if all(v > 1 for v in values):
-        trend = ("the gain grows with the image size" if up else "the gain shrinks as the image grows" if down
-                 else "the gain does not grow steadily with the image size here")
-    elif all(v < 1 for v in values):
-        trend = "slower at every size, " + ("less so as the image grows" if up else "more so as the image grows"
-                                             if down else "with no steady trend over the sizes")
-    else:
-        trend = "faster at some sizes and not at others: no steady trend over the sizes"
-    return f"{listed}: {trend}."
 
 
 def plot_by_size(ms: Sequence[Measurement], key: str, machine: dict | None = None, title: str = ""):
@@ -306,35 +261,49 @@ def plot_sweep(ms: Sequence[Measurement], baseline: str, machine: dict | None = 
 # --- what pinning buys, read from a committed GPU reference (lessons 00 and 07) -----------------
 
 def h2d_sentence(ref: Reference) -> str:
-    """What pinning buys on ``ref``'s GPU, read from its largest copy of each source, either way.
+    """What pinning buys on ``ref``'s GPU, read from its largest copy of each source, each comparison
+    decided by the verdict method (:func:`gpufeed.measure.verdict.compare`: the copies move the same
+    bytes, so their times compare).
 
     Example:
         >>> def m(source, s):
-        ...     return Measurement(f"H2D {source}", [s], nbytes=1 << 28, params={"nbytes": 1 << 28, "source": source})
+        ...     return Measurement(f"H2D {source}", [s * f for f in (1, 1.01, 0.99, 1, 1.02)], nbytes=1 << 28,
+        ...                        params={"nbytes": 1 << 28, "source": source})
         >>> ref = Reference([m("pageable", 0.0309), m("pinned", 0.0049), m("pin+copy", 0.0112)], {"gpu": "GPU X"}, "a file")
         >>> print(h2d_sentence(ref))  # doctest: +NORMALIZE_WHITESPACE
-        On GPU X (a file), a 256 MB copy from memory pinned beforehand runs at **54.8 GB/s**, **6.3x** as fast as
-        the 8.7 GB/s from pageable memory. Pinning each batch first and then copying runs at 24.0 GB/s,
-        **2.8x** as fast as pageable: pinning pays for itself even in a serial loop here, although the pin, a
-        copy in RAM of its own, leaves it **2.3x** slower than memory pinned beforehand.
+        On GPU X (a file), a 256 MB copy from memory pinned beforehand runs at **54.8 GB/s**, **6.31x
+        faster** than the 8.7 GB/s from pageable memory (6.18x to 6.43x). Pinning each batch first and
+        then copying runs at 24.0 GB/s, **2.76x faster** than pageable (2.70x to 2.81x): in a serial loop
+        here, pinning paid for itself, and the pin, a copy in RAM of its own, left it **2.29x slower**
+        than memory pinned beforehand (2.24x to 2.33x). As timed here (after a warm-up), each pin copies
+        into a block that PyTorch's caching host allocator had already page-locked; pinning fresh memory
+        every time, as the PyTorch tutorial on `pin_memory()` times it, also page-locks new pages, and may
+        cost more than the faster copy saves.
     """
     at = h2d_at(ref.measurements, max(m.params["nbytes"] for m in ref.measurements))
-    pageable, pinned = at["pageable"].gb_per_s, at["pinned"].gb_per_s
-    text = (f"On {ref.hardware} ({ref.source}), a {size_label(at['pinned'].params['nbytes'])} copy from memory pinned "
-            f"beforehand runs at **{pinned:.1f} GB/s**, {versus(pinned, pageable)} the {pageable:.1f} GB/s from "
-            "pageable memory.")
+    pageable, pinned = at["pageable"], at["pinned"]
+    v = compare(pinned, pageable)
+    text = (f"On {ref.hardware} ({ref.source}), a {size_label(pinned.params['nbytes'])} copy from memory pinned "
+            f"beforehand runs at **{pinned.gb_per_s:.1f} GB/s**, "
+            f"{v.words(f'the {pageable.gb_per_s:.1f} GB/s from pageable memory', bold=True)}."
+            + (f" {v.advice}" if v.kind == CANNOT_TELL else ""))
     if "pin+copy" not in at:
         return text + " This reference predates the pin+copy series: run this cell on a GPU to see what the pin costs."
-    both = at["pin+copy"].gb_per_s
-    text += f" Pinning each batch first and then copying runs at {both:.1f} GB/s, {versus(both, pageable)} pageable: "
-    if both > 1.05 * pageable:
-        text += "pinning pays for itself even in a serial loop here"
-        return text + (f", although the pin, a copy in RAM of its own, leaves it {versus(both, pinned)} memory "
-                       "pinned beforehand." if both < pinned / 1.05 else ".")
-    return text + ("in a serial loop, pinning costs what the faster copy saves; it pays off only when the pin runs "
-                   "on another thread and the copy overlaps compute (lessons 07-08).")
-
-
+    both = at["pin+copy"]
+    v2, v3 = compare(both, pageable), compare(both, pinned)
+    text += f" Pinning each batch first and then copying runs at {both.gb_per_s:.1f} GB/s, {v2.words('pageable', bold=True)}"
+    if v2.kind == FASTER:
+        text += (": in a serial loop here, pinning paid for itself"
+                 + (f", and the pin, a copy in RAM of its own, left it {v3.words('memory pinned beforehand', bold=True)}"
+                    if v3.kind == SLOWER else "") + ".")
+    elif v2.kind == CANNOT_TELL:
+        text += f". {v2.advice}"
+    else:
+        text += (": in a serial loop, pinning cost what the faster copy saved; it pays when the pin runs off the "
+                 "loop's thread and the copy overlaps compute (lessons 07-08).")
+    return text + (" As timed here (after a warm-up), each pin copies into a block that PyTorch's caching host "
+                   "allocator had already page-locked; pinning fresh memory every time, as the PyTorch tutorial on "
+                   "`pin_memory()` times it, also page-locks new pages, and may cost more than the faster copy saves.")
 
 
 def h2d_table(ours: Sequence[Reference], theirs: Sequence, nbytes: int = 16 * MB) -> str:

@@ -47,6 +47,10 @@ from gpufeed.data.transforms import (  # the one copy of each
     normalize,
 )
 
+#: RandomResizedCrop's defaults (torchvision's, and the ImageNet recipe's): the box's area as a
+#: fraction of the image, and its aspect ratio (w / h), drawn log-uniformly.
+SCALE, RATIO = (0.08, 1.0), (3 / 4, 4 / 3)
+
 GRAY = (0.2989, 0.587, 0.114)  # torchvision's rgb_to_grayscale weights
 
 #: Largest |batched - reference| of :func:`augment`'s output (normalised units; 1e-4 is about
@@ -89,7 +93,7 @@ class AugParams:
                 for k, v in out.items()}
 
 
-def crop_boxes(n: int, height: int, width: int, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3),
+def crop_boxes(n: int, height: int, width: int, scale=SCALE, ratio=RATIO,
                generator: torch.Generator | None = None) -> torch.Tensor:
     """``n`` random crop boxes, ``int64 [n, 4]`` (top, left, height, width): RandomResizedCrop's
     rule.
@@ -120,8 +124,8 @@ def crop_boxes(n: int, height: int, width: int, scale=(0.08, 1.0), ratio=(3 / 4,
     return torch.stack([top, left, h, w], 1)
 
 
-def draw_params(n: int, image_size: tuple[int, int], size: tuple[int, int], *, scale=(0.08, 1.0),
-                ratio=(3 / 4, 4 / 3), flip_p: float = 0.5, brightness: float = 0.0,
+def draw_params(n: int, image_size: tuple[int, int], size: tuple[int, int], *, scale=SCALE,
+                ratio=RATIO, flip_p: float = 0.5, brightness: float = 0.0,
                 contrast: float = 0.0, saturation: float = 0.0,
                 generator: torch.Generator | None = None) -> AugParams:
     """Draws every sample's parameters (on the CPU; move them with ``.to(device)``).
@@ -304,7 +308,7 @@ def augment_one(image: torch.Tensor, p: dict, mean=IMAGENET_MEAN, std=IMAGENET_S
     return F.normalize(img, list(mean), list(std))
 
 
-def cpu_transform(size: tuple[int, int], *, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3),
+def cpu_transform(size: tuple[int, int], *, scale=SCALE, ratio=RATIO,
                   flip_p: float = 0.5, brightness: float = 0.0, contrast: float = 0.0,
                   saturation: float = 0.0, to_float: bool = True, mean=IMAGENET_MEAN,
                   std=IMAGENET_STD):

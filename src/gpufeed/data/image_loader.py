@@ -103,10 +103,11 @@ from dataclasses import fields
 import torch
 
 from gpufeed.data.arrays import open_arrays
+from gpufeed.data.augment import RATIO
 from gpufeed.data.buffers import FreeBuffers
 from gpufeed.data.loader import FastLoader, SideStreams, seeded_generator
 from gpufeed.data.prefetch import CudaPrefetcher, ThreadPrefetcher
-from gpufeed.data.resized import RATIO, ResizedCropAugment
+from gpufeed.data.resized import ResizedCropAugment
 from gpufeed.data.settings import ImageSettings
 from gpufeed.data.transforms import IMAGENET_MEAN, IMAGENET_STD, DeviceAugment, crop_pool
 

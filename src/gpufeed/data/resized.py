@@ -40,7 +40,7 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-from gpufeed.data.augment import crop_boxes, crop_resize
+from gpufeed.data.augment import RATIO, SCALE, crop_boxes, crop_resize
 from gpufeed.data.transforms import (
     GROUP,
     IMAGENET_MEAN,
@@ -51,7 +51,6 @@ from gpufeed.data.transforms import (
 )
 
 #: torchvision's defaults for RandomResizedCrop (area fraction, aspect ratio).
-SCALE, RATIO = (0.08, 1.0), (3 / 4, 4 / 3)
 
 
 def check_range(who: str, name: str, pair) -> tuple[float, float]:

@@ -31,7 +31,8 @@ from dataclasses import dataclass, field, fields
 
 import torch
 
-from gpufeed.data.resized import RATIO, check_range
+from gpufeed.data.augment import RATIO
+from gpufeed.data.resized import check_range
 from gpufeed.data.transforms import IMAGENET_MEAN, IMAGENET_STD, output_stats
 
 

@@ -9,7 +9,8 @@
   measurement reads; :mod:`~gpufeed.measure.datasets`: every one the lessons and the bench use,
   built at once; :mod:`~gpufeed.measure.lessons`: the lessons, listed once (for the tools too).
 * :mod:`~gpufeed.measure.pipelines`, :mod:`~gpufeed.measure.suite` and :mod:`~gpufeed.measure.dali`:
-  ``python -m gpufeed bench``, every input pipeline side by side.
+  ``python -m gpufeed bench``, every input pipeline side by side; :mod:`~gpufeed.measure.bench_report`
+  reads a run for people (the Markdown table, the bounds in words, the plots).
 * :mod:`~gpufeed.measure.memory` and :mod:`~gpufeed.measure.cpu`: what a pipeline costs beside its
   speed, the peak memory and the cores busy of its process and workers; :mod:`~gpufeed.measure.peers`:
   other loaders (FFCV, SPDL, torchdata.nodes) doing the same work, each in its own process.
@@ -36,7 +37,7 @@ import importlib
 
 _MODULES = {'ceilings', 'pipelines', 'suite', 'synth', 'machine', 'harness', 'plotting', 'dali', 'results', 'photos',
             'memory', 'peers', 'cpu', 'published', 'progress', 'datasets', 'wording', 'traces', 'diagnosis',
-            'findings', 'lessons', 'verdict', 'references', 'evidence', 'probe', 'report', 'batches',
+            'findings', 'lessons', 'verdict', 'references', 'evidence', 'bench_report', 'probe', 'report', 'batches',
             'dataloaders', 'inplace'}
 
 __all__ = sorted(_MODULES | {"diagnose", "watch"})

@@ -69,6 +69,89 @@ def memcpy(nbytes: int, repeats: int = 10, threads: int | None = None) -> Measur
         torch.set_num_threads(old)
 
 
+def ram_bytes(l3: int | None, floor: int, times: int = 4) -> int:
+    """The size of a copy that measures RAM rather than the caches: ``times`` the last-level cache
+    ``l3`` (bytes; None where the OS does not say), at least ``floor``, rounded up to a whole MiB.
+
+    A buffer that fits the caches is copied from them, several times faster than from RAM (lesson 00
+    measures the step), so a sentence about RAM needs source and destination far beyond the L3.
+
+    Example:
+        >>> ram_bytes(260 * MB, floor=16 * MB) // MB, ram_bytes(None, floor=16 * MB) // MB
+        (1040, 16)
+    """
+    return -(-max(floor, times * (l3 or 0)) // MB) * MB
+
+
+def sweep_sizes(largest: int, first: int = 1 << 16, step: int = 4) -> list[int]:
+    """Copy sizes from ``first`` bytes up, ``step`` times larger each while under half of ``largest``,
+    then ``largest`` itself (never a size beyond it: the largest is chosen for what it must measure,
+    :func:`ram_bytes`; nor one just under it, which would measure the same).
+
+    Example:
+        >>> [n // 1024 for n in sweep_sizes(3 * MB, first=256 * 1024)]  # KiB
+        [256, 1024, 3072]
+        >>> [n // MB for n in sweep_sizes(1040 * MB, first=MB)]  # not 1024 beside 1040
+        [1, 4, 16, 64, 256, 1040]
+    """
+    sizes = []
+    n = first
+    while 2 * n <= largest:
+        sizes.append(n)
+        n *= step
+    return [*sizes, largest]
+
+
+def byte_rates(m: Measurement) -> list[float]:
+    """A measurement's samples as GB/s (10^9 bytes), one per sample: what the verdict method
+    compares when two copies moved different byte counts (ratios of times would mislead).
+
+    Example:
+        >>> byte_rates(Measurement("copy", [0.5, 0.25], nbytes=1e9))
+        [2.0, 4.0]
+    """
+    if not m.nbytes:
+        raise ValueError(f"byte_rates: {m.name!r} has no byte count (nbytes) to turn its times into rates")
+    return [m.nbytes / s / 1e9 for s in m.samples]
+
+
+def memcpy_threads(nbytes: int, threads: Sequence[int], repeats: int = 5) -> list[Measurement]:
+    """:func:`memcpy` of one pair of buffers with each count of torch threads in ``threads``, timed
+    in turns (one thread, two threads, one thread, ...): how much of the copy rate the other cores add.
+
+    Each call sets torch's intra-op threads for its copies and restores them. Returns one
+    Measurement per count, in the order given, named ``"memcpy <size>, <t> thread(s)"``.
+
+    Example:
+        >>> one, two = memcpy_threads(1 << 20, (1, 2), repeats=3)
+        >>> one.params["threads"], two.params["threads"], one.nbytes == 1 << 20, torch.get_num_threads() > 0
+        (1, 2, True, True)
+    """
+    src = _written_bytes(nbytes)
+    dst = torch.empty_like(src)
+    number = max(1, 64 * MB // nbytes)
+
+    def with_threads(t: int) -> Callable[[], None]:
+        def run():
+            old = torch.get_num_threads()
+            torch.set_num_threads(t)
+            try:
+                for _ in range(number):
+                    dst.copy_(src)
+            finally:
+                torch.set_num_threads(old)
+        return run
+
+    names = {t: f"memcpy {size_label(nbytes)}, {t} thread{'s' if t > 1 else ''}" for t in threads}
+    ms = interleave({names[t]: with_threads(t) for t in threads}, repeats=repeats, warmup=1,
+                    params={names[t]: {"nbytes": nbytes, "threads": t} for t in threads},
+                    desc="memcpy with each thread count, in turns")
+    for m in ms:  # seconds per copy, as memcpy reports them
+        m.samples = [s / number for s in m.samples]
+        m.nbytes = nbytes
+    return ms
+
+
 def _stream_epoch(images: torch.Tensor, batch: int, buffers: int) -> tuple[Callable[[], None], int]:
     """One epoch of ``images`` copied in file order, ``batch`` rows at a time, into a ring of
     ``buffers`` reused buffers (as the fetch writes); and the images it copies."""

@@ -25,7 +25,7 @@ import statistics
 import subprocess
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
@@ -149,6 +149,7 @@ class QualityPoint:
     ssim: float
     decode_ms: float  # median time to decode one image, in milliseconds
     subsampling: str = "4:2:0"  # chroma subsampling of the JPEGs (Pillow's default: 4:2:0)
+    decode_samples: list[float] = field(default_factory=list)  # ms per image, one per round of the sweep
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -158,18 +159,23 @@ def quality_sweep(images: Sequence, qualities: Sequence[int], decode: Callable[[
                   repeats: int = 5, luma: bool = False, subsampling: str | None = None) -> list[QualityPoint]:
     """Encodes every image at every quality; file size, PSNR, SSIM and decode time per quality.
 
+    The decodes of all the qualities are timed **in turns** (q10, q30, ..., q10, q30, ...:
+    :func:`gpufeed.measure.harness.interleave`), so that a burst of other work slows every quality
+    a little rather than one a lot, and two qualities compare round by round
+    (``QualityPoint.decode_samples``, for :func:`gpufeed.measure.verdict.compare` with ``paired=True``).
+
     Args:
         images: PIL RGB images of one size, the uncompressed originals (e.g. ``synth.render``).
         qualities: JPEG qualities, 1-100 (Pillow's scale).
         decode: bytes to ``uint8 [3, H, W]``; default :func:`gpufeed.data.jpeg.decode_pil`.
-        repeats: timed decode passes over all the images (the median is kept).
+        repeats: rounds of timed decodes, each decoding every image at every quality.
         luma: SSIM on luma instead of per channel.
         subsampling: ``"4:4:4"`` to keep full colour resolution; None: Pillow's default, 4:2:0 at
             every quality (see :func:`gpufeed.measure.synth.encode_jpeg`).
     """
     from gpufeed.data.jpeg import decode_pil
     from gpufeed.measure import progress
-    from gpufeed.measure.harness import benchmark
+    from gpufeed.measure.harness import interleave
     from gpufeed.measure.synth import encode_jpeg
 
     if not images:
@@ -177,17 +183,21 @@ def quality_sweep(images: Sequence, qualities: Sequence[int], decode: Callable[[
     decode = decode or decode_pil
     w, h = images[0].size
     originals = [to_tensor(im) for im in images]
-    rows = []
+    rows, encoded = [], {}
     for q in progress.bar(qualities, desc=f"quality sweep {w}x{h}, {len(images)} images", unit="quality"):
-        data = [encode_jpeg(im, q, subsampling) for im in images]
+        data = encoded[q] = [encode_jpeg(im, q, subsampling) for im in images]
         decoded = [decode(d) for d in data]
-        m = benchmark(lambda data=data: [decode(d) for d in data], repeats=repeats, warmup=1, with_machine=False)
         mean_bytes = statistics.fmean(len(d) for d in data)
         rows.append(QualityPoint(
             size=f"{w}x{h}", quality=int(q), bytes=mean_bytes, bits_per_pixel=8 * mean_bytes / (w * h),
             psnr=statistics.fmean(psnr(o, d) for o, d in zip(originals, decoded)),
             ssim=statistics.fmean(ssim(o, d, luma=luma) for o, d in zip(originals, decoded)),
-            decode_ms=m.median / len(data) * 1e3, subsampling=subsampling or "4:2:0"))
+            decode_ms=0.0, subsampling=subsampling or "4:2:0"))
+    timed = interleave({f"q{q}": (lambda data=data: [decode(d) for d in data]) for q, data in encoded.items()},
+                       repeats=repeats, warmup=1, desc=f"decoding {w}x{h} at each quality, in turns")
+    for row, m in zip(rows, timed):  # ms per image
+        row.decode_samples = [t / len(images) * 1e3 for t in m.samples]
+        row.decode_ms = m.median / len(images) * 1e3
     return rows
 
 

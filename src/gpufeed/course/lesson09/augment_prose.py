@@ -30,46 +30,25 @@ Example:
 
 from __future__ import annotations
 
+from gpufeed.measure import verdict
 from gpufeed.measure.verdict import (
-    CANNOT_TELL,
     FASTER,
+    LIKELY_START,
     SAME,
     SLOWER,
-    WHAT_WOULD_TELL,
     Verdict,
+    advice,
     compare,
 )
 from gpufeed.measure.wording import times
 
-#: How a sentence that gives an unmeasured cause begins.
-LIKELY = "One likely cause, not measured here:"
+#: How a sentence that gives an unmeasured cause begins: the verdict module's words, at a sentence's start.
+LIKELY = LIKELY_START
 
 
 def rate(m) -> str:
     """A measurement's median rate in images/s, as the lesson prints it: ``"2,860"``."""
     return f"{m.items_per_s:,.0f}"
-
-
-def advice(verdicts: dict[str, Verdict]) -> str:
-    """What a reader should know and do where some of ``verdicts`` (what they tell apart, in words, to
-    the verdict: ``{"the two tails apart": v}``) cannot tell; "" where every one is decided or not measured.
-
-    Example:
-        >>> print(advice({"the loop from the workers": Verdict(1.0, 0.5, 2.0, 5, CANNOT_TELL),
-        ...               "the two tails apart": Verdict(2.0, 1.9, 2.1, 5, FASTER)}))
-        This run cannot tell the loop from the workers: the ratio's interval, 0.50x to 2.00x, holds both a gain and a loss; full mode (GPUFEED_QUICK=0) or an idle machine would tell.
-        >>> advice({"a from b": Verdict(2.0, 1.9, 2.1, 5, FASTER)})
-        ''
-    """
-    open_ = {what: v for what, v in verdicts.items() if v.kind == CANNOT_TELL}
-    if len(open_) == 1:
-        (what, v), = open_.items()
-        return v.advice.replace("This run cannot tell:", f"This run cannot tell {what}:", 1)
-    if open_:
-        *most, last = open_
-        return (f"This run cannot tell {', '.join(most)} or {last}: each interval holds both a gain and a loss, or "
-                f"an arm has too few samples; {WHAT_WOULD_TELL}.")
-    return ""
 
 
 def _join(*parts: str) -> str:
@@ -114,29 +93,36 @@ def section1(usual, loop, batched, batched_all=None, *, cores: int, cuda: bool, 
             f"Python loop over the batch on {dev} {rate(loop)}, and the batched version on {dev} {rate(batched)}: "
             f"{v[BATCHED_WORKERS].words('the workers', bold=True)} and {v[BATCHED_LOOP].words('the loop')}.")
     if cuda:  # the loop ran on the GPU: read it against the workers too
-        text = _join(text, f"Image by image, the GPU's loop ran {v[LOOP_WORKERS].words('the workers')}.")
-    elif batched_all is not None:
+        return _join(text, f"Image by image, the GPU's loop {v[LOOP_WORKERS].ran('the workers')}.",
+                     _batched_lost(v, cuda), advice(v))
+    hand_over = (f"{LIKELY} each worker also collates a float32 batch and hands it over to this process (4 bytes a "
+                 "value), work that one process does not do.")
+    text = _join(text, f"The loop, on one thread, {v[LOOP_WORKERS].ran(f'the {cores} workers')}.")
+    if v[LOOP_WORKERS].kind == FASTER:  # one core beat every core's worker: the cause once, here
+        text, hand_over = _join(text, hand_over), ""
+    if batched_all is not None:
         on = f"{threads} threads" if threads else "all of torch's threads"
         text = _join(text, f"On {on} the batched version made {rate(batched_all)} images/s: "
-                           f"{v[ALL_ONE].words('one thread')} and "
-                           f"{v[ALL_WORKERS].words('the workers')}.")
-    if not cuda:  # every version on CPU cores: read the best in-process one against the workers
-        best = v[ALL_WORKERS] if batched_all is not None else v[BATCHED_WORKERS]
-        if best.kind == FASTER:
-            text = _join(text, f"On this CPU one process did more than {cores} workers. {LIKELY} each worker "
-                               "collates a float32 batch and hands it over to this process (4 bytes a value), on "
-                               "the cores the workers also use.")
-        elif best.kind == SLOWER:
-            text = _join(text, f"On this CPU the {cores} workers were the better fit. {LIKELY} per-sample work "
-                               "splits over the cores with no step that waits for a whole batch.")
-        elif best.kind == SAME:
-            text = _join(text, "On this CPU neither way is ahead.")
-    if v[BATCHED_LOOP].kind == SLOWER:
-        text = _join(text, f"The batched version lost to the loop. {LIKELY} its dense resampling matrices make "
-                           "every output pixel weigh a whole input row, work that a per-image resize skips; " + (
-                               "exercise 2 times a larger batch, over which its costs per batch are spread."
-                               if cuda else "a GPU does that arithmetic far faster than one core (section 4)."))
-    return _join(text, advice({k: x for k, x in v.items() if cuda or k != LOOP_WORKERS}))  # as worded above
+                           f"{v[ALL_ONE].words('one thread')} and {v[ALL_WORKERS].words('the workers')}.")
+    best = v[ALL_WORKERS] if batched_all is not None else v[BATCHED_WORKERS]
+    if best.kind == FASTER:
+        text = _join(text, f"On this CPU one process did more than {cores} workers.", hand_over)
+    elif best.kind == SLOWER:
+        text = _join(text, f"On this CPU the batched version did not catch the {cores} workers"
+                           + (", even on every thread." if batched_all is not None else "."))
+    elif best.kind == SAME:
+        text = _join(text, "On this CPU neither way is ahead.")
+    return _join(text, _batched_lost(v, cuda), advice(v))
+
+
+def _batched_lost(v: dict[str, Verdict], cuda: bool) -> str:
+    """Section 1's likely cause where the batched version lost to the loop over the batch; "" otherwise."""
+    if v[BATCHED_LOOP].kind != SLOWER:
+        return ""
+    return (f"The batched version lost to the loop. {LIKELY} its dense resampling matrices make every output pixel "
+            "weigh a whole input row, work that a per-image resize skips; " + (
+                "exercise 2 times a larger batch, over which its costs per batch are spread."
+                if cuda else "a GPU does that arithmetic far faster than one core (section 4)."))
 
 
 def _named(ms, *prefixes: str) -> dict:
@@ -150,11 +136,18 @@ def _machine(doc: dict) -> str:
             f"{doc['stored'][0]}x{doc['stored'][1]} to {doc['out_size'][0]}x{doc['out_size'][1]}")
 
 
+def _timed(doc: dict) -> str:
+    """How a reference timed its arms, as a clause: ``", its arms timed in turns"``."""
+    return (", its arms timed in turns" if doc.get("in_turns") else
+            ", its arms timed one after another rather than in turns (each interval resamples them apart)")
+
+
 def reference_headline(ref) -> str:
     """Section 1's question answered by our committed GPU reference (``(measurements, document)`` of
     :func:`gpufeed.measure.results.reference`), for a page without a GPU; "" where none is committed.
 
-    Its arms were timed one after the other, not in turns: the verdict resamples them apart.
+    A reference saved with ``in_turns`` (today's lesson saves it) is read as pairs; an older one,
+    whose arms were timed one after the other, is resampled apart, and the sentence says so.
     """
     if ref is None:
         return ""
@@ -162,8 +155,8 @@ def reference_headline(ref) -> str:
     n = _named(ms, "per sample,", "batched,")
     if None in n.values():
         return ""
-    v = compare(n["batched,"], n["per sample,"])
-    return (f"On a GPU, our reference ({_machine(doc)}) answers the same question: the {doc['cores']} CPU workers "
+    v = compare(n["batched,"], n["per sample,"], paired=bool(doc.get("in_turns")))
+    return (f"On a GPU, our reference ({_machine(doc)}) answers the same question{_timed(doc)}: the {doc['cores']} CPU workers "
             f"made {rate(n['per sample,'])} images/s, the batched version on the GPU {rate(n['batched,'])}: "
             f"{v.words('the workers', bold=True)}; section 4 shows the rest.")
 
@@ -287,22 +280,23 @@ def share_of_batch(eager, compiled, per_batch_s: float | None, plain=None) -> st
 _REF = ("per sample,", "per-sample loop", "batched,", "uint8 from", "tail, eager", "tail, torch.compile")
 
 
-def reference_verdicts(ms) -> dict[str, Verdict]:
-    """The reference's questions, keyed as :func:`advice` words them (its arms were timed one after
-    another, not in turns: resampled apart)."""
+def reference_verdicts(ms, in_turns: bool = False) -> dict[str, Verdict]:
+    """The reference's questions, keyed as :func:`advice` words them: as pairs where its arms were
+    timed ``in_turns``, else resampled apart (the reference of an older lesson timed them one after
+    another)."""
     n = _named(ms, *_REF)
-    return {BATCHED_WORKERS: compare(n["batched,"], n["per sample,"]),
-            BATCHED_LOOP: compare(n["batched,"], n["per-sample loop"]),
+    return {BATCHED_WORKERS: compare(n["batched,"], n["per sample,"], paired=in_turns),
+            BATCHED_LOOP: compare(n["batched,"], n["per-sample loop"], paired=in_turns),
             "the late conversion from the usual pipeline": compare(n["uint8 from"], n["per sample,"]),
-            "the two tails apart": compare(n["tail, torch.compile"], n["tail, eager"])}
+            "the two tails apart": compare(n["tail, torch.compile"], n["tail, eager"], paired=in_turns)}
 
 
 def reference_reading(ms, doc: dict) -> str:
     """Section 4's reading of our committed GPU reference: every comparison the lesson makes, on the
     GPU that ran it, and the compiled tail's share of a batch there."""
     n = _named(ms, *_REF)
-    v = reference_verdicts(ms)
-    text = (f"On {_machine(doc)}: the {doc['cores']} CPU workers made {rate(n['per sample,'])} images/s, a "
+    v = reference_verdicts(ms, bool(doc.get("in_turns")))
+    text = (f"On {_machine(doc)}{_timed(doc)}: the {doc['cores']} CPU workers made {rate(n['per sample,'])} images/s, a "
             f"per-sample loop on the GPU {rate(n['per-sample loop'])}, and the batched version on the GPU "
             f"{rate(n['batched,'])}: {v[BATCHED_WORKERS].words('the workers')} and "
             f"{v[BATCHED_LOOP].words('the loop')}. uint8 from the workers, finished on the GPU: "
@@ -310,7 +304,7 @@ def reference_reading(ms, doc: dict) -> str:
             f"{v['the late conversion from the usual pipeline'].words('the usual pipeline')}.")
     if n["tail, torch.compile"] is not None:
         kernels = {name: cs.get("GPU kernels and copies") for name, cs in doc.get("counts", {}).items()}
-        text = _join(text, f"The torch.compile'd tail ran {v['the two tails apart'].words('the eager one')}" + (
+        text = _join(text, f"The torch.compile'd tail {v['the two tails apart'].ran('the eager one')}" + (
             f", {kernels['eager']} GPU kernels and copies per call to {kernels['torch.compile']}."
             if None not in kernels.values() and len(kernels) == 2 else "."))
         batches = -(-doc["n_images"] // doc["batch_size"])
@@ -337,7 +331,48 @@ def batch_size_verdicts(pairs: dict) -> dict[str, Verdict]:
     return {f"{name} at the two sizes": compare(b, a, paired=True) for name, (a, b) in pairs.items()}
 
 
-def batch_size_reading(pairs: dict, *, small: int, big: int, batches: int, cores: int, all_images: bool) -> str:
+def _possessive(words: str) -> str:
+    """``"the loop's"``, ``"the workers'"``."""
+    return words + ("'" if words.endswith("s") else "'s")
+
+
+def across_cells(earlier: dict, here: dict, where: str = "section 1", setting: str = "at this batch size",
+                 called: dict | None = None) -> str:
+    """Why rates of one arm from two cells are not compared, in the numbers: ``earlier`` and ``here``
+    map a version's name to its Measurement (one epoch each) in the two cells, ``where`` and here,
+    both ``setting``; each rate here is set against the range ``earlier``'s own epochs spanned.
+    ``called``: a version's name in words (default ``"the <name>"``). "" without a version in both.
+    Lesson 10's exercise 2 uses it too.
+
+    Example:
+        >>> from gpufeed.measure.harness import Measurement
+        >>> e = {"workers": Measurement("w", [0.20, 0.25, 0.32], items=512)}
+        >>> print(across_cells(e, {"workers": Measurement("w", [0.30], items=512)}))
+        Section 1 timed the workers at this batch size too: 2,048 images/s there, 1,707 here, inside the range its own epochs spanned there (1,600 to 2,560): two cells' rates are no further apart than one cell's epochs, so only arms timed in turns are compared.
+    """
+    names = [n for n in here if earlier.get(n) is not None and here[n] is not None]
+    if not names:
+        return ""
+    called = {n: (called or {}).get(n, f"the {n}") for n in names}
+    span = {n: (earlier[n].items / max(earlier[n].samples), earlier[n].items / min(earlier[n].samples)) for n in names}
+    outside = [n for n in names if not span[n][0] <= here[n].items_per_s <= span[n][1]]
+    def listed(words: list[str]) -> str:
+        return ", ".join(words[:-1]) + (" and " if len(words) > 1 else "") + words[-1]
+
+    text = (f"{where.capitalize()} timed {listed([called[n] for n in names])} {setting} too: "
+            f"{listed([rate(earlier[n]) for n in names])} images/s there, {listed([rate(here[n]) for n in names])} here")
+    if not outside:
+        ranges = "; ".join(f"{span[n][0]:,.0f} to {span[n][1]:,.0f}" for n in names)
+        return (text + f", {'each ' if len(names) > 1 else ''}inside the range its own epochs spanned there ({ranges}): two "
+                "cells' rates are no further apart than one cell's epochs, so only arms timed in turns are compared.")
+    said = "; ".join(f"{_possessive(called[n])} {rate(here[n])} lies outside the {span[n][0]:,.0f} to {span[n][1]:,.0f} its epochs "
+                     f"spanned in {where}" for n in outside)
+    return (text + f". {said[0].upper()}{said[1:]}: the two cells ran at different times beside different arms, and "
+            "this page does not say which made the difference; only arms timed in turns are compared.")
+
+
+def batch_size_reading(pairs: dict, *, small: int, big: int, batches: int, cores: int, all_images: bool,
+                       earlier: dict | None = None) -> str:
     """Exercise 2's reading: each version at batch ``small`` and ``big``, the two timed in turns.
 
     Args:
@@ -345,6 +380,8 @@ def batch_size_reading(pairs: dict, *, small: int, big: int, batches: int, cores
             Measurements of one epoch each.
         batches: batches an epoch holds at ``big``. cores: the workers.
         all_images: ``big`` is every image this mode has (fewer than asked for).
+        earlier: version name to section 1's Measurement of it at ``small`` (:func:`across_cells`);
+            None: no word on section 1's rates.
     """
     vs = batch_size_verdicts(pairs)
     v = {name: vs[f"{name} at the two sizes"] for name in pairs}
@@ -353,7 +390,7 @@ def batch_size_reading(pairs: dict, *, small: int, big: int, batches: int, cores
     moved = [name for name in v if v[name].kind in (FASTER, SLOWER)]
     text = (f"At batch {big}" + (" (every image this mode has)" if all_images else "") + ", an epoch holds "
             f"{batches} batch{'es' if batches != 1 else ''} for {cores} workers. ")
-    text += " ".join(f"{name.capitalize()} ran {v[name].words()}: {LIKELY.lower()} {WHY[(name, v[name].kind)]}."
+    text += " ".join(f"{name.capitalize()} ran {v[name].words()}: {verdict.LIKELY} {WHY[(name, v[name].kind)]}."
                      for name in moved) if moved else f"No version ran faster or slower than at batch {small} here."
-    return "\n".join(lines) + "\n" + _join(text, advice(vs), "The rates differ from section 1's: each cell ran "
-                                             "under its own load, so only arms timed in turns are compared.")
+    return "\n".join(lines) + "\n" + _join(text, advice(vs), across_cells(
+        earlier or {}, {name: a for name, (a, _) in pairs.items()}, called={"batched": "the batched version"}))

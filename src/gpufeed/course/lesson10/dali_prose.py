@@ -2,8 +2,8 @@
 
 Every comparison is a verdict of the one method (:mod:`gpufeed.measure.verdict`) on arms timed in
 turns; a cause is stated only where the page measured it, otherwise as "one likely cause, not
-measured here" (:data:`~gpufeed.course.lesson09.augment_prose.LIKELY`; the advice line for a run
-that cannot tell is lesson 09's too, :func:`~gpufeed.course.lesson09.augment_prose.advice`).
+measured here" (:data:`~gpufeed.measure.verdict.LIKELY`), and a run that cannot tell says what
+would (:func:`~gpufeed.measure.verdict.advice`).
 
 * :func:`throughput` (section 7): the untuned and the tuned DataLoader, DALI on the JPEG folder and
   on the memmap, all on the same cores;
@@ -26,8 +26,8 @@ Example:
 
 from __future__ import annotations
 
-from gpufeed.course.lesson09.augment_prose import LIKELY, _join, advice, rate
-from gpufeed.measure.verdict import FASTER, SAME, SLOWER, Verdict, compare
+from gpufeed.course.lesson09.augment_prose import LIKELY, _join, across_cells, rate
+from gpufeed.measure.verdict import CANNOT_TELL, FASTER, SAME, SLOWER, Verdict, advice, compare
 
 #: Section 7's questions, as :func:`advice` words them.
 MEMMAP, TUNED, DALI_TUNED, DALI_UNTUNED, DALI_MEMMAP = (
@@ -89,6 +89,12 @@ def throughput(jpeg, tuned, memmap, dali=None, dali_memmap=None, *, cores: int, 
         if dali_memmap is not None:
             text = _join(text, f"Through external_source it made {rate(dali_memmap)} from the memmap: "
                                f"{v[DALI_MEMMAP].words('the DataLoader on the memmap')}.")
+            if not cuda and v[DALI_TUNED].kind == FASTER and v[DALI_MEMMAP].kind != FASTER:
+                text = _join(text, "That weighs against the likely cause above: on the memmap too DALI runs no Python "
+                                   "per sample and no worker processes, yet " + (
+                                       "this run could not tell a gain there" if v[DALI_MEMMAP].kind == CANNOT_TELL
+                                       else "it gained nothing there") + "; this page does not settle what DALI's "
+                                   "gain on the folder comes from.")
     return _join(text, advice(v))
 
 
@@ -119,14 +125,17 @@ def scaling_verdicts(dl1, dln, dali1, dalin) -> dict[str, Verdict]:
             AT_ALL: compare(dalin, dln, paired=True)}
 
 
-def scaling(dl1, dln, dali1, dalin, *, cores: int, section7: Verdict | None = None) -> str:
+def scaling(dl1, dln, dali1, dalin, *, cores: int, section7: Verdict | None = None,
+            earlier: dict | None = None) -> str:
     """Exercise 2's reading: the DataLoader with 1 worker and ``cores``, DALI with 1 thread and
     ``cores``, all four timed in turns; with ``section7`` (section 7's verdict on DALI against the
-    untuned DataLoader, the same two at ``cores``), this run's answer reads it."""
+    untuned DataLoader, the same two at ``cores``), this run's answer reads it, and with ``earlier``
+    (section 7's Measurements of them, ``{"DataLoader": m, "DALI": m}``) its rates are set against
+    section 7's (:func:`~gpufeed.course.lesson09.augment_prose.across_cells`)."""
     v = scaling_verdicts(dl1, dln, dali1, dalin)
-    lines = [f"{name}: {rate(a)} images/s with 1, {rate(b)} with {cores}: {v[key].words('with 1')} "
-             f"(ideal: {cores}x faster)" for name, a, b, key in (("DataLoader", dl1, dln, DL_SCALES),
-                                                                ("DALI", dali1, dalin, DALI_SCALES))]
+    lines = [f"{name}: {rate(a)} images/s with 1 {unit}, {rate(b)} with {cores}: {v[key].words(f'one {unit}')} "
+             f"(ideal: {cores}x faster)" for name, unit, a, b, key in (("DataLoader", "worker", dl1, dln, DL_SCALES),
+                                                                      ("DALI", "thread", dali1, dalin, DALI_SCALES))]
     text = (f"DALI's gain from {cores} threads was "
             f"{v[GAINS].words(f'the DataLoader gain from {cores} workers', more='larger', less='smaller', same='as large')}.")
     if v[GAINS].kind == FASTER:
@@ -137,10 +146,10 @@ def scaling(dl1, dln, dali1, dalin, *, cores: int, section7: Verdict | None = No
                            "queue run beside the thread pool), so a second thread adds less, while one worker does "
                            "everything in turn.")
     if section7 is not None:
-        text = _join(text, f"With {cores} each, DALI ran {v[AT_ALL].words('the DataLoader')}.",
+        text = _join(text, f"With {cores} each, DALI {v[AT_ALL].ran('the DataLoader')}.",
                      v[AT_ALL].reads(section7, "section 7"),
-                     "Rates from different cells differ with the machine's load; only arms timed in turns are "
-                     "compared.")
+                     across_cells(earlier or {}, {"DataLoader": dln, "DALI": dalin}, "section 7",
+                                  f"with {cores} workers or threads", {"DALI": "DALI"}))
     return "\n".join(lines) + "\n" + _join(text, advice(v))
 
 
@@ -211,13 +220,23 @@ def shard_findings(epochs: list[list[list[list[int]]]], own: list[set[int]], n_f
             "repeated": sum(len(b) > 1 and len(set(b)) == 1 for rank in epochs for ep in rank[1:] for b in ep)}
 
 
+def _count(n: int, one: str, many: str | None = None) -> str:
+    """``n`` and the word, singular or plural: ``_count(1, "file")`` is ``"1 file"``.
+
+    Example:
+        >>> _count(1, "file"), _count(253, "read"), _count(2, "batch", "batches")
+        ('1 file', '253 reads', '2 batches')
+    """
+    return f"{n} {one if n == 1 else many or one + 's'}"
+
+
 def _problems(f: dict) -> list[str]:
     out = [] if len(set(f["steps"])) == 1 else [
         f"{' and '.join(map(str, f['steps']))} steps: the rank with more waits in its extra all-reduce (lesson 12)"]
     out += ["an empty batch on a rank (a model with BatchNorm fails on it)"] if f["empty"] else []
-    out += [f"{f['foreign']} sample(s) of another rank's shard, counted twice in the epoch"] if f["foreign"] else []
-    out += [f"{f['again']} read(s) of a sample the same rank had already read (padding)"] if f["again"] else []
-    out += [f"the next epoch holds {f['repeated']} batch(es) of one sample over and over (the padding)"] if f["repeated"] else []
+    out += [f"{_count(f['foreign'], 'sample')} of another rank's shard, counted twice in the epoch"] if f["foreign"] else []
+    out += [f"{_count(f['again'], 'read')} of a sample the same rank had already read (padding)"] if f["again"] else []
+    out += [f"the next epoch holds {_count(f['repeated'], 'batch', 'batches')} of one sample over and over (the padding)"] if f["repeated"] else []
     return out
 
 
@@ -227,7 +246,7 @@ def shard_reading(findings: dict) -> str:
     lines, clean, once = [], [], []
     for (pad, policy), f in findings.items():
         problems = _problems(f)
-        left = [f"{f['left_out']} file(s) left out of the epoch"] if f["left_out"] else []
+        left = [f"{_count(f['left_out'], 'file')} left out of the epoch"] if f["left_out"] else []
         lines.append(f"- `pad_last_batch={pad}`, `{policy}`: "
                      + ("; ".join(problems + left) or "same steps on both ranks, every file read once"))
         if not problems:  # fit for training: nothing wrong but, perhaps, files left for later epochs
@@ -240,7 +259,7 @@ def shard_reading(findings: dict) -> str:
         rec = (f"For training, {name(best)}: in these runs it alone gave every rank the same steps with full "
                "batches, no sample of another shard and none twice" if len(clean) == 1 else
                f"For training, {name(best)}: it gave every rank the same steps, no sample of another shard and none "
-               "twice") + (f", at the cost of {left} file(s) left out of this epoch." if left else ".")
+               "twice") + (f", at the cost of {_count(left, 'file')} left out of this epoch." if left else ".")
     else:
         rec = "None of these settings gave every rank the same steps with full batches and nothing read twice here."
     if once:

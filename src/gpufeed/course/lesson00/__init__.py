@@ -1,0 +1,4 @@
+"""Lesson 00's own helpers: the sentences that read this machine's ceilings (:mod:`.readings`).
+
+Taught in ``notebooks/00_setup.ipynb``.
+"""

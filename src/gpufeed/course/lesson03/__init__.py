@@ -1,0 +1,5 @@
+"""Lesson 03's own helpers: the sentences that read the dtype and transfer-order measurements
+(:mod:`.readings`).
+
+Taught in ``notebooks/03_dtypes.ipynb``.
+"""
