@@ -232,7 +232,7 @@ def piece_speeds(n_images, threads, batch=64):
     try:  # in turns
         return interleave({names[0]: lambda: torch.index_select(pixels, 0, rows, out=buffer),
                            names[1]: lambda: gather_in_pieces(pixels, rows, buffer)}, nbytes=buffer.numel(),
-                          repeats=config.pick(quick=20, full=30, site=30), params={n: {"threads": threads} for n in names})
+                          repeats=config.pick(quick=20, full=30, site=90), params={n: {"threads": threads} for n in names})
     finally:
         torch.set_num_threads(before)
 
@@ -340,7 +340,7 @@ from gpufeed.data.loader import grouped_permutation
 sizes = config.pick(quick=[10**5, 10**6, 3 * 10**6], full=[10**5, 10**6, 10**7, 10**8], site=[10**5, 10**6, 10**7])
 group = 4096
 pairs = [interleave({f"randperm {n:.0e}": lambda n=n: permutation(n), f"grouped {n:.0e}": lambda n=n: grouped_permutation(n, group)},
-                    repeats=config.pick(quick=3, full=5, site=7), items=n) for n in sizes]
+                    repeats=config.pick(quick=3, full=5, site=15), items=n) for n in sizes]
 full, grouped = [p[0] for p in pairs], [p[1] for p in pairs]
 fig, ax = plt.subplots()
 ax.loglog(sizes, [m.median * 1e3 for m in full], "o-", color=plotting.COLORS["baseline"], label="torch.randperm")
@@ -659,8 +659,8 @@ while classes_per_batch(labels, grouped_permutation(len(labels), my_group), B) <
 found = classes_per_batch(labels, grouped_permutation(len(labels), my_group), B)
 print(f"self-check: {found:.0f} classes per batch: " + ("yes, at least 100" if found >= 100 else "not yet"))
 say(f"A group of **{my_group:,}** indices ({my_group / 300:.0f} classes per block) gives {found:.0f} classes per "
-    f"batch; the formula predicted {predicted_g:,}. Blocks that large shuffle {my_group / group:.0f}x the 4,096 of "
-    "section 3: storing the data shuffled once is the cheaper fix.")
+    f"batch; the formula predicted {predicted_g:,}: blocks {my_group / group:.0f}x the {group:,} of section 3. Stored "
+    f"shuffled once, section 3's blocks of {group:,} already put {stored_grouped:.0f} classes in a batch.")
 
 # %% tags=["solution", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution to exercise 3: FastLoader in the quiz

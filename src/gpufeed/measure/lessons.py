@@ -246,8 +246,8 @@ LESSONS: tuple[Lesson, ...] = (
     Lesson("06", "06_batched", "Batched fetching", False, (25, 60), claims=(
         Claim("One call per batch costs far less than one Python call per sample.",
               here="per-sample __getitem__ against __getitems__, a BatchSampler and FastLoader, taken in turns"),
-        Claim("Past a million or so indices, a grouped shuffle costs less than a full one (torch.randperm); below "
-              "that it costs more.",
+        Claim("Past a few million indices, a grouped shuffle costs less than a full one (torch.randperm); near a "
+              "million it costs about as much, and below that more.",
               here="both shuffles taken in turns at each size, up to 10^7 indices (10^8 in full mode)"),
         Claim("A grouped shuffle reads a dataset larger than the memory with far fewer bytes than a full shuffle "
               "over a plain mapping, whose read-ahead fetches pages that are evicted before they are used.",
