@@ -136,32 +136,25 @@ def copies(v: Verdict, *, returns_us: float, pinned_ms: float, pageable_returns_
             f"{pageable_ms:.2f} ms. The pinned copy {v.ran('the pageable one')}." + tell(v))
 
 
-def pin_caveat(pin_then_copy_gb_s: float | None, pageable_gb_s: float) -> str:
-    """What a reference's "pin, then copy" series does not show: it pinned into a block PyTorch's
-    caching host allocator kept, where pinning fresh memory also locks new pages; with the PyTorch
-    tutorial's finding, which went the other way. "" where the reference has no such series.
+def pin_caveat(pin_then_copy_gb_s: float | None) -> str:
+    """What follows :func:`gpufeed.course.transfer.h2d_sentence` (which says the reference's "pin,
+    then copy" series pinned into a block PyTorch's caching host allocator kept): the PyTorch
+    tutorial's finding for fresh memory, which went the other way, and where this page times both.
+    "" where the reference has no such series (the sentence then says so itself).
 
     Example:
-        >>> print(pin_caveat(24.0, 8.7))  # doctest: +NORMALIZE_WHITESPACE +ELLIPSIS
-        That "pin, then copy" series pinned into a block PyTorch's caching host allocator kept from the warm-up:
-        the pin was a copy in RAM, no page locked. Pinning fresh memory, pages locked anew for each batch, costs
-        more, and may reverse the result: the PyTorch tutorial on pinned memory, timing
-        `pageable_tensor.pin_memory().to("cuda:0")` on its own GPU, found it slower than the plain pageable copy
-        ([A guide on good usage of non_blocking and pin_memory()](https://docs.pytorch.org/...)). The deep dive
-        below times a fresh block and a cached one where there is a GPU.
+        >>> print(pin_caveat(24.0))  # doctest: +NORMALIZE_WHITESPACE +ELLIPSIS
+        The PyTorch tutorial on pinned memory, timing `pageable_tensor.pin_memory().to("cuda:0")` (fresh memory
+        pinned each time) on its own GPU, found it slower than the plain pageable copy ([A guide on good usage of
+        non_blocking and pin_memory()](https://docs.pytorch.org/...)). The deep dive below times a fresh block and a
+        cached one where there is a GPU.
     """
     if pin_then_copy_gb_s is None:
         return ""
-    text = ('That "pin, then copy" series pinned into a block PyTorch\'s caching host allocator kept from the '
-            "warm-up: the pin was a copy in RAM, no page locked. ")
-    if pin_then_copy_gb_s > pageable_gb_s:
-        text += ("Pinning fresh memory, pages locked anew for each batch, costs more, and may reverse the result: ")
-    else:
-        text += "Pinning fresh memory, pages locked anew for each batch, costs more still: "
-    return text + ("the PyTorch tutorial on pinned memory, timing `pageable_tensor.pin_memory().to(\"cuda:0\")` on its "
-                   "own GPU, found it slower than the plain pageable copy ([A guide on good usage of non_blocking and "
-                   f"pin_memory()]({TUTORIAL})). The deep dive below times a fresh block and a cached one where there "
-                   "is a GPU.")
+    return ("The PyTorch tutorial on pinned memory, timing `pageable_tensor.pin_memory().to(\"cuda:0\")` (fresh memory "
+            "pinned each time) on its own GPU, found it slower than the plain pageable copy ([A guide on good usage of "
+            f"non_blocking and pin_memory()]({TUTORIAL})). The deep dive below times a fresh block and a cached one "
+            "where there is a GPU.")
 
 
 def pins(vs: dict[str, Verdict], ms: dict[str, float], blocks: dict[str, int]) -> str:
@@ -215,7 +208,8 @@ def loading(v: Verdict, *, mib: float, device: str, map_ms: float, move_ms: floa
     if v.kind == SAME:
         text += ", and they agree. "
     elif v.decided:
-        text += f", yet they differ: {LIKELY} the machine's load changed between turns, not the code. "
+        text += (f", yet they differ: {LIKELY} the little Python each adds to the same read (mapping each "
+                 "storage's location, or walking the nest to call `.to`), since neither copies. ")
     else:
         text += ". "
     return text + "Where they differ is the copy to a GPU, which needs one to time."
