@@ -144,17 +144,15 @@ def pin_caveat(pin_then_copy_gb_s: float | None) -> str:
 
     Example:
         >>> print(pin_caveat(24.0))  # doctest: +NORMALIZE_WHITESPACE +ELLIPSIS
-        The PyTorch tutorial on pinned memory, timing `pageable_tensor.pin_memory().to("cuda:0")` (fresh memory
-        pinned each time) on its own GPU, found it slower than the plain pageable copy ([A guide on good usage of
-        non_blocking and pin_memory()](https://docs.pytorch.org/...)). The deep dive below times a fresh block and a
-        cached one where there is a GPU.
+        That tutorial ([A guide on good usage of non_blocking and pin_memory()](https://docs.pytorch.org/...)),
+        timing `pageable_tensor.pin_memory().to("cuda:0")` on its own GPU, found it slower than the plain pageable
+        copy. The deep dive below times a fresh block and a cached one where there is a GPU.
     """
     if pin_then_copy_gb_s is None:
         return ""
-    return ("The PyTorch tutorial on pinned memory, timing `pageable_tensor.pin_memory().to(\"cuda:0\")` (fresh memory "
-            "pinned each time) on its own GPU, found it slower than the plain pageable copy ([A guide on good usage of "
-            f"non_blocking and pin_memory()]({TUTORIAL})). The deep dive below times a fresh block and a cached one "
-            "where there is a GPU.")
+    return (f"That tutorial ([A guide on good usage of non_blocking and pin_memory()]({TUTORIAL})), timing "
+            "`pageable_tensor.pin_memory().to(\"cuda:0\")` on its own GPU, found it slower than the plain pageable copy. "
+            "The deep dive below times a fresh block and a cached one where there is a GPU.")
 
 
 def pins(vs: dict[str, Verdict], ms: dict[str, float], blocks: dict[str, int]) -> str:
@@ -195,8 +193,8 @@ def loading(v: Verdict, *, mib: float, device: str, map_ms: float, move_ms: floa
         >>> print(loading(Verdict(1.0, 0.96, 1.05, 15, "the same", True), mib=10, device="cpu", map_ms=12.0,
         ...               move_ms=12.1, cuda=False, same=True))  # doctest: +NORMALIZE_WHITESPACE
         Loading 10 MiB to cpu: `map_location` took 12.0 ms, loading then moving 12.1 ms: `map_location` ran as fast
-        as load-then-move (within 5%). On the CPU both run the same code (`.to('cpu')` returned the very tensors it
-        was given: True), and they agree. Where they differ is the copy to a GPU, which needs one to time.
+        as load-then-move (within 5%). On the CPU neither copies (`.to('cpu')` returned the very tensors it was
+        given: True), and they agree. Where they differ is the copy to a GPU, which needs one to time.
     """
     text = (f"Loading {mib:,.0f} MiB to {device}: `map_location` took {map_ms:.1f} ms, loading then moving "
             f"{move_ms:.1f} ms: `map_location` {v.ran('load-then-move')}. ")
@@ -204,12 +202,12 @@ def loading(v: Verdict, *, mib: float, device: str, map_ms: float, move_ms: floa
         return text + ("Both read the file into pageable host memory and make blocking copies; `map_location` copies "
                        "each tensor as it is read, so the host holds one tensor at a time rather than the whole file."
                        + tell(v))
-    text += f"On the CPU both run the same code (`.to('cpu')` returned the very tensors it was given: {same})"
+    text += f"On the CPU neither copies (`.to('cpu')` returned the very tensors it was given: {same})"
     if v.kind == SAME:
         text += ", and they agree. "
     elif v.decided:
         text += (f", yet they differ: {LIKELY} the little Python each adds to the same read (mapping each "
-                 "storage's location, or walking the nest to call `.to`), since neither copies. ")
+                 "storage's location, or walking the nest to call `.to`). ")
     else:
         text += ". "
     return text + "Where they differ is the copy to a GPU, which needs one to time."
