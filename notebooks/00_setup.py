@@ -77,7 +77,7 @@ print(first)
 # %%
 import matplotlib.pyplot as plt
 
-from gpufeed.measure import ceilings, plotting
+from gpufeed.measure import ceilings, plotting, storage
 
 from gpufeed.measure.machine import cache_bytes
 
@@ -98,20 +98,20 @@ plotting.caption(fig, S.machine)
 plt.show()
 
 # %%
-from gpufeed.course.lesson00 import readings
+from gpufeed.course.lesson00 import reading
 from gpufeed.course.prose import say
 
 ram = sweep[-1]  # several times the L3: RAM's rate
 in_cache = [m for n, m in zip(sizes, sweep) if l3 and 2 * n <= l3]  # source and destination inside the L3
-lines, earlier = [readings.ram_sentence(ram, l3)], None
+lines, earlier = [reading.ram_sentence(ram, l3)], None
 if in_cache:  # the same question twice (a copy in the caches against RAM): the second reads the first
     fastest = max(in_cache, key=lambda m: m.gb_per_s)
-    lines.append(readings.cache_sentence(fastest, ram, l3, f"The fastest copy inside the L3 ({fastest.name})"))
-    earlier = (readings.cache_verdict(fastest, ram), "the sweep's fastest copy inside the L3")
-lines.append(readings.cache_sentence(first, ram, l3, f"The first cell's {nbytes >> 20} MiB copy", earlier, cause=False))
+    lines.append(reading.cache_sentence(fastest, ram, l3, f"The fastest copy inside the L3 ({fastest.name})"))
+    earlier = (reading.cache_verdict(fastest, ram), "the sweep's fastest copy inside the L3")
+lines.append(reading.cache_sentence(first, ram, l3, f"The first cell's {nbytes >> 20} MiB copy", earlier, cause=False))
 if torch.get_num_threads() > 1:  # torch splits a copy over its threads: time the same copy on one and on all
     one, every = ceilings.memcpy_threads(nbytes, (1, torch.get_num_threads()), repeats=config.pick(3, 10, site=10))
-    lines.append(readings.split_copy_sentence(one, every, slow=readings.cache_verdict(first, ram).kind == "slower"))
+    lines.append(reading.split_copy_sentence(one, every, slow=reading.cache_verdict(first, ram).kind == "slower"))
 say("\n\n".join(lines))
 
 # %% [markdown]
@@ -140,7 +140,7 @@ from gpufeed.measure import published, results
 
 if S.cuda:
     h2d = ceilings.h2d_series([1 << p for p in range(20, (25 if S.quick else 29), 2)])  # 1 MiB .. 256 MiB
-    ours = ceilings.Reference(h2d, S.machine, "measured here")
+    ours = results.Reference(h2d, S.machine, "measured here")
 else:
     ours = ceilings.committed(lambda m: m.name.startswith("H2D"))  # None where nothing is committed
     h2d = []  # nothing measured here
@@ -184,7 +184,7 @@ if ours:
 theirs = published.for_lesson("lesson00")
 say(transfer.h2d_table([ours] if ours else [], theirs))
 if ours:
-    say(readings.pinning_then_and_now(ours, theirs))
+    say(reading.pinning_then_and_now(ours, theirs))
 
 # %% [markdown]
 # ## 5. JPEG decode: images per second on one core
@@ -245,12 +245,12 @@ say("\n".join(lines))
 read_bytes = config.pick(quick=32 << 20, full=1 << 30)  # 32 MiB or 1 GiB
 path = ceilings.make_file(config.cache_dir() / f"lesson00-read-{read_bytes >> 20}MiB.bin", read_bytes)
 reads = config.pick(quick=3, full=5, site=5)  # 5 per arm: the least a verdict reads
-cold = ceilings.file_read(path, cold=True, repeats=reads)
-warm = ceilings.file_read(path, cold=False, repeats=reads)
+cold = storage.file_read(path, cold=True, repeats=reads)
+warm = storage.file_read(path, cold=False, repeats=reads)
 fig, ax = plotting.bars([cold, warm], rate="bytes", machine=S.machine, title="reading one file")
 plt.show()
-on_disk = ceilings.reached_disk(cold, warm)  # fetched from storage (where the OS counts), else 1.5x slower
-say(readings.read_sentence(cold, warm, on_disk))
+on_disk = storage.reached_disk(cold, warm)  # fetched from storage (where the OS counts), else 1.5x slower
+say(reading.read_sentence(cold, warm, on_disk))
 
 # %% [markdown]
 # ### The storage ladder: this machine beside NVMe, RAID and network storage
@@ -270,7 +270,7 @@ import textwrap
 node = ceilings.committed(lambda m: m.name.startswith("read "), names=["ceilings"])  # the H100 node's reads
 fast_storage = [f for f in published.for_lesson("lesson00") if not f.id.startswith("h2d-")]  # NVMe, RAID, network
 honest_cold = cold if on_disk else None  # a "cold" read the file system served from RAM is not the disk
-ladder = ceilings.storage_ladder(honest_cold, warm, fast_storage, node)
+ladder = storage.storage_ladder(honest_cold, warm, fast_storage, node)
 rows = ["| read from | GB/s | as published | whose number |", "|---|---|---|---|"]
 rows += [f"| {r.what} | {r.gb_per_s:.2f} | {r.published or '-'} | {r.source} |" for r in ladder]
 say("\n".join(rows))
@@ -290,7 +290,7 @@ plt.show()
 if honest_cold:  # storage against storage: each published rung beside this machine's disk
     say("Each published rung against this machine's disk (theirs measured on their hardware, with their "
         "threads; ours here, one thread: orders of magnitude, not a race):\n\n"
-        + readings.rung_lines(fast_storage, honest_cold))
+        + reading.rung_lines(fast_storage, honest_cold))
 else:
     say("The cold read here did not reach the disk (see above), so no published rung is set against it.")
 
@@ -303,7 +303,7 @@ else:
 # %%
 everything = [ram, *h2d, *decode_ms, cold, warm]  # h2d: measured here, or empty
 results.save_lesson("lesson00", everything)
-say(readings.rates_table([ram, cold, warm, *h2d[-3:]]))  # rates: the rows move different byte counts
+say(reading.rates_table([ram, cold, warm, *h2d[-3:]]))  # rates: the rows move different byte counts
 
 # %% [markdown]
 # ## Key takeaways
@@ -336,7 +336,7 @@ say(readings.rates_table([ram, cold, warm, *h2d[-3:]]))  # rates: the rows move 
 # Self-check for exercise 2: fill in your estimate (a ratio, memcpy images/s / decode images/s).
 my_estimate = None
 best640 = max((m for m in decode_ms if m.name.endswith("640x480")), key=lambda m: m.items_per_s)
-sentence, answer = readings.lower_ceiling(ram, best640, S.machine["cores"], (640, 480))
+sentence, answer = reading.lower_ceiling(ram, best640, S.machine["cores"], (640, 480))
 if my_estimate is not None:
     print("close enough!" if abs(my_estimate / answer - 1) < 0.25 else
           "not quite: memcpy GB/s x 1e9 / (3 x 640 x 480 bytes), over the decode images/s of one core x the cores")
@@ -353,7 +353,7 @@ if my_estimate is not None:
 threads = torch.get_num_threads()
 one_core, all_cores = ceilings.memcpy_threads(ram_bytes, (1, threads), repeats=config.pick(quick=3, full=9, site=11))
 print(one_core, all_cores, sep="\n")  # a [noisy] mark: other work shared the cores; rerun
-say(readings.threads_sentence(one_core, all_cores))
+say(reading.threads_sentence(one_core, all_cores))
 
 # %% tags=["solution", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution to exercise 2: the decode ceiling against the memcpy ceiling, for 640x480 images
@@ -384,13 +384,13 @@ other_disk = None  # your folder on another disk, e.g. "/media/usb"; None: this 
 
 with tempfile.TemporaryDirectory(dir=other_disk) as folder:
     there = ceilings.make_file(Path(folder) / "read-test.bin", read_bytes)
-    cold2, warm2 = (ceilings.file_read(there, cold=c, repeats=reads) for c in (True, False))
+    cold2, warm2 = (storage.file_read(there, cold=c, repeats=reads) for c in (True, False))
     fs_there, fs_here = file_system(there), file_system(path)
 rows = [("the cache folder", fs_here, cold, warm),
         (f"a temporary folder{' in ' + other_disk if other_disk else ''} (removed since)", fs_there, cold2, warm2)]
 for where, fs, c, w in rows:
     print(f"{where} on {fs}: cold {c.gb_per_s:.2f} GB/s, warm {w.gb_per_s:.2f} GB/s, warm {compare(w, c).words('cold')}")
-kept = [f"{where} ({fs})" for where, fs, c, w in rows if not ceilings.reached_disk(c, w)]
+kept = [f"{where} ({fs})" for where, fs, c, w in rows if not storage.reached_disk(c, w)]
 say(f"The 'cold' reads of {' and '.join(kept)} did not reach a disk: that file system kept the data in RAM "
     "(tmpfs, or a cache of its own), so its 'cold' number is not a disk's." if kept else
     "Both file systems dropped the pages when asked: each cold number is its disk's own rate.")

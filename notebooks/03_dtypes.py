@@ -126,16 +126,16 @@ fig, axes = transfer.plot_sweep(order_ms, baseline=baseline, machine=S.machine,
                                 title="uint8 to float16 and to the device" if S.cuda else "the host's share: converting a uint8 batch")
 
 # %%
-from gpufeed.course.lesson03 import readings
+from gpufeed.course.lesson03 import reading
 from gpufeed.course.prose import compare, say
 
 last = transfer.at_largest(order_ms)  # name -> measurement at 1280x960 and the largest batch
 where = f"a batch of {max(batches)} at {transfer.size_name(big)}"
 if S.cuda:
-    say(readings.order_sentence(last["x.half().to(dev)"], last["x.to(dev).half()"], where) + "\n\n"
-        + readings.trend_sentence(order_ms, "x.half().to(dev)", "x.to(dev).half()", what="x.to(dev).half()"))
+    say(reading.order_sentence(last["x.half().to(dev)"], last["x.to(dev).half()"], where) + "\n\n"
+        + reading.trend_sentence(order_ms, "x.half().to(dev)", "x.to(dev).half()", what="x.to(dev).half()"))
 else:
-    say(readings.conversion_sentence(last["x.clone() (uint8 copy)"], last["x.half()"], last["x.float()"], where))
+    say(reading.conversion_sentence(last["x.clone() (uint8 copy)"], last["x.half()"], last["x.float()"], where))
 
 # %% [markdown]
 # ### The GPU reference
@@ -172,9 +172,9 @@ else:
     fig, axes = transfer.plot_sweep(ref_order, baseline="x.half().to(dev)", machine=ref_doc["machine"],
                                     title="reference: uint8 to float16 and to the device")
     top_ref = transfer.at_largest(ref_order)
-    say(f"On {ref_doc['machine']['gpu']}: " + readings.order_sentence(
+    say(f"On {ref_doc['machine']['gpu']}: " + reading.order_sentence(
         top_ref["x.half().to(dev)"], top_ref["x.to(dev).half()"], f"{top_ref['x.half().to(dev)'].params['size']}") + "\n\n"
-        + readings.trend_sentence(ref_order, "x.half().to(dev)", "x.to(dev).half()", what="x.to(dev).half()"))
+        + reading.trend_sentence(ref_order, "x.half().to(dev)", "x.to(dev).half()", what="x.to(dev).half()"))
 
 # %% [markdown]
 # ## 5. In a training loop
@@ -211,11 +211,11 @@ if S.cuda:
     tb = config.pick(quick=16, full=64)
     probe = training.train_in_turns({f"amp={a}": dict(batch=tb, size=(224, 224), wire="uint8", amp=a)
                                      for a in (False, True)}, epoch_images=2 * tb, **timing)
-    text, use_amp = readings.amp_sentence(*probe, "float16 + GradScaler", f"batch {tb} at 224x224")
+    text, use_amp = reading.amp_sentence(*probe, "float16 + GradScaler", f"batch {tb} at 224x224")
     say(text)
 else:
     use_amp = False
-    say(readings.NO_GPU_LOOP)
+    say(reading.NO_GPU_LOOP)
 
 # %%
 grid_ms = []
@@ -229,7 +229,7 @@ if S.cuda:
     grid_ms = training.train_in_turns(cells, epoch_images=2 * batch, **timing)
     fig, ax = plotting.bars(grid_ms, baseline=grid_ms[-1].name, machine=S.machine,
                             title=f"ResNet-18 steps, {transfer.size_name(size)} batch {batch} (ratios vs the last)")
-    say(readings.grid_sentences(grid_ms))
+    say(reading.grid_sentences(grid_ms))
 
 # %% [markdown]
 # ### Over image sizes
@@ -249,7 +249,7 @@ if S.cuda:
                                              for w in wires}, epoch_images=2 * tbatch, **timing)
     fig, ax = transfer.plot_by_size(trend_ms, key="wire", machine=S.machine, title=f"ResNet-18, batch {tbatch}")
     say("uint8 on the wire against float16 from the host. "
-        + readings.trend_sentence(trend_ms, "float16", "uint8", key="wire", what="uint8"))
+        + reading.trend_sentence(trend_ms, "float16", "uint8", key="wire", what="uint8"))
 
 # %%
 if not S.cuda and ref is not None and any("pinned" in m.params for m in ref[0]):
@@ -258,8 +258,8 @@ if not S.cuda and ref is not None and any("pinned" in m.params for m in ref[0]):
     fig, ax = plotting.bars(ref_grid, baseline=ref_grid[-1].name, machine=ref[1]["machine"],
                             title="reference: ResNet-18 steps (ratios vs the last)")
     say(f"On {ref[1]['machine']['gpu']}, {ref_grid[0].params['size']} batch {ref_grid[0].params['batch']}:\n\n"
-        + readings.grid_sentences(ref_grid) + "\n\n"
-        + readings.trend_sentence(ref_trend, "float16", "uint8", key="wire", what="uint8"))
+        + reading.grid_sentences(ref_grid) + "\n\n"
+        + reading.trend_sentence(ref_trend, "float16", "uint8", key="wire", what="uint8"))
 elif not S.cuda:
     print("No GPU measurement of ours for the training loop is committed (results/<gpu>/lesson03.json), and we "
           "found no published figure that times this loop: on a GPU, it is not yet measured.")
@@ -417,13 +417,13 @@ case = f"{transfer.size_name(bf_size)}, batch {bf_batch}"
 if S.cuda:
     ms2 = transfer.sweep([*transfer.order_variants(torch.float16)[:2], *transfer.order_variants(torch.bfloat16)[:2]],
                          S.device, [bf_size], [bf_batch], repeats=repeats, warmup=1)
-    say(readings.order_gain_sentence({"float16": (ms2[0], ms2[1]), "bfloat16": (ms2[2], ms2[3])}, case))
+    say(reading.order_gain_sentence({"float16": (ms2[0], ms2[1]), "bfloat16": (ms2[2], ms2[3])}, case))
 else:
     copy_v, half_v = transfer.conversion_variants()[:2]
     copy2, half2, bf = transfer.sweep([copy_v, half_v, transfer.Variant("x.bfloat16()", lambda x, dev: x.bfloat16())],
                                       S.device, [bf_size], [bf_batch], repeats=repeats, warmup=1)
     earlier = compare(last["x.half()"], last["x.clone() (uint8 copy)"], paired=True)  # section 4's answer
-    say(readings.bfloat16_sentence(copy2, half2, bf, earlier, case))
+    say(reading.bfloat16_sentence(copy2, half2, bf, earlier, case))
 
 # %% tags=["solution", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution to exercise 3: float32 instead of float16 from the host, over image sizes
@@ -441,14 +441,14 @@ if S.cuda:
             {f"{w} on the wire": dict(batch=tbatch, size=size, wire=w, amp=use_amp) for w in ("uint8", "float32")},
             epoch_images=2 * tbatch, **timing)]
     say("uint8 on the wire against float32 from the host. "
-        + readings.trend_sentence(runs3, "float32", "uint8", key="wire", what="uint8"))
+        + reading.trend_sentence(runs3, "float32", "uint8", key="wire", what="uint8"))
 else:
-    say(readings.float_by_size(order_ms))
+    say(reading.float_by_size(order_ms))
 ref_f32 = [m for m in ref[0] if m.params.get("wire") in ("uint8", "float32") and m.name.endswith("on the wire")
            and "pinned" in m.params] if ref is not None else []
 if any(m.params["wire"] == "float32" for m in ref_f32):
     say(f"On {ref[1]['machine']['gpu']} (committed reference), uint8 against float32. "
-        + readings.trend_sentence(ref_f32, "float32", "uint8", key="wire", what="uint8"))
+        + reading.trend_sentence(ref_f32, "float32", "uint8", key="wire", what="uint8"))
 elif not S.cuda:
     print("No GPU reference with float32 on the wire is committed: on a GPU this cell times section 5's sizes.")
 

@@ -121,7 +121,7 @@ plotting.caption(fig, S.machine)
 plt.show()
 
 # %%
-from gpufeed.course.lesson04 import readings
+from gpufeed.course.lesson04 import reading
 from gpufeed.course.prose import say, times
 
 
@@ -130,8 +130,8 @@ def row(size, q, sub="4:2:0"):
 
 
 largest = transfer.size_name(sizes[-1])
-size_words = readings.SIZE_WORDS  # times(..., **size_words): "2.5x smaller", "3.1x larger"
-say(readings.quality_sentence(row(largest, 90), row(largest, 50), row(largest, 100), row(largest, 100, "4:4:4")))
+size_words = reading.SIZE_WORDS  # times(..., **size_words): "2.5x smaller", "3.1x larger"
+say(reading.quality_sentence(row(largest, 90), row(largest, 50), row(largest, 100), row(largest, 100, "4:4:4")))
 
 # %% [markdown]
 # ## 4. Which decoder? Is Pillow using libjpeg-turbo?
@@ -178,10 +178,10 @@ def bars_by_size(ms, machine, title):
     plt.show()
 
 
-bars_by_size([m for m in decode_ms if m.params["decoder"] not in readings.STAGES], S.machine,
+bars_by_size([m for m in decode_ms if m.params["decoder"] not in reading.STAGES], S.machine,
              "JPEG q90 decode on one core")
-say(readings.decoder_lines(decode_ms, S.machine["cores"], sizes_measured_in_full=len(decode_sizes) == len(transfer.SIZES))
-    + "\n\n" + readings.gap_sentence(decode_ms, libs, largest_decoded))
+say(reading.decoder_lines(decode_ms, S.machine["cores"], sizes_measured_in_full=len(decode_sizes) == len(transfer.SIZES))
+    + "\n\n" + reading.gap_sentence(decode_ms, libs, largest_decoded))
 
 # %% [markdown]
 # ### Decode fewer pixels: `draft()`
@@ -197,7 +197,7 @@ w, h = decode_sizes[-1]
 quarter = (w // 4, h // 4)
 draft_ms = decoders.decode_in_turns(jpegs, decoders.draft_arms(jpegs, quarter), f"{w}x{h} to {w // 4}x{h // 4}",
                                     repeats=rounds)
-say(readings.draft_sentence(*draft_ms, "a quarter", decoders.draft_difference(jpegs[:8], quarter)))
+say(reading.draft_sentence(*draft_ms, "a quarter", decoders.draft_difference(jpegs[:8], quarter)))
 
 # %% [markdown]
 # ### Batched decoding on the GPU
@@ -244,9 +244,9 @@ cpu_same = decode_ms if S.cuda else ([m for m in ref[0] if m.params.get("device"
 if gpu_ms:
     both = [m for sz in dict.fromkeys(m.params["size"] for m in gpu_ms)
             for m in [*(c for c in cpu_same if c.params["size"] == sz), *(g for g in gpu_ms if g.params["size"] == sz)]]
-    bars_by_size([m for m in both if m.params["decoder"] not in readings.STAGES], gpu_machine,
+    bars_by_size([m for m in both if m.params["decoder"] not in reading.STAGES], gpu_machine,
                  "JPEG q90 decode, CPU (one core) and nvJPEG")
-    say(f"On {gpu_machine['gpu']}:\n" + readings.nvjpeg_lines(gpu_ms, cpu_same, gpu_machine.get("cores") or 1))
+    say(f"On {gpu_machine['gpu']}:\n" + reading.nvjpeg_lines(gpu_ms, cpu_same, gpu_machine.get("cores") or 1))
 
 # %% [markdown]
 # ### The same JPEG, not the same pixels
@@ -380,7 +380,7 @@ for m in loader_ms:
     m.params.update(format=m.name, size=tag, disk_bytes=folders.folder_bytes(paths[m.name]))
 fig, ax = plotting.bars(loader_ms, machine=S.machine, title=f"DataLoader, {workers} workers, {tag} (ratios vs PNG)")
 plt.show()
-say(readings.loader_sentence(loader_ms, workers) + " From a disk or a network share, the formats with more bytes per "
+say(reading.loader_sentence(loader_ms, workers) + " From a disk or a network share, the formats with more bytes per "
     "image would read slower: not measured here (lesson 05 reads a cold page cache).")
 
 # %% [markdown]

@@ -32,7 +32,7 @@ from torch.utils.data import TensorDataset
 from gpufeed import config
 from gpufeed.course.lesson06 import reading
 from gpufeed.course.prose import compare, in_turns, say
-from gpufeed.data.loader import BatchTensorDataset
+from gpufeed.data.gather import BatchTensorDataset
 from gpufeed.measure.harness import benchmark, interleave
 
 # One torch thread in this process throughout: the comparisons are per core, a loader's main process
@@ -66,7 +66,8 @@ say(reading.talk(talk.verdict, calls_us=talk.b.median * 1e5, one_us=talk.a.media
 # %%
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, SequentialSampler
 
-from gpufeed.data.loader import FastLoader, no_collate
+from gpufeed.data.gather import no_collate
+from gpufeed.data.loader import FastLoader
 
 n_epoch = config.pick(quick=30_000, full=N, site=N)
 per_sample, batched = TensorDataset(x[:n_epoch], y[:n_epoch]), BatchTensorDataset(x[:n_epoch], y[:n_epoch])
@@ -117,7 +118,7 @@ say(reading.epochs({name: compare(m, by["per sample"], paired=True) for name, m 
 # (and on every process, which lesson 12 needs). By hand:
 
 # %%
-from gpufeed.data.loader import permutation
+from gpufeed.data.orders import permutation
 
 
 def simple_loader(x, y, batch_size, seed, epoch):
@@ -210,7 +211,7 @@ del pixels
 # splits each image's copy across the threads, which must meet after every image. Viewed as 6 equal
 # pieces of 25,088 elements (a view: nothing is copied), the same gather takes the kernel's other
 # path: the threads share out the pieces, and each copies a run of whole images with `memcpy`.
-# Same bytes, same order; `gpufeed.data.loader.take_rows` holds this, and `FastLoader` uses it.
+# Same bytes, same order; `gpufeed.data.gather.take_rows` holds this, and `FastLoader` uses it.
 # Below, both on one thread (as this lesson's other cells) and on every core.
 
 # %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
@@ -335,7 +336,7 @@ say(reading.order_or_footprint(compare(fetch2, stream2, paired=True), compare(fe
 # %%
 import math
 
-from gpufeed.data.loader import grouped_permutation
+from gpufeed.data.orders import grouped_permutation
 
 sizes = config.pick(quick=[10**5, 10**6, 3 * 10**6], full=[10**5, 10**6, 10**7, 10**8], site=[10**5, 10**6, 10**7])
 group = 4096

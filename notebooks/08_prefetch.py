@@ -213,7 +213,7 @@ for ordered in (False, True):
 #   it that the default stream still reads it.
 # * **pinned buffer reused**: a loader that gathers each batch into one pinned buffer it keeps and
 #   copies it with `non_blocking=True`, without waiting for the last copy out of it before
-#   refilling it (`gpufeed.data.loader.BufferRing` waits on an event for exactly this).
+#   refilling it (`gpufeed.data.streams.BufferRing` waits on an event for exactly this).
 
 # %%
 from IPython.display import Markdown, display
@@ -299,7 +299,7 @@ from torch.utils.data import DataLoader
 from gpufeed import config
 from gpufeed.data.folder import ImageFolderDataset
 from gpufeed.course.instrument import tiny_model, train_step
-from gpufeed.course.lesson08 import overlap
+from gpufeed.course.lesson08 import feeds, overlap
 from gpufeed.measure.synth import synth_folder
 
 torch.set_num_threads(1)
@@ -396,7 +396,7 @@ plt.show()
 # %%
 import statistics
 
-from gpufeed.course.lesson08 import overlap_prose as reading
+from gpufeed.course.lesson08 import reading
 from gpufeed.course.prose import compare, say
 
 ms = {m.name: m for m in thread_ms}  # seconds an epoch, one sample a round of the turns
@@ -500,9 +500,9 @@ trace_dir = config.cache_dir() / "lesson08" / "traces"
 if S.cuda:
     h, w = config.pick(quick=(384, 384), full=(960, 1280))
     n = 4 * B  # four batches' worth of images in memory, gathered in a new order each epoch
-    feed = overlap.feeding_loader(torch.randint(0, 256, (n, 3, h, w), dtype=torch.uint8),
+    feed = feeds.feeding_loader(torch.randint(0, 256, (n, 3, h, w), dtype=torch.uint8),
                                   torch.randint(0, 10, (n,)), B, S.device)
-    plan = overlap.plan(feed, S.device, overlap.model_steps(S.device), dtype=torch.float32,
+    plan = overlap.plan(feed, S.device, feeds.model_steps(S.device), dtype=torch.float32,
                         mean=MEAN, std=STD, items=B)
     sizes = overlap.settings()  # this mode's runs, steps and traces
     say(f"Batches of {B} images at {w}x{h}. " + plan.describe() + f" Timing the arms should take about "
@@ -528,11 +528,13 @@ else:
 # kernel (a copy alone counts there).
 
 # %%
+from gpufeed.course.lesson08.traced import SHOWN_STEPS  # steps of each trace drawn
+
 doc = {"overlap": found, "machine": S.machine} if S.cuda else (ref[1] if ref else {})
 pictures, summaries = reading.chart_data(doc)
 if pictures:
     fig, axes = plt.subplots(len(pictures), 1, figsize=(9, 4), sharex=True)
-    until = max(s["window_ms"] / s["steps"] for s in summaries.values()) * overlap.SHOWN_STEPS
+    until = max(s["window_ms"] / s["steps"] for s in summaries.values()) * SHOWN_STEPS
     for ax, (name, rows) in zip(axes, pictures.items()):
         s = summaries[name]
         intervals = [Interval(**r) for r in rows]

@@ -148,7 +148,7 @@ for m in ms:
 # %%
 import matplotlib.pyplot as plt
 
-from gpufeed.course.lesson09 import augment_prose as reading
+from gpufeed.course.lesson09 import reading
 from gpufeed.course.prose import say
 from gpufeed.measure import plotting, results
 

@@ -288,7 +288,7 @@ from functools import partial
 
 import matplotlib.pyplot as plt
 
-from gpufeed.course.lesson10 import dali_prose as reading
+from gpufeed.course.lesson10 import reading
 from gpufeed.course.prose import say
 from gpufeed.measure import plotting
 from gpufeed.measure.harness import interleave

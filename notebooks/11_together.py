@@ -39,8 +39,8 @@ S = gpufeed.setup("11")  # S.device, S.mode, S.machine; shows this lesson's evid
 # normalise) and yields the same `float32` batches on the device. The model is a torchvision
 # ResNet-18 with random weights and an SGD step (`gpufeed.measure.suite.make_model`; on CUDA in
 # channels-last with bfloat16 autocast). Quick mode uses tiny images: read nothing into its numbers.
-# The site's run takes the talks' 640x480 JPEGs with small crops, so that on one CPU core the
-# model's step and the decode of its batch take about as long: the balance a fast GPU and a naive
+# The site's run takes 640x480 JPEGs (a common photo size) with small crops, so that on one CPU core
+# the model's step and the decode of its batch take about as long: the balance a fast GPU and a naive
 # loader strike. Without a GPU the model trains on the loader's cores: section 7 shows what others
 # measured on GPUs.
 
@@ -127,10 +127,11 @@ def train_epoch(batches):
 # batched step (lesson 09). The training loop is the same `train_epoch`.
 
 # %%
-from gpufeed.data.loader import FastLoader, seeded_generator
+from gpufeed.data.loader import FastLoader
+from gpufeed.data.orders import seeded_generator
 from gpufeed.data.memmap import load_memmap
 from gpufeed.data.prefetch import ThreadPrefetcher
-from gpufeed.data.transforms import DeviceAugment
+from gpufeed.data.device_augment import DeviceAugment
 
 # The pieces, by hand, to see them. In your own training use the library's front door, which is this
 # composition made safe (on CUDA: copy and augmentation on a side stream; see README, "Use it in your
@@ -200,7 +201,8 @@ for key in rungs:
 # Every pass is a whole epoch, except for the naive rung, which decodes every JPEG on one core: its
 # passes are the epoch's first batches, as many as fit in `NAIVE_S` seconds (a shuffled epoch's
 # first batches are like any others). `ladder.Busy` counts the cores each rung keeps busy. DALI's
-# threads work ahead once an epoch is handed over, so its pass ends when they stop (`ladder.alone`).
+# threads go on working ahead once an epoch's last batch is handed over, so its epoch ends only when
+# they stop (`gpufeed.measure.suite.dali_source`): the rung timed next does not pay for that work.
 
 # %%
 from gpufeed.measure import harness as bench
@@ -217,7 +219,7 @@ def items(cases):  # images per pass: the naive loop's first batches, every othe
 
 kw = {"repeats": config.pick(quick=3, full=5, site=5), "warmup": 1}  # timed passes after one untimed: a verdict needs 5
 busy = ladder.Busy()
-loader_ms = bench.interleave({k: (lambda k=k, e=e: busy.run(k, e)) for k, e in ladder.alone(rungs).items()}, items=items(rungs),
+loader_ms = bench.interleave({k: (lambda k=k, e=e: busy.run(k, e)) for k, e in rungs.items()}, items=items(rungs),
                              params={k: {"section": "ladder", "rung": k} for k in rungs}, desc="the ladder", **kw)
 timed = {m.name: m for m in loader_ms}
 print(f"the naive rung: {naive_batches} of the epoch's {w.n // w.batch} batches per pass")
@@ -241,8 +243,6 @@ say(ladder.read(loader_ms, cores, busy.cores()))  # each step a verdict against 
 # where installed, and the ceiling: the same training step on batches that are already on the
 # device (`pipelines.resident`). One more arm isolates prefetching: the naive loop with a thread
 # that makes its next batch while the model computes (`ThreadPrefetcher`), and nothing else changed.
-# DALI's threads go on working ahead after its epoch: an untimed pause after it (`ladder.settle`)
-# keeps the case timed next from paying for that work.
 # On the CPU, in full mode, we also time the ceiling with all cores, to see what the cores we left
 # to the loader cost the model.
 
@@ -260,10 +260,11 @@ def naive_prefetched():  # the naive loop's first batches, each made on a thread
 ready = pipelines.resident(w, S.device, batches=w.n // w.batch)  # as many batches as an epoch, on the device
 cases = {"naive": ladder.first_batches(naive_epoch, naive_batches), "naive + prefetch": naive_prefetched,
          "tuned": rungs["uint8"], "course": course_epoch, "resident": lambda: iter(ready),
-         **({"dali": rungs["dali"], ladder.SETTLE: ladder.settle} if HAVE_DALI else {})}  # DALI's work ahead: untimed
-runs = {k: (lambda e=e: train_epoch(e())) if k != ladder.SETTLE else e for k, e in cases.items()}
+         **({"dali": rungs["dali"]} if HAVE_DALI else {})}
+runs = {k: (lambda e=e: train_epoch(e())) for k, e in cases.items()}
 ALL_CORES = f"resident, {cores} threads"
-if not S.cuda and not S.quick:  # quick mode: no time for it
+if not S.cuda and S.mode == "full":  # on a shared 2-core site machine, 2 torch threads read other work, not the model:
+    # site runs took 1.18 s and 5.83 s a pass (IQR 2.2 and 3.0 s) where one thread took 0.63 and 0.79 s
     def all_cores():
         torch.set_num_threads(cores)
         try:
@@ -272,15 +273,14 @@ if not S.cuda and not S.quick:  # quick mode: no time for it
             torch.set_num_threads(1)
 
     runs[ALL_CORES] = all_cores
-train_ms = [m for m in bench.interleave(runs, items=items(runs), params={k: {"section": "train", "pipeline": k} for k in runs},
-                                        desc="training", **{**kw, "repeats": config.pick(quick=2, full=5, site=5)})
-            if m.name != ladder.SETTLE]
+train_ms = bench.interleave(runs, items=items(runs), params={k: {"section": "train", "pipeline": k} for k in runs},
+                            desc="training", **{**kw, "repeats": config.pick(quick=2, full=5, site=5)})
 trained = {m.name: m for m in train_ms}
 rates = {k: m.items_per_s for k, m in trained.items()}  # median images/s
 for m in train_ms:
     print(m)
-say(reading.read_training(reading.against(trained["course"], trained["naive"]),
-                          reading.against(trained["naive + prefetch"], trained["naive"]),
+loops_v = reading.against(trained["course"], trained["naive"])  # in turns; section 10 reads it again
+say(reading.read_training(loops_v, reading.against(trained["naive + prefetch"], trained["naive"]),
                           ladder.step_verdicts(loader_ms)["prefetch"], rates))
 
 # %% [markdown]
@@ -292,8 +292,8 @@ say(reading.read_training(reading.against(trained["course"], trained["naive"]),
 # * **On a GPU** the reading and the copies run on the CPU and the copy engines while the GPU
 #   computes; the course's crop, flip and normalise are GPU kernels that take turns with the
 #   model's, so a good pipeline gets close to 1.0, not to it. The course aims at 0.95
-#   (`efficiency.TARGET`, for `gpufeed bench`'s heavier GPU workload); section 7 says whether a
-#   GPU run of ours has measured it.
+#   (`efficiency.TARGET`, for `gpufeed bench`'s heavier GPU workload); the cell below says whether
+#   a GPU run of ours has measured it.
 # * **On a CPU-only machine** the loader and the model share the cores: a core the loader uses is
 #   one the model does not get.
 #
@@ -346,7 +346,9 @@ else:
 # training, in one run, from a GPU machine and from a CPU-only one. In the loader rows, `cores` is
 # CPU seconds over wall seconds (on 2 cores, 2.00 is every core busy): a loader at the number of
 # cores is bound by the CPU. `course_uint8` is the front door with `dtype=torch.uint8`, the crops
-# without the float tail: what the CPU is left with when a GPU normalises (lesson 03).
+# without the float tail: what the CPU is left with when a GPU normalises (lesson 03). In the
+# training rows, `of ceiling` is the loader efficiency; below each table they are read as section 6
+# reads this page's, each a verdict against that run's `resident` row.
 
 # %%
 from gpufeed.measure import suite as pipeline_bench
@@ -361,6 +363,7 @@ def show_bench(found, kind):
     efficiency.plot(efficiency.efficiency(efficiency.from_bench(doc)), doc["machine"],
                     title=f"gpufeed bench, {doc['workload']['crop']}px batches of {doc['workload']['batch']}")
     plt.show()
+    say(reading.read_bench_training(doc))  # its training rows, each a verdict against its resident run
 
 
 for kind, runs_found in (("GPU", efficiency.committed_bench(gpu=True)), ("CPU-only", efficiency.committed_bench(gpu=False))):
@@ -379,7 +382,7 @@ for kind, runs_found in (("GPU", efficiency.committed_bench(gpu=True)), ("CPU-on
 #
 # * **No gathered copy.** It crops each sample straight out of the memmap, a group of
 #   `GROUP` samples at a time (the number is printed below) into a small uint8 scratch, writes them
-#   once, as float, into the batch (`gpufeed.data.transforms.crop_flip_normalize`), then scales
+#   once, as float, into the batch (`gpufeed.data.cpu_crops.crop_flip_normalize`), then scales
 #   them while the group's float crops are still in the cache: one read of the stored bytes instead
 #   of a gather, a copy and two more passes over the whole float batch (sizes below).
 # * **Every core.** A small pool of threads shares the work (torch releases the GIL inside its
@@ -401,7 +404,7 @@ for kind, runs_found in (("GPU", efficiency.committed_bench(gpu=True)), ("CPU-on
 
 
 # %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
-from gpufeed.data.transforms import GROUP
+from gpufeed.data.cpu_crops import GROUP
 
 group_kb = GROUP * 3 * w.crop * w.crop * 4 / 1e3  # float32 crops of one task, kB
 batch_kb = w.batch * 3 * w.crop * w.crop * 4 / 1e3  # the float32 batch, kB
@@ -444,7 +447,7 @@ print("The loader-alone line is what a model that waits on its data (a fast GPU)
 # make. Below, eager against `torch.compile` (TorchInductor) for the forward pass on batches
 # already on the device, TensorRT where `torch_tensorrt` is installed (CUDA only), and how much
 # faster the model may get before the loader holds it back. A first compile takes tens of seconds,
-# so quick mode skips it.
+# so only full mode runs it.
 
 # %%
 from gpufeed.course.lesson11 import engines
@@ -474,33 +477,39 @@ if not S.cuda and lesson_ref is not None and "model_side" in lesson_ref[1]:
 results.save_lesson("lesson11", loader_ms + train_ms + fwd_ms, workload=w.to_dict(), cores=cores,
                     threads=torch.get_num_threads(), ladder=steps, busy=busy.cores(), efficiency=eff, build_seconds=build_s,
                     dali=gdali.version() if HAVE_DALI else None, model_side=model_side, tensorrt=trt_note)
-torch.set_num_threads(threads)  # what this lesson measured is saved; torch gets its threads back
 
 # %% [markdown]
-# ## 10. Diagnosing the two loops
+# ## 10. Diagnosing the two loops, as they run
 #
-# `gpufeed.measure.diagnose(loader, step)`, which lesson 02 introduced, asks the questions of this
-# lesson of any loop: how long it waits for the next batch, what the loader makes alone, what the
-# step makes on a batch already on the device, and what to change. Here it reads the naive loop
-# (the `DataLoader` above, copied in the step) and the course's loop (its twin in
-# `gpufeed.measure.pipelines`), each run as it is.
+# Lesson 02's diagnosis has an in-place mode, `gpufeed.measure.watch(loader)`: wrap the loader, loop
+# over the wrapper as you would over the loader, and the report reads the loop as it ran (how long
+# it waited for each batch). Then `feed.what_ifs(step)` asks this lesson's questions of it: what the
+# loader makes alone, what the step makes on a batch already on the device, and what to change (for
+# a `DataLoader`, a setting it suggests is first re-timed on a copy, and suggested only if the copy
+# measured faster). Here it watches the naive loop (the `DataLoader` above, copied in the step) and
+# the course's loop (its twin in `gpufeed.measure.pipelines`), each as it is, with torch on one
+# thread as in section 5.
 
 # %%
-from gpufeed.measure import diagnose
+from gpufeed.measure import watch
 
-n_diag, probe = config.pick(quick=(2, 1), full=(8, 3))  # timed batches; steps watched for copies and syncs
-reports = {"naive": diagnose(naive_loader, lambda b: step(b[0].to(S.device), b[1].to(S.device)), batches=n_diag,
-                             warmup=1, probe=probe),
-           "course": diagnose(pipelines.Course(data, w, S.device, seed=0), lambda b: step(*b), batches=n_diag, warmup=1,
-                              probe=probe)}
+n_diag, probe = config.pick(quick=(5, 1), full=(10, 3))  # batches of each what-if; steps watched for copies and syncs
+loops = {"naive": (naive_loader, lambda b: step(b[0].to(S.device), b[1].to(S.device))),
+         "course": (pipelines.Course(data, w, S.device, seed=0), lambda b: step(*b))}
+reports = {}
+for name, (loader, train) in loops.items():
+    with watch(loader) as feed:
+        for _ in range(-(-(n_diag + 1) // len(loader))):  # whole epochs, enough for n_diag batches after the first
+            for batch in feed:  # the loop as it is
+                train(batch)
+    # fixes: seconds to re-time a suggested setting; site: 16, so that each timed call takes several batches
+    # (at 10 s, one batch a call after the workers' made-ahead ones: a site run read 2.19x, 1.19x to 1551.61x)
+    reports[name] = feed.what_ifs(train, batches=n_diag, probe=probe, fixes=config.pick(quick=0, full=10, site=16))
 for name, r in reports.items():
     print(f"{name}: {r.rate:,.0f} images/s, waits {r.wait_fraction:.0%}, {r.bound} bound; findings: "
           f"{', '.join(f.key for f in r.findings)}")
-naive_r, course_r = reports["naive"], reports["course"]
-say(f"The naive loop waits for data {naive_r.wait_fraction:.0%} of its period ({naive_r.bound} bound), the course's "
-    f"{course_r.wait_fraction:.0%} ({course_r.bound} bound). Their rates here come from {n_diag} batches each, not "
-    "timed in turns: section 5's verdict is the one to read. What the report tells the naive loop:\n\n"
-    + "\n".join(str(f) for f in naive_r.findings))
+say(reading.read_watched(reports["naive"], reports["course"], loops_v))  # read against section 5's verdict
+torch.set_num_threads(threads)  # torch gets its threads back
 
 # %% [markdown]
 # ## Key takeaways
@@ -512,8 +521,8 @@ say(f"The naive loop waits for data {naive_r.wait_fraction:.0%} of its period ({
 #   model computes.
 # * Loader efficiency, training throughput over training on data already on the device, is the
 #   number to watch, with its interval and its bound: a loop that cannot overlap cannot beat
-#   `1 / (1 + model rate / loader rate)`. The course aims at 0.95 on a GPU; on a CPU-only machine
-#   the loader and the model share the cores.
+#   `1 / (1 + model rate / loader rate)`. The course aims at 0.95 on a GPU (section 6 says whether a
+#   GPU run has measured it); on a CPU-only machine the loader and the model share the cores.
 # * Decoding once is a one-off cost; divide it by the time saved per epoch to know when it pays.
 # * A model compiler (`torch.compile`; TensorRT for inference on NVIDIA GPUs) speeds up the model,
 #   not the feeding: the loader must then make as many more images per second as the model gained.

@@ -178,7 +178,7 @@ print(f"without set_epoch, {len({tuple(o) for o in forgot})} distinct order(s) i
 # %%
 import torch
 
-from gpufeed.data.loader import seeded_generator
+from gpufeed.data.orders import seeded_generator
 from gpufeed.data.transforms import draw_crops
 
 

@@ -9,7 +9,7 @@ from torch.utils.data import DataLoader
 
 from gpufeed.data.arrays import MemmapDataset, MemmapError, open_arrays, read_manifest
 from gpufeed.data.augment import cpu_transform
-from gpufeed.data.loader import no_collate
+from gpufeed.data.gather import no_collate
 from gpufeed.data.memmap import DATA, MANIFEST, build_memmap, load_memmap
 from gpufeed.measure.synth import synth_folder
 

@@ -5,7 +5,9 @@ import warnings
 import pytest
 
 from gpufeed.measure import harness as bench
-from gpufeed.measure.harness import Measurement, benchmark, compare, format_rate, format_time
+from gpufeed.measure.harness import Measurement, benchmark, compare
+from gpufeed.measure.noise import NoisyMeasurementWarning
+from gpufeed.measure.units import format_rate, format_time
 
 
 @pytest.mark.timing
@@ -49,7 +51,7 @@ def test_noisy_measurements_are_flagged():
     noisy = Measurement("n", [1.0, 1.0, 2.0, 3.0, 3.0])
     assert noisy.noisy and "noisy" in str(noisy)
     assert not Measurement("q", [1.0, 1.01, 1.02]).noisy
-    with pytest.warns(bench.NoisyMeasurementWarning):
+    with pytest.warns(NoisyMeasurementWarning):
         it = iter([0.001, 0.02, 0.001, 0.03, 0.001, 0.04])
         benchmark(lambda: time.sleep(next(it)), repeats=6, warmup=0, with_machine=False)
 

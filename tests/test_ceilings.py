@@ -1,12 +1,12 @@
-import os
-
 import pytest
 import torch
 
 from gpufeed.course import transfer
 from gpufeed.course.prose import versus
 from gpufeed.measure import ceilings
+from gpufeed.measure.results import Reference
 from gpufeed.measure.synth import synth_folder
+from gpufeed.measure.units import MB
 
 
 def test_memcpy_reports_bytes_and_keeps_threads():
@@ -17,20 +17,12 @@ def test_memcpy_reports_bytes_and_keeps_threads():
 
 
 def test_make_file_is_exact_and_reused(tmp_path):
-    path = ceilings.make_file(tmp_path / "f.bin", 3 * ceilings.MB + 5)
-    assert path.stat().st_size == 3 * ceilings.MB + 5
+    path = ceilings.make_file(tmp_path / "f.bin", 3 * MB + 5)
+    assert path.stat().st_size == 3 * MB + 5
     mtime = path.stat().st_mtime_ns
-    ceilings.make_file(path, 3 * ceilings.MB + 5)
+    ceilings.make_file(path, 3 * MB + 5)
     assert path.stat().st_mtime_ns == mtime
     assert [p.name for p in tmp_path.iterdir()] == ["f.bin"]
-
-
-def test_read_file_and_page_cache(tmp_path):
-    path = ceilings.make_file(tmp_path / "f.bin", 2 * ceilings.MB)
-    assert ceilings.read_file(path, chunk=1 << 16) == 2 * ceilings.MB
-    assert ceilings.drop_page_cache(path) == hasattr(os, "posix_fadvise")
-    cold, warm = ceilings.file_read(path, cold=True, repeats=2), ceilings.file_read(path, cold=False, repeats=2)
-    assert cold.params["cold"] and not warm.params["cold"] and cold.nbytes == warm.nbytes == 2 * ceilings.MB
 
 
 def test_decode_rate_counts_images(tmp_path):
@@ -140,7 +132,7 @@ def test_the_committed_h100_reference_is_what_lessons_00_and_07_show():
     (0.027, 0.033, NOISY, ["not told apart from the 8.9 GB/s", "This run cannot tell"]),  # inside the spread
 ])
 def test_h2d_sentence_reads_its_verdicts_either_way(pinned_s, both_s, base, says):
-    ref = ceilings.Reference([h2d("pageable", 0.030), h2d("pinned", pinned_s, base=base), h2d("pin+copy", both_s, base=base)],
+    ref = Reference([h2d("pageable", 0.030), h2d("pinned", pinned_s, base=base), h2d("pin+copy", both_s, base=base)],
                              {"gpu": "GPU Y"}, "here")
     text = transfer.h2d_sentence(ref)
     assert all(s in text for s in says), text
@@ -149,27 +141,19 @@ def test_h2d_sentence_reads_its_verdicts_either_way(pinned_s, both_s, base, says
 
 
 def test_h2d_sentence_with_too_few_samples_or_an_old_reference():
-    few = ceilings.Reference([h2d("pageable", 0.03, base=(1.0,) * 3), h2d("pinned", 0.005, base=(1.0,) * 3)],
+    few = Reference([h2d("pageable", 0.03, base=(1.0,) * 3), h2d("pinned", 0.005, base=(1.0,) * 3)],
                              {"gpu": "GPU Z"}, "an old file")
     text = transfer.h2d_sentence(few)
     assert "3 samples per arm" in text and "predates the pin+copy series" in text
 
 
 def test_ram_bytes_and_sweep_sizes_end_at_several_times_the_cache():
-    assert ceilings.ram_bytes(260 * ceilings.MB, floor=16 * ceilings.MB) == 1040 * ceilings.MB
-    assert ceilings.ram_bytes(None, floor=16 * ceilings.MB) == 16 * ceilings.MB
-    assert ceilings.ram_bytes(3 * ceilings.MB + 1, floor=1, times=1) == 4 * ceilings.MB  # whole MiB, rounded up
-    sizes = ceilings.sweep_sizes(1040 * ceilings.MB)
-    assert sizes[0] == 1 << 16 and sizes[-1] == 1040 * ceilings.MB and sizes[-2] == 256 * ceilings.MB
+    assert ceilings.ram_bytes(260 * MB, floor=16 * MB) == 1040 * MB
+    assert ceilings.ram_bytes(None, floor=16 * MB) == 16 * MB
+    assert ceilings.ram_bytes(3 * MB + 1, floor=1, times=1) == 4 * MB  # whole MiB, rounded up
+    sizes = ceilings.sweep_sizes(1040 * MB)
+    assert sizes[0] == 1 << 16 and sizes[-1] == 1040 * MB and sizes[-2] == 256 * MB
     assert ceilings.sweep_sizes(1 << 16) == [1 << 16]
-
-
-def test_byte_rates_need_a_byte_count():
-    from gpufeed.measure.harness import Measurement
-
-    assert ceilings.byte_rates(Measurement("c", [1.0, 2.0], nbytes=4e9)) == [4.0, 2.0]
-    with pytest.raises(ValueError, match="no byte count"):
-        ceilings.byte_rates(Measurement("c", [1.0]))
 
 
 def test_memcpy_threads_times_each_count_in_turns_and_keeps_threads():
@@ -189,26 +173,3 @@ def test_versus_names_the_direction():
     assert versus(3.0, 1.0) == "**3.0x** as fast as"
     assert versus(1.0, 3.0) == "**3.0x** slower than"
     assert versus(1.0, 1.04) == "about as fast as"
-
-
-def test_storage_ladder_sets_ours_beside_theirs_fastest_first():
-    from gpufeed.measure import published
-    from gpufeed.measure.harness import Measurement
-
-    cold = Measurement("read cold", [1.0], nbytes=1e9, params={"cold": True})
-    warm = Measurement("read warm", [0.1], nbytes=1e9, params={"cold": False})
-    figures = [f for f in published.for_lesson("lesson00") if not f.id.startswith("h2d-")]
-    assert {f.id.split("-")[0] for f in figures} >= {"nvme", "raid0", "efs"}  # NVMe, RAID, network storage
-    ladder = ceilings.storage_ladder(cold, warm, figures)
-    assert [r.gb_per_s for r in ladder] == sorted((r.gb_per_s for r in ladder), reverse=True)
-    assert [r.what for r in ladder if r.ours] == ["this machine's page cache (a warm read)", "this machine's disk (a cold read)"]
-    efs = next(r for r in ladder if r.published == "512 MiBps")
-    assert efs.gb_per_s == pytest.approx(512 * 2**20 / 1e9) and "not measured here" in efs.source and not efs.ours
-
-
-def test_a_published_rate_in_an_unknown_unit_is_refused_by_name():
-    from gpufeed.measure.published import Figure
-
-    odd = Figure("x", ("lesson00",), 3.0, "furlongs/s", "m", "h", "p", "t", "https://example.org", "q")
-    with pytest.raises(ValueError, match="'x': its unit 'furlongs/s' is not a rate"):
-        ceilings.published_gb_per_s(odd)

@@ -17,12 +17,13 @@ import pytest
 import torch
 from tensordict import TensorDict
 
+from gpufeed.data.device_augment import DeviceAugment
 from gpufeed.data.image_loader import ImageLoader
 from gpufeed.data.loader import FastLoader
 from gpufeed.data.memmap import build_memmap
 from gpufeed.data.movers import equal, leaves, to_device
 from gpufeed.data.prefetch import CudaPrefetcher, prefetch
-from gpufeed.data.transforms import IMAGENET_MEAN, IMAGENET_STD, DeviceAugment
+from gpufeed.data.transforms import IMAGENET_MEAN, IMAGENET_STD
 from gpufeed.measure.synth import synth_folder
 
 
@@ -229,7 +230,7 @@ def test_fast_loader_on_cuda_copies_on_its_own_side_stream(on_cuda):
 def test_a_loader_keeps_one_side_stream_per_device(on_cuda):
     """FastLoader and ImageLoader share one helper: a device's stream is made once, whichever way
     the device is named, so every epoch's blocks come back to one stream's pool."""
-    from gpufeed.data.loader import SideStreams
+    from gpufeed.data.streams import SideStreams
 
     streams = SideStreams()
     first = streams.on()

@@ -42,7 +42,7 @@ def test_a_slow_loader_is_data_bound_and_its_wait_is_most_of_the_period():
     assert r.bound == "data" and r.clock == "host" and not r.busy
     assert r.wait_fraction == pytest.approx(0.8, abs=0.1)
     assert r.items == 4 and r.loader_rate < r.model_rate
-    assert 2 < r.best_speedup <= r.model_rate / r.rate  # the step alone runs at ~200 batches/s, the loop at ~40
+    assert 2 < r.best_speedup <= r.model_rate / r.rate + 1e-9  # the step alone runs at ~200 batches/s, the loop at ~40
     keys = [f.key for f in r.findings]  # a bare loader: nothing says which stage is slow, unless the
     assert keys and set(keys) <= {"loader-slow", "overlap"}, keys  # noise puts it well apart from the step
     assert_evidenced(r)
@@ -51,7 +51,7 @@ def test_a_slow_loader_is_data_bound_and_its_wait_is_most_of_the_period():
 
 
 def test_a_slow_step_is_compute_bound_and_the_loader_is_not_the_bottleneck():
-    r = diagnose(Sleepy(2), sleeper(20), batches=6, warmup=1, probe=1)
+    r = diagnose(Sleepy(2), sleeper(40), batches=6, warmup=1, probe=1)  # the loader's 2 ms well under a fifth of the step, even on a busy machine
     assert r.bound == "compute"
     assert r.wait_fraction < 0.2
     assert [f.key for f in r.findings] == ["loader-fine"]

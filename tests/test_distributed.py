@@ -13,8 +13,8 @@ from gpufeed.course.lesson12 import distributed, launch, pagecache
 from gpufeed.course.lesson12.shards import KINDS, check_shards, digest, make_loader, shard
 from gpufeed.data.arrays import open_arrays
 from gpufeed.data.folder import drop_cached
-from gpufeed.data.loader import permutation
 from gpufeed.data.memmap import MemmapError, build_memmap, load_memmap
+from gpufeed.data.orders import permutation
 from gpufeed.measure.synth import synth_folder
 
 

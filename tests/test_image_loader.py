@@ -7,8 +7,8 @@ from cudacheck import consume_on_the_gpu, no_host_sync
 import gpufeed.data
 from gpufeed.data.buffers import _HAS_USE_COUNT  # torch's storage use count
 from gpufeed.data.image_loader import ImageLoader
-from gpufeed.data.loader import seeded_generator
 from gpufeed.data.memmap import MemmapError, build_memmap, load_memmap
+from gpufeed.data.orders import seeded_generator
 from gpufeed.data.transforms import IMAGENET_MEAN, IMAGENET_STD, normalize
 from gpufeed.measure.synth import synth_folder
 
@@ -89,7 +89,7 @@ def test_uint8_out_is_the_crops_as_stored_and_normalises_to_the_float_batches(mm
 
 
 def test_an_error_in_a_crop_task_reaches_the_loop_and_stops_the_epoch(mm, monkeypatch):
-    import gpufeed.data.transforms as il  # DeviceAugment.tasks makes the tasks there
+    import gpufeed.data.device_augment as il  # DeviceAugment.tasks makes the tasks there
 
     real, calls = il.crop_tasks, []
 

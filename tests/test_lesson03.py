@@ -1,4 +1,4 @@
-"""Lesson 03's sentences (gpufeed.course.lesson03.readings) on a grid of verdicts: a tie, a loss, a win
+"""Lesson 03's sentences (gpufeed.course.lesson03.reading) on a grid of verdicts: a tie, a loss, a win
 inside the spread, too few samples, thresholds, missing cases; and the page fed the numbers of a
 noisy run, where nothing may be answered both ways and "cannot tell" must read as such."""
 
@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from gpufeed.course.lesson03 import readings
+from gpufeed.course.lesson03 import reading
 from gpufeed.measure.harness import Measurement
 from gpufeed.measure.verdict import compare
 
@@ -28,9 +28,9 @@ def kind(text):
 
 
 def test_gains_are_per_round_and_need_arms_in_turns():
-    assert readings.gains(m("s", 3.0), m("f", 1.0)) == pytest.approx([3.0] * 7)
+    assert reading.gains(m("s", 3.0), m("f", 1.0)) == pytest.approx([3.0] * 7)
     with pytest.raises(ValueError, match="not timed in turns"):
-        readings.gains(m("s", 3.0), m("f", 1.0, QUIET[:5]))
+        reading.gains(m("s", 3.0), m("f", 1.0, QUIET[:5]))
 
 
 @pytest.mark.parametrize("half_s, base, expect, says", [
@@ -40,7 +40,7 @@ def test_gains_are_per_round_and_need_arms_in_turns():
     (0.012, NOISY, "cannot tell", "This run cannot tell"),  # inside the spread
 ])
 def test_conversion_sentence(half_s, base, expect, says):
-    text = readings.conversion_sentence(m("copy", 0.011), m("half", half_s, base), m("float", 0.075, QUIET), "a batch")
+    text = reading.conversion_sentence(m("copy", 0.011), m("half", half_s, base), m("float", 0.075, QUIET), "a batch")
     assert kind(text) == expect and says in text
     assert ("time the host spends" in text) == (expect == "slower")
     assert text.count("This run cannot tell") <= 1  # advice once, however many comparisons cannot tell
@@ -52,20 +52,20 @@ def test_conversion_sentence(half_s, base, expect, says):
     (0.160, "and it writes 4 bytes per value instead of 2."),  # slower: no claim about where the time goes
 ])
 def test_conversion_sentence_reads_float_against_half(float_s, says):
-    text = readings.conversion_sentence(m("copy", 0.011), m("half", 0.081), m("float", float_s, SHIFTED), "a batch")
+    text = reading.conversion_sentence(m("copy", 0.011), m("half", 0.081), m("float", float_s, SHIFTED), "a batch")
     assert says in text
 
 
 def test_too_few_samples_cannot_tell():
     few = QUIET[:3]
-    text = readings.conversion_sentence(m("c", 0.011, few), m("h", 0.081, few), m("f", 0.075, few), "a batch")
+    text = reading.conversion_sentence(m("c", 0.011, few), m("h", 0.081, few), m("f", 0.075, few), "a batch")
     assert "3 samples per arm" in text and text.count("This run cannot tell") == 1
 
 
 @pytest.mark.parametrize("fast_s, base, expect", [(0.010, QUIET, "faster"), (0.030, SHIFTED, "same"),
                                                    (0.060, QUIET, "slower"), (0.029, NOISY, "cannot tell")])
 def test_order_sentence(fast_s, base, expect):
-    text = readings.order_sentence(m("slow", 0.030), m("fast", fast_s, base), "a batch of 64")
+    text = reading.order_sentence(m("slow", 0.030), m("fast", fast_s, base), "a batch of 64")
     assert kind(text) == expect and ("This run cannot tell" in text) == (expect == "cannot tell")
 
 
@@ -87,13 +87,13 @@ def sized(pairs, base_fast=QUIET):
     ([("8x8", 2.0, 1.0)], "One size only"),
 ])
 def test_trend_sentence(pairs, says):
-    assert says in readings.trend_sentence(sized(pairs, SHIFTED), "slow", "fast")
+    assert says in reading.trend_sentence(sized(pairs, SHIFTED), "slow", "fast")
 
 
 def test_trend_sentence_cannot_tell_on_a_noisy_run_and_names_missing_cases():
-    text = readings.trend_sentence(sized([("8x8", 1.0, 1.0), ("16x16", 1.0, 1.0)], NOISY), "slow", "fast")
+    text = reading.trend_sentence(sized([("8x8", 1.0, 1.0), ("16x16", 1.0, 1.0)], NOISY), "slow", "fast")
     assert "This run cannot tell" in text and "bigger the gain" not in text
-    assert "no trend to read" in readings.trend_sentence(sized([("8x8", 2.0, 1.0)]), "slow", "other")
+    assert "no trend to read" in reading.trend_sentence(sized([("8x8", 2.0, 1.0)]), "slow", "other")
 
 
 @pytest.mark.parametrize("on_s, base, use, says", [
@@ -103,7 +103,7 @@ def test_trend_sentence_cannot_tell_on_a_noisy_run_and_names_missing_cases():
     (0.19, NOISY, False, "could not tell"),
 ])
 def test_amp_sentence_uses_mixed_precision_only_where_this_run_found_it_faster(on_s, base, use, says):
-    text, used = readings.amp_sentence(m("off", 0.2), m("on", on_s, base), "float16", "batch 8")
+    text, used = reading.amp_sentence(m("off", 0.2), m("on", on_s, base), "float16", "batch 8")
     assert used is use and says in text
     assert ("The loops below run in float32" in text) is not use
 
@@ -113,47 +113,47 @@ def cell(wire, pinned, seconds, base=QUIET):
 
 
 def test_grid_sentences_read_each_effect_either_way():
-    text = readings.grid_sentences([cell("uint8", True, 0.020), cell("float16", True, 0.024),
+    text = reading.grid_sentences([cell("uint8", True, 0.020), cell("float16", True, 0.024),
                                     cell("uint8", False, 0.022), cell("float16", False, 0.040)])
     assert text.startswith("From pinned memory, uint8 on the wire makes a step **1.20x faster** than float16")
     assert "10.0 vs 12.0 ms" in text and "uint8's is **2.00x faster** than float16's" in text
-    loss = readings.grid_sentences([cell("uint8", True, 0.020), cell("float16", True, 0.018),
+    loss = reading.grid_sentences([cell("uint8", True, 0.020), cell("float16", True, 0.018),
                                     cell("uint8", False, 0.060), cell("float16", False, 0.040)])
     assert "**1.11x slower**" in loss and "**3.00x slower** than pageable" not in loss and "**1.50x slower**" in loss
     assert not re.search(r"0\.\d+x", loss)  # never "0.90x faster"
 
 
 def test_grid_sentences_on_pageable_cells_only_and_on_a_tie():
-    text = readings.grid_sentences([cell("uint8", False, 0.022), cell("float16", False, 0.020)])
+    text = reading.grid_sentences([cell("uint8", False, 0.022), cell("float16", False, 0.020)])
     assert text.startswith("From pageable memory") and "Pinning" not in text
-    tie = readings.grid_sentences([cell(w, p, 0.02, QUIET if w == "uint8" else SHIFTED)
+    tie = reading.grid_sentences([cell(w, p, 0.02, QUIET if w == "uint8" else SHIFTED)
                                    for w in ("uint8", "float16") for p in (True, False)])
     assert "**as fast**" in tie and "x faster" not in tie
 
 
 def test_bfloat16_sentence_reads_section_4():
     earlier = compare(m("h", 0.081), m("c", 0.011), paired=True)
-    agrees = readings.bfloat16_sentence(m("c", 0.011), m("h", 0.080, SHIFTED), m("b", 0.030), earlier, "1280x960")
+    agrees = reading.bfloat16_sentence(m("c", 0.011), m("h", 0.080, SHIFTED), m("b", 0.030), earlier, "1280x960")
     assert "x.bfloat16() is **2.67x faster**" in agrees and "This agrees with section 4" in agrees
-    differs = readings.bfloat16_sentence(m("c", 0.011), m("h", 0.005, SHIFTED), m("b", 0.030), earlier, "1280x960")
+    differs = reading.bfloat16_sentence(m("c", 0.011), m("h", 0.005, SHIFTED), m("b", 0.030), earlier, "1280x960")
     assert "This differs from section 4" in differs
 
 
 def test_order_gain_sentence_compares_the_two_gains():
-    same = readings.order_gain_sentence({"float16": (m("s", 0.03), m("f", 0.01, SHIFTED)),
+    same = reading.order_gain_sentence({"float16": (m("s", 0.03), m("f", 0.01, SHIFTED)),
                                          "bfloat16": (m("s", 0.03), m("f", 0.01, SHIFTED))}, "batch 8")
     assert "bfloat16's gain is **as large** as float16's" in same
-    larger = readings.order_gain_sentence({"float16": (m("s", 0.03), m("f", 0.01)),
+    larger = reading.order_gain_sentence({"float16": (m("s", 0.03), m("f", 0.01)),
                                            "bfloat16": (m("s", 0.06), m("f", 0.01))}, "batch 8")
     assert "bfloat16's gain is **2.00x larger**" in larger
-    one = readings.order_gain_sentence({"float16": (m("s", 0.03), m("f", 0.01))}, "batch 8")
+    one = reading.order_gain_sentence({"float16": (m("s", 0.03), m("f", 0.01))}, "batch 8")
     assert "gain is" not in one
 
 
 def test_float_by_size_reads_section_4_per_size():
     ms = [m("x.half()", 2.0, size="8x8", batch=8), m("x.float()", 1.0, size="8x8", batch=8),
           m("x.half()", 2.0, size="16x16", batch=8), m("x.float()", 4.0, size="16x16", batch=8)]
-    text = readings.float_by_size(ms)
+    text = reading.float_by_size(ms)
     assert "8x8 **2.00x faster**" in text and "16x16 **2.00x slower**" in text
 
 
@@ -162,10 +162,10 @@ def test_a_noisy_run_answers_no_question_both_ways_and_says_it_cannot_tell():
     copy, half, flt = m("x.clone() (uint8 copy)", 0.02, NOISY), m("x.half()", 0.022, NOISY2), m("x.float()", 0.021, NOISY[::-1])
     for mm, size in ((copy, "8x8"), (half, "8x8"), (flt, "8x8")):
         mm.params.update(size=size, batch=8)
-    section4 = readings.conversion_sentence(copy, half, flt, "a batch")
+    section4 = reading.conversion_sentence(copy, half, flt, "a batch")
     earlier = compare(half, copy, paired=True)
-    ex2 = readings.bfloat16_sentence(m("c", 0.02, NOISY2), m("h", 0.021, NOISY), m("b", 0.02, NOISY[::-1]), earlier, "x")
-    ex3 = readings.float_by_size([half, flt])
+    ex2 = reading.bfloat16_sentence(m("c", 0.02, NOISY2), m("h", 0.021, NOISY), m("b", 0.02, NOISY[::-1]), earlier, "x")
+    ex3 = reading.float_by_size([half, flt])
     for text in (section4, ex2, ex3):
         assert "not told apart" in text and not re.search(r"\*\*[\d.]+x (faster|slower)\*\*", text)
     assert all(t.count("This run cannot tell") == 1 for t in (section4, ex2, ex3))

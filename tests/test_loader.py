@@ -12,15 +12,10 @@ from torch.utils.data import (
     TensorDataset,
 )
 
-from gpufeed.data.loader import (
-    BatchTensorDataset,
-    FastLoader,
-    gather,
-    grouped_permutation,
-    no_collate,
-    permutation,
-)
+from gpufeed.data.gather import BatchTensorDataset, gather, no_collate
+from gpufeed.data.loader import FastLoader
 from gpufeed.data.memmap import ImageData
+from gpufeed.data.orders import grouped_permutation, permutation
 
 
 def epoch_order(loader):
@@ -249,7 +244,7 @@ def test_cuda_copies_go_to_the_loaders_device_from_a_producer_thread(on_cuda):
                                          ((4, 65537), torch.uint8), ((7, 3, 8, 8), torch.uint8), ((9,), torch.int64)])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_take_rows_is_index_select(shape, dtype, threads):
-    from gpufeed.data.loader import _pieces, take_rows
+    from gpufeed.data.gather import _pieces, take_rows
 
     old = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -276,7 +271,7 @@ def test_take_rows_is_index_select(shape, dtype, threads):
 
 
 def test_take_rows_on_a_strided_view_and_a_wrong_out_falls_back_to_index_select():
-    from gpufeed.data.loader import take_rows
+    from gpufeed.data.gather import take_rows
 
     x = torch.randint(0, 255, (6, 3, 200, 200), dtype=torch.uint8)
     idx = torch.tensor([5, 1])

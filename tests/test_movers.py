@@ -10,10 +10,8 @@ from gpufeed.data.movers import (
     detection_collate,
     equal,
     leaves,
-    optree_to,
     pin,
     plain,
-    pytree_to,
     to_device,
     tree_map,
 )
@@ -28,6 +26,19 @@ def detection_batch(n=4, size=16):
 
 def optree_or_skip():
     return pytest.importorskip("optree", reason="optree is not installed (optional)")
+
+
+def pytree_to(obj, device, non_blocking=False):  # lesson 07's torch.utils._pytree way, written out as there
+    from torch.utils import _pytree
+
+    return _pytree.tree_map(lambda x: x.to(device, non_blocking=non_blocking) if isinstance(x, torch.Tensor) else x, obj)
+
+
+def optree_to(obj, device, non_blocking=False):  # lesson 07's optree way
+    import optree
+
+    return optree.tree_map(lambda x: x.to(device, non_blocking=non_blocking) if isinstance(x, torch.Tensor) else x,
+                           obj, none_is_leaf=True)
 
 
 MOVERS = {"recursive": to_device, "pytree": pytree_to, "optree": optree_to}

@@ -321,7 +321,7 @@ def test_a_deep_dive_keeps_its_tags_in_the_notebook_and_the_check_finds_each_sli
 @pytest.mark.parametrize("source", builder.sources(), ids=lambda p: p.stem)
 def test_each_lessons_main_line_is_read_in_half_an_hour(source):
     """Before '## Exercises' and outside folded deep dives (tag ``deeper``): at most 1,800 words of
-    prose, 20 code cells and 260 lines of code (DESIGN.md; ``python tools/notebooks.py size``)."""
+    prose, 20 code cells and 260 lines of code (CONTRIBUTING.md; ``python tools/notebooks.py size``)."""
     size = builder.main_line_size(source.read_text())
     over = {k: f"{size[k]} > {limit}" for k, limit in builder.MAIN_LINE_LIMITS.items() if size[k] > limit}
     assert not over, f"{source.name}: the main line is over its limits: {over}; fold a deep dive or cut"

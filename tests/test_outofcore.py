@@ -54,7 +54,7 @@ def test_a_written_dataset_is_one_every_reader_opens(dataset):
 @pytest.mark.parametrize("reader", ["numpy", "imageloader"])
 def test_the_fallback_keeps_no_more_than_the_limit_cached_and_reads_from_disk(dataset, tmp_path,
                                                                               reader):
-    from gpufeed.data.loader import permutation
+    from gpufeed.data.orders import permutation
 
     order = permutation(2048, 0).numpy()  # ImageLoader's own order for seed 0
     np.save(tmp_path / "order.npy", order)
@@ -123,7 +123,7 @@ def test_a_bad_command_line_says_how_to_call_it(capsys):
     assert outofcore.main([json.dumps([1]), "two"]) == 2
     assert "usage: python -m gpufeed.course.lesson06.outofcore" in capsys.readouterr().err
     with pytest.raises(ValueError, match="reader must be one of"):
-        outofcore.read_epoch(".", [0], 1, 1 << 20, reader="torch")
+        outofcore.read_epochs(".", [([0], {})], 1, 1 << 20, reader="torch")
 
 
 def test_a_cgroup_that_cannot_be_limited_falls_back_instead_of_failing(monkeypatch, tmp_path):

@@ -1,4 +1,4 @@
-"""Lesson 08's overlap experiment (gpufeed.course.lesson08.overlap) and its sentences (overlap_prose): the
+"""Lesson 08's overlap experiment (gpufeed.course.lesson08.overlap) and its sentences (reading): the
 structure of the timing on the CPU and under the CUDA-ordering simulator (on a GPU, on CUDA), the
 loader-fed arms, what each mode costs, and sentences that follow the numbers through the verdict
 method in both directions, on a grid and on a noisy run."""
@@ -14,9 +14,9 @@ import pytest
 import torch
 from cudacheck import no_host_sync
 
-from gpufeed.course.lesson08 import overlap
-from gpufeed.course.lesson08 import overlap_prose as prose
-from gpufeed.course.lesson08.overlap import IN_LOOP, PLAIN
+from gpufeed.course.lesson08 import feeds, overlap, traced
+from gpufeed.course.lesson08 import reading as prose
+from gpufeed.course.lesson08.feeds import IN_LOOP, PLAIN
 from gpufeed.data.transforms import IMAGENET_MEAN, IMAGENET_STD
 from gpufeed.measure import results
 from gpufeed.measure.harness import Measurement, save
@@ -90,8 +90,8 @@ def test_alternate_takes_turns_with_a_fresh_feed_each_run():
         started.append(name)
         return ((name, None) for _ in range(10**6))
 
-    feeds = {"A": lambda: start("A"), "B": lambda: start("B")}
-    ms = overlap.alternate(feeds, lambda name, _: steps.append(name), "cpu", repeats=3, warmup=2,
+    arms = {"A": lambda: start("A"), "B": lambda: start("B")}
+    ms = overlap.alternate(arms, lambda name, _: steps.append(name), "cpu", repeats=3, warmup=2,
                            steps=5, label="syncs every step", items=2)
     assert started == ["A", "B"] * 3, "ABABAB, each run from a fresh feed"
     assert steps == (["A"] * 7 + ["B"] * 7) * 3
@@ -100,7 +100,7 @@ def test_alternate_takes_turns_with_a_fresh_feed_each_run():
     assert all(len(m.samples) == 3 and m.params["warmup"] == 2 and m.params["steps"] == 5
                and m.params["memory"] == {} for m in ms)
     with pytest.raises(ValueError, match="repeats"):
-        overlap.alternate(feeds, print, "cpu", repeats=0)
+        overlap.alternate(arms, print, "cpu", repeats=0)
 
 
 def numbered(n=8, size=8):
@@ -115,10 +115,10 @@ def test_the_loader_fed_arms_give_each_gathered_batch_without_a_host_sync(on_cud
     their labels name, and none syncs the host per batch (a GPU: sync-debug mode "error"; the
     simulator counts every sync). Read later, as a training loop does."""
     images, labels = numbered()
-    loader = overlap.feeding_loader(images, labels, 4, "cuda")
+    loader = feeds.feeding_loader(images, labels, 4, "cuda")
     assert loader.pin_memory, "for a GPU the loader pins what it gathers"
-    feeds = overlap.sources(loader, "cuda", torch.float32, depth=2)
-    for name, start in feeds.items():
+    arms = feeds.sources(loader, "cuda", torch.float32, depth=2)
+    for name, start in arms.items():
         for it in (iter(start()), iter(start())):  # one pass, and a pass after it
             next(it)  # the first batch: warm-up (the prefetcher's constants)
             with no_host_sync() if on_cuda is None else contextlib.nullcontext():
@@ -136,12 +136,12 @@ def test_the_loader_fed_arms_give_each_gathered_batch_without_a_host_sync(on_cud
 
 def test_epochs_restart_the_loader_without_end_and_cycle_a_list():
     images, labels = numbered()
-    loader = overlap.feeding_loader(images, labels, 4, "cpu")
+    loader = feeds.feeding_loader(images, labels, 4, "cpu")
     assert not loader.pin_memory, "no pinning without a GPU"
-    it = iter(overlap.Epochs(loader))
+    it = iter(feeds.Epochs(loader))
     epochs = [sorted(torch.cat([next(it)[1] for _ in range(2)]).tolist()) for _ in range(3)]
     assert epochs == [list(range(8))] * 3 and loader.epoch == 3  # a new, shuffled epoch each time
-    cycled = iter(overlap.Epochs([1, 2]))
+    cycled = iter(feeds.Epochs([1, 2]))
     assert [next(cycled) for _ in range(5)] == [1, 2, 1, 2, 1]
 
 
@@ -150,9 +150,9 @@ def test_both_feeds_give_the_plain_loops_batches(on_cuda):
     data = batches(pinned=True)
     want = [(((x.double() / 255 - torch.tensor(IMAGENET_MEAN).double().view(-1, 1, 1))
               / torch.tensor(IMAGENET_STD).double().view(-1, 1, 1)), y) for x, y in data]
-    feeds = overlap.sources(data, device, torch.float32, IMAGENET_MEAN, IMAGENET_STD, depth=2)
-    assert list(feeds) == [PLAIN, IN_LOOP, "CudaPrefetcher"]
-    for start in feeds.values():
+    arms = feeds.sources(data, device, torch.float32, IMAGENET_MEAN, IMAGENET_STD, depth=2)
+    assert list(arms) == [PLAIN, IN_LOOP, "CudaPrefetcher"]
+    for start in arms.values():
         it = iter(start())
         got = [next(it) for _ in range(2 * len(data))]  # cycled: twice round
         it.close()
@@ -183,7 +183,7 @@ def test_the_cuda_branch_on_cuda_or_the_simulator(on_cuda, monkeypatch):
             "allocated_bytes.all.peak": torch.cuda.max_memory_allocated(device),
             "reserved_bytes.all.peak": torch.cuda.memory_reserved(device)}, raising=False)
     device, calls = torch.device("cuda", 0), []
-    feed = overlap.feeding_loader(*numbered(6, 16), 2, device)  # as the lesson's cell makes it
+    feed = feeds.feeding_loader(*numbered(6, 16), 2, device)  # as the lesson's cell makes it
     p = overlap.plan(feed, device, fake_steps(calls), dtype=torch.float32,
                      mean=IMAGENET_MEAN, std=IMAGENET_STD, widths=(1, 2), repeats=2, items=2)
     assert p.width in (1, 2) and "the bound is" in p.describe() and set(p.steps) <= {1, 2}
@@ -219,7 +219,7 @@ def test_the_cuda_branch_on_cuda_or_the_simulator(on_cuda, monkeypatch):
 def cpu_result(tmp_path):
     torch.manual_seed(0)
     data = batches(size=32)
-    p = overlap.plan(data, "cpu", overlap.model_steps("cpu"), dtype=torch.float32, mean=IMAGENET_MEAN,
+    p = overlap.plan(data, "cpu", feeds.model_steps("cpu"), dtype=torch.float32, mean=IMAGENET_MEAN,
                      std=IMAGENET_STD, widths=(1, 2), repeats=2, items=2)
     return overlap.measure(p, trace_dir=tmp_path, repeats=2, warmup=1, steps=3, active=2, items=2)
 
@@ -227,7 +227,7 @@ def cpu_result(tmp_path):
 def test_the_plan_names_the_copy_apart_from_the_conversion():
     """Off a GPU the feed is copy and conversion; the sentence gives the copy's own time by its GB/s."""
     data = batches(size=32)
-    p = overlap.plan(data, "cpu", overlap.model_steps("cpu"), dtype=torch.float32, mean=IMAGENET_MEAN,
+    p = overlap.plan(data, "cpu", feeds.model_steps("cpu"), dtype=torch.float32, mean=IMAGENET_MEAN,
                      std=IMAGENET_STD, widths=(1,), repeats=2, items=2)
     assert not p.convert_with_step and p.feed_s == p.host.median + p.copy.median + p.convert.median
     assert p.stages == (p.feed_s, p.work_s) and p.bound == overlap.bound(p.feed_s, p.work_s)
@@ -245,7 +245,7 @@ def test_the_experiment_runs_on_the_cpu_with_a_real_model_and_profiles_each_vari
     for regime in overlap.REGIMES:
         for name, summary in result["traces"][regime].items():
             assert summary["steps"] == 2 and summary["stages"]["step"]["count"] == 2, (regime, name)
-            assert overlap.between_steps(summary)["host_ms"] >= 0
+            assert traced.between_steps(summary)["host_ms"] >= 0
             assert len(result["gaps"][regime][name]) == 1 and result["gaps"][regime][name][0] >= 0
     assert set(result["picture"]) == {PLAIN, "ThreadPrefetcher"}
     assert all(any(i["resource"] == "host" for i in rows) for rows in result["picture"].values())
@@ -276,13 +276,13 @@ def synthetic(plain_ms, pre_ms, *, in_loop_ms=None, host_ms=0.0, copy_ms=2.0, st
         return {"runs_ms": r, "median_ms": statistics.median(r), "places": [], "memory": memory}
 
     arms = {PLAIN: arm(plain_ms, JITTER, {"allocated_peak": 5e9, "reserved_peak": 6e9, "in_flight_peak": 1e9}),
-            overlap.IN_LOOP: arm(in_loop_ms or plain_ms, JITTER[::-1],
+            IN_LOOP: arm(in_loop_ms or plain_ms, JITTER[::-1],
                                  {"allocated_peak": 5e9, "reserved_peak": 6e9, "in_flight_peak": 1e9}),
             "CudaPrefetcher": arm(pre_ms, JITTER[1:] + JITTER[:1],
                                   {"allocated_peak": 5.5e9, "reserved_peak": 7e9, "in_flight_peak": 1.5e9})}
-    traces = {PLAIN: summary(host[0], busy[0]), overlap.IN_LOOP: summary(host[0], busy[0]),
+    traces = {PLAIN: summary(host[0], busy[0]), IN_LOOP: summary(host[0], busy[0]),
               "CudaPrefetcher": summary(host[1], busy[1])}
-    gaps = {PLAIN: [host[0] / 8 * f for f in JITTER + JITTER[:2]], overlap.IN_LOOP: [host[0] / 8] * 7,
+    gaps = {PLAIN: [host[0] / 8 * f for f in JITTER + JITTER[:2]], IN_LOOP: [host[0] / 8] * 7,
             "CudaPrefetcher": [host[1] / 8 * f for f in JITTER[::-1] + JITTER[:2]]}
     feed, work = host_ms + copy_ms, step_ms
     return {"prefetcher": "CudaPrefetcher", "host_ms": host_ms, "copy_ms": copy_ms, "convert_ms": 0.0,
@@ -485,16 +485,16 @@ def test_chart_data_of_either_format_names_the_old_prefetcher_by_its_commit():
     assert all(r["resource"].startswith("GPU") for rows in pictures.values() for r in rows)
     new = {"overlap": {**synthetic(4.0, 2.5), "picture": {PLAIN: [], "CudaPrefetcher": []}}}
     assert list(prose.chart_data(new)[0]) == [PLAIN, "CudaPrefetcher"]
-    assert list(prose.chart_data(new)[1]) == [PLAIN, overlap.IN_LOOP, "CudaPrefetcher"]
+    assert list(prose.chart_data(new)[1]) == [PLAIN, IN_LOOP, "CudaPrefetcher"]
     assert prose.chart_data({"overlap": None}) == ({}, {}) and prose.chart_data({}) == ({}, {})
 
 
 def test_profile_steps_leaves_the_first_steps_out_and_syncs_before_the_window_ends(tmp_path, monkeypatch):
     done, synced = [], []
-    monkeypatch.setattr(overlap, "synchronizer", lambda device: lambda: synced.append(len(done)))
-    path = overlap.profile_steps(((i, None) for i in range(100)), lambda i, _: done.append(i),
+    monkeypatch.setattr(traced, "synchronizer", lambda device: lambda: synced.append(len(done)))
+    path = traced.profile_steps(((i, None) for i in range(100)), lambda i, _: done.append(i),
                                  tmp_path / "t.json", "cpu", skip=1, wait=1, warmup=1, active=3)
-    summary = overlap.trace.summary(path, names=["step"])
+    summary = traced.trace.summary(path, names=["step"])
     assert done == list(range(6)) and synced == [6], "the sync ends the last step, inside its window"
     assert summary["steps"] == 3 and summary["stages"]["step"]["count"] == 3
 
@@ -513,7 +513,7 @@ def test_every_sentence_reads_its_numbers_on_a_grid(plain, pre, noise):
         v = prose.arms(runs["CudaPrefetcher"]["runs_ms"], runs[PLAIN]["runs_ms"])
         said = paragraph(text, regime)
         assert f"with CudaPrefetcher {runs['CudaPrefetcher']['median_ms']:.2f} ms, {v.words('the plain loop', bold=True)}" in said
-        assert f"with {overlap.IN_LOOP}" in said and f"**The step that {regime}**" in said
+        assert f"with {IN_LOOP}" in said and f"**The step that {regime}**" in said
         consistent(said, v)
     for gpu in (None, "H200"):
         shown = prose.read_reference({"overlap": result, "machine": {"gpu": gpu}, "prefetcher": overlap.PREFETCHER})

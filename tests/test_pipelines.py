@@ -84,12 +84,51 @@ def test_course_yields_the_memmap_images_in_the_loaders_order(square):
 
 
 @pytest.mark.skipif(not gdali.available(), reason="DALI is not installed")
-def test_dali_yields_the_same_images_as_naive(square):
-    from gpufeed.measure.suite import dali_source
+def test_dali_yields_the_same_images_as_naive(square, monkeypatch):
+    from gpufeed.measure import suite
 
-    source = dali_source(square, SQUARE, "cpu", threads=1)
-    match_epoch(source(), *reference(square), tolerance=2.0)
+    source, idle = suite.dali_source(square, SQUARE, "cpu", threads=1), []
+    waited = suite.wait_idle
+    monkeypatch.setattr(suite, "wait_idle", lambda: idle.append(len(idle)) or waited())
+    epoch = source()
+    match_epoch(itertools.islice(epoch, SQUARE.n // SQUARE.batch), *reference(square), tolerance=2.0)
+    assert idle == []  # the last batch handed over: the epoch has not ended yet
+    assert next(epoch, None) is None and idle == [0]  # it ends once DALI's threads are idle, and only then
     match_epoch(source(), *reference(square), tolerance=2.0)  # the next epoch too (auto_reset)
+    assert idle == [0, 1]
+
+
+def test_only_dalis_passes_wait_for_its_threads(monkeypatch):
+    from gpufeed.measure import suite
+
+    order = []
+    monkeypatch.setattr(suite, "wait_idle", lambda: order.append("idle"))
+    run = lambda: order.append("pass") or 4  # noqa: E731  (a pass of 4 images)
+    assert suite.ending_idle("dali", run)() == 4 and order == ["pass", "idle"]  # the pass, then the wait, in it
+    order.clear()
+    assert suite.ending_idle("tuned", run) is run and suite.ending_idle("course", run)() == 4 and order == ["pass"]
+
+
+def test_waiting_for_idle_lasts_until_the_threads_of_this_process_stop(monkeypatch):
+    import time
+
+    from gpufeed.measure import suite
+
+    clock = {"wall": 0.0, "cpu": 0.0, "busy": 5}  # a thread works ahead for 5 windows, a whole core each
+
+    def sleep(s):
+        clock["wall"] += s
+        if clock["busy"]:
+            clock["busy"] -= 1
+            clock["cpu"] += s
+
+    monkeypatch.setattr(time, "sleep", sleep)
+    monkeypatch.setattr(time, "perf_counter", lambda: clock["wall"])
+    monkeypatch.setattr(time, "process_time", lambda: clock["cpu"])
+    assert suite.wait_idle(window_s=0.01) == pytest.approx(0.06)  # 5 busy windows, then 1 idle one
+    assert suite.wait_idle(window_s=0.01) == pytest.approx(0.01)  # idle already: one window
+    clock["busy"] = 10**6
+    assert suite.wait_idle(most_s=0.5, window_s=0.01) == pytest.approx(0.5)  # never idle: it gives up at most_s
 
 
 def test_workload_checks_its_sizes():

@@ -121,3 +121,9 @@ def test_a_time_per_thousand_images_is_also_given_per_image_and_per_second():
     assert fig(2470.0, "images/s").reading() == ""  # already a reader's unit
     assert fig(0.0, "us per 1000 images").reading() == ""  # nothing to divide
     assert "us per 1000 images (2.54 ms per image, 393 images/s): decode" in fig(2541465.3, "us per 1000 images").text()
+
+
+def test_a_published_rate_in_an_unknown_unit_is_refused_by_name():
+    odd = published.Figure("x", ("lesson00",), 3.0, "furlongs/s", "m", "h", "p", "t", "https://example.org", "q")
+    with pytest.raises(ValueError, match="'x': its unit 'furlongs/s' is not a rate"):
+        _ = odd.gb_per_s

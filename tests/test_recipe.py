@@ -12,8 +12,8 @@ from torchvision.transforms.v2 import functional as F
 
 from gpufeed.data.augment import crop_boxes
 from gpufeed.data.image_loader import ImageLoader
-from gpufeed.data.loader import grouped_permutation, seeded_generator
 from gpufeed.data.memmap import build_memmap, load_memmap
+from gpufeed.data.orders import grouped_permutation, seeded_generator
 from gpufeed.data.resized import ResizedCropAugment
 from gpufeed.data.transforms import IMAGENET_MEAN, IMAGENET_STD
 from gpufeed.measure.synth import synth_folder

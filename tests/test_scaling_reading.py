@@ -104,15 +104,24 @@ def test_scaling_with_one_run_of_each_cannot_tell():
 
 
 @pytest.mark.parametrize("two, words, cause", [
-    (arm(25, 40), "load ran 4.00x slower than with one thread each (", True),
-    (arm(100, 100, QUIET[::-1]), "load ran as fast as with one thread each (within", False),
-    (arm(200, 100), "load ran 2.00x faster than with one thread each (", False),
-    (arm(110, 100, NOISY), "load was not told apart from with one thread each by this run (", False),
+    (arm(25, 40), "load ran 4.00x slower than the same two with one thread each (", True),
+    (arm(100, 100, QUIET[::-1]), "load ran as fast as the same two with one thread each (within", False),
+    (arm(200, 100), "load ran 2.00x faster than the same two with one thread each (", False),
+    (arm(110, 100, NOISY), "load was not told apart from the same two with one thread each by this run (", False),
 ])
 def test_threads_on_a_grid(two, words, cause):
     text = reading.read_threads(two, arm(100, 100), cores=2)
     assert text.startswith("With two threads in each of two processes, four threads for 2 cores: ") and words in text
     assert ("One likely cause, not measured here" in text) == cause
+    assert ("This run cannot tell loading with two threads each from one" in text) == ("not told apart" in words)
+
+
+def test_what_would_tell_names_every_phase_that_cannot_tell_once():
+    text = reading.read_scaling(arm(110, 110, NOISY), arm(100, 100), short_because="Likely causes: the cores.")
+    assert text.count("This run cannot tell") == 1
+    assert "This run cannot tell two processes' loading from one's or two processes' training from one's:" in text
+    told = reading.read_scaling({**arm(150, 150), "train, all": arm(110, 110, NOISY)["train, all"]}, arm(100, 100))
+    assert "This run cannot tell two processes' training from one's: the ratio's interval" in told
 
 
 def test_a_noisy_run_read_whole_gives_no_verdict_it_cannot_carry():

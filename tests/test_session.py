@@ -9,7 +9,7 @@ import warnings
 import pytest
 
 from gpufeed.course import session
-from gpufeed.measure import harness
+from gpufeed.measure import harness, noise
 
 
 def test_setup_quiets_the_libraries_but_keeps_what_the_learner_set(monkeypatch):
@@ -28,7 +28,7 @@ def test_a_noisy_measurement_is_one_stdout_line_naming_it(monkeypatch, capsys):
     with warnings.catch_warnings():
         warnings.simplefilter("default")
         for _ in range(5):  # a loop over one case: named once
-            harness._warn_if_noisy([harness.Measurement("pinned, 64 MB", [1.0, 1.5, 2.0])])
+            noise.warn_if_noisy([harness.Measurement("pinned, 64 MB", [1.0, 1.5, 2.0])])
     out, err = capsys.readouterr()
     assert out == "[noisy] pinned, 64 MB: IQR above 10% of the median; close other programs or raise repeats\n"
     assert err == ""

@@ -5,7 +5,7 @@ import math
 import torch
 
 from gpufeed.course.lesson06.shuffles import classes_per_batch, plot_grouped
-from gpufeed.data.loader import grouped_permutation, permutation
+from gpufeed.data.orders import grouped_permutation, permutation
 
 
 def by_hand(labels, order, batch):

@@ -74,6 +74,17 @@ def test_the_efficiency_check_says_when_numbers_cannot_be_right(eff, serial, ove
     assert ("cannot tell" in text) == (CANNOT_TELL in (eff.kind, serial.kind))
 
 
+@pytest.mark.parametrize("bound, words", [
+    (0.6, "at 0.60, its efficiency if nothing overlapped (within 4%): this run sees none of its loading hide"),
+    (0.98, "its loading is 2% of the loop, too little for this run to see whether it hid behind the model."),
+    (1 / 1.04, "its loading is 4% of the loop, too little"),  # threshold: hidden whole, exactly inside the tie
+    (0.95, "this run sees none of its loading hide"),  # 5.3% could hide: more than the tie's 4%
+])
+def test_a_loop_at_its_serial_rate_is_read_against_how_much_could_hide(bound, words):
+    text = reading.read_check(reading.Check("course", UNSURE, TIE, bound))
+    assert words in text and "none of its loading hid behind" not in text
+
+
 def test_the_efficiency_check_reads_measurements():
     model = at(100, name="resident")
     naive = reading.check("naive", at(50), model, at(100), overlaps=False)  # serial: 1 / (1/100 + 1/100) = 50
@@ -102,7 +113,8 @@ def test_all_cores_on_a_grid(name, v):
     assert text.startswith("The model alone on all 2 cores ")
     assert ("what leaving the cores to the loader costs" in text) == (v.kind == FASTER)
     assert ("cost it nothing this run can see" in text) == (v.kind == SAME)
-    assert ("This run cannot tell" in text) == (v.kind == CANNOT_TELL)
+    assert ("would tell" in text) == (v.kind == CANNOT_TELL)  # what would tell, and the interval said once
+    assert v.kind != CANNOT_TELL or text.count(v.interval()) <= 1
 
 
 @pytest.mark.parametrize("v, words", [
@@ -157,7 +169,8 @@ def test_a_noisy_run_read_whole_gives_no_verdict_it_cannot_carry():
             reading.read_efficiency(checks),
             reading.read_payback("the naive training loop", 1.0, 1.0, course),
             engines.read_model_side({"eager": reading.rates(noisy("eager", 100.0))}, reading.rates(noisy("loader", 100.0)),
-                                    reading.rates(trained["resident"]))]
+                                    reading.rates(trained["resident"])),
+            reading.read_watched(watched(noisy("n", 100.0).samples, 0.5), watched(noisy("c", 100.0).samples), course)]
     verdicts = [*steps.values(), course, prefetch, *(c.efficiency for c in checks), *(c.serial for c in checks)]
     assert all(v.kind == CANNOT_TELL for v in verdicts), "every question of this run is inside its noise"
     text = " ".join(page)
@@ -171,6 +184,64 @@ def test_a_noisy_run_read_whole_gives_no_verdict_it_cannot_carry():
     assert steps["prefetch"].agrees(ladder.step_verdicts(loaders)["prefetch"])
     assert steps["prefetch"].interval() in page[0] and steps["prefetch"].interval() in page[1]
     assert course.interval() in page[1] and course.interval() in page[3]
+    assert "section 5 found it not told apart by this run" in page[5]  # section 10 reads section 5's answer
+
+
+def watched(loop_s, wait=0.0, findings=()):
+    """A report of gpufeed.measure.watch's what_ifs: 32 images a batch, ``loop_s`` seconds per batch."""
+    from gpufeed.measure.report import Report
+
+    period = sum(loop_s) / len(loop_s) if loop_s else 1.0
+    return Report(items=32, batches=len(loop_s), device="cpu", period_s=period, host_wait_s=wait * period,
+                  loop_s=list(loop_s), findings=list(findings))
+
+
+@pytest.mark.parametrize("course, words", [
+    ([0.5 * x for x in QUIET], "the course's loop ran 2.00x faster than the naive one ("),            # a win
+    (QUIET[::-1], "the course's loop ran as fast as the naive one (within"),                           # a tie
+    ([2.0 * x for x in QUIET], "the course's loop ran 2.00x slower than the naive one ("),             # a loss
+    ([0.9 * x for x in NOISY], "the course's loop was not told apart from the naive one by this run ("),  # inside the spread
+    ([0.5, 0.5], "the course's loop was not told apart from the naive one by this run (2 samples per arm)"),  # too few
+    ([], "the course's loop was not measured against the naive one"),                                  # none
+])
+@pytest.mark.parametrize("first", GRID.values())
+def test_the_watched_loops_on_a_grid(course, words, first):
+    text = reading.read_watched(watched(QUIET, wait=0.6), watched(course), first)
+    assert text.startswith("The naive loop waited for data 60% of its period (data bound), the course's 0% "
+                           "(compute bound). Watched as they ran, one after the other (not in turns), ")
+    assert words in text
+    v = reading.compare(course or None, QUIET)
+    if first.kind == NOT_MEASURED or v.kind == NOT_MEASURED:
+        assert "section 5" not in text
+    elif v.decided and first.decided:  # both tell: agree, or say how they differ
+        assert ("This agrees with section 5" in text) == v.agrees(first)
+        assert ("This differs from section 5" in text) == (not v.agrees(first))
+    else:
+        assert "where either cannot tell, the two do not disagree" in text
+    assert text.endswith("What the report tells the naive loop:\n\n- Nothing to change that was measured.")
+
+
+def test_the_watched_loops_agree_at_the_threshold_of_a_tie():
+    edge = [1.0, 1.06, 0.94, 1.03, 0.97]  # an interval within 10% of 1: the same
+    text = reading.read_watched(watched(QUIET), watched(edge), TIE)
+    assert "ran as fast as the naive one (within" in text and "This agrees with section 5" in text
+    assert "This differs from section 5, which found it 1.50x faster" in reading.read_watched(watched(QUIET), watched(edge), WIN)
+
+
+def test_a_committed_bench_is_read_row_by_row_against_its_resident_run():
+    def doc(**samples):
+        return {"records": [{"pipeline": p, "mode": m} for p in samples for m in ("loader", "train")],
+                "measurements": [{"name": f"{p} train", "samples": s, "items": 8} for p, s in samples.items()]}
+
+    text = reading.read_bench_training(doc(naive=[2 * x for x in QUIET], course=[0.8 * x for x in QUIET],
+                                           tuned=NOISY, resident=QUIET))
+    assert text.startswith("Its training rows, read as section 6 reads this page's (each against `resident` in turns")
+    assert "- naive: 0.50 (0.50 to 0.50): the model waited for data." in text
+    assert "- course: 1.25 (" in text and "**cannot be right**" in text  # faster than on batches already there
+    assert "- tuned: " in text and "that run cannot tell whether the model waited" in text and "- resident" not in text
+    assert text.endswith("Where that run cannot tell, more passes (`gpufeed bench --repeats`) or an idle machine would tell.")
+    assert "this run" not in text  # a committed run, not this page's
+    assert "no run on batches already on the device" in reading.read_bench_training(doc(naive=QUIET))
 
 
 def test_advice_is_said_once_and_names_the_samples_a_verdict_needs():

@@ -4,7 +4,9 @@ import pytest
 import torch
 from cudacheck import no_host_sync
 
+from gpufeed.data import cpu_crops as C
 from gpufeed.data import transforms as T
+from gpufeed.data.device_augment import DeviceAugment
 
 CUDA = torch.cuda.is_available()
 DEVICES = ["cpu"] + (["cuda"] if CUDA else [])
@@ -99,7 +101,7 @@ def test_flip_by_mask_and_the_per_sample_crop_flip():
 def test_device_augment_matches_per_sample_reference_and_makes_new_memory():
     x = images(5, 12, 12)
     before = x.clone()
-    aug = T.DeviceAugment(crop=8, seed=3)
+    aug = DeviceAugment(crop=8, seed=3)
     corners, flips = T.draw_crops(5, (12, 12), 8, torch.Generator().manual_seed(3))
     out = aug(x)
     ref = naive_normalize(crops_by_hand(x, corners, flips, 8), torch.float32, MEAN, STD)
@@ -110,20 +112,20 @@ def test_device_augment_matches_per_sample_reference_and_makes_new_memory():
 
 def test_device_augment_reuses_buffers_only_when_asked():
     x = images(5, 12, 12)
-    aug = T.DeviceAugment(crop=8, seed=3, buffers=2)
+    aug = DeviceAugment(crop=8, seed=3, buffers=2)
     a, b, c = aug(x), aug(x), aug(x)
     assert a.data_ptr() != b.data_ptr() and c.data_ptr() == a.data_ptr()  # a ring of 2: overwritten 2 later
-    plain = T.DeviceAugment(crop=8, seed=3, mean=None, std=None, flip=False, dtype=torch.float16)
+    plain = DeviceAugment(crop=8, seed=3, mean=None, std=None, flip=False, dtype=torch.float16)
     got = plain(x)
     assert got.dtype == torch.float16 and got.min() >= 0 and got.max() <= 1
     with pytest.raises(ValueError, match="floating"):
-        T.DeviceAugment(crop=8, dtype=torch.int16)
+        DeviceAugment(crop=8, dtype=torch.int16)
 
 
 def test_device_augment_gives_the_same_values_on_the_gpu_and_without_syncing(on_cuda):
     x = images(16, 40, 40)
-    cpu = T.DeviceAugment(crop=32, seed=7)(x)
-    aug = T.DeviceAugment(crop=32, seed=7)
+    cpu = DeviceAugment(crop=32, seed=7)(x)
+    aug = DeviceAugment(crop=32, seed=7)
     xg = x.cuda()
     first = aug(xg)
     assert torch.allclose(first.cpu(), cpu, atol=1e-5)
@@ -148,7 +150,7 @@ def test_crop_flip_normalize_is_the_crop_then_the_normalise_bit_for_bit(threads,
     else:
         scale, shift = T.affine(mean, std, torch.float32, torch.device("cpu"))
         ref.mul_(scale).add_(shift)  # ... normalise the whole batch
-    out = T.crop_flip_normalize(src, rows, corners, flips, 7, torch.empty(5, 3, 7, 7), mean, std, threads=threads)
+    out = C.crop_flip_normalize(src, rows, corners, flips, 7, torch.empty(5, 3, 7, 7), mean, std, threads=threads)
     assert torch.equal(out, ref)
     assert torch.allclose(out, T.normalize(T.crop_flip(src[rows], corners, flips, 7), torch.float32, mean, std), atol=1e-6)
 
@@ -161,12 +163,12 @@ def test_crop_flip_normalize_into_uint8_is_the_crop_alone(threads):
     rows = torch.randint(0, 30, (19,), generator=g).tolist()  # more than two groups, a short last one
     corners, flips = T.draw_crops(len(rows), (10, 12), 7, g)
     out = torch.empty(19, 3, 7, 7, dtype=torch.uint8)
-    assert T.crop_flip_normalize(src, rows, corners, flips, 7, out, None, None, threads=threads) is out
+    assert C.crop_flip_normalize(src, rows, corners, flips, 7, out, None, None, threads=threads) is out
     assert torch.equal(out, T.crop_flip(src[rows], corners, flips, 7))
     with pytest.raises(ValueError, match="pass mean=None, std=None"):
-        T.crop_flip_normalize(src, rows, corners, flips, 7, out)  # ImageNet's defaults cannot apply to bytes
+        C.crop_flip_normalize(src, rows, corners, flips, 7, out)  # ImageNet's defaults cannot apply to bytes
     with pytest.raises(ValueError, match="out must be torch.uint8 .* or a float type"):
-        T.crop_flip_normalize(src, rows, corners, flips, 7, out.int(), None, None)
+        C.crop_flip_normalize(src, rows, corners, flips, 7, out.int(), None, None)
 
 
 def test_crop_tasks_give_the_same_batch_in_any_order_on_any_thread():
@@ -174,17 +176,17 @@ def test_crop_tasks_give_the_same_batch_in_any_order_on_any_thread():
     src = torch.randint(0, 256, (40, 3, 9, 9), dtype=torch.uint8, generator=g)
     rows = list(range(39, 2, -1))
     corners, flips = T.draw_crops(len(rows), (9, 9), 6, g)
-    ref = T.crop_flip_normalize(src, rows, corners, flips, 6, torch.empty(len(rows), 3, 6, 6))
+    ref = C.crop_flip_normalize(src, rows, corners, flips, 6, torch.empty(len(rows), 3, 6, 6))
     out = torch.full_like(ref, float("nan"))
-    tasks = T.crop_tasks(src, rows, corners, flips, 6, out)
-    assert len(tasks) == -(-len(rows) // T.GROUP)
-    for f in [T.crop_pool(2).submit(t) for t in reversed(tasks)]:
+    tasks = C.crop_tasks(src, rows, corners, flips, 6, out)
+    assert len(tasks) == -(-len(rows) // C.GROUP)
+    for f in [C.crop_pool(2).submit(t) for t in reversed(tasks)]:
         f.result()
     assert torch.equal(out, ref)
     raw = torch.zeros(len(rows), 3, 6, 6, dtype=torch.uint8)  # the crops alone: larger tasks
-    tasks = T.crop_tasks(src, rows, corners, flips, 6, raw, None, None)
-    assert len(tasks) == -(-len(rows) // T.RAW_GROUP)
-    for f in [T.crop_pool(2).submit(t) for t in reversed(tasks)]:
+    tasks = C.crop_tasks(src, rows, corners, flips, 6, raw, None, None)
+    assert len(tasks) == -(-len(rows) // C.RAW_GROUP)
+    for f in [C.crop_pool(2).submit(t) for t in reversed(tasks)]:
         f.result()
     assert torch.equal(raw, T.crop_flip(src[rows], corners, flips, 6))
 
@@ -194,14 +196,14 @@ def test_a_forked_child_gets_its_own_crop_pool():
 
     src = torch.randint(0, 256, (20, 3, 8, 8), dtype=torch.uint8)
     corners, flips = T.draw_crops(20, (8, 8), 5)
-    T.crop_flip_normalize(src, range(20), corners, flips, 5, torch.empty(20, 3, 5, 5), threads=2)  # the parent's pool
+    C.crop_flip_normalize(src, range(20), corners, flips, 5, torch.empty(20, 3, 5, 5), threads=2)  # the parent's pool
     with mp.get_context("fork").Pool(1) as pool:  # the child has no thread of it: it must make its own
         got = pool.apply_async(_crop_in_child, (src, corners, flips)).get(timeout=60)
-    assert torch.equal(got, T.crop_flip_normalize(src, range(20), corners, flips, 5, torch.empty(20, 3, 5, 5)))
+    assert torch.equal(got, C.crop_flip_normalize(src, range(20), corners, flips, 5, torch.empty(20, 3, 5, 5)))
 
 
 def _crop_in_child(src, corners, flips):
-    return T.crop_flip_normalize(src, range(20), corners, flips, 5, torch.empty(20, 3, 5, 5), threads=2)
+    return C.crop_flip_normalize(src, range(20), corners, flips, 5, torch.empty(20, 3, 5, 5), threads=2)
 
 
 def test_output_stats_fit_the_dtype():
@@ -216,8 +218,8 @@ def test_output_stats_fit_the_dtype():
 
 def test_device_augment_into_uint8_crops_and_flips_only():
     x = images()
-    aug = T.DeviceAugment(crop=5, seed=1, dtype=torch.uint8)
-    corners, flips = T.DeviceAugment(crop=5, seed=1).params(x)
+    aug = DeviceAugment(crop=5, seed=1, dtype=torch.uint8)
+    corners, flips = DeviceAugment(crop=5, seed=1).params(x)
     assert torch.equal(aug(x), T.crop_flip(x, corners, flips, 5))  # the GPU's: test_image_loader's cuda test
 
 
@@ -227,7 +229,7 @@ def test_crop_pool_threads_run_their_ops_on_one_thread_each_and_leave_the_rest_a
     the caller's count and a thread started later keep theirs."""
     import threading
 
-    from gpufeed.data.transforms import crop_pool
+    from gpufeed.data.cpu_crops import crop_pool
 
     before = torch.get_num_threads()
     pool = crop_pool(3)

@@ -185,7 +185,7 @@ def render(source: Path) -> str:
     return nbformat.writes(build(source)) + "\n"
 
 
-#: A lesson's main line is read in 30 minutes (DESIGN.md): at most these many words of prose, code
+#: A lesson's main line is read in 30 minutes (CONTRIBUTING.md): at most these many words of prose, code
 #: cells and lines of code (not blank, not comments).
 MAIN_LINE_LIMITS = {"words": 1800, "code cells": 20, "code lines": 260}
 

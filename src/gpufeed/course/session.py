@@ -4,7 +4,7 @@ It reads the mode, picks the device, applies the plot style and prints one short
 every notebook's output starts by saying where and how it ran. It also keeps what the libraries
 under the lessons print for their own developers off the page (:func:`quiet_libraries`), and shows
 a noisy measurement as the harness's ``[noisy]`` line rather than a Python warning
-(:func:`gpufeed.measure.harness.show_noisy_as_marks`).
+(:func:`gpufeed.measure.noise.show_noisy_as_marks`).
 
 Example:
     >>> s = setup(verbose=False)
@@ -88,8 +88,8 @@ def setup(lesson: str | None = None, verbose: bool = True) -> Session:
     quiet_libraries()  # first: torch reads its log levels when it loads
 
     import gpufeed
-    from gpufeed.measure.harness import show_noisy_as_marks
     from gpufeed.measure.machine import describe, machine_info
+    from gpufeed.measure.noise import show_noisy_as_marks
     from gpufeed.measure.plotting import use_style
 
     show_noisy_as_marks()

@@ -25,8 +25,10 @@ from dataclasses import dataclass
 
 import torch
 
-from gpufeed.measure.ceilings import MB, Reference, h2d_at, size_label
+from gpufeed.measure.ceilings import h2d_at
 from gpufeed.measure.harness import Measurement, interleave
+from gpufeed.measure.results import Reference
+from gpufeed.measure.units import MB, size_label
 from gpufeed.measure.verdict import CANNOT_TELL, FASTER, SLOWER, compare
 
 #: The image sizes of the course (width, height), from the talks it grew from.

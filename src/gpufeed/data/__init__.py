@@ -8,14 +8,20 @@ Each module holds one piece; none needs the lessons to be used safely:
   folders that appear all at once or not at all; :mod:`~gpufeed.data.arrays`: the same arrays with
   NumPy alone; :mod:`~gpufeed.data.manifest`: the format's names and manifest, which both use.
 * :mod:`~gpufeed.data.loader`: batched loading (one gather per batch), seeded, sharded;
-  :mod:`~gpufeed.data.settings`: a loader's settings, each checked once.
+  :mod:`~gpufeed.data.settings`: a loader's settings, each checked once;
+  :mod:`~gpufeed.data.orders`: the epochs' sample orders (seeded, full or grouped shuffles);
+  :mod:`~gpufeed.data.gather`: rows of every field in one ``index_select`` each, and a dataset a
+  DataLoader fetches a batch at a time; :mod:`~gpufeed.data.streams`: a loader's side stream per
+  device and its ring of buffers, each refilled once the copies out of it are done.
 * :mod:`~gpufeed.data.prefetch`: prefetchers (a CUDA side stream; a thread on the CPU), both run
   on :mod:`~gpufeed.data.producer`'s thread (a bounded queue, errors carried, a quick close).
 * :mod:`~gpufeed.data.movers`: moving nested batches to a device.
 * :mod:`~gpufeed.data.progress_bar`: the one rule for whether a progress bar is drawn (someone
   watches: a terminal or a notebook; not in quick mode, under pytest or CI).
-* :mod:`~gpufeed.data.transforms`: the device transforms, each once: normalise, the ImageNet
-  constants, per-sample crop + flip, :class:`~gpufeed.data.transforms.DeviceAugment`.
+* :mod:`~gpufeed.data.transforms`: the transforms, each once: normalise, the ImageNet constants,
+  per-sample crop + flip; :mod:`~gpufeed.data.cpu_crops`: the CPU's one pass from stored bytes to
+  normalised crops, on a pool of threads; :mod:`~gpufeed.data.device_augment`:
+  :class:`~gpufeed.data.device_augment.DeviceAugment`, both on a whole batch where it lives.
 * :mod:`~gpufeed.data.augment`: per-sample augmentation of whole batches, on any device;
   :mod:`~gpufeed.data.resized`: its RandomResizedCrop for the front door (CPU and device paths).
 * :mod:`~gpufeed.data.image_loader`: the front door, :class:`~gpufeed.data.ImageLoader` (its
@@ -31,9 +37,9 @@ from __future__ import annotations
 
 import importlib
 
-_MODULES = {'arrays', 'augment', 'buffers', 'folder', 'image_loader', 'jpeg', 'loader',
-            'manifest', 'memmap', 'movers', 'prefetch', 'producer', 'progress_bar', 'resized',
-            'settings', 'staging', 'transforms'}
+_MODULES = {'arrays', 'augment', 'buffers', 'cpu_crops', 'device_augment', 'folder', 'gather',
+            'image_loader', 'jpeg', 'loader', 'manifest', 'memmap', 'movers', 'orders', 'prefetch',
+            'producer', 'progress_bar', 'resized', 'settings', 'staging', 'streams', 'transforms'}
 
 __all__ = sorted(_MODULES | {"ImageLoader"})
 

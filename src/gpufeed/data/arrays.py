@@ -43,7 +43,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from gpufeed.data.loader import take_rows
+from gpufeed.data.gather import take_rows
 from gpufeed.data.manifest import (  # noqa: F401 (re-exported)
     DATA,
     MANIFEST,
@@ -108,7 +108,7 @@ class MemmapDataset(Dataset):
     * ``batched=True``: the finished batch ``(images [B, ...], int64 [B])``: without a transform,
       one ``index_select`` per field (lesson 06: one gather instead of B copies), with one, each
       sample transformed and the results stacked. Pass ``collate_fn=no_collate``
-      (:func:`gpufeed.data.loader.no_collate`): the batch is already made.
+      (:func:`gpufeed.data.gather.no_collate`): the batch is already made.
     * ``batched=False``: the samples as a list, as torch datasets do, for the DataLoader's default
       collate (the usual per-sample pipeline of lessons 09-11).
 
@@ -128,7 +128,7 @@ class MemmapDataset(Dataset):
     Example:
         >>> import tempfile, pathlib
         >>> from torch.utils.data import DataLoader
-        >>> from gpufeed.data.loader import no_collate
+        >>> from gpufeed.data.gather import no_collate
         >>> from gpufeed.measure.synth import synth_folder
         >>> from gpufeed.data.memmap import build_memmap
         >>> tmp = pathlib.Path(tempfile.mkdtemp())

@@ -8,12 +8,13 @@ them itself) and ``targets`` ``int64 [B]``. It is lessons 05-09 put together:
 
 * on CUDA, one gather per batch (:class:`gpufeed.data.loader.FastLoader`, lesson 06) into pinned
   memory on a background thread (:class:`gpufeed.data.prefetch.ThreadPrefetcher`, lesson 08), then
-  the copy and the per-sample crop/flip/normalise (:class:`gpufeed.data.transforms.DeviceAugment`,
-  lesson 09) issued on a side stream from a second thread
-  (:class:`gpufeed.data.prefetch.CudaPrefetcher`), ordered with the compute stream by an event and
-  kept alive with ``record_stream``: your loop's ``next()`` does no host work for the next batch;
+  the copy and the per-sample crop/flip/normalise
+  (:class:`gpufeed.data.device_augment.DeviceAugment`, lesson 09) issued on a side stream from a
+  second thread (:class:`gpufeed.data.prefetch.CudaPrefetcher`), ordered with the compute stream
+  by an event and kept alive with ``record_stream``: your loop's ``next()`` does no host work for
+  the next batch;
 * on the CPU, no gather: each sample is cropped, flipped and normalised straight out of the memmap
-  in one pass (:func:`gpufeed.data.transforms.crop_flip_normalize`), eight samples a task, by a
+  in one pass (:func:`gpufeed.data.cpu_crops.crop_flip_normalize`), eight samples a task, by a
   small pool of threads that has the next batch or two queued behind the one it is making.
 
 The crops and flips are drawn on the CPU from a generator seeded by ``(seed, epoch, rank)``: the
@@ -105,11 +106,15 @@ import torch
 from gpufeed.data.arrays import open_arrays
 from gpufeed.data.augment import RATIO
 from gpufeed.data.buffers import FreeBuffers
-from gpufeed.data.loader import FastLoader, SideStreams, seeded_generator
+from gpufeed.data.cpu_crops import crop_pool
+from gpufeed.data.device_augment import DeviceAugment
+from gpufeed.data.loader import FastLoader
+from gpufeed.data.orders import seeded_generator
 from gpufeed.data.prefetch import CudaPrefetcher, ThreadPrefetcher
 from gpufeed.data.resized import ResizedCropAugment
 from gpufeed.data.settings import ImageSettings
-from gpufeed.data.transforms import IMAGENET_MEAN, IMAGENET_STD, DeviceAugment, crop_pool
+from gpufeed.data.streams import SideStreams
+from gpufeed.data.transforms import IMAGENET_MEAN, IMAGENET_STD
 
 
 class ImageLoader:
@@ -140,7 +145,7 @@ class ImageLoader:
         shuffle: a new random order each epoch; False: the stored order.
         group_size: with ``shuffle``, FFCV's ``QUASI_RANDOM`` order for datasets larger than the
             memory: blocks of ``group_size`` neighbouring rows in a random order, each block
-            shuffled within itself (:func:`gpufeed.data.loader.grouped_permutation`), so the reads
+            shuffled within itself (:func:`gpufeed.data.orders.grouped_permutation`), so the reads
             stay inside a few blocks of the file at a time and the page cache needs to hold only
             those. A batch then mixes only a few blocks: build the memmap in a shuffled order
             (``build_memmap(..., order_seed=0)``) so neighbours are not the same class.
@@ -167,7 +172,7 @@ class ImageLoader:
 
     .. warning::
         On the CPU the crops are made by a pool of threads that lives as long as the process
-        (:func:`gpufeed.data.transforms.crop_pool`), so a ``fork`` after the first epoch (a
+        (:func:`gpufeed.data.cpu_crops.crop_pool`), so a ``fork`` after the first epoch (a
         DataLoader's workers, ``multiprocessing``) forks a process with threads. They wait on
         their queue holding no lock and each runs its ops on itself alone (no OpenMP team of its
         own), and a forked child makes its own pool; but prefer the ``spawn`` or ``forkserver``
@@ -344,7 +349,7 @@ class ImageLoader:
 
     def _on_cpu(self, epoch: int, start: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """The CPU: each batch cropped, flipped and normalised straight from the memmap in one pass
-        per sample (:func:`gpufeed.data.transforms.crop_tasks`, eight samples a task: no gathered
+        per sample (:func:`gpufeed.data.cpu_crops.crop_tasks`, eight samples a task: no gathered
         uint8 copy first) by a pool of ``threads`` threads. ``depth`` batches wait in the pool's
         queue behind the one it is making, so it goes from batch to batch without waiting for this
         thread (``make bench`` measures the front door against the other pipelines). The same

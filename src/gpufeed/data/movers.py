@@ -6,7 +6,7 @@ float32 [n_i, 4], "labels": int64 [n_i], "image_id": int64 []}, ...]}``, one dic
 its own number of boxes ``n_i``. ``batch.to(device)`` does not exist for such a thing, so something
 has to walk the structure and move every tensor it finds. ``notebooks/07_dataloader.ipynb``
 (section 3) compares the ways: a hand-written recursive function (:func:`to_device`),
-``torch.utils._pytree.tree_map`` (:func:`pytree_to`), optree where installed (:func:`optree_to`),
+``torch.utils._pytree.tree_map`` and optree's where installed (written out in the lesson),
 and ``TensorDict.to`` (after :func:`as_tensordict`). :mod:`gpufeed.data.prefetch` uses
 :func:`to_device`, :func:`tree_map`, :func:`leaves` and :func:`pin` on whatever batches it is given,
 and :func:`gpufeed.measure.diagnose` walks a learner's batches with them (:func:`batch_size` too).
@@ -173,30 +173,6 @@ def pin(obj):
     if isinstance(obj, (list, tuple)):
         return type(obj)(pin(v) for v in obj)
     return obj
-
-
-def pytree_to(obj, device, non_blocking: bool = False):
-    """The same move with ``torch.utils._pytree.tree_map`` (private API, but what torch uses
-    inside).
-
-    Example:
-        >>> pytree_to([torch.ones(1), {"k": 2}], "cpu")
-        [tensor([1.]), {'k': 2}]
-    """
-    from torch.utils import _pytree
-
-    return _pytree.tree_map(lambda x: x.to(device, non_blocking=non_blocking)
-                            if isinstance(x, torch.Tensor) else x, obj)
-
-
-def optree_to(obj, device, non_blocking: bool = False):
-    """The same move with ``optree.tree_map`` (C++ tree walking; raises ImportError without
-    optree)."""
-    import optree
-
-    return optree.tree_map(lambda x: x.to(device, non_blocking=non_blocking)
-                           if isinstance(x, torch.Tensor) else x, obj,
-                           none_is_leaf=True)
 
 
 def as_tensordict(batch: dict):

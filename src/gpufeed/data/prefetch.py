@@ -234,7 +234,8 @@ class CudaPrefetcher(_Closable):
         dtype, mean, std: convert and normalise the images on the GPU (:func:`prepare`), on the side
             stream; None leaves them as they came (``uint8`` stays ``uint8``).
         transform: applied to each batch on the GPU, on the side stream, after the copy (and
-            :func:`prepare`), e.g. :class:`gpufeed.data.transforms.DeviceAugment`; None: nothing.
+            :func:`prepare`), e.g. :class:`gpufeed.data.device_augment.DeviceAugment`; None:
+            nothing.
             It must return a batch: a ``StopIteration`` from it is raised as a ``RuntimeError``.
         depth: finished batches the queue holds ahead of the one in use (1: one in flight).
         pin_memory: pin batches that are not pinned yet (on the thread, see above).

@@ -1,7 +1,7 @@
 """RandomResizedCrop for whole batches: the ImageNet recipe's crop, drawn per sample, made where
 the batch lives.
 
-:class:`ResizedCropAugment` is :class:`gpufeed.data.transforms.DeviceAugment`'s sibling for
+:class:`ResizedCropAugment` is :class:`gpufeed.data.device_augment.DeviceAugment`'s sibling for
 ``ImageLoader(..., scale=(0.08, 1.0))``: each sample gets a box whose area is a uniform fraction
 ``scale`` of the stored image and whose aspect ratio is log-uniform in ``ratio``
 (:func:`gpufeed.data.augment.crop_boxes`, torchvision's rule), resized to ``size x size`` with
@@ -12,7 +12,7 @@ device. Two ways to the same values:
 * on a GPU, the whole batch at once: :func:`gpufeed.data.augment.crop_resize`, two batched
   matmuls with per-sample resampling matrices (one call per batch, what a GPU does best);
 * on the CPU, one ``interpolate`` per sample straight out of the memmap
-  (:meth:`ResizedCropAugment.tasks`, :data:`gpufeed.data.transforms.GROUP` samples a task on the
+  (:meth:`ResizedCropAugment.tasks`, :data:`gpufeed.data.cpu_crops.GROUP` samples a task on the
   crop pool): the separable kernel
   reads only the box, where the dense matrices would multiply by the whole image.
 
@@ -41,8 +41,8 @@ import torch
 import torch.nn.functional as F
 
 from gpufeed.data.augment import RATIO, SCALE, crop_boxes, crop_resize
+from gpufeed.data.cpu_crops import GROUP
 from gpufeed.data.transforms import (
-    GROUP,
     IMAGENET_MEAN,
     IMAGENET_STD,
     affine,
@@ -128,7 +128,7 @@ class ResizedCropAugment:
         params: tuple[torch.Tensor, torch.Tensor],
         out: torch.Tensor,
     ) -> list[Callable[[], None]]:
-        """The CPU's work as one task per :data:`~gpufeed.data.transforms.GROUP` samples: ``out[i]``
+        """The CPU's work as one task per :data:`~gpufeed.data.cpu_crops.GROUP` samples: ``out[i]``
         = row ``rows[i]`` of ``src`` (the memmap itself), its box ``params[0][i]`` resized, flipped
         if ``params[1][i]``, normalised. Each task writes its own rows of ``out`` (any layout)."""
         rows, boxes, flips = [int(r) for r in rows], params[0].tolist(), params[1].tolist()

@@ -1,10 +1,14 @@
 """gpufeed.measure: measuring, honestly.
 
-* :mod:`~gpufeed.measure.harness`: warm up, sync CUDA, keep every sample, median and spread.
+* :mod:`~gpufeed.measure.harness`: warm up, sync CUDA, keep every sample, median and spread;
+  :mod:`~gpufeed.measure.noise`: when a measurement is noisy, and the ``[noisy]`` line that says so;
+  :mod:`~gpufeed.measure.units`: times, rates and sizes in the units a reader takes in.
 * :mod:`~gpufeed.measure.machine`: what a measurement ran on; :mod:`~gpufeed.measure.results`:
   where measurements are kept, this machine's and the committed GPU references;
   :mod:`~gpufeed.measure.published`: figures others published, shown where no GPU reference is committed.
-* :mod:`~gpufeed.measure.ceilings`: the fastest any pipeline on this machine can go.
+* :mod:`~gpufeed.measure.ceilings`: the fastest any pipeline on this machine can go, measured;
+  :mod:`~gpufeed.measure.storage`: a file read cold and warm, and the storage ladder;
+  :mod:`~gpufeed.measure.rates`: what measured copies bound (GB/s per sample, bandwidth bounds).
 * :mod:`~gpufeed.measure.synth` and :mod:`~gpufeed.measure.photos`: the generated datasets every
   measurement reads; :mod:`~gpufeed.measure.datasets`: every one the lessons and the bench use,
   built at once; :mod:`~gpufeed.measure.lessons`: the lessons, listed once (for the tools too).
@@ -38,7 +42,7 @@ import importlib
 _MODULES = {'ceilings', 'pipelines', 'suite', 'synth', 'machine', 'harness', 'plotting', 'dali', 'results', 'photos',
             'memory', 'peers', 'cpu', 'published', 'progress', 'datasets', 'wording', 'traces', 'diagnosis',
             'findings', 'lessons', 'verdict', 'references', 'evidence', 'bench_report', 'probe', 'report', 'batches',
-            'dataloaders', 'inplace'}
+            'dataloaders', 'inplace', 'noise', 'units', 'storage', 'rates'}
 
 __all__ = sorted(_MODULES | {"diagnose", "watch"})
 

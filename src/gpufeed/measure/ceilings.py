@@ -1,19 +1,20 @@
 """The ceilings of this machine: the fastest any image pipeline on it can possibly go.
 
 * **memcpy**: bytes copied per second in RAM, the bound for anything that touches every byte;
+* **the loader's bounds**: the memmap's images streamed in file order against FastLoader's raw fetch;
 * **host to device**: pageable, pinned (page-locked) and pin-then-copy, where CUDA exists;
 * **JPEG decode**: images per second on one core, the usual bound of a JPEG folder loader;
-* **file read**: a file read with a cold page cache (from the disk) and a warm one (from RAM).
+* **file read**: a file read cold and warm (:mod:`gpufeed.measure.storage`; :func:`make_file` writes it).
 
-Each function returns a :class:`gpufeed.measure.harness.Measurement`. ``notebooks/00_setup.ipynb`` does
-the memcpy one by hand first; ``python -m gpufeed bench`` runs them all.
+Each function returns a :class:`gpufeed.measure.harness.Measurement` (what they bound is worked out
+in :mod:`gpufeed.measure.rates`). ``notebooks/00_setup.ipynb`` does the memcpy one by hand first;
+``python -m gpufeed bench --ceilings`` runs them all (:func:`all_ceilings`).
 
 A machine without CUDA is shown the host-to-device copies of a real GPU instead, labelled with the
 GPU and where the numbers come from: our committed reference (:func:`committed`: lesson 00's own
 file, else ``python -m gpufeed bench --ceilings``'s ``results/<gpu>/ceilings.json``), beside the
 figures NVIDIA published (the sentence and the table that read them are lesson code:
-:func:`gpufeed.course.transfer.h2d_sentence`, :func:`gpufeed.course.transfer.h2d_table`). :func:`storage_ladder` sets this
-machine's page cache and disk beside published NVMe, RAID and network-storage rates.
+:func:`gpufeed.course.transfer.h2d_sentence`, :func:`gpufeed.course.transfer.h2d_table`).
 
 Example:
     >>> m = memcpy(1 << 20, repeats=5)
@@ -26,15 +27,16 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from gpufeed.data.folder import drop_page_cache
+from gpufeed.measure import results
 from gpufeed.measure.harness import Measurement, benchmark, interleave
-
-MB = 1 << 20
+from gpufeed.measure.machine import slug
+from gpufeed.measure.results import Reference
+from gpufeed.measure.storage import file_read
+from gpufeed.measure.units import MB, size_label
 
 
 def _written_bytes(nbytes: int) -> torch.Tensor:
@@ -100,19 +102,6 @@ def sweep_sizes(largest: int, first: int = 1 << 16, step: int = 4) -> list[int]:
         sizes.append(n)
         n *= step
     return [*sizes, largest]
-
-
-def byte_rates(m: Measurement) -> list[float]:
-    """A measurement's samples as GB/s (10^9 bytes), one per sample: what the verdict method
-    compares when two copies moved different byte counts (ratios of times would mislead).
-
-    Example:
-        >>> byte_rates(Measurement("copy", [0.5, 0.25], nbytes=1e9))
-        [2.0, 4.0]
-    """
-    if not m.nbytes:
-        raise ValueError(f"byte_rates: {m.name!r} has no byte count (nbytes) to turn its times into rates")
-    return [m.nbytes / s / 1e9 for s in m.samples]
 
 
 def memcpy_threads(nbytes: int, threads: Sequence[int], repeats: int = 5) -> list[Measurement]:
@@ -188,16 +177,17 @@ def loader_bounds(images: torch.Tensor, batch: int, repeats: int = 5, seed: int 
       (the page cache), as a loader's do; unlike :func:`memcpy`, whose one small buffer stays in the
       CPU cache and bounds nothing. It is the limit of any gather of these rows into that ring.
     * ``batch_fetch``: an epoch of shuffled batches gathered by :class:`~gpufeed.data.loader.FastLoader`
-      (:func:`~gpufeed.data.loader.take_rows` into a ring of ``buffers``), nothing else: the course
+      (:func:`~gpufeed.data.gather.take_rows` into a ring of ``buffers``), nothing else: the course
       pipeline's raw fetch. Two buffers is the least a pipelined loader needs (one batch in use while
       the next is gathered); more is slower once the ring outgrows the CPU's last-level cache (four
       11 MB batches of 240x240 images do not fit 32 MB), since every write then goes to RAM.
 
     Both write into the same ring because the size of the ring, not the order of the rows, sets
     the speed: a stream into one reused buffer keeps its 9.6 MB of writes in a 32 MB L3 and never
-    writes RAM, a ring of two (19 MB) does not (:func:`gpufeed.data.loader.take_rows` has the
-    measurements). ``fetch_fraction(stream, fetch)`` is the number to quote, so both are timed in
-    turns (stream, fetch, stream, fetch, ...: a slow spell of a shared machine slows both), and each
+    writes RAM, a ring of two (19 MB) does not (:func:`gpufeed.data.gather.take_rows` has the
+    measurements). The raw fetch's fraction of the stream (:func:`gpufeed.measure.rates.fetch_fraction`)
+    is the number to quote, so both are timed in turns (stream, fetch, stream, fetch, ...: a slow
+    spell of a shared machine slows both), and each
     sample copies at least ``min_bytes`` in whole epochs (22 epochs of the quick bench's 12.6 MB
     dataset: tens of milliseconds, not the half millisecond of one such epoch, which a scheduler
     tick can double). Returns the two Measurements in that order, in seconds per epoch, with
@@ -209,7 +199,7 @@ def loader_bounds(images: torch.Tensor, batch: int, repeats: int = 5, seed: int 
         >>> stream, fetch = loader_bounds(images, batch=16, repeats=3, min_bytes=1 << 20)
         >>> stream.params["ceiling"], fetch.params["ceiling"], stream.params["epochs"], stream.items
         ('memcpy_stream', 'batch_fetch', 6, 64)
-        >>> stream.params["buffers"] == fetch.params["buffers"] == 2, 0 < fetch_fraction(stream, fetch)
+        >>> stream.params["buffers"] == fetch.params["buffers"] == 2, fetch.items_per_s > 0
         (True, True)
     """
     epochs_of = {"memcpy_stream": _stream_epoch(images, batch, buffers),
@@ -233,53 +223,6 @@ def loader_bounds(images: torch.Tensor, batch: int, repeats: int = 5, seed: int 
         m.samples = [t / epochs for t in m.samples]
         m.items, m.nbytes = n, n * row
     return ms
-
-
-def fetch_fraction(stream: Measurement, fetch: Measurement) -> float:
-    """The raw fetch's images/s over the streaming copy's, from :func:`loader_bounds`: 1 is a
-    shuffled gather as fast as copying the same rows in file order into the same ring.
-
-    Example:
-        >>> stream = Measurement("stream", [0.5], items=100)  # 200 images/s
-        >>> fetch_fraction(stream, Measurement("fetch", [1.0], items=100))
-        0.5
-    """
-    return fetch.items_per_s / stream.items_per_s
-
-
-def pipeline_bytes(crop: int, out_itemsize: int, channels: int = 3) -> int:
-    """Bytes a crop/flip/normalise pipeline must move per image at the least: the ``uint8`` crop
-    read once from the stored image, the output (``out_itemsize`` bytes a value: 4 for float32, 1
-    for the crops as bytes) written once.
-
-    Example:
-        >>> pipeline_bytes(224, 4), pipeline_bytes(224, 1)  # float32 out: 150,528 read + 602,112 written
-        (752640, 301056)
-    """
-    return channels * crop * crop * (1 + out_itemsize)
-
-
-def stream_bytes_per_s(stream: Measurement) -> float:
-    """Bytes/s the streaming copy of :func:`loader_bounds` moved: each row read once and written
-    once, so twice the bytes it copied.
-
-    Example:
-        >>> stream_bytes_per_s(Measurement("stream", [1.0], items=100, nbytes=100 * 1000))
-        200000.0
-    """
-    return 2 * stream.nbytes / stream.median
-
-
-def bandwidth_bound(stream: Measurement, nbytes: int) -> float:
-    """Images/s of a pipeline that moves ``nbytes`` per image (read and written,
-    :func:`pipeline_bytes`) at the rate the streaming copy moved bytes (:func:`stream_bytes_per_s`).
-
-    Example:
-        >>> stream = Measurement("stream", [1.0], items=100, nbytes=100 * 1000)  # 200 kB/s moved
-        >>> bandwidth_bound(stream, 4000)
-        50.0
-    """
-    return stream_bytes_per_s(stream) / nbytes
 
 
 #: The three ways a batch can go from host to device, as ``host_to_device(source=...)`` takes them.
@@ -377,81 +320,6 @@ def make_file(path: str | Path, nbytes: int) -> Path:
     return path
 
 
-def read_file(path: str | Path, chunk: int = 8 * MB) -> int:
-    """Reads a whole file into one reused buffer (no allocation per chunk); returns bytes read."""
-    buf = bytearray(chunk)
-    view = memoryview(buf)
-    total = 0
-    with open(path, "rb", buffering=0) as f:
-        while n := f.readinto(view):
-            total += n
-    return total
-
-
-def storage_bytes() -> int | None:
-    """Bytes this process has had fetched from storage so far (Linux's ``/proc/self/io``
-    ``read_bytes``: page-cache misses, readahead included), or None where the OS does not count.
-
-    Example:
-        >>> n = storage_bytes()
-        >>> n is None or n >= 0
-        True
-    """
-    try:
-        return int(dict(line.split(":", 1) for line in Path("/proc/self/io").read_text().splitlines())["read_bytes"])
-    except (OSError, KeyError, ValueError):
-        return None
-
-
-def file_read(path: str | Path, cold: bool, repeats: int = 5) -> Measurement:
-    """GB/s reading ``path`` whole, with the page cache dropped before each read (``cold``) or not.
-
-    ``params["from_storage"]`` is the median fraction of the file that each read fetched from
-    storage (:func:`storage_bytes`; None where the OS does not count): near 1, the read reached the
-    disk; near 0, the file system served it from RAM whatever was asked (:func:`reached_disk`).
-    """
-    path = Path(path)
-    size = path.stat().st_size
-    setup = (lambda: drop_page_cache(path)) if cold else None
-    fetched = []  # bytes fetched from storage, per read
-
-    def read():
-        before = storage_bytes()
-        read_file(path)
-        after = storage_bytes()
-        if before is not None and after is not None:
-            fetched.append(after - before)
-
-    m = benchmark(read, name=f"read {'cold' if cold else 'warm'} {size_label(size)}",
-                  repeats=repeats, warmup=1, nbytes=size, setup=setup,
-                  params={"nbytes": size, "cold": cold, "fadvise": hasattr(os, "posix_fadvise")})
-    m.params["from_storage"] = sorted(fetched)[len(fetched) // 2] / size if fetched and size else None
-    return m
-
-
-def reached_disk(cold: Measurement, warm: Measurement) -> bool:
-    """Whether a "cold" :func:`file_read` read the disk: it fetched most of the file from storage,
-    where the OS counts that; elsewhere (no count: macOS, Windows), it asked to drop the pages and
-    ran 1.5x slower than ``warm`` at least (a fast disk may then read as cached).
-
-    Example:
-        >>> m = lambda s, **p: Measurement("read", [s], nbytes=1, params={"fadvise": True, **p})
-        >>> reached_disk(m(1.0, from_storage=1.0), m(1.0)), reached_disk(m(3.0, from_storage=0.0), m(1.0))
-        (True, False)
-        >>> reached_disk(m(2.0, from_storage=None), m(1.0)), reached_disk(m(1.2, from_storage=None), m(1.0))
-        (True, False)
-    """
-    share = cold.params.get("from_storage")
-    if share is not None:
-        return share >= 0.5  # a disk as fast as the page cache still counts: its bytes came from it
-    return bool(cold.params.get("fadvise")) and cold.median >= 1.5 * warm.median
-
-
-def size_label(nbytes: int) -> str:
-    """A size in the names of measurements, e.g. ``"256 MB"`` (MiB: ``MB`` is 2**20 bytes here)."""
-    return f"{nbytes / MB:g} MB"
-
-
 def all_ceilings(workdir: str | Path, quick: bool, device: str = "auto") -> list[Measurement]:
     """Every ceiling, at sizes fit for ``quick`` mode or full mode (what ``gpufeed bench`` runs).
 
@@ -490,26 +358,6 @@ def all_ceilings(workdir: str | Path, quick: bool, device: str = "auto") -> list
 H2D_REFERENCES = ("lesson00", "ceilings")
 
 
-@dataclass
-class Reference:
-    """Measurements, the machine they ran on, and where they come from, for a reader.
-
-    Attributes:
-        measurements: what was kept.
-        machine: the machine record (:func:`gpufeed.measure.machine.machine_info`).
-        source: "measured here", or the committed file and the date it was measured.
-    """
-
-    measurements: list[Measurement]
-    machine: dict
-    source: str
-
-    @property
-    def hardware(self) -> str:
-        """The GPU's name where there is one, else the CPU's."""
-        return self.machine.get("gpu") or self.machine.get("cpu") or "an unnamed machine"
-
-
 def committed(keep: Callable[[Measurement], bool], names: Sequence[str] = H2D_REFERENCES) -> Reference | None:
     """The first committed GPU reference among ``names`` holding measurements that ``keep`` selects.
 
@@ -522,9 +370,6 @@ def committed(keep: Callable[[Measurement], bool], names: Sequence[str] = H2D_RE
         >>> ref is None or ref.source.startswith("our reference, `results/")
         True
     """
-    from gpufeed.measure import results
-    from gpufeed.measure.machine import slug
-
     for name in names:
         for ms, doc in results.committed(name, results.has_gpu):
             kept = [m for m in ms if keep(m)]
@@ -539,72 +384,3 @@ def h2d_at(ms: Sequence[Measurement], nbytes: int) -> dict[str, Measurement]:
     """Each source's host-to-device copy of the size nearest ``nbytes``: ``{"pageable": m, ...}``."""
     size = min({m.params["nbytes"] for m in ms}, key=lambda n: abs(math.log(n / nbytes)))
     return {h2d_source(m): m for m in ms if m.params["nbytes"] == size}
-
-
-#: Bytes per second of each unit a published read rate may be given in, over 1e9 (GB/s).
-GB_PER_UNIT = {"GB/s": 1.0, "GB/sec": 1.0, "MB/s": 1e-3, "MiB/s": MB / 1e9, "MiBps": MB / 1e9,
-               "GiB/s": 2**30 / 1e9, "GiBps": 2**30 / 1e9}
-
-
-def published_gb_per_s(figure) -> float:
-    """A published rate (:class:`gpufeed.measure.published.Figure`, kept in its own unit) in GB/s.
-
-    Raises:
-        ValueError: the figure's unit is not a rate listed in :data:`GB_PER_UNIT`.
-
-    Example:
-        >>> from gpufeed.measure import published
-        >>> efs = next(f for f in published.load() if f.id == "efs-per-client-read-write")
-        >>> f"{efs.number()} {efs.unit} = {published_gb_per_s(efs):.3f} GB/s"
-        '512 MiBps = 0.537 GB/s'
-    """
-    if figure.unit not in GB_PER_UNIT:
-        raise ValueError(f"published figure {figure.id!r}: its unit {figure.unit!r} is not a rate this converts "
-                         f"({', '.join(GB_PER_UNIT)}); add it to gpufeed.measure.ceilings.GB_PER_UNIT")
-    return figure.figure * GB_PER_UNIT[figure.unit]
-
-
-@dataclass(frozen=True)
-class Rung:
-    """One rung of the storage ladder: a read rate, what was read, and whose number it is.
-
-    Attributes:
-        what: what the bytes were read from, e.g. "this machine's page cache (a warm read)".
-        gb_per_s: the rate, in GB/s (a published one converted from its own unit).
-        source: "measured here", our reference's source, or the publisher's label and link.
-        published: the number as published, with its unit ("" for ours).
-        ours: measured by the course (here or on a committed reference machine), not by others.
-    """
-
-    what: str
-    gb_per_s: float
-    source: str
-    published: str = ""
-    ours: bool = True
-
-
-def storage_ladder(cold: Measurement | None, warm: Measurement, figures: Sequence = (),
-                   reference: Reference | None = None) -> list[Rung]:
-    """The storage ladder, fastest first: this machine's page cache (``warm``) and disk (``cold``;
-    None where the cold read did not reach the disk, e.g. the file system kept the file cached:
-    then there is no rung for this disk), the same two read on a committed reference machine, and
-    each published read rate of ``figures`` (NVMe, RAID, network storage; :func:`published_gb_per_s`).
-
-    Example:
-        >>> cold = Measurement("read cold", [1.0], nbytes=1e9, params={"cold": True})
-        >>> warm = Measurement("read warm", [0.25], nbytes=1e9, params={"cold": False})
-        >>> [(r.what, r.gb_per_s) for r in storage_ladder(cold, warm)]
-        [("this machine's page cache (a warm read)", 4.0), ("this machine's disk (a cold read)", 1.0)]
-        >>> [r.what for r in storage_ladder(None, warm)]
-        ["this machine's page cache (a warm read)"]
-    """
-    def ours(m: Measurement, whose: str, source: str) -> Rung:
-        what = "disk (a cold read)" if m.params.get("cold") else "page cache (a warm read)"
-        return Rung(f"{whose} {what}", m.gb_per_s, source)
-
-    rungs = [ours(m, "this machine's", "measured here") for m in (warm, cold) if m is not None]
-    if reference is not None:
-        rungs += [ours(m, f"{reference.hardware} node's", reference.source) for m in reference.measurements]
-    rungs += [Rung(f.hardware, published_gb_per_s(f), f"{f.label()}: [{f.title}]({f.url})",
-                   f"{f.number()} {f.unit}", ours=False) for f in figures]
-    return sorted(rungs, key=lambda r: -r.gb_per_s)

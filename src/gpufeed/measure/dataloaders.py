@@ -33,7 +33,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from gpufeed.data.movers import to_device
 from gpufeed.measure.batches import Batches
-from gpufeed.measure.harness import format_rate, format_time
+from gpufeed.measure.units import format_rate, format_time
 from gpufeed.measure.verdict import FASTER, MIN_SAMPLES, Verdict, compare
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, replace
 
-from gpufeed.measure.harness import format_time
+from gpufeed.measure.units import format_time
 
 #: The loop waits for data at least this share of its period: data bound.
 DATA_BOUND = 0.5

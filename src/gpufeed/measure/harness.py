@@ -7,9 +7,9 @@ mistakes it avoids; ``notebooks/00_setup.ipynb`` first uses it):
 * **CUDA synchronised** inside the timed region, since CUDA calls return before the GPU finishes;
 * **raw samples kept**, summarised by the median and the inter-quartile range (IQR), which a few
   slow outliers on a noisy machine do not drag around the way they drag a mean;
-* a **unit chosen for the reader** (ns, us, ms, s; images/s; GB/s) and a **warning** naming the
-  measurement when its spread is large (shown as a ``[noisy]`` line in a notebook:
-  :func:`show_noisy_as_marks`);
+* a **unit chosen for the reader** (ns, us, ms, s; images/s; GB/s: :mod:`gpufeed.measure.units`) and a
+  **warning** naming the measurement when its spread is large (:mod:`gpufeed.measure.noise`; shown as
+  a ``[noisy]`` line in a notebook);
 * the **machine** it ran on, and **JSON** save and load, and a table with **ratios to a baseline**;
 * a **time cap** where a run must fit a slot (``GPUFEED_MEASURE_S``, :func:`gpufeed.config.measure_cap`): each case
   stops sampling once it has spent that long (after at least :data:`MIN_SAMPLES`), and the machine
@@ -32,19 +32,16 @@ Example:
 from __future__ import annotations
 
 import json
-import math
 import statistics
 import time
-import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 from gpufeed.config import measure_cap
-
-#: IQR / median above which a measurement is flagged as noisy (torch.utils.benchmark uses ~10% too).
-NOISY = 0.10
+from gpufeed.measure.noise import NOISY, warn_if_noisy
+from gpufeed.measure.units import format_rate, format_time
 
 FORMAT_VERSION = 1
 
@@ -70,40 +67,6 @@ def _quantiles(samples: Sequence[float]) -> tuple[float, float, float]:
     q1, q2, q3 = statistics.quantiles(samples, n=4, method="inclusive")
     return q1, q2, q3
 
-
-def format_time(seconds: float) -> str:
-    """Seconds in the unit a reader takes in at a glance.
-
-    Example:
-        >>> format_time(3.4e-6), format_time(0.0125), format_time(42.0)
-        ('3.40 us', '12.5 ms', '42.0 s')
-    """
-    if seconds == 0:
-        return "0 s"
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9)):
-        if abs(seconds) >= scale or unit == "ns":
-            return f"{_three_digits(seconds / scale)} {unit}"
-    raise AssertionError("unreachable")
-
-
-def format_rate(per_s: float, unit: str = "") -> str:
-    """A rate with a k/M/G prefix, three significant digits.
-
-    Example:
-        >>> format_rate(1234.5, "images/s"), format_rate(12.3e9, "B/s"), format_rate(2.5)
-        ('1.23 kimages/s', '12.3 GB/s', '2.50')
-    """
-    for prefix, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3), ("", 1.0)):
-        if abs(per_s) >= scale or prefix == "":
-            return f"{_three_digits(per_s / scale)} {prefix}{unit}".rstrip()
-    raise AssertionError("unreachable")
-
-
-def _three_digits(x: float) -> str:
-    if x == 0 or not math.isfinite(x):
-        return f"{x:.2f}"
-    digits = max(0, 2 - int(math.floor(math.log10(abs(x)))))
-    return f"{x:.{digits}f}"
 
 
 @dataclass
@@ -252,7 +215,7 @@ def benchmark(
 
         machine = machine_info()
     m = Measurement(name or getattr(fn, "__name__", "fn"), samples, items, nbytes, dict(params or {}), machine)
-    _warn_if_noisy([m])
+    warn_if_noisy([m])
     return m
 
 
@@ -327,69 +290,9 @@ def interleave(
     per = lambda x, name: x.get(name) if isinstance(x, dict) else x  # noqa: E731  one value, or one per case
     ms = [Measurement(name, samples[name], per(items, name), per(nbytes, name), dict((params or {}).get(name, {})),
                       machine) for name in cases]
-    _warn_if_noisy(ms)
+    warn_if_noisy(ms)
     return ms
 
-
-class NoisyMeasurementWarning(UserWarning):
-    """The spread of a measurement is large: the numbers may not be trustworthy."""
-
-
-def noisy_note(measurements: Iterable[Measurement]) -> str | None:
-    """What a :class:`NoisyMeasurementWarning` says: which measurements are noisy, by name; None
-    when none is. The text holds no number, so that Python, which shows a warning once per text
-    and place, names a case of a sweep once however many sizes it is measured at (each one's
-    spread is in its own ``[noisy]`` mark: :meth:`Measurement.__str__`, :func:`compare`).
-
-    Example:
-        >>> noisy_note([Measurement("pinned", [1.0, 1.5, 2.0]), Measurement("quiet", [1.0, 1.0, 1.0])])
-        'pinned: IQR above 10% of the median; close other programs or raise repeats'
-        >>> noisy_note([Measurement("quiet", [1.0, 1.0])]) is None
-        True
-    """
-    noisy = [m.name for m in measurements if m.noisy]
-    if not noisy:
-        return None
-    return f"{', '.join(noisy)}: IQR above {NOISY:.0%} of the median; close other programs or raise repeats"
-
-
-def _warn_if_noisy(ms: list[Measurement]) -> None:
-    """Warns, naming each noisy measurement: Python shows one message once per place, so each
-    noisy case is named once, where it was measured (3 levels up: the caller of benchmark)."""
-    note = noisy_note(ms)
-    if note:
-        warnings.warn(note, NoisyMeasurementWarning, stacklevel=3)
-
-
-def show_noisy_as_marks() -> None:
-    """From now on, a :class:`NoisyMeasurementWarning` prints as the harness's own mark, one line on
-    stdout beside the cell's numbers (``[noisy] pinned: IQR above 10% of the median; ...``), rather than
-    as Python's warning on stderr, which starts with the file and line that warned (in a notebook,
-    the kernel's temporary file). Other warnings show as before. :func:`gpufeed.setup` calls it;
-    calling it again changes nothing.
-
-    Example:
-        >>> import warnings
-        >>> saved = warnings.showwarning
-        >>> show_noisy_as_marks()
-        >>> with warnings.catch_warnings():
-        ...     warnings.simplefilter("always")
-        ...     _warn_if_noisy([Measurement("pinned", [1.0, 1.5, 2.0])])
-        [noisy] pinned: IQR above 10% of the median; close other programs or raise repeats
-        >>> warnings.showwarning = saved
-    """
-    if getattr(warnings.showwarning, "_noisy_as_marks", False):
-        return
-    shown_before = warnings.showwarning
-
-    def show(message, category, filename, lineno, file=None, line=None):
-        if issubclass(category, NoisyMeasurementWarning):
-            print(f"[noisy] {message}")
-        else:
-            shown_before(message, category, filename, lineno, file, line)
-
-    show._noisy_as_marks = True
-    warnings.showwarning = show
 
 
 def compare(

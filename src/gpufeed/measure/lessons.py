@@ -193,7 +193,7 @@ def _l12(pick, cuda):
 #: Published host-to-device rates, pageable and pinned (NVIDIA's post on data transfers).
 _H2D = ("h2d-pageable-gtx680", "h2d-pinned-gtx680", "h2d-pageable-nvs4200m", "h2d-pinned-nvs4200m")
 
-#: The course, in order (DESIGN.md's outline).
+#: The course, in order.
 LESSONS: tuple[Lesson, ...] = (
     Lesson("00", "00_setup", "Setup and your machine", False, (25, 60), _l00, claims=(
         Claim("No input pipeline on this machine runs faster than its ceilings: copying RAM (buffers four times "

@@ -28,6 +28,10 @@ from pathlib import Path
 
 from gpufeed import config
 
+#: Bytes per second of each unit a published read rate may be given in, over 1e9 (GB/s).
+GB_PER_UNIT = {"GB/s": 1.0, "GB/sec": 1.0, "MB/s": 1e-3, "MiB/s": 2**20 / 1e9, "MiBps": 2**20 / 1e9,
+               "GiB/s": 2**30 / 1e9, "GiBps": 2**30 / 1e9}
+
 #: Every field a figure must have (``note``, our reading of the source where it needs one, is optional).
 FIELDS = ("id", "lessons", "figure", "unit", "measured", "hardware", "publisher", "title", "url", "quote")
 
@@ -69,6 +73,23 @@ class Figure:
         """The figure written as published (no rounding), with thousands separators: ``'2,470'``."""
         return f"{int(self.figure):,}" if self.figure.is_integer() else f"{self.figure:,}"
 
+    @property
+    def gb_per_s(self) -> float:
+        """The figure, a published read or copy rate kept in its own unit, in GB/s (10^9 bytes/s).
+
+        Raises:
+            ValueError: the unit is not a rate listed in :data:`GB_PER_UNIT`.
+
+        Example:
+            >>> efs = next(f for f in load() if f.id == "efs-per-client-read-write")
+            >>> f"{efs.number()} {efs.unit} = {efs.gb_per_s:.3f} GB/s"
+            '512 MiBps = 0.537 GB/s'
+        """
+        if self.unit not in GB_PER_UNIT:
+            raise ValueError(f"published figure {self.id!r}: its unit {self.unit!r} is not a rate this converts "
+                             f"({', '.join(GB_PER_UNIT)}); add it to gpufeed.measure.published.GB_PER_UNIT")
+        return self.figure * GB_PER_UNIT[self.unit]
+
     def reading(self) -> str:
         """The figure in a reader's units where its published unit is hard to take in, as words to
         put after it (``""`` otherwise): a time per N images becomes a time per image and images/s.
@@ -78,7 +99,7 @@ class Figure:
             >>> f(2541465.3, "us per 1000 images").reading(), f(2470.0, "images/s").reading()
             (' (2.54 ms per image, 393 images/s)', '')
         """
-        from gpufeed.measure.harness import format_time
+        from gpufeed.measure.units import format_time
 
         m = re.fullmatch(r"us per ([\d,]+) images?", self.unit)
         if not m or self.figure <= 0:

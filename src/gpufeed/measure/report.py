@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from gpufeed.measure.findings import COMPUTE_BOUND, DATA_BOUND, WORTH, efficiency_bounds, say_all
-from gpufeed.measure.harness import format_rate, format_time
+from gpufeed.measure.units import format_rate, format_time
 from gpufeed.measure.verdict import FASTER, compare
 
 

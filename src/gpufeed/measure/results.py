@@ -2,7 +2,8 @@
 
 A lesson saves what it measured with :func:`save_lesson` (under :func:`gpufeed.config.results_dir`,
 one folder per machine), and a CPU-only machine shows a GPU's numbers with :func:`reference`,
-read from the repository's ``results/<machine>/`` (e.g. ``results/h200/lesson00.json``).
+read from the repository's ``results/<machine>/`` (e.g. ``results/h200/lesson00.json``); a
+:class:`Reference` carries such measurements to a reader with their machine and source.
 
 Example:
     >>> import os, tempfile
@@ -23,12 +24,37 @@ Example:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from gpufeed import config
 from gpufeed.measure import harness as bench
 from gpufeed.measure import published
 from gpufeed.measure.machine import machine_info, slug
+
+
+@dataclass
+class Reference:
+    """Measurements, the machine they ran on, and where they come from, for a reader.
+
+    Attributes:
+        measurements: what was kept.
+        machine: the machine record (:func:`gpufeed.measure.machine.machine_info`).
+        source: "measured here", or the committed file and the date it was measured.
+
+    Example:
+        >>> Reference([], {"gpu": "NVIDIA H100 80GB HBM3", "cpu": "AMD EPYC"}, "measured here").hardware
+        'NVIDIA H100 80GB HBM3'
+    """
+
+    measurements: list[bench.Measurement]
+    machine: dict
+    source: str
+
+    @property
+    def hardware(self) -> str:
+        """The GPU's name where there is one, else the CPU's."""
+        return self.machine.get("gpu") or self.machine.get("cpu") or "an unnamed machine"
 
 
 def machine_dir(info: dict | None = None) -> Path:

@@ -11,7 +11,7 @@ the memmap's distinct images copied in file order into a ring of two buffers, an
 the course's raw shuffled gather (FastLoader alone) into the same ring; the summary prints the fetch
 as a fraction of the stream, and the course's pipelines against their bandwidth bound (the bytes
 each must read and write per image at the stream's rate,
-:func:`gpufeed.measure.ceilings.bandwidth_bound`). Each loader's peak memory (PSS of the process and
+:func:`gpufeed.measure.rates.bandwidth_bound`). Each loader's peak memory (PSS of the process and
 its workers, :mod:`gpufeed.measure.memory`) and the cores it kept busy (:mod:`gpufeed.measure.cpu`)
 sit beside its speed. ``--peers`` adds FFCV, SPDL and torchdata.nodes where installed
 (:mod:`gpufeed.measure.peers`), each in its own process.
@@ -27,7 +27,9 @@ and ``results.partial.json`` as each pipeline finishes (what a run cut short kee
 A pass is a whole epoch, or, under a time cap per case (``GPUFEED_MEASURE_S``,
 :func:`gpufeed.config.measure_cap`; ``make test-gpu`` sets it), as many batches as fit the
 cap, sized from two probe batches (``passes`` in the results says how many; the naive loader at
-the GPU size takes half a minute an epoch).
+the GPU size takes half a minute an epoch). DALI's passes end once its threads are idle
+(:func:`ending_idle`): it goes on making the next batches after the last one a pass takes, work
+that would otherwise run while the next case is timed.
 
 Example:
     >>> rows = records_from({"naive": 2.0, "course": 0.1}, {"naive": 4.0, "course": 3.0, "resident": 2.9},
@@ -102,7 +104,7 @@ def train(batches: Iterable, step: Callable, limit: int) -> int:
 
 
 #: Bytes a value of the course's pipelines' output, by name in :func:`sources`: what each must write
-#: per pixel, for its bandwidth bound (:func:`gpufeed.measure.ceilings.pipeline_bytes`).
+#: per pixel, for its bandwidth bound (:func:`gpufeed.measure.rates.pipeline_bytes`).
 OUT_ITEMSIZE = {"course": torch.float32.itemsize, "course_uint8": torch.uint8.itemsize}
 
 
@@ -125,10 +127,18 @@ def sources(data: pipelines.Data, w: Workload, device, *, workers: int, dali: bo
 def dali_source(data: pipelines.Data, w: Workload, device, threads: int) -> Callable:
     """DALI's ``epoch()``. The pipeline is built at the first call, not before: its C++ threads
     must not exist yet when a DataLoader forks its workers (a fork copies a lock that another
-    thread holds as held, forever)."""
+    thread holds as held, forever).
+
+    An epoch ends only once DALI's threads are idle (:func:`wait_idle`; on CUDA, the device
+    synchronised too): each batch taken schedules the pipeline's next run, so when the last batch
+    of an epoch is handed over DALI goes on making the next epoch's first batches (about 0.1 to 0.2
+    CPU seconds at lesson 11's site size), which would otherwise run while the case timed after it
+    is measured. A pass that runs an epoch to its end pays for that work itself; a pass that stops
+    before the end (``itertools.islice``) leaves it running."""
     from gpufeed.measure import dali as gdali
 
     made = []
+    cuda = torch.device(device).type == "cuda"
 
     def epoch():  # with auto_reset, the iterator rewinds itself after each full epoch
         if not made:
@@ -141,8 +151,53 @@ def dali_source(data: pipelines.Data, w: Workload, device, threads: int) -> Call
         for batch in made[0]:
             images, labels = gdali.unpack(batch)
             yield images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+        wait_idle()  # the epoch has ended: DALI's work ahead is this pass's, not the next case's
+        if cuda:
+            torch.cuda.synchronize()
 
     return epoch
+
+
+def ending_idle(name: str, run: Callable[[], int]) -> Callable[[], int]:
+    """``run`` (a timed pass of pipeline ``name``, returning images) ending only once this process's
+    threads are idle (:func:`wait_idle`) where the pipeline works ahead on them after the last batch
+    a pass takes (DALI); the others' ``run`` itself. A pass of an endless stream stops at a batch,
+    not at an epoch's end, so :func:`dali_source`'s own drain does not run there: without this, DALI's
+    next batches (0.18 to 0.23 CPU s at lesson 11's site size) were made while the next case was timed.
+
+    Example:
+        >>> ending_idle("course", len) is len
+        True
+    """
+    if name != "dali":
+        return run
+
+    def ended() -> int:
+        seen = run()
+        wait_idle()
+        return seen
+
+    return ended
+
+
+def wait_idle(most_s: float = 2.0, window_s: float = 0.01, share: float = 0.3) -> float:
+    """Waits until the threads of this process use less than ``share`` of a core over ``window_s``
+    seconds (``time.process_time``: a cheap read, so the wait does not measure itself), at most
+    ``most_s``; returns the seconds it waited (at least one window). Threads only: DALI's work
+    ahead runs on threads of this process; DataLoader workers do not work ahead once their epoch
+    has ended.
+
+    Example:
+        >>> 0.01 <= wait_idle() < 2.0  # nothing runs here
+        True
+    """
+    start = time.perf_counter()
+    while time.perf_counter() - start < most_s:
+        cpu = time.process_time()
+        time.sleep(window_s)
+        if time.process_time() - cpu < share * window_s:
+            break
+    return time.perf_counter() - start
 
 
 def memmap_build_seconds(data: pipelines.Data, w: Workload, workers: int = 1) -> float:
@@ -216,8 +271,8 @@ def run(out: str | Path, *, quick: bool, device, workload: Workload | None = Non
 def _run(out: Path, quick: bool, device: torch.device, workload: Workload | None, repeats: int | None,
          dali: bool | None, threads: int, peers: bool, log: Callable[[str], None]) -> Path:
     from gpufeed import config
-    from gpufeed.measure import ceilings
     from gpufeed.measure import dali as gdali
+    from gpufeed.measure import rates
     from gpufeed.measure.cpu import CoresBusy
     from gpufeed.measure.machine import usable_cores
     from gpufeed.measure.memory import PeakPss
@@ -257,7 +312,7 @@ def _run(out: Path, quick: bool, device: torch.device, workload: Workload | None
             passes[name] = k
             images["loader"][name] = k * w.batch
             with PeakPss() as p, CoresBusy() as c:
-                ms.append(bench.benchmark(lambda s=s, k=k: consume(s, k), name=f"{name} loader", warmup=1,
+                ms.append(bench.benchmark(ending_idle(name, lambda s=s, k=k: consume(s, k)), name=f"{name} loader", warmup=1,
                                           repeats=repeats, items=k * w.batch,
                                           params={"pipeline": name, "mode": "loader", "pass_batches": k}))
             peak[name], busy[name] = p.peak, c.cores
@@ -271,8 +326,8 @@ def _run(out: Path, quick: bool, device: torch.device, workload: Workload | None
             log(f"  {m}")
         stream = bounds[0]
         # the course's pipelines against the bytes they must move per image at the stream's rate
-        moved = {name: ceilings.pipeline_bytes(w.crop, size) for name, size in OUT_ITEMSIZE.items()}
-        bandwidth = {name: ceilings.bandwidth_bound(stream, n) for name, n in moved.items()}
+        moved = {name: rates.pipeline_bytes(w.crop, size) for name, size in OUT_ITEMSIZE.items()}
+        bandwidth = {name: rates.bandwidth_bound(stream, n) for name, n in moved.items()}
         peer_ms: list[bench.Measurement] = []
         if peers:
             from gpufeed.measure import peers as gpeers
@@ -288,7 +343,7 @@ def _run(out: Path, quick: bool, device: torch.device, workload: Workload | None
             steps = min(fitting(lambda b, s=s: train(s, step, b), steps, cap, repeats) for s in trainable.values())
             images["train"] = steps * w.batch
         passes["train"] = steps
-        trained = bench.interleave({n: (lambda s=s: train(s, step, steps)) for n, s in trainable.items()},
+        trained = bench.interleave({n: ending_idle(n, lambda s=s: train(s, step, steps)) for n, s in trainable.items()},
                                    repeats=repeats, items=images["train"],
                                    params={n: {"pipeline": n, "mode": "train", "pass_batches": steps}
                                            for n in trainable},
@@ -326,8 +381,8 @@ def _run(out: Path, quick: bool, device: torch.device, workload: Workload | None
                       ceilings={"loader_images_per_s": round(loader_ceiling, 1), "wire": wire.name,
                                 "bytes_per_image": per_image,
                                 **{f"{k}_images_per_s": round(v, 1) for k, v in bound_rates.items()},
-                                "fetch_of_stream": float(f"{ceilings.fetch_fraction(*bounds):.3g}"),
-                                "stream_gb_per_s": round(ceilings.stream_bytes_per_s(stream) / 1e9, 2),  # read + written
+                                "fetch_of_stream": float(f"{rates.fetch_fraction(*bounds):.3g}"),
+                                "stream_gb_per_s": round(rates.stream_bytes_per_s(stream) / 1e9, 2),  # read + written
                                 "bandwidth_bound": {name: {"bytes_per_image": moved[name],
                                                            "images_per_s": round(bandwidth[name], 1)}
                                                     for name in moved}},

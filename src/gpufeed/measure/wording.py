@@ -82,3 +82,14 @@ def versus(a: float, b: float, bold: bool = True) -> str:
     """
     return times(a / b, more="as fast as", less="slower than", same="about as fast as", flat=0.05, digits=1,
                  bold=bold)
+
+
+def sentences(*parts: str) -> str:
+    """The non-empty ``parts`` as one paragraph, a space between two: a reading built from optional
+    sentences (a cause only where there is one) has no double spaces.
+
+    Example:
+        >>> sentences("2.00x faster.", "", "One likely cause, not measured here: the copies.")
+        '2.00x faster. One likely cause, not measured here: the copies.'
+    """
+    return " ".join(p for p in parts if p)

@@ -45,7 +45,7 @@ The rules it models, and where CUDA or PyTorch state them:
   (``torch/cuda/_sanitizer.py``): vector clocks over the host and the streams
   (:mod:`~gpufeed.simcuda.clocks`).
 
-What it leaves out: timing (the timeline is nominal, a drawing aid), the number of copy engines
+What it leaves out: timing (the timeline is nominal, a drawing aid: :mod:`~gpufeed.simcuda.nominal`), the number of copy engines
 and any other limit on concurrency, several devices and peer copies, CUDA graphs, IPC and CUDA in
 other processes (DataLoader workers with CUDA, ``torch.multiprocessing`` sharing), autograd's
 backward on simulated tensors, per-thread default streams, stream priorities, events'
@@ -56,7 +56,9 @@ without a meta kernel (it runs at once, after its stream's earlier work: counted
 ``sim.stats["eager"]``, never a race missed but a schedule less hostile).
 """
 
-from gpufeed.simcuda.device import CudaRaceError, NominalSpeeds, Simulator, Span
+from gpufeed.simcuda.clocks import CudaRaceError
+from gpufeed.simcuda.device import Simulator
+from gpufeed.simcuda.nominal import NominalSpeeds, Span
 from gpufeed.simcuda.patch import active, simulated_cuda
 from gpufeed.simcuda.tensor import SimTensor
 

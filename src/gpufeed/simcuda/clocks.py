@@ -9,7 +9,9 @@ says done). Two accesses to the same memory, one of them a write, by actors wher
 happened before the other, are a race: CUDA does not order them, so the GPU may run them either
 way round. This is the check that PyTorch's CUDA Stream Sanitizer makes on a real GPU
 (``torch/cuda/_sanitizer.py``, "CSAN": ``TORCH_CUDA_SANITIZER=1``), made here on simulated work
-so that it does not depend on which order the simulator happened to run things in.
+so that it does not depend on which order the simulator happened to run things in. A race found
+raises :class:`CudaRaceError`, which says it in words (:func:`explain`); :func:`issuer` names the
+line of the program that issued an access.
 
 Example:
     >>> log = AccessLog()
@@ -25,6 +27,7 @@ Example:
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 
 #: actor -> the last of its steps known to have happened before (a vector clock)
@@ -101,3 +104,45 @@ class AccessLog:
                 race = Race("write after read", read, access)
         self.last_write, self.reads = access, {}
         return race
+
+
+class CudaRaceError(RuntimeError):
+    """Two accesses to the same memory that nothing orders, one of them a write (see :func:`explain`)."""
+
+    def __init__(self, race: Race, memory: str):
+        super().__init__(explain(race, memory))
+        self.race = race
+
+
+def explain(race: Race, memory: str) -> str:
+    """A race in words: what touched the memory, where, and the call that would order them."""
+    first, then = race.earlier, race.later
+    host_first, host_then = first.actor == "host", then.actor == "host"
+    if host_then and race.kind == "write after read":
+        fix = ("the host overwrote a pinned buffer whose non_blocking copy may not have run yet: wait for an "
+               "event recorded after the copy (event.synchronize()) before reusing the buffer")
+    elif host_then:
+        fix = ("the host read memory that a non_blocking copy writes later: call event.synchronize() (or "
+               "torch.cuda.synchronize()) before reading it")
+    elif host_first:
+        fix = "a copy from a pinned buffer the host changed afterwards without waiting for it"
+    elif race.kind == "write after read":
+        fix = (f"the memory was freed by the host and handed out again while {called(first.actor)} could still "
+               "read it: call tensor.record_stream(stream) when another stream starts using a tensor, or make the "
+               "streams wait for each other")
+    else:
+        fix = (f"make {called(then.actor)} wait for {called(first.actor)} first (wait_stream, or wait_event on an "
+               "event recorded after that work)")
+    return (f"unsynchronised access to {memory} ({race.kind}): {then.describe()} may run before or while "
+            f"{first.describe()}, because nothing orders them; {fix}. (simulated CUDA)")
+
+
+def issuer() -> str:
+    """The first frame outside torch, the simulator and the standard library: who issued this."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not any(part in name for part in ("/torch/", "simcuda", "/lib/python3", "<frozen")):
+            return f"{name.rsplit('/', 1)[-1]}:{frame.f_lineno} in {frame.f_code.co_name}"
+        frame = frame.f_back
+    return ""

@@ -20,102 +20,27 @@ wrong values it produces. When the host polls ``query()``, the work it polls for
 ``query()`` poll, which no debug mode reports; :attr:`Simulator.waits_by_thread` says which thread
 waited, since a wait on a helper thread costs the training loop nothing).
 
-**The nominal timeline** places each step on its stream at a made-up, fixed speed (copies at
-:attr:`NominalSpeeds.copy_gb_s`, kernels at :attr:`NominalSpeeds.kernel_gb_s`, a launch every
-:attr:`NominalSpeeds.launch_us`), after the steps it follows and waits for: a drawing of what may
-overlap what, not of CUDA's speed.
+**The nominal timeline** (:mod:`~gpufeed.simcuda.nominal`) places each step on its stream at
+made-up, fixed speeds: a drawing of what may overlap what, not of CUDA's speed.
 """
 
 from __future__ import annotations
 
 import contextlib
 import random
-import sys
 import threading
 import time
 import warnings
 from collections import Counter, deque
-from dataclasses import dataclass
 
 import torch
 
-from gpufeed.simcuda.clocks import Access, AccessLog, Race, called, joined
+from gpufeed.simcuda.clocks import Access, AccessLog, CudaRaceError, Race, issuer, joined
 from gpufeed.simcuda.memory import Block, DeviceAllocator, HostAllocator
-from gpufeed.simcuda.streams import SimEvent, SimStream, Work
+from gpufeed.simcuda.nominal import NominalSpeeds, Span, spans
+from gpufeed.simcuda.streams import SimEvent, SimStream, Work, may_run, pace
 
 SYNC_MESSAGE = "called a synchronizing CUDA operation"  # torch's words (c10/cuda/CUDAFunctions.cpp)
-PACES = ("lazy", "eager", "lag 1", "lag 2", "lag 3")
-
-
-class CudaRaceError(RuntimeError):
-    """Two accesses to the same memory that nothing orders, one of them a write (see :func:`explain`)."""
-
-    def __init__(self, race: Race, memory: str):
-        super().__init__(explain(race, memory))
-        self.race = race
-
-
-def explain(race: Race, memory: str) -> str:
-    """A race in words: what touched the memory, where, and the call that would order them."""
-    first, then = race.earlier, race.later
-    host_first, host_then = first.actor == "host", then.actor == "host"
-    if host_then and race.kind == "write after read":
-        fix = ("the host overwrote a pinned buffer whose non_blocking copy may not have run yet: wait for an "
-               "event recorded after the copy (event.synchronize()) before reusing the buffer")
-    elif host_then:
-        fix = ("the host read memory that a non_blocking copy writes later: call event.synchronize() (or "
-               "torch.cuda.synchronize()) before reading it")
-    elif host_first:
-        fix = "a copy from a pinned buffer the host changed afterwards without waiting for it"
-    elif race.kind == "write after read":
-        fix = (f"the memory was freed by the host and handed out again while {called(first.actor)} could still "
-               "read it: call tensor.record_stream(stream) when another stream starts using a tensor, or make the "
-               "streams wait for each other")
-    else:
-        fix = (f"make {called(then.actor)} wait for {called(first.actor)} first (wait_stream, or wait_event on an "
-               "event recorded after that work)")
-    return (f"unsynchronised access to {memory} ({race.kind}): {then.describe()} may run before or while "
-            f"{first.describe()}, because nothing orders them; {fix}. (simulated CUDA)")
-
-
-@dataclass
-class NominalSpeeds:
-    """The made-up, fixed speeds of the device that the nominal timeline is drawn on, and the
-    nominal duration of a step at them: not CUDA's speed, only what may overlap what."""
-
-    copy_gb_s: float = 25.0  # host <-> device copies
-    kernel_gb_s: float = 1500.0  # bytes a kernel reads and writes
-    launch_us: float = 5.0  # the host's time to issue one step
-    #: the host's own memcpy, in *real* time: when set, pinning a tensor and staging a copy from
-    #: pageable memory make the thread that does it sleep ``nbytes / host_gb_s`` (a sleep releases
-    #: the GIL, as torch's copies do), so that a test can see on which thread that host work runs.
-    #: None: they take only the CPU's own (tiny) time.
-    host_gb_s: float | None = None
-
-    def ms(self, work: Work) -> float:
-        """How long ``work`` takes on the nominal timeline, in milliseconds.
-
-        Example:
-            >>> from gpufeed.simcuda.streams import Work
-            >>> NominalSpeeds().ms(Work(None, 0, "copy", "copy", nbytes=50_000_000))  # 50 MB at 25 GB/s
-            2.0
-        """
-        if work.kind == "busy":
-            return work.busy_ms
-        rate = self.copy_gb_s if work.kind == "copy" else self.kernel_gb_s
-        return work.nbytes / (rate * 1e6) if work.kind in ("copy", "kernel") else 0.0
-
-
-@dataclass(frozen=True)
-class Span:
-    """One stream's copy or kernel on the nominal timeline, from ``start`` to ``end`` (milliseconds);
-    ``stage`` is ``"copy"`` or ``"compute"``. The fields of :class:`gpufeed.course.timeline.Interval`,
-    which draws it."""
-
-    resource: str
-    stage: str
-    start: float
-    end: float
 
 
 class Simulator:
@@ -154,12 +79,7 @@ class Simulator:
         return self._ids - 1  # the default stream is 0, as in CUDA
 
     def policy_for(self, stream: SimStream) -> str:
-        default = stream.stream_id == 0
-        if self.seed == 0:
-            return "lazy"
-        if self.seed in (1, 2):
-            return "lazy" if default == (self.seed == 1) else "eager"
-        return self.rng.choice(PACES)
+        return pace(self.seed, self.rng, default=stream.stream_id == 0)
 
     def check_device(self, device) -> None:
         if device is None or isinstance(device, torch.Stream):
@@ -223,7 +143,7 @@ class Simulator:
             stream.last_end = work.end
             stream.ends.append(work.end)
             stream.queue.append(work)  # queued even if it races: the program goes on (races="record")
-            where, found = _caller(), []
+            where, found = issuer(), []
             for block in reads:
                 found.append((block, block.log.read(Access(stream, work.step, what, where), work.clock)))
             for block in writes:
@@ -280,7 +200,7 @@ class Simulator:
 
     def report_sync(self, what: str) -> None:
         """A sync that ``torch.cuda.set_sync_debug_mode`` reports: counted, and raised or warned as set."""
-        self.syncs.append(f"{what} ({_caller()})")
+        self.syncs.append(f"{what} ({issuer()})")
         if self.debug_mode == 2:
             raise RuntimeError(SYNC_MESSAGE)
         if self.debug_mode == 1:
@@ -353,16 +273,9 @@ class Simulator:
         while moved:
             moved = False
             for stream in list(self.streams.values()):
-                while stream.queue and self._may_run(stream) and all(o.done >= s for o, s in stream.queue[0].deps):
+                while stream.queue and may_run(stream) and all(o.done >= s for o, s in stream.queue[0].deps):
                     self._execute(stream.queue[0])
                     moved = True
-
-    def _may_run(self, stream: SimStream) -> bool:
-        if stream.policy == "eager":
-            return True
-        if stream.policy.startswith("lag"):
-            return len(stream.queue) > int(stream.policy.split()[1])
-        return False
 
     # --- memory ---------------------------------------------------------------------------------
     def allocate(self, nbytes: int, stream: SimStream, dtype: torch.dtype, label: str) -> tuple[Block, bool]:
@@ -413,7 +326,7 @@ class Simulator:
     def host_touches(self, block: Block, write: bool, what: str) -> None:
         with self.lock:
             self.host_clock["host"] += 1
-            access = Access("host", self.host_clock["host"], what, _caller())
+            access = Access("host", self.host_clock["host"], what, issuer())
             log = block.log
             self._check(block, log.write(access, self.host_clock) if write else log.read(access, self.host_clock))
 
@@ -465,12 +378,7 @@ class Simulator:
             [('side stream 1', 'copy', 2.0), ('default stream', 'compute', 3.0)]
         """
         rows = [s for s in self.streams.values() if streams is None or s in streams]
-        out = []
-        for work in sorted((w for s in rows for w in self.issued_work(s)), key=lambda w: w.start):
-            if work.kind in ("copy", "kernel", "busy") and work.end > work.start:
-                stage = "copy" if work.kind == "copy" or work.what == "copy" else "compute"
-                out.append(Span(work.stream.name, stage, work.start, work.end))
-        return out
+        return spans(w for s in rows for w in self.issued_work(s))
 
     def issued_work(self, stream: SimStream) -> list[Work]:
         """Every step issued on ``stream``, run or not, in order."""
@@ -485,12 +393,3 @@ class Simulator:
                 self._learn(stream.clock)
 
 
-def _caller() -> str:
-    """The first frame outside torch, the simulator and the standard library: who issued this."""
-    frame = sys._getframe(2)
-    while frame is not None:
-        name = frame.f_code.co_filename
-        if not any(part in name for part in ("/torch/", "simcuda", "/lib/python3", "<frozen")):
-            return f"{name.rsplit('/', 1)[-1]}:{frame.f_lineno} in {frame.f_code.co_name}"
-        frame = frame.f_back
-    return ""

@@ -26,7 +26,8 @@ import warnings
 import torch
 
 from gpufeed.simcuda import copies, tensor
-from gpufeed.simcuda.device import NominalSpeeds, Simulator
+from gpufeed.simcuda.device import Simulator
+from gpufeed.simcuda.nominal import NominalSpeeds
 
 
 def _cuda_functions(sim: Simulator) -> dict:
@@ -144,10 +145,10 @@ def simulated_cuda(seed: int = 0, *, races: str = "raise", speeds: NominalSpeeds
         seed: the schedule: 0 runs every step as late as the program's synchronisation allows;
             other seeds are other legal orders (:mod:`~gpufeed.simcuda.device`).
         races: ``"raise"`` (default): an unsynchronised access raises
-            :class:`~gpufeed.simcuda.device.CudaRaceError` where it is found;
+            :class:`~gpufeed.simcuda.clocks.CudaRaceError` where it is found;
             ``"record"``: it is only listed in ``sim.races`` and the program runs on with whatever
             values the schedule gives (how lesson 08 shows the wrong batches).
-        speeds: the nominal device of the timeline (:class:`~gpufeed.simcuda.device.NominalSpeeds`).
+        speeds: the nominal device of the timeline (:class:`~gpufeed.simcuda.nominal.NominalSpeeds`).
 
     Yields:
         The :class:`~gpufeed.simcuda.device.Simulator`: ``sim.syncs``, ``sim.waits``,

@@ -167,3 +167,33 @@ class SimEvent:
     def __repr__(self) -> str:
         where = f"step {self.step} of {self.stream.name}" if self.stream is not None else "not recorded"
         return f"<simulated CUDA event at {where}>"
+
+
+#: A stream's pace: when the scheduler runs its queued work (see :mod:`gpufeed.simcuda.device`).
+PACES = ("lazy", "eager", "lag 1", "lag 2", "lag 3")
+
+
+def pace(seed: int, rng, *, default: bool) -> str:
+    """The pace of a new stream under ``seed``: all lazy under seed 0; under seed 1 the default
+    stream lazy and side streams eager, seed 2 the reverse; from seed 3 on, drawn from ``rng``.
+
+    Example:
+        >>> import random
+        >>> pace(0, random.Random(0), default=False), pace(1, random.Random(0), default=False)
+        ('lazy', 'eager')
+    """
+    if seed == 0:
+        return "lazy"
+    if seed in (1, 2):
+        return "lazy" if default == (seed == 1) else "eager"
+    return rng.choice(PACES)
+
+
+def may_run(stream: SimStream) -> bool:
+    """Whether ``stream``'s pace lets its next step run before the host waits for it: always if
+    eager, while more than k steps are queued if it lags k, never if lazy."""
+    if stream.policy == "eager":
+        return True
+    if stream.policy.startswith("lag"):
+        return len(stream.queue) > int(stream.policy.split()[1])
+    return False

@@ -1,5 +1,5 @@
 """Lesson 03's own helpers: the sentences that read the dtype and transfer-order measurements
-(:mod:`.readings`).
+(:mod:`.reading`).
 
 Taught in ``notebooks/03_dtypes.ipynb``.
 """

@@ -2,10 +2,9 @@
 
 Lesson 06 reads one memmap dataset (:func:`write_dataset`), four times larger than the memory
 the reading process may use, in two orders: a full shuffle (``torch.randperm``) and the grouped
-shuffle FFCV calls ``QUASI_RANDOM`` (:func:`gpufeed.data.loader.grouped_permutation`). Each epoch
-runs in a reader process started for it (:func:`read_epoch`), or one after another in one reader
-process (:func:`read_epochs`: one interpreter start, and for ImageLoader one torch import, about
-3 s of CPU, for all of them); each starts with none of the file in the page cache and reports
+shuffle FFCV calls ``QUASI_RANDOM`` (:func:`gpufeed.data.orders.grouped_permutation`). The epochs run
+one after another in one reader process (:func:`read_epochs`: one interpreter start, and for
+ImageLoader one torch import, about 3 s of CPU, for all of them); each starts with none of the file in the page cache and reports
 images/s and the bytes it read from the disk (psutil's ``io_counters().read_bytes``: what
 reached the block device, read-ahead included). Two readers:
 
@@ -161,42 +160,33 @@ def write_dataset(folder: str | os.PathLike, source: np.ndarray, rows: int) -> P
     return folder
 
 
-def read_epoch(dataset: str | os.PathLike, order: np.ndarray, batch: int, limit: int, *,
-               reader: str = "numpy", advice: str = "normal", group: int | None = None,
-               seed: int = 0) -> dict:
-    """One epoch's first ``len(order)`` images of ``dataset`` (:func:`write_dataset`) in
-    ``order``, batches of ``batch``, in a new process held to ``limit`` bytes, starting with the
-    file out of the cache.
+def read_epochs(dataset: str | os.PathLike, runs: Sequence[tuple[np.ndarray, dict]], batch: int,
+                limit: int, *, reader: str = "numpy", seed: int = 0) -> list[dict]:
+    """Reads each ``(order, options)`` of ``runs``: the first ``len(order)`` images of ``dataset``
+    (:func:`write_dataset`) in ``order``, batches of ``batch``, one run after another in one new
+    process held to ``limit`` bytes (one memory cgroup): one interpreter start for them all, and for
+    ``"imageloader"`` one import of torch.
+
+    Every run starts with none of the file cached (the reader drops it) and with the previous run's
+    mapping and loader gone. The reader joins the cgroup after its imports and the first run's
+    loader are set up; a later run's ImageLoader is made inside it (its index order: a few KiB,
+    against a limit of MiB).
 
     Args:
         reader: ``"numpy"`` (the stand-in) or ``"imageloader"`` (:class:`gpufeed.data.ImageLoader`
             with ``group_size=group`` and ``seed``, whose order must be ``order``: checked).
-        advice: the stand-in's mapping: ``"normal"`` (a page fault reads ahead around the page, up
-            to the device's ``read_ahead_kb``) or ``"random"`` (``madvise(MADV_RANDOM)``: only the
-            page).
+        runs: ``(order, options)``; options: ``advice``, the stand-in's mapping, ``"normal"`` (a
+            page fault reads ahead around the page, up to the device's ``read_ahead_kb``) or
+            ``"random"`` (``madvise(MADV_RANDOM)``: only the page); ``group`` for ImageLoader.
 
     Returns:
-        ``{"images_per_s", "images", "seconds", "read_bytes", "own_bytes", "file_bytes", "method",
-        "limit", "reader", "advice"}``; ``own_bytes``: what the reader's own memory grew by while it
-        read (a cgroup counts it against the limit, leaving the page cache less).
-    """
-    return read_epochs(dataset, [(order, {"advice": advice, "group": group})], batch, limit,
-                       reader=reader, seed=seed)[0]
-
-
-def read_epochs(dataset: str | os.PathLike, runs: Sequence[tuple[np.ndarray, dict]], batch: int,
-                limit: int, *, reader: str = "numpy", seed: int = 0) -> list[dict]:
-    """:func:`read_epoch` of each ``(order, options)`` in ``runs`` (options: ``advice``,
-    ``group``), one after another in one new process held to ``limit`` bytes (one memory cgroup):
-    one interpreter start for them all, and for ``"imageloader"`` one import of torch.
-
-    Every run starts with none of the file cached (the reader drops it, as :func:`read_epoch`'s
-    does) and with the previous run's mapping and loader gone. The reader joins the cgroup after
-    its imports and the first run's loader are set up; a later run's ImageLoader is made inside
-    it (its index order: a few KiB, against a limit of MiB). Returns one result per run, in order.
+        One result per run, in order: ``{"images_per_s", "images", "seconds", "read_bytes",
+        "own_bytes", "file_bytes", "method", "limit", "reader", "advice"}``; ``own_bytes``: what the
+        reader's own memory grew by while it read (a cgroup counts it against the limit, leaving
+        the page cache less).
     """
     if reader not in READERS:
-        raise ValueError(f"read_epoch: reader must be one of {READERS} (got {reader!r})")
+        raise ValueError(f"read_epochs: reader must be one of {READERS} (got {reader!r})")
     dataset = Path(dataset).resolve()  # the reader finds its mapping by this path in psutil's (absolute) maps
     order_files = []
     try:
@@ -227,7 +217,7 @@ def read_epochs(dataset: str | os.PathLike, runs: Sequence[tuple[np.ndarray, dic
 
 def compare(dataset: str | os.PathLike, batch: int, group: int, limit: int, seed: int = 0,
             first: int | None = None, image_loader: bool = True) -> dict[str, dict]:
-    """:func:`read_epoch` of the full shuffle (plain, and with ``MADV_RANDOM``) and of the grouped
+    """:func:`read_epochs` of the full shuffle (plain, and with ``MADV_RANDOM``) and of the grouped
     one (blocks of ``group`` rows) by the NumPy stand-in, then (``image_loader``) of both orders by
     ImageLoader itself; seeded by ``seed``; only the epoch's ``first`` images if given.
 
@@ -235,7 +225,7 @@ def compare(dataset: str | os.PathLike, batch: int, group: int, limit: int, seed
         ``{"full shuffle": ..., "full shuffle, MADV_RANDOM": ..., "grouped": ...,
         "ImageLoader, full shuffle": ..., "ImageLoader, grouped": ...}``.
     """
-    from gpufeed.data.loader import grouped_permutation, permutation
+    from gpufeed.data.orders import grouped_permutation, permutation
 
     n = read_manifest(dataset)["count"]
     full = permutation(n, seed).numpy()[:first]
@@ -386,7 +376,7 @@ def _loader_epoch(loader, files, order, spec, fd, size) -> int:
 
 
 def _reader(spec: dict) -> dict:
-    """The child's side of :func:`read_epoch`."""
+    """The child's side of :func:`read_epochs`."""
     folder = Path(spec["dataset"])
     files = data_files(folder, read_manifest(folder))
     order = np.load(spec["order"])

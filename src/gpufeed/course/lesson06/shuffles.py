@@ -1,6 +1,6 @@
 """How random a shuffle is: distinct classes per batch, for lesson 06's grouped shuffle.
 
-A grouped shuffle (:func:`gpufeed.data.loader.grouped_permutation`) is cheap, but a batch then comes
+A grouped shuffle (:func:`gpufeed.data.orders.grouped_permutation`) is cheap, but a batch then comes
 from one or two blocks of neighbouring samples. Where neighbours share a class (a dataset stored
 class by class, as an image folder is), a batch holds few classes. :func:`classes_per_batch`
 counts them; :func:`plot_grouped` draws the count against the block size, for data stored in class
@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 import torch
 
-from gpufeed.data.loader import grouped_permutation, permutation
+from gpufeed.data.orders import grouped_permutation, permutation
 
 
 def classes_per_batch(labels: torch.Tensor, order: torch.Tensor, batch: int) -> float:

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from gpufeed.data.loader import no_collate
+from gpufeed.data.gather import no_collate
 from gpufeed.measure.harness import Measurement, cuda_sync, interleave
 
 

@@ -82,7 +82,7 @@ def hand_prefetch(batches: Iterable, device, *, convert: Callable | None = None,
 def through_one_pinned_buffer(batches: Iterable[torch.Tensor], device, *,
                               wait: bool = True) -> Iterator[torch.Tensor]:
     """Each batch copied to the device through one pinned buffer the program keeps (a ring of one,
-    as :class:`gpufeed.data.loader.BufferRing` keeps ``k``). ``wait``: before refilling the buffer,
+    as :class:`gpufeed.data.streams.BufferRing` keeps ``k``). ``wait``: before refilling the buffer,
     the host waits for an event recorded after the last copy out of it."""
     buffer, copied = None, None
     for batch in batches:

@@ -1,27 +1,11 @@
 """Lesson 08's fair test of a GPU prefetcher: is the training loop faster with it, and why (not)?
 
-``notebooks/08_prefetch.ipynb``, section 5. Three ways to feed a training step from a loader
-that does its host work per batch, as :class:`gpufeed.data.loader.FastLoader` does
-(:func:`feeding_loader`: it gathers each batch's rows of ``uint8`` images held in memory and pins
-them), epoch after epoch (:class:`Epochs`):
-
-* **the copy on the default stream** (:func:`copied`): the loader's batch, pinned, copied with
-  ``non_blocking=True`` and converted on the stream the step runs on, just before the step: the
-  plain ``pin_memory`` + ``non_blocking`` loop most learners run today;
-* **a side stream in the loop** (:func:`gpufeed.course.lesson08.hazards.hand_prefetch`, apex's
-  ``data_prefetcher``; on CUDA only): the next batch's copy on a side stream, its host work (asking
-  the loader, which gathers and pins; issuing the copy) in the loop between two steps;
-* **a prefetcher** (:func:`gpufeed.data.prefetch.prefetch`: ``CudaPrefetcher`` on a GPU,
-  ``ThreadPrefetcher`` elsewhere): the same side stream, its host work on a thread of its own.
-
-So on a GPU the prefetcher's gain over the in-loop arm is the host work its thread moved, and the
-in-loop arm's over the plain loop is the copy its side stream hid. Each arm is built once, with its
-one side stream, and iterated for every run (:func:`sources`): a new stream per run would keep each
-run's cached blocks in a pool of their own.
-
-And two kinds of step (:func:`gpufeed.course.instrument.train_step`): one that reads its loss every
-step (``loss.item()``, as loops that log do), so the host waits for the GPU each step and what the
-host does between two steps is time the GPU sits idle; and one that never waits.
+``notebooks/08_prefetch.ipynb``, section 5. Three feeds of one training step
+(:mod:`gpufeed.course.lesson08.feeds`): the copy on the default stream, a side stream in the loop
+(on CUDA only) and a prefetcher (its host work on a thread of its own). On a GPU the prefetcher's
+gain over the in-loop arm is the host work its thread moved, and the in-loop arm's over the plain
+loop is the copy its side stream hid. Two kinds of step: one that reads its loss every step (the
+host waits for the GPU each step) and one that never waits (:data:`REGIMES`).
 
 What makes it fair (the lesson's first GPU run, an H100 on 2026-11-26, was not):
 
@@ -32,10 +16,11 @@ What makes it fair (the lesson's first GPU run, an H100 on 2026-11-26, was not):
 * :func:`measure`: each variant runs ``steps`` timed steps after ``warmup`` untimed ones, the
   variants in turns (ABCABC, :func:`alternate`), the device synchronised at both ends of each timed
   run (:func:`run_once`), with the memory peaks of each run; then a profiler trace of a few steps of
-  each, the first left out, for the picture and the why (:func:`profile_steps`). How many of each
+  each, the first left out, for the picture and the why
+  (:func:`gpufeed.course.lesson08.traced.profile_steps`). How many of each
   the mode decides (:func:`settings`: quick mode is quick on a GPU too), and :meth:`Plan.cost`
   estimates what they cost before they run;
-* :mod:`gpufeed.course.lesson08.overlap_prose` turns the result into sentences through the course's
+* :mod:`gpufeed.course.lesson08.reading` turns the result into sentences through the course's
   verdict method, and picks the committed reference a machine without CUDA shows.
 
 Every function takes the device, the step and the sources as arguments: the tests run them on the
@@ -53,37 +38,27 @@ Example:
 from __future__ import annotations
 
 import math
-import os
 import time
-import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from torch import nn
 
 from gpufeed import config
 from gpufeed.course import trace
-from gpufeed.course.instrument import train_step
-from gpufeed.course.lesson08.hazards import hand_prefetch
-from gpufeed.data.loader import FastLoader
-from gpufeed.data.movers import leaves, to_device
-from gpufeed.data.prefetch import prefetch, prepare
+from gpufeed.course.lesson08.feeds import Epochs, nbytes, prefetched_name, sources, synchronizer
+from gpufeed.course.lesson08.traced import gaps, picture, profile_steps
+from gpufeed.data.movers import to_device
+from gpufeed.data.prefetch import prepare
 from gpufeed.measure.harness import Measurement, benchmark
 
-#: The variant without a prefetcher.
-PLAIN = "copy on the default stream"
-#: apex's prefetcher: the side stream, its host work in the loop.
-IN_LOOP = "side stream in the loop"
 #: The two kinds of step: does it read its loss (and so wait for the device) every step?
 REGIMES = {"syncs every step": True, "never syncs": False}
 #: The regime whose trace the lesson draws and reads.
 SYNCED = "syncs every step"
 #: Model widths tried, narrowest first.
 WIDTHS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-#: Steps of each trace drawn in the lesson's chart.
-SHOWN_STEPS = 3
 #: How ``CudaPrefetcher`` works, saved with a GPU's results (the old format's say theirs).
 PREFETCHER = ("host work (asking the loader, pinning, issuing the copy and the conversion) on a "
               "producer thread with its own side stream, and GPU memory bounded by a ring of "
@@ -92,84 +67,6 @@ PREFETCHER = ("host work (asking the loader, pinning, issuing the copy and the c
 #: reading): about 1.5 s each in the H100 run of 2026-11-26 (two traced runs in 2.9 s).
 PROFILER_S = 1.5
 
-
-def convnet(width: int, num_classes: int = 10) -> nn.Module:
-    """The section's model, on normalised float images ``[B, 3, H, W]``: the wider, the slower."""
-    return nn.Sequential(nn.Conv2d(3, width, 3, stride=2, padding=1), nn.ReLU(),  # [B, w, H/2, W/2]
-                         nn.Conv2d(width, width, 3, padding=1), nn.ReLU(),
-                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(width, num_classes))
-
-
-def model_steps(device, num_classes: int = 10) -> Callable[[int, bool], Callable]:
-    """``make_step(width, sync)`` for :func:`plan`: a fresh :func:`convnet` on ``device`` and its
-    SGD step (:func:`gpufeed.course.instrument.train_step`), reading its loss every step if ``sync``."""
-    return lambda width, sync: train_step(convnet(width, num_classes).to(device), sync=sync)
-
-
-def prefetched_name(device) -> str:
-    """The prefetcher :func:`gpufeed.data.prefetch.prefetch` picks for ``device``."""
-    return "CudaPrefetcher" if torch.device(device).type == "cuda" else "ThreadPrefetcher"
-
-
-def synchronizer(device) -> Callable[[], None]:
-    """A function that waits for everything queued on ``device`` (nothing to wait for on a CPU)."""
-    device = torch.device(device)
-    if device.type == "cuda":
-        return lambda: torch.cuda.synchronize(device)
-    return lambda: None
-
-
-def nbytes(batch) -> int:
-    """Bytes in the tensors of a batch of any structure."""
-    return sum(t.numel() * t.element_size() for t in leaves(batch))
-
-
-def feeding_loader(images: torch.Tensor, labels: torch.Tensor, batch_size: int, device) -> FastLoader:
-    """The arms' loader: ``images`` (``uint8 [N, 3, H, W]``) and ``labels`` (``[N]``) in memory,
-    shuffled, each batch's rows gathered per batch and, for a GPU, into pinned memory (what a
-    ``DataLoader(pin_memory=True)`` hands over, made by :class:`~gpufeed.data.loader.FastLoader`)."""
-    return FastLoader((images, labels), batch_size, shuffle=True, seed=0, drop_last=True,
-                      pin_memory=torch.device(device).type == "cuda")
-
-
-class Epochs:
-    """``loader``'s epochs one after another, without end: each ``iter()`` is a new pass that asks
-    the loader for a new epoch whenever one ends (a list of batches is cycled)."""
-
-    def __init__(self, loader: Iterable):
-        self.loader = loader
-
-    def __iter__(self):
-        while True:
-            yield from self.loader
-
-
-def copied(loader: Iterable, device, dtype=None, mean=None, std=None):
-    """The plain loop's feed: ``loader``'s batches (:class:`Epochs`), each copied to ``device`` on the
-    current stream (``non_blocking``: from pinned memory the host does not wait) and converted
-    there; the loader's own host work runs in the loop."""
-    for batch in Epochs(loader):
-        yield prepare(to_device(batch, device, non_blocking=True), dtype, mean, std)
-
-
-def sources(loader: Iterable, device, dtype=None, mean=None, std=None,
-            depth: int = 1) -> dict[str, Callable[[], Iterable]]:
-    """The arms (:data:`PLAIN`, :data:`IN_LOOP` on CUDA, the prefetcher), each a function that
-    starts a new pass of an endless feed of converted batches from ``loader`` (a
-    :func:`feeding_loader`, or a list of batches). Each arm is made once here, with its one side
-    stream, and every pass reuses it."""
-    device = torch.device(device)
-
-    def convert(batch):
-        return prepare(batch, dtype, mean, std)
-
-    feeds = {PLAIN: lambda: copied(loader, device, dtype, mean, std)}
-    if device.type == "cuda":
-        side = torch.cuda.Stream(device)  # the in-loop prefetcher's one side stream, every run
-        feeds[IN_LOOP] = lambda: hand_prefetch(Epochs(loader), device, convert=convert, stream=side)
-    prefetcher = prefetch(Epochs(loader), device, dtype, mean, std, depth=depth)
-    feeds[prefetched_name(device)] = lambda: iter(prefetcher)  # one prefetcher, a pass a run
-    return feeds
 
 
 def bound(*stages: float, n: int | None = None, beside: Sequence[float] | None = None) -> float:
@@ -299,77 +196,6 @@ def alternate(feeds: dict[str, Callable[[], Iterable]], step: Callable, device, 
             for name in feeds]
 
 
-def profile_steps(source: Iterable, step: Callable, path: str | Path, device, *, skip: int = 1,
-                  wait: int = 1, warmup: int = 2, active: int = 12) -> Path:
-    """A chrome trace of ``active`` steps fed by ``source``, each in a ``record_function("step")``
-    range (the batch is fetched outside it); the first ``skip + wait`` steps are left out and the
-    next ``warmup`` run the profiler without recording. CUDA activity is traced on a GPU, and the
-    last step ends with a synchronisation, so that the window holds the device's work of a step
-    that never waits for it."""
-    os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # hides the profiler's C++ log lines
-    from torch.profiler import ProfilerActivity, profile, record_function, schedule
-
-    path, sync = Path(path), synchronizer(device)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    activities = [ProfilerActivity.CPU]
-    if torch.device(device).type == "cuda":
-        activities.append(ProfilerActivity.CUDA)
-    plan = schedule(skip_first=skip, wait=wait, warmup=warmup, active=active, repeat=1)
-    it = iter(source)
-    try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*clears events at the end of each cycle")
-            with profile(activities=activities, schedule=plan,
-                         on_trace_ready=lambda p: p.export_chrome_trace(str(path))) as prof:
-                for left in reversed(range(skip + wait + warmup + active)):
-                    batch = next(it)  # outside the step's range: the host's time between steps
-                    with record_function("step"):
-                        step(*batch)
-                    if left == 0:
-                        sync()
-                    prof.step()
-    finally:
-        if hasattr(it, "close"):
-            it.close()
-    return path
-
-
-def picture(path: str | Path, shown: int = SHOWN_STEPS) -> list[dict]:
-    """The first ``shown`` steps of a trace from :func:`profile_steps`, as JSON-ready intervals:
-    the steps' ranges on a ``host`` row, the device's work on a row per stream."""
-    s = trace.summary(path, names=["step"])
-    until = s["window_ms"] / max(s["steps"], 1) * shown
-    return [{**vars(i), "resource": "host" if i.resource.startswith("thread") else i.resource}
-            for i in trace.intervals(path, names=["step"]) if i.start < until]
-
-
-def gaps(path: str | Path, stage: str = "step") -> list[float]:
-    """The host's time between two ``stage`` ranges of a trace (ms, one per pair of consecutive
-    steps): when a loop fetches its next batch. The samples a verdict on two traces compares."""
-    ranges = sorted((i for i in trace.intervals(path, names=[stage], gpu=False) if i.stage == stage),
-                    key=lambda i: i.start)
-    return [max(b.start - a.end, 0.0) for a, b in zip(ranges, ranges[1:])]
-
-
-def between_steps(summary: dict, stage: str = "step") -> dict:
-    """What a trace summary (:func:`gpufeed.course.trace.summary`) says about the time between steps.
-
-    Returns ``steps`` profiled, ``per_step_ms`` (the window over the steps), ``host_ms`` (the
-    window less the ``stage`` ranges: the host's time outside the steps), ``gpu_busy_ms`` (the time
-    a kernel ran; None without any) and ``gpu_idle`` (a fraction, or None).
-
-    Example:
-        >>> s = {"window_ms": 100.0, "steps": 8, "gpu_idle_fraction": 0.25,
-        ...      "stages": {"step": {"total_ms": 90.0}}}
-        >>> between_steps(s)["host_ms"], between_steps(s)["gpu_busy_ms"]
-        (10.0, 75.0)
-    """
-    window, idle = summary["window_ms"], summary.get("gpu_idle_fraction")
-    in_steps = summary["stages"].get(stage, {}).get("total_ms", 0.0)
-    return {"steps": summary["steps"], "per_step_ms": window / max(summary["steps"], 1),
-            "host_ms": window - in_steps, "gpu_busy_ms": None if idle is None else (1 - idle) * window,
-            "gpu_idle": idle}
-
 
 def settings(mode: str | None = None) -> dict:
     """:func:`measure`'s sizes in ``mode`` (default: this run's, :func:`gpufeed.config.mode`).
@@ -488,7 +314,7 @@ def plan(loader: Iterable, device, make_step: Callable[[int, bool], Callable], *
     chooses the width.
 
     Args:
-        loader: a :func:`feeding_loader` (or a list of batches ``(images, labels)`` on the host,
+        loader: a :func:`~gpufeed.course.lesson08.feeds.feeding_loader` (or a list of batches ``(images, labels)`` on the host,
             pinned for a GPU).
         device: where the step runs.
         make_step: ``make_step(width, sync)`` returns a training step ``step(images, labels)``

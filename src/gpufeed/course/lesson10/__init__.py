@@ -1,4 +1,4 @@
-"""Lesson 10's own helpers: the sentences that read its measurements (:mod:`.dali_prose`). DALI's
+"""Lesson 10's own helpers: the sentences that read its measurements (:mod:`.reading`). DALI's
 pipelines and their torchvision references live in :mod:`gpufeed.measure.dali`, which ``gpufeed
 bench`` shares.
 

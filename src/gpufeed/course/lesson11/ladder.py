@@ -43,7 +43,7 @@ from gpufeed.course.lesson11.reading import against
 from gpufeed.data.transforms import IMAGENET_MEAN, IMAGENET_STD, CropFlip, crop_flip, draw_crops
 from gpufeed.measure import pipelines
 from gpufeed.measure.pipelines import Data, Workload
-from gpufeed.measure.verdict import CANNOT_TELL, FASTER, SAME, SLOWER, Verdict, advice
+from gpufeed.measure.verdict import CANNOT_TELL, FASTER, NOT_MEASURED, SAME, SLOWER, Verdict, advice
 
 
 @dataclass(frozen=True)
@@ -158,54 +158,6 @@ def _lazy_dali(data: Data, w: Workload, device, threads: int) -> Callable[[], It
     return epoch
 
 
-#: The name of :func:`settle` as a case of an interleaved run: its measurement is dropped.
-SETTLE = "(settle)"
-
-
-def wait_idle(most_s: float = 2.0, window_s: float = 0.01, share: float = 0.3) -> float:
-    """Waits until the threads of this process use less than ``share`` of a core over ``window_s``
-    seconds (``time.process_time``: a cheap read, so the wait does not measure itself), at most
-    ``most_s``; returns the seconds it waited (at least one window). Threads only: DALI's work ahead
-    runs on threads of this process; DataLoader workers do not work ahead between epochs.
-
-    Example:
-        >>> 0.01 <= wait_idle() < 2.0  # nothing runs here
-        True
-    """
-    import time
-
-    start = time.perf_counter()
-    while time.perf_counter() - start < most_s:
-        cpu = time.process_time()
-        time.sleep(window_s)
-        if time.process_time() - cpu < share * window_s:
-            break
-    return time.perf_counter() - start
-
-
-def settle() -> int:
-    """A case to time right after DALI in an interleaved run (named :data:`SETTLE`, its measurement
-    dropped): DALI's pipeline goes on working ahead on its threads once an epoch is handed over
-    (the next epoch's first batches), and the case timed next would pay for it. Returns 0 images."""
-    wait_idle()
-    return 0
-
-
-def drained(epoch: Callable[[], Iterator]) -> Callable[[], Iterator]:
-    """``epoch`` whose pass ends only once this process is idle again (:func:`wait_idle`): a loader
-    timed alone pays for the work its threads do ahead (DALI's), inside its own pass."""
-    def run() -> Iterator:
-        yield from epoch()
-        wait_idle()
-
-    return run
-
-
-def alone(rungs: dict[str, Callable[[], Iterator]]) -> dict[str, Callable[[], Iterator]]:
-    """The rungs as loaders timed alone: DALI's :func:`drained`, the others as they are."""
-    return {k: drained(e) if k == DALI.key else e for k, e in rungs.items()}
-
-
 def epoch_pass(epoch: Callable[[], Iterator]) -> int:
     """Runs one whole pass of ``epoch()`` and returns the images seen. A whole pass, not a few
     batches: a DataLoader left mid-epoch goes on prefetching in its workers while the next case is
@@ -273,7 +225,8 @@ def rows(rates: dict[str, float]) -> list[dict]:
 
 def step_verdicts(ms) -> dict[str, Verdict]:
     """The verdict on every rung's images/s against the rung above it (DALI's: against the course
-    pipeline and, as ``"dali/naive"``, against naive), and ``"total"``: the last rung against naive.
+    pipeline and, as ``"dali/naive"`` and ``"dali/uint8"``, against naive and against the tuned JPEG
+    DataLoader, which decodes every JPEG as DALI does), and ``"total"``: the last rung against naive.
     ``ms``: the rungs' measurements, timed in turns (:func:`gpufeed.measure.harness.interleave`), so
     each comparison pairs the samples of one round.
 
@@ -298,6 +251,7 @@ def step_verdicts(ms) -> dict[str, Verdict]:
     if DALI.key in by:
         out[DALI.key] = against(by[DALI.key], by.get("course"))
         out["dali/naive"] = against(by[DALI.key], by["naive"])
+        out["dali/uint8"] = against(by[DALI.key], by.get("uint8"))  # both decode every JPEG, every epoch
     return out
 
 
@@ -343,18 +297,21 @@ def read(ms, cores: int, busy: dict[str, float] | None = None) -> str:
         text.append(f"This run cannot tell {', '.join(unsure)} from the rung above.")
     dali = next((r for r in rows({m.name: m.items_per_s for m in ms}) if r["key"] == DALI.key), None)
     if dali is not None:
-        side = v[DALI.key]
+        side, tuned = v[DALI.key], v["dali/uint8"]
+        uint8 = f"'{RUNGS['uint8'].label}', the tuned DataLoader that also decodes every JPEG in every epoch on these cores"
+        like = "" if tuned.kind == NOT_MEASURED else f" {tuned.ran(uint8)},"
         text.append(f"DALI, as a side rung, made {dali['images_per_s']:,.0f} images/s"
-                    f"{_busy(busy, DALI.key, 'course', 'the course pipeline')}: it {v['dali/naive'].ran('naive')} and "
-                    f"{side.ran('the course pipeline')}.")
+                    f"{_busy(busy, DALI.key, 'course', 'the course pipeline')}: it {v['dali/naive'].ran('naive')},{like} "
+                    f"and {side.ran('the course pipeline')}.")
         if side.kind == SLOWER:
-            text.append(f"One likely cause, not measured here: {DALI.slower_because}."
+            text.append(f"One likely cause of the last, not measured here: {DALI.slower_because}."
                         + (f" In the DataLoader, skipping the decode (the '+ decode once' rung) {v['memmap'].ran('the rung above')}."
                            if "memmap" in v else ""))
         elif side.kind == FASTER:
             text.append("It decodes every JPEG in every epoch, where the course pipeline reads them decoded: "
                         "what makes it faster here is not measured on this page.")
-    said = advice([total, *(v[r["key"]] for r in main[1:]), *((v[DALI.key],) if dali is not None else ())])
+    said = advice([total, *(v[r["key"]] for r in main[1:]),
+                   *((v[DALI.key], v["dali/naive"], v["dali/uint8"]) if dali is not None else ())])
     if said:
         text.append(said)
     return " ".join(text)

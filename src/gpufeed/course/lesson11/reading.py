@@ -119,16 +119,17 @@ def check(name: str, trained, resident, alone=None, *, overlaps: bool = True) ->
     return Check(name, against(trained, resident), serial, bound, overlaps)
 
 
-#: What each verdict on the efficiency says about the model's waiting.
-_FED = {SAME: "the model waited for data no more than this run can see (within {pct} of 1.0)",
+#: What each verdict on the efficiency says about the model's waiting (``{run}``: "this run").
+_FED = {SAME: "the model waited for data no more than {run} can see (within {pct} of 1.0)",
         SLOWER: "the model waited for data",
-        CANNOT_TELL: "this run cannot tell whether the model waited for data"}
+        CANNOT_TELL: "{run} cannot tell whether the model waited for data"}
 
 
-def read_check(c: Check) -> str:
+def read_check(c: Check, run: str = "this run") -> str:
     """One pipeline's efficiency in words: its value and interval, whether the model waited, and
     where it stands against its rate if nothing overlapped; **"cannot be right"** where the
-    numbers break a bound (above 1.0, or a loop that cannot overlap above its serial rate)."""
+    numbers break a bound (above 1.0, or a loop that cannot overlap above its serial rate).
+    ``run``: the run the numbers come from, as the sentence names it ("that run": a committed one)."""
     v, s = c.efficiency, c.serial
     if v.kind == NOT_MEASURED:
         return f"{c.name}: not measured."
@@ -136,7 +137,7 @@ def read_check(c: Check) -> str:
     if v.kind == FASTER:
         return (f"{head}, above 1.0, which **cannot be right**: no loader trains faster than the model on batches "
                 "already there, so these numbers did not all see the same machine; re-run on an idle one.")
-    text = f"{head}: " + _FED[v.kind].format(pct=_pct(v))
+    text = f"{head}: " + _FED[v.kind].format(pct=_pct(v), run=run)
     if s.kind == NOT_MEASURED or c.bound is None:
         return text + "."
     at = f"{c.bound:.2f}, its efficiency if nothing overlapped"
@@ -154,17 +155,63 @@ def read_check(c: Check) -> str:
         }[s.kind]
     return text + {
         FASTER: f"; above {at}: part of its loading ran beside the model.",
-        SAME: f"; at {at}: none of its loading hid behind the model.",
+        SAME: _at_serial(at, c.bound, s),
         SLOWER: f"; below even {at}: beside the model its loading cost more than alone (one likely cause, not "
                 "measured here: its workers and threads compete with the model for the same cores or device).",
         CANNOT_TELL: f"; this run cannot tell it from {at}.",
     }[s.kind]
 
 
+def _at_serial(at: str, bound: float, s: Verdict) -> str:
+    """A loop that can overlap, trained at its rate if nothing overlapped (``s``: the same within X%):
+    no loading seen to hide, unless all its loading could hide inside that X% (``bound`` near 1.0:
+    a loader many times faster than the model), which this run then cannot see.
+
+    Example:
+        >>> tie = Verdict(1.0, 0.97, 1.03, 5, SAME)
+        >>> _at_serial("0.60, its efficiency if nothing overlapped", 0.6, tie)
+        '; at 0.60, its efficiency if nothing overlapped (within 4%): this run sees none of its loading hide behind the model.'
+        >>> _at_serial("0.98, its efficiency if nothing overlapped", 0.98, tie)
+        '; at 0.98, its efficiency if nothing overlapped (within 4%): its loading is 2% of the loop, too little for this run to see whether it hid behind the model.'
+    """
+    head = f"; at {at} (within {_pct(s)})"
+    if 1.0 / bound - 1.0 <= (s.within or 0.0):  # all of the loading, hidden, would lie inside the tie
+        return f"{head}: its loading is {1.0 - bound:.0%} of the loop, too little for this run to see whether it hid behind the model."
+    return f"{head}: this run sees none of its loading hide behind the model."
+
+
 def read_efficiency(checks: list[Check]) -> str:
     """Every pipeline's :func:`read_check`, one per line, and once the advice of a run that cannot tell."""
     said = advice([v for c in checks for v in (c.efficiency, c.serial)])
     return "\n".join([f"- {read_check(c)}" for c in checks] + ([f"\n{said}"] if said else []))
+
+
+def read_bench_training(doc: dict) -> str:
+    """The training rows of a ``gpufeed bench`` document (``results/<machine>/results.json``) read as
+    section 6 reads this page's: each pipeline's loader efficiency, its training images/s against
+    ``resident``'s (timed in turns in that run), with its interval and what it says (:func:`read_check`).
+
+    Example:
+        >>> doc = {"records": [{"pipeline": p, "mode": "train"} for p in ("naive", "resident")],
+        ...        "measurements": [{"name": f"{p} train", "samples": s, "items": 8} for p, s in
+        ...                         (("naive", [1.6, 1.8, 1.7, 1.6, 1.7]), ("resident", [1.0, 1.1, 1.0, 1.0, 1.0]))]}
+        >>> print(read_bench_training(doc))
+        Its training rows, read as section 6 reads this page's (each against `resident` in turns, in that run):
+        <BLANKLINE>
+        - naive: 0.59 (0.59 to 0.62): the model waited for data.
+    """
+    from gpufeed.measure.harness import Measurement
+
+    ms = {m["name"]: Measurement.from_dict(m) for m in doc.get("measurements", [])}
+    names = [r["pipeline"] for r in doc.get("records", []) if r["mode"] == "train" and r["pipeline"] != "resident"]
+    if "resident train" not in ms or not names:
+        return "Its training rows have no run on batches already on the device to read them against."
+    checks = [check(n, ms.get(f"{n} train"), ms["resident train"]) for n in names]
+    unsure = any(c.efficiency.kind == CANNOT_TELL for c in checks)
+    return ("Its training rows, read as section 6 reads this page's (each against `resident` in turns, in that run):\n\n"
+            + "\n".join(f"- {read_check(c, 'that run')}" for c in checks)
+            + ("\n\nWhere that run cannot tell, more passes (`gpufeed bench --repeats`) or an idle machine would tell."
+               if unsure else ""))
 
 
 def read_target(v: Verdict, target: float) -> str:
@@ -186,7 +233,7 @@ def read_all_cores(v: Verdict, cores: int, course: Verdict | None = None) -> str
                        "the loader costs on a CPU-only machine.")
     if v.kind == SAME:
         return text + " More threads did not speed the model up: leaving cores to the loader cost it nothing this run can see."
-    return text + (" " + v.advice if v.kind == CANNOT_TELL else "")
+    return text + (" " + advice([v]) if v.kind == CANNOT_TELL else "")  # the interval is said once, above
 
 
 _RANK = {FASTER: 2, SAME: 1, SLOWER: 0}
@@ -235,3 +282,31 @@ def read_payback(against_what: str, build_s: float, before_s: float, v: Verdict)
     if v.kind == CANNOT_TELL:
         return f"{head}this run cannot tell whether an epoch gets shorter ({v.interval()}), so not when the build pays back."
     return f"{head}not measured."
+
+
+def read_watched(naive, course, first: Verdict | None = None, where: str = "section 5") -> str:
+    """Section 10: the two loops as :func:`gpufeed.measure.watch` saw them run (``naive`` and ``course``:
+    the :class:`~gpufeed.measure.report.Report` of each one's ``what_ifs``): how much of its period
+    each waited for data, the course's loop against the naive one on their seconds per batch (a
+    verdict, not paired: the two loops ran one after the other), that verdict read against ``first``
+    (the same question, timed in turns at ``where``), and what the report tells the naive loop.
+
+    Example:
+        >>> from gpufeed.measure.report import Report
+        >>> naive = Report(items=32, batches=5, device="cpu", period_s=0.2, host_wait_s=0.1, loop_s=[0.2] * 5)
+        >>> course = Report(items=32, batches=5, device="cpu", period_s=0.1, host_wait_s=0.0, loop_s=[0.1] * 5)
+        >>> print(read_watched(naive, course, Verdict(1.8, 1.5, 2.1, 5, FASTER, True)).splitlines()[0])
+        The naive loop waited for data 50% of its period (data bound), the course's 0% (compute bound). Watched as they ran, one after the other (not in turns), the course's loop ran 2.00x faster than the naive one (2.00x to 2.00x). This agrees with section 5 (1.80x faster there, 2.00x faster here).
+    """
+    from gpufeed.measure.findings import say_all
+    from gpufeed.measure.report import BOUND_WORDS
+
+    v = compare(course.loop_s or None, naive.loop_s or None)
+    text = (f"The naive loop waited for data {naive.wait_fraction:.0%} of its period ({BOUND_WORDS[naive.bound]}), the "
+            f"course's {course.wait_fraction:.0%} ({BOUND_WORDS[course.bound]}). Watched as they ran, one after the other "
+            f"(not in turns), the course's loop {v.ran('the naive one')}.")
+    if first is not None and first.kind != NOT_MEASURED and v.kind != NOT_MEASURED:
+        text += " " + v.reads(first, where)
+    elif v.kind == CANNOT_TELL:
+        text += " " + v.advice
+    return text + "\nWhat the report tells the naive loop:\n\n" + say_all(naive.findings)

@@ -137,7 +137,7 @@ def choose_backend(requested: str, local_world_size: int) -> tuple[str, str]:
     return backend, "cpu"
 
 
-def train_step(model: str, num_classes: int, device: torch.device):
+def ddp_step(model: str, num_classes: int, device: torch.device):
     """``step(images, targets)``: one SGD step of ``model`` (``tiny``: :func:`tiny_cnn`, or
     ``resnet18``) wrapped in ``DistributedDataParallel``; bfloat16 autocast on GPUs that have it.
 
@@ -221,7 +221,7 @@ def run(args: argparse.Namespace, env: dict, backend: str, device: torch.device)
     if any(len(loader) == 0 for loader in loaders.values()):
         raise ValueError(f"{n} images over {world} ranks give no full batch of {args.batch_size} per rank "
                          "(--train and --drop-last use full batches only); lower --batch-size")
-    steps = {"train": train_step(args.model, len(manifest["classes"]), device)} if args.train else {}
+    steps = {"train": ddp_step(args.model, len(manifest["classes"]), device)} if args.train else {}
     mine, report = {"rank": rank, "local_rank": env["LOCAL_RANK"], "host": socket.gethostname(), "pid": os.getpid(),
                     "device": str(device), "phases": {}}, {}
     for phase, loader in loaders.items():

@@ -23,7 +23,7 @@ from gpufeed.measure.verdict import (
     NOT_MEASURED,
     SAME,
     SLOWER,
-    Verdict,
+    advice,
     compare,
 )
 
@@ -37,10 +37,6 @@ def span(xs) -> str:
 def mib(n: float) -> str:
     """Bytes in MiB, one decimal."""
     return f"{n / 2**20:.1f} MiB"
-
-
-def _ran(v: Verdict, than: str, verb: str) -> str:
-    return f"{'was' if v.kind in (CANNOT_TELL, NOT_MEASURED) else verb} {v.words(than)}"
 
 
 def read_cold_warm(rounds: dict) -> str:
@@ -58,7 +54,7 @@ def read_cold_warm(rounds: dict) -> str:
             f"cache, the first process found {max(found):.0%} of it cached and took {span([r['major'] for r in first])} "
             f"major faults, reads from the disk; the second found {min(r['resident_before'] for r in second):.0%} "
             f"cached, read by the first, and took {span([r['major'] for r in second])}. Touching every page, the "
-            f"second {_ran(v, 'the first', 'ran')}." + (" " + v.advice if v.kind == CANNOT_TELL else ""))
+            f"second {v.ran('the first')}." + (" " + v.advice if v.kind == CANNOT_TELL else ""))
 
 
 def read_memory(readers: list[dict], file_bytes: int) -> str:
@@ -132,7 +128,7 @@ def read_scaling(two: dict, one: dict, phases=("load", "train"), short_because: 
         >>> print(read_scaling(two, one, phases=("load",)))
         Two processes, each epoch as long as its slower rank, in images/s for the ranks together (5 runs of each, in turns): they load 150 against 100 images/s for one, 1.50x faster (1.50x to 1.50x), short of the ideal 2x.
     """
-    said, unsure, short = [], None, False
+    said, unsure, short = [], {}, False
     for phase in phases:
         a, b = two[f"{phase}, all"], one[f"{phase}, all"]
         v = compare(a, b, paired=True)
@@ -144,20 +140,32 @@ def read_scaling(two: dict, one: dict, phases=("load", "train"), short_because: 
                 NOT_MEASURED: ""}[ideal.kind]
         said.append(f"{phase} {a.items_per_s:,.0f} against {b.items_per_s:,.0f} images/s for one, {v.words()}"
                     + (f", {what}" if v.kind in (FASTER, SAME) else ""))
-        unsure = unsure or (v if v.kind == CANNOT_TELL else ideal if ideal.kind == CANNOT_TELL and v.kind == FASTER else None)
+        doing = _ING.get(phase, phase)
+        if v.kind == CANNOT_TELL:
+            unsure[f"two processes' {doing} from one's"] = v
+        elif v.kind == FASTER and ideal.kind == CANNOT_TELL:
+            unsure[f"two processes' {doing} from the ideal 2x"] = ideal
         short = short or v.kind in (SAME, SLOWER) or (v.kind == FASTER and ideal.kind == SLOWER)
     rounds = len(two[f"{phases[0]}, all"].samples)
+    said_once = advice(unsure)
     return (f"Two processes, each epoch as long as its slower rank, in images/s for the ranks together ({rounds} "
             f"run{'s' if rounds > 1 else ''} of each, in turns): they " + "; they ".join(said) + "."
-            + (" " + unsure.advice if unsure else "") + (f" {short_because}" if short and short_because else ""))
+            + (f" {said_once}" if said_once else "") + (f" {short_because}" if short and short_because else ""))
+
+
+#: A phase of the script as a noun, for what a run could not tell.
+_ING = {"load": "loading", "train": "training"}
 
 
 def read_threads(two_threads: dict, one_thread: dict, cores: int) -> str:
-    """Exercise 2: two processes with two torch threads each against one each (runs in turns)."""
-    said = [f"{phase} {_ran(compare(two_threads[f'{phase}, all'], one_thread[f'{phase}, all'], paired=True), 'with one thread each', 'ran')}"
-            for phase in ("load", "train")]
-    slower = any(compare(two_threads[f"{p}, all"], one_thread[f"{p}, all"], paired=True).kind == SLOWER
-                 for p in ("load", "train"))
+    """Exercise 2: two processes with two torch threads each against the same two with one thread
+    each (runs in turns), phase by phase; once, what would tell where a phase cannot."""
+    v = {phase: compare(two_threads[f"{phase}, all"], one_thread[f"{phase}, all"], paired=True)
+         for phase in ("load", "train")}
+    said = [f"{phase} {x.ran('the same two with one thread each')}" for phase, x in v.items()]
+    slower = any(x.kind == SLOWER for x in v.values())
+    said_once = advice({f"{_ING[p]} with two threads each from one": x for p, x in v.items()})
     return (f"With two threads in each of two processes, four threads for {cores} cores: " + "; ".join(said) + "."
             + (" One likely cause, not measured here: each parallel operation waits for its slowest thread, and a "
-               "thread that waits for a core holds up its whole team." if slower else ""))
+               "thread that waits for a core holds up its whole team." if slower else "")
+            + (f" {said_once}" if said_once else ""))

@@ -28,7 +28,8 @@ import hashlib
 import torch
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
 
-from gpufeed.data.loader import BatchTensorDataset, FastLoader
+from gpufeed.data.gather import BatchTensorDataset
+from gpufeed.data.loader import FastLoader
 
 #: The two ways a rank gets its shard: ``fast`` (FastLoader) and ``sampler`` (DistributedSampler).
 KINDS = ("fast", "sampler")

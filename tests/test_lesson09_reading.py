@@ -1,4 +1,4 @@
-"""Lesson 09's sentences (gpufeed.course.lesson09.augment_prose) on a grid: ties, losses, wins inside
+"""Lesson 09's sentences (gpufeed.course.lesson09.reading) on a grid: ties, losses, wins inside
 and outside the spread, too few samples, the thresholds, missing sides; and a noisy run read whole."""
 
 import itertools
@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from gpufeed.course.lesson09 import augment_prose as p
+from gpufeed.course.lesson09 import reading as p
 from gpufeed.measure.harness import Measurement
-from gpufeed.measure.verdict import CANNOT_TELL, NARROW, SAME, SLOWER
+from gpufeed.measure.verdict import CANNOT_TELL, LIKELY_START, NARROW, SAME, SLOWER
 
 QUIET = [1.00, 1.01, 0.99, 1.005, 0.995, 1.002, 0.998]  # about 1% of spread, 7 samples
 NOISY = [1.0, 0.55, 1.9, 0.7, 1.5, 0.8, 1.3]  # a 2-core machine under load
@@ -35,7 +35,7 @@ def test_section1_tie_says_neither_is_ahead_and_gives_no_cause():
     text = section1()
     assert "**as fast** as the workers (within" in text and "as fast as the loop" in text
     assert "The loop, on one thread, ran as fast as the 2 workers (within" in text  # read on a CPU too
-    assert "neither way is ahead" in text and p.LIKELY not in text and "cannot tell" not in text
+    assert "neither way is ahead" in text and LIKELY_START not in text and "cannot tell" not in text
 
 
 def test_section1_loss_is_a_loss_with_its_likely_cause():
@@ -44,14 +44,14 @@ def test_section1_loss_is_a_loss_with_its_likely_cause():
     assert "the batched version did not catch the 2 workers." in text
     assert "The batched version lost to the loop. One likely cause, not measured here: its dense" in text
     assert "a GPU does that arithmetic" in text
-    assert text.count(p.LIKELY) == 1, "one cause, the one the loop's comparison points at"
+    assert text.count(LIKELY_START) == 1, "one cause, the one the loop's comparison points at"
     assert "per-sample work splits over the cores" not in text, "a cause its own loop on one thread contradicts"
 
 
 def test_section1_on_a_cpu_reads_the_loop_against_the_workers_with_the_hand_over_cause_once():
     text = section1(workers=2.0, loop=1.0, batched=1.0)
     assert "The loop, on one thread, ran 2.00x faster than the 2 workers (" in text
-    assert text.count("hands it over to this process") == 1 and text.count(p.LIKELY) == 1
+    assert text.count("hands it over to this process") == 1 and text.count(LIKELY_START) == 1
     slower = section1(workers=1.0, loop=2.0, batched=2.0)
     assert "The loop, on one thread, ran 2.00x slower than the 2 workers (" in slower
     assert "hands it over" not in slower
@@ -77,7 +77,7 @@ def test_section1_a_win_inside_the_spread_cannot_tell_and_says_which():
     assert "not told apart from the workers by this run" in text
     assert ("This run cannot tell the batched version from the workers, the batched version from the loop or the "
             "loop from the workers:") in text
-    assert not DECIDED.search(text) and p.LIKELY not in text and "neither way is ahead" not in text
+    assert not DECIDED.search(text) and LIKELY_START not in text and "neither way is ahead" not in text
 
 
 def test_section1_three_samples_cannot_tell_whatever_the_ratio():
@@ -149,7 +149,7 @@ def test_the_committed_h100_reference_reads_8x_and_the_tails_share():
 def test_late_convert_grid(both, base, cuda, want, cause):
     text = p.late_convert(arm(1.0, base), arm(both, base, turn=1), cuda=cuda)
     assert want in text
-    assert (cause in text) if cause else (p.LIKELY not in text and "rerun" not in text)
+    assert (cause in text) if cause else (LIKELY_START not in text and "rerun" not in text)
     assert ("This run cannot tell the two pipelines apart" in text) == ("not told apart" in want or "samples" in want)
 
 
@@ -178,12 +178,12 @@ def test_tail_reading_grid():
     assert "One likely cause, not measured here: fewer passes over the batch" in win
     assert "at most 25% of a batch" in win and "not measured end to end" in win
     tie = tail(compiled=1.0)
-    assert "**as fast** as the eager one (within" in tie and "Not faster here, despite the fewer" in tie and p.LIKELY not in tie
+    assert "**as fast** as the eager one (within" in tie and "Not faster here, despite the fewer" in tie and LIKELY_START not in tie
     loss = tail(compiled=1.5, counts={"eager": {"aten calls": 3}, "torch.compile": {"aten calls": 3}})
     assert "1.50x slower" in loss and "Not faster here." in loss and "share" not in loss
     noisy = tail(compiled=0.9, base=NOISY)
     assert "not told apart from the eager one" in noisy and "This run cannot tell the two tails apart" in noisy
-    assert p.LIKELY not in noisy and "batch would run" not in noisy
+    assert LIKELY_START not in noisy and "batch would run" not in noisy
     few = tail(compiled=0.2, base=QUIET[:3])
     assert "(3 samples per arm)" in few and not DECIDED.search(few)
     assert "torch.compile not measured (skipped: quick mode)" in tail(compiled=None)
@@ -274,7 +274,7 @@ def test_a_noisy_run_reads_cannot_tell_everywhere_and_answers_no_question_both_w
          "out_size": [224, 224], "in_turns": True})]
     for text in texts:
         assert not DECIDED.search(text), text
-        assert "not told apart" in text and "cannot tell" in text and p.LIKELY not in text
+        assert "not told apart" in text and "cannot tell" in text and LIKELY_START not in text
         assert "ran not told apart" not in text, "a verb before words that are no gain"
     verdicts = {**p.section1_verdicts(ws, ls, bs, alls), **p.batch_size_verdicts(big)}
     assert all(v.kind == CANNOT_TELL for v in verdicts.values())

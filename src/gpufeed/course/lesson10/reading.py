@@ -2,7 +2,7 @@
 
 Every comparison is a verdict of the one method (:mod:`gpufeed.measure.verdict`) on arms timed in
 turns; a cause is stated only where the page measured it, otherwise as "one likely cause, not
-measured here" (:data:`~gpufeed.measure.verdict.LIKELY`), and a run that cannot tell says what
+measured here" (:data:`~gpufeed.measure.verdict.LIKELY_START`), and a run that cannot tell says what
 would (:func:`~gpufeed.measure.verdict.advice`).
 
 * :func:`throughput` (section 7): the untuned and the tuned DataLoader, DALI on the JPEG folder and
@@ -26,8 +26,10 @@ Example:
 
 from __future__ import annotations
 
-from gpufeed.course.lesson09.augment_prose import LIKELY, _join, across_cells, rate
-from gpufeed.measure.verdict import CANNOT_TELL, FASTER, SAME, SLOWER, Verdict, advice, compare
+from gpufeed.course.lesson09.reading import across_cells, rate
+from gpufeed.measure import verdict
+from gpufeed.measure.verdict import FASTER, LIKELY_START, SAME, SLOWER, Verdict, advice, compare
+from gpufeed.measure.wording import sentences
 
 #: Section 7's questions, as :func:`advice` words them.
 MEMMAP, TUNED, DALI_TUNED, DALI_UNTUNED, DALI_MEMMAP = (
@@ -62,40 +64,40 @@ def throughput(jpeg, tuned, memmap, dali=None, dali_memmap=None, *, cores: int, 
     text = (f"The untuned DataLoader made {rate(jpeg)} images/s from the JPEG folder and {rate(memmap)} from the "
             f"memmap: {v[MEMMAP].words('the folder')}.")
     if v[MEMMAP].kind == FASTER:
-        text = _join(text, f"{LIKELY} decoding, which the memmap skips; the rows also differ in what the "
+        text = sentences(text, f"{LIKELY_START} decoding, which the memmap skips; the rows also differ in what the "
                            "transforms take (Pillow images against tensors)"
                      + (", and the memmap stores smaller images." if smaller_memmap else "."))
     elif v[MEMMAP].kind == SLOWER:
-        text = _join(text, f"{LIKELY} the memmap's transforms run on tensors, not on Pillow images, and here "
+        text = sentences(text, f"{LIKELY_START} the memmap's transforms run on tensors, not on Pillow images, and here "
                            "that cost more than decoding these small JPEGs.")
-    text = _join(text, f"With lessons 03-07's fixes the tuned one made {rate(tuned)} from the JPEG folder: "
+    text = sentences(text, f"With lessons 03-07's fixes the tuned one made {rate(tuned)} from the JPEG folder: "
                        f"{v[TUNED].words('the untuned one', bold=True)}.")
     if v[TUNED].kind == FASTER:
-        text = _join(text, f"{LIKELY} its decoder without Pillow, its crop on uint8 and a quarter of the bytes "
+        text = sentences(text, f"{LIKELY_START} its decoder without Pillow, its crop on uint8 and a quarter of the bytes "
                            "handed over; this page does not time each fix apart.")
     if dali is not None:
-        text = _join(text, f"DALI, with {cores} threads against the DataLoaders' {cores} worker processes"
+        text = sentences(text, f"DALI, with {cores} threads against the DataLoaders' {cores} worker processes"
                            + (" and its decoding and augmenting on the GPU" if cuda else "")
                            + f", made {rate(dali)} from the JPEG folder: "
                            f"{v[DALI_TUNED].words('the tuned DataLoader', bold=True)} and "
                            f"{v[DALI_UNTUNED].words('the untuned one')}.")
         if not cuda:
             if v[DALI_TUNED].kind == FASTER:
-                text = _join(text, f"{LIKELY} on a CPU both sides run the same kinds of kernels (libjpeg-turbo, "
+                text = sentences(text, f"{LIKELY_START} on a CPU both sides run the same kinds of kernels (libjpeg-turbo, "
                                    "resampling), so what DALI saves is Python per sample, the worker processes and "
                                    "the copies of each batch between processes.")
             elif v[DALI_TUNED].kind in (SAME, SLOWER):
-                text = _join(text, "On this CPU the tuned DataLoader keeps up with DALI.")
+                text = sentences(text, "On this CPU the tuned DataLoader keeps up with DALI.")
         if dali_memmap is not None:
-            text = _join(text, f"Through external_source it made {rate(dali_memmap)} from the memmap: "
+            text = sentences(text, f"Through external_source it made {rate(dali_memmap)} from the memmap: "
                                f"{v[DALI_MEMMAP].words('the DataLoader on the memmap')}.")
             if not cuda and v[DALI_TUNED].kind == FASTER and v[DALI_MEMMAP].kind != FASTER:
-                text = _join(text, "That weighs against the likely cause above: on the memmap too DALI runs no Python "
+                text = sentences(text, "That weighs against the likely cause above: on the memmap too DALI runs no Python "
                                    "per sample and no worker processes, yet " + (
-                                       "this run could not tell a gain there" if v[DALI_MEMMAP].kind == CANNOT_TELL
+                                       "this run could not tell a gain there" if v[DALI_MEMMAP].kind == verdict.CANNOT_TELL
                                        else "it gained nothing there") + "; this page does not settle what DALI's "
                                    "gain on the folder comes from.")
-    return _join(text, advice(v))
+    return sentences(text, advice(v))
 
 
 # --- exercise 2 ---------------------------------------------------------------------------------
@@ -131,7 +133,7 @@ def scaling(dl1, dln, dali1, dalin, *, cores: int, section7: Verdict | None = No
     ``cores``, all four timed in turns; with ``section7`` (section 7's verdict on DALI against the
     untuned DataLoader, the same two at ``cores``), this run's answer reads it, and with ``earlier``
     (section 7's Measurements of them, ``{"DataLoader": m, "DALI": m}``) its rates are set against
-    section 7's (:func:`~gpufeed.course.lesson09.augment_prose.across_cells`)."""
+    section 7's (:func:`~gpufeed.course.lesson09.reading.across_cells`)."""
     v = scaling_verdicts(dl1, dln, dali1, dalin)
     lines = [f"{name}: {rate(a)} images/s with 1 {unit}, {rate(b)} with {cores}: {v[key].words(f'one {unit}')} "
              f"(ideal: {cores}x faster)" for name, unit, a, b, key in (("DataLoader", "worker", dl1, dln, DL_SCALES),
@@ -139,18 +141,18 @@ def scaling(dl1, dln, dali1, dalin, *, cores: int, section7: Verdict | None = No
     text = (f"DALI's gain from {cores} threads was "
             f"{v[GAINS].words(f'the DataLoader gain from {cores} workers', more='larger', less='smaller', same='as large')}.")
     if v[GAINS].kind == FASTER:
-        text = _join(text, f"{LIKELY} each DataLoader worker is a process that decodes whole batches and copies "
+        text = sentences(text, f"{LIKELY_START} each DataLoader worker is a process that decodes whole batches and copies "
                            "each to this process, while DALI's threads share one pipeline and its buffers.")
     elif v[GAINS].kind == SLOWER:
-        text = _join(text, f"{LIKELY} with one thread DALI already overlaps its stages (its executor and prefetch "
+        text = sentences(text, f"{LIKELY_START} with one thread DALI already overlaps its stages (its executor and prefetch "
                            "queue run beside the thread pool), so a second thread adds less, while one worker does "
                            "everything in turn.")
     if section7 is not None:
-        text = _join(text, f"With {cores} each, DALI {v[AT_ALL].ran('the DataLoader')}.",
+        text = sentences(text, f"With {cores} each, DALI {v[AT_ALL].ran('the DataLoader')}.",
                      v[AT_ALL].reads(section7, "section 7"),
                      across_cells(earlier or {}, {"DataLoader": dln, "DALI": dalin}, "section 7",
                                   f"with {cores} workers or threads", {"DALI": "DALI"}))
-    return "\n".join(lines) + "\n" + _join(text, advice(v))
+    return "\n".join(lines) + "\n" + sentences(text, advice(v))
 
 
 # --- exercise 3 ---------------------------------------------------------------------------------
@@ -173,22 +175,22 @@ def decode_ceiling(ceiling, whole, cpu_decode=None, *, cores: int, cuda: bool) -
         + f"{v['the whole pipeline from the decode alone'].words('the decode alone')}.")
     kind = v["the whole pipeline from the decode alone"].kind
     if kind == SAME:
-        text = _join(text, "The CPU's decode sets the pace (lesson 01): the rest of the pipeline adds no time "
+        text = sentences(text, "The CPU's decode sets the pace (lesson 01): the rest of the pipeline adds no time "
                            "this run can measure.")
     elif kind == SLOWER:
-        text = _join(text, "The rest of the pipeline (crop, flip, normalise) also takes the CPU threads' time: "
+        text = sentences(text, "The rest of the pipeline (crop, flip, normalise) also takes the CPU threads' time: "
                            "decoding alone is not the whole cost.")
     elif kind == FASTER:
-        text = _join(text, f"The decode-only pipeline is no ceiling here. {LIKELY} it hands whole decoded images "
+        text = sentences(text, f"The decode-only pipeline is no ceiling here. {LIKELY_START} it hands whole decoded images "
                            "to Python, the full one only the crops.")
     if cpu_decode is not None:
         v["the two decoders apart"] = compare(whole, cpu_decode, paired=True)
-        text = _join(text, f"Section 7's pipeline, with the mixed decoder: {rate(whole)} images/s, "
+        text = sentences(text, f"Section 7's pipeline, with the mixed decoder: {rate(whole)} images/s, "
                            f"{v['the two decoders apart'].words('decoding on the CPU', bold=True)}.")
     else:
-        text = _join(text, "With a GPU, device='mixed' moves the inverse DCT and colour conversion there, the "
+        text = sentences(text, "With a GPU, device='mixed' moves the inverse DCT and colour conversion there, the "
                            "part of this decode a GPU's nvJPEG takes off the CPU.")
-    return _join(text, advice(v))
+    return sentences(text, advice(v))
 
 
 # --- section 8: shards --------------------------------------------------------------------------

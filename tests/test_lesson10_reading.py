@@ -1,4 +1,4 @@
-"""Lesson 10's sentences (gpufeed.course.lesson10.dali_prose) on a grid: ties, losses, wins inside and
+"""Lesson 10's sentences (gpufeed.course.lesson10.reading) on a grid: ties, losses, wins inside and
 outside the spread, too few samples, the thresholds, missing sides; the shard findings on DALI's
 own behaviour as measured; and a noisy run read whole."""
 
@@ -7,10 +7,9 @@ import re
 
 import pytest
 
-from gpufeed.course.lesson09.augment_prose import LIKELY
-from gpufeed.course.lesson10 import dali_prose as p
+from gpufeed.course.lesson10 import reading as p
 from gpufeed.measure.harness import Measurement
-from gpufeed.measure.verdict import CANNOT_TELL, FASTER, NARROW, SAME, SLOWER, Verdict
+from gpufeed.measure.verdict import CANNOT_TELL, FASTER, LIKELY_START, NARROW, SAME, SLOWER, Verdict
 
 QUIET = [1.00, 1.01, 0.99, 1.005, 0.995, 1.002, 0.998]
 NOISY = [1.0, 0.55, 1.9, 0.7, 1.5, 0.8, 1.3]
@@ -34,7 +33,7 @@ def test_throughput_tie_gives_ties_and_no_cause():
     text = section7()
     assert "from the memmap: as fast as the folder (within" in text and "**as fast** as the untuned one" in text
     assert "**as fast** as the tuned DataLoader" in text and "as fast as the DataLoader on the memmap" in text
-    assert LIKELY not in text
+    assert LIKELY_START not in text
     assert "the tuned DataLoader keeps up with DALI" in text and "cannot tell" not in text
 
 
@@ -45,7 +44,7 @@ def test_throughput_wins_name_their_likely_causes():
     assert "**2.00x faster** than the untuned one" in text and "its decoder without Pillow" in text
     assert "**2.00x faster** than the tuned DataLoader" in text and "4.00x faster than the untuned one" in text
     assert "4.00x faster than the DataLoader on the memmap" in text
-    assert "what DALI saves is Python per sample" in text and text.count(LIKELY) == 3
+    assert "what DALI saves is Python per sample" in text and text.count(LIKELY_START) == 3
 
 
 @pytest.mark.parametrize("dali_mm, base, said", [
@@ -84,7 +83,7 @@ def test_throughput_on_a_gpu_and_without_dali():
 
 def test_throughput_inside_the_spread_and_with_few_samples_cannot_tell():
     noisy = section7(jpeg=1.0, tuned=0.9, memmap=0.95, dali=0.85, dali_mm=0.9, base=NOISY)
-    assert not DECIDED.search(noisy) and LIKELY not in noisy and "keeps up" not in noisy
+    assert not DECIDED.search(noisy) and LIKELY_START not in noisy and "keeps up" not in noisy
     assert noisy.count("not told apart") == 5 and "This run cannot tell the memmap from the JPEG folder, " in noisy
     few = section7(jpeg=2.0, tuned=1.0, base=QUIET[:3])
     assert "(3 samples per arm)" in few and not DECIDED.search(few)
@@ -108,9 +107,9 @@ def test_scaling_grid():
     assert "DataLoader: 128 images/s with 1 worker, 128 with 2: as fast as one worker (within" in text
     assert "DALI: 128 images/s with 1 thread, 256 with 2: 2.00x faster than one thread" in text and "(ideal: 2x faster)" in text
     assert "DALI's gain from 2 threads was 2.00x larger than the DataLoader gain from 2 workers" in text
-    assert LIKELY in text and "section 7" not in text
+    assert LIKELY_START in text and "section 7" not in text
     same = p.scaling(arm(2.0), arm(1.0, turn=1), arm(2.0, turn=2), arm(1.0, turn=3), cores=2)
-    assert "as large as the DataLoader gain" in same and LIKELY not in same
+    assert "as large as the DataLoader gain" in same and LIKELY_START not in same
     smaller = p.scaling(arm(4.0), arm(1.0, turn=1), arm(2.0, turn=2), arm(1.0, turn=3), cores=2)
     assert "2.00x smaller than the DataLoader gain" in smaller and "already overlaps its stages" in smaller
     noisy = p.scaling(arm(2.0, NOISY), arm(1.9, NOISY, 1), arm(2.0, NOISY, 2), arm(1.8, NOISY, 3), cores=2)
@@ -225,7 +224,7 @@ def test_a_noisy_run_reads_cannot_tell_and_answers_no_question_both_ways():
              p.decode_ceiling(arm(1.0, NOISY, 2), arm(1.05, NOISY, 4), cores=2, cuda=False)]
     for text in texts:
         assert not DECIDED.search(text.replace("ideal: 2x faster", "")), text
-        assert "not told apart" in text and "cannot tell" in text and LIKELY not in text
+        assert "not told apart" in text and "cannot tell" in text and LIKELY_START not in text
         assert "ran not told apart" not in text, "a verb before words that are no gain"
     ex2 = p.scaling_verdicts(dl1, dln, dali1, dalin)
     assert all(v.kind == CANNOT_TELL for v in itertools.chain(sec7.values(), ex2.values()))

@@ -25,7 +25,9 @@ from __future__ import annotations
 import re
 import statistics
 
-from gpufeed.course.lesson08.overlap import IN_LOOP, PLAIN, REGIMES, SYNCED, between_steps, bound
+from gpufeed.course.lesson08.feeds import IN_LOOP, PLAIN
+from gpufeed.course.lesson08.overlap import REGIMES, SYNCED, bound
+from gpufeed.course.lesson08.traced import between_steps
 from gpufeed.course.prose import Verdict, compare, times
 from gpufeed.measure import harness, results
 from gpufeed.measure.verdict import (
@@ -95,7 +97,7 @@ def took(v: Verdict, than: str) -> str:
 
 def gap_verdict(result_gaps: dict, other: str) -> Verdict | None:
     """The host's time between two steps with ``other`` against the plain loop, step by step from
-    their traces (:func:`gpufeed.course.lesson08.overlap.gaps`), or None without both."""
+    their traces (:func:`gpufeed.course.lesson08.traced.gaps`), or None without both."""
     if not result_gaps or PLAIN not in result_gaps or other not in result_gaps:
         return None
     a, b = ([max(g, RESOLUTION_MS) for g in result_gaps[name]] for name in (other, PLAIN))

@@ -31,28 +31,13 @@ Example:
 from __future__ import annotations
 
 from gpufeed.measure import verdict
-from gpufeed.measure.verdict import (
-    FASTER,
-    LIKELY_START,
-    SAME,
-    SLOWER,
-    Verdict,
-    advice,
-    compare,
-)
-from gpufeed.measure.wording import times
-
-#: How a sentence that gives an unmeasured cause begins: the verdict module's words, at a sentence's start.
-LIKELY = LIKELY_START
+from gpufeed.measure.verdict import FASTER, LIKELY_START, SAME, SLOWER, Verdict, advice, compare
+from gpufeed.measure.wording import sentences, times
 
 
 def rate(m) -> str:
     """A measurement's median rate in images/s, as the lesson prints it: ``"2,860"``."""
     return f"{m.items_per_s:,.0f}"
-
-
-def _join(*parts: str) -> str:
-    return " ".join(p for p in parts if p)
 
 
 # --- section 1 ----------------------------------------------------------------------------------
@@ -93,33 +78,33 @@ def section1(usual, loop, batched, batched_all=None, *, cores: int, cuda: bool, 
             f"Python loop over the batch on {dev} {rate(loop)}, and the batched version on {dev} {rate(batched)}: "
             f"{v[BATCHED_WORKERS].words('the workers', bold=True)} and {v[BATCHED_LOOP].words('the loop')}.")
     if cuda:  # the loop ran on the GPU: read it against the workers too
-        return _join(text, f"Image by image, the GPU's loop {v[LOOP_WORKERS].ran('the workers')}.",
+        return sentences(text, f"Image by image, the GPU's loop {v[LOOP_WORKERS].ran('the workers')}.",
                      _batched_lost(v, cuda), advice(v))
-    hand_over = (f"{LIKELY} each worker also collates a float32 batch and hands it over to this process (4 bytes a "
+    hand_over = (f"{LIKELY_START} each worker also collates a float32 batch and hands it over to this process (4 bytes a "
                  "value), work that one process does not do.")
-    text = _join(text, f"The loop, on one thread, {v[LOOP_WORKERS].ran(f'the {cores} workers')}.")
+    text = sentences(text, f"The loop, on one thread, {v[LOOP_WORKERS].ran(f'the {cores} workers')}.")
     if v[LOOP_WORKERS].kind == FASTER:  # one core beat every core's worker: the cause once, here
-        text, hand_over = _join(text, hand_over), ""
+        text, hand_over = sentences(text, hand_over), ""
     if batched_all is not None:
         on = f"{threads} threads" if threads else "all of torch's threads"
-        text = _join(text, f"On {on} the batched version made {rate(batched_all)} images/s: "
+        text = sentences(text, f"On {on} the batched version made {rate(batched_all)} images/s: "
                            f"{v[ALL_ONE].words('one thread')} and {v[ALL_WORKERS].words('the workers')}.")
     best = v[ALL_WORKERS] if batched_all is not None else v[BATCHED_WORKERS]
     if best.kind == FASTER:
-        text = _join(text, f"On this CPU one process did more than {cores} workers.", hand_over)
+        text = sentences(text, f"On this CPU one process did more than {cores} workers.", hand_over)
     elif best.kind == SLOWER:
-        text = _join(text, f"On this CPU the batched version did not catch the {cores} workers"
+        text = sentences(text, f"On this CPU the batched version did not catch the {cores} workers"
                            + (", even on every thread." if batched_all is not None else "."))
     elif best.kind == SAME:
-        text = _join(text, "On this CPU neither way is ahead.")
-    return _join(text, _batched_lost(v, cuda), advice(v))
+        text = sentences(text, "On this CPU neither way is ahead.")
+    return sentences(text, _batched_lost(v, cuda), advice(v))
 
 
 def _batched_lost(v: dict[str, Verdict], cuda: bool) -> str:
     """Section 1's likely cause where the batched version lost to the loop over the batch; "" otherwise."""
     if v[BATCHED_LOOP].kind != SLOWER:
         return ""
-    return (f"The batched version lost to the loop. {LIKELY} its dense resampling matrices make every output pixel "
+    return (f"The batched version lost to the loop. {LIKELY_START} its dense resampling matrices make every output pixel "
             "weigh a whole input row, work that a per-image resize skips; " + (
                 "exercise 2 times a larger batch, over which its costs per batch are spread."
                 if cuda else "a GPU does that arithmetic far faster than one core (section 4)."))
@@ -170,14 +155,14 @@ def late_convert(usual, both, *, cuda: bool) -> str:
     text = (f"Converting at the last step: {rate(both)} images/s against the usual pipeline's {rate(usual)}, "
             f"timed in turns: {v.words('the usual pipeline', bold=True)}.")
     if v.kind == FASTER:
-        text = _join(text, f"{LIKELY} the workers hand over a quarter of the bytes, and the conversion runs once on "
+        text = sentences(text, f"{LIKELY_START} the workers hand over a quarter of the bytes, and the conversion runs once on "
                            "a whole batch" + (" on the GPU." if cuda else "."))
     elif v.kind == SLOWER:
-        text = _join(text, f"{LIKELY} without a GPU the 'device' is this process, on the cores the workers use, so "
+        text = sentences(text, f"{LIKELY_START} without a GPU the 'device' is this process, on the cores the workers use, so "
                            "the conversion moved out of the workers competes with them; with a GPU the last step "
                            "runs there." if not cuda else
                      "Slower, although the last step ran on the GPU: rerun on an idle machine before reading more.")
-    return _join(text, advice({"the two pipelines apart": v}))
+    return sentences(text, advice({"the two pipelines apart": v}))
 
 
 def change(before: int, after: int) -> str:
@@ -221,7 +206,7 @@ def tail_reading(eager, compiled, counts: dict, *, per_batch_s: float | None, cu
             f"in turns: {v.words('the eager one', bold=True)}.")
     for what in counts["eager"]:  # the same keys for both
         before, after = counts["eager"][what], counts["torch.compile"][what]
-        text = _join(text, f"{what}: {max(before, 0)} -> {max(after, 0)} ({change(before, after)}).")
+        text = sentences(text, f"{what}: {max(before, 0)} -> {max(after, 0)} ({change(before, after)}).")
     fewer = [k for k in counts["eager"] if max(counts["torch.compile"][k], 0) < max(counts["eager"][k], 0)]
     if v.kind == FASTER:
         if not cuda:
@@ -233,10 +218,10 @@ def tail_reading(eager, compiled, counts: dict, *, per_batch_s: float | None, cu
         else:
             why = (f"fewer kernels; the {counts['eager'][waits]} host wait(s) per call stayed, so compiling did "
                    "not remove them")
-        text = _join(text, f"{LIKELY} {why}.", share_of_batch(eager, compiled, per_batch_s, plain))
+        text = sentences(text, f"{LIKELY_START} {why}.", share_of_batch(eager, compiled, per_batch_s, plain))
     elif v.kind in (SAME, SLOWER):
-        text = _join(text, ("Not faster here" + (", despite the fewer operators or kernels." if fewer else ".")))
-    return _join(text, advice({"the two tails apart": v}))
+        text = sentences(text, ("Not faster here" + (", despite the fewer operators or kernels." if fewer else ".")))
+    return sentences(text, advice({"the two tails apart": v}))
 
 
 def share_of_batch(eager, compiled, per_batch_s: float | None, plain=None) -> str:
@@ -304,13 +289,13 @@ def reference_reading(ms, doc: dict) -> str:
             f"{v['the late conversion from the usual pipeline'].words('the usual pipeline')}.")
     if n["tail, torch.compile"] is not None:
         kernels = {name: cs.get("GPU kernels and copies") for name, cs in doc.get("counts", {}).items()}
-        text = _join(text, f"The torch.compile'd tail {v['the two tails apart'].ran('the eager one')}" + (
+        text = sentences(text, f"The torch.compile'd tail {v['the two tails apart'].ran('the eager one')}" + (
             f", {kernels['eager']} GPU kernels and copies per call to {kernels['torch.compile']}."
             if None not in kernels.values() and len(kernels) == 2 else "."))
         batches = -(-doc["n_images"] // doc["batch_size"])
-        text = _join(text, share_of_batch(n["tail, eager"], n["tail, torch.compile"], n["batched,"].median / batches)
+        text = sentences(text, share_of_batch(n["tail, eager"], n["tail, torch.compile"], n["batched,"].median / batches)
                      .replace("of section 1", "of its section 1"))
-    return _join(text, advice(v))
+    return sentences(text, advice(v))
 
 
 # --- exercise 2 ---------------------------------------------------------------------------------
@@ -390,7 +375,7 @@ def batch_size_reading(pairs: dict, *, small: int, big: int, batches: int, cores
     moved = [name for name in v if v[name].kind in (FASTER, SLOWER)]
     text = (f"At batch {big}" + (" (every image this mode has)" if all_images else "") + ", an epoch holds "
             f"{batches} batch{'es' if batches != 1 else ''} for {cores} workers. ")
-    text += " ".join(f"{name.capitalize()} ran {v[name].words()}: {verdict.LIKELY} {WHY[(name, v[name].kind)]}."
+    text += " ".join(f"{name.capitalize()} ran {v[name].words()}: {verdict.LIKELY_START} {WHY[(name, v[name].kind)]}."
                      for name in moved) if moved else f"No version ran faster or slower than at batch {small} here."
-    return "\n".join(lines) + "\n" + _join(text, advice(vs), across_cells(
+    return "\n".join(lines) + "\n" + sentences(text, advice(vs), across_cells(
         earlier or {}, {name: a for name, (a, _) in pairs.items()}, called={"batched": "the batched version"}))

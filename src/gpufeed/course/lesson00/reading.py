@@ -1,7 +1,7 @@
 """The sentences lesson 00 prints about this machine's ceilings, each decided by the verdict method.
 
 Every comparison here goes through :func:`gpufeed.measure.verdict.compare`: copies of different
-sizes are compared as rates (GB/s per sample, :func:`gpufeed.measure.ceilings.byte_rates`), never as
+sizes are compared as rates (GB/s per sample, :func:`gpufeed.measure.rates.byte_rates`), never as
 ratios of times; two arms timed in turns are compared as pairs. A cause is named only where the
 page measured it; otherwise the sentence says "one likely cause, not measured here". Taught in
 ``notebooks/00_setup.ipynb``.
@@ -20,14 +20,11 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
-from gpufeed.measure.ceilings import (
-    MB,
-    Reference,
-    byte_rates,
-    h2d_at,
-    published_gb_per_s,
-)
+from gpufeed.measure.ceilings import h2d_at
 from gpufeed.measure.harness import Measurement
+from gpufeed.measure.rates import byte_rates
+from gpufeed.measure.results import Reference
+from gpufeed.measure.units import MB
 from gpufeed.measure.verdict import CANNOT_TELL, FASTER, SAME, SLOWER, Verdict, compare
 from gpufeed.measure.wording import times
 
@@ -129,7 +126,7 @@ def pinning_then_and_now(ours: Reference, theirs: Sequence) -> str:
     named, and how each path's rate changed from their fastest machine to ours.
 
     Args:
-        ours: our host-to-device copies (:class:`gpufeed.measure.ceilings.Reference`).
+        ours: our host-to-device copies (:class:`gpufeed.measure.results.Reference`).
         theirs: published figures with ids ``h2d-pageable-<machine>`` and ``h2d-pinned-<machine>``.
 
     Example:
@@ -184,8 +181,8 @@ def read_sentence(cold: Measurement, warm: Measurement, on_disk: bool) -> str:
     the cold read reached the disk at all.
 
     Args:
-        cold, warm: :func:`gpufeed.measure.ceilings.file_read` with ``cold=True`` and ``False``.
-        on_disk: :func:`gpufeed.measure.ceilings.reached_disk`.
+        cold, warm: :func:`gpufeed.measure.storage.file_read` with ``cold=True`` and ``False``.
+        on_disk: :func:`gpufeed.measure.storage.reached_disk`.
     """
     v = compare(warm, cold)
     text = (f"Cold {cold.gb_per_s:.2f} GB/s, warm {warm.gb_per_s:.2f} GB/s ({len(cold.samples)} and "
@@ -217,8 +214,8 @@ def rung_lines(figures: Sequence, disk: Measurement) -> str:
         >>> print(rung_lines(efs, Measurement("read cold", [1.0] * 5, nbytes=1e9)))
         - an Amazon EFS file system accessed over NFS, one client: 512 MiBps (0.54 GB/s), about 1.9x slower than the disk here.
     """
-    return "\n".join(f"- {f.hardware}: {f.number()} {f.unit} ({published_gb_per_s(f):.2f} GB/s), about "
-                     f"{times(published_gb_per_s(f) / disk.gb_per_s, 'the disk here', digits=1)}."
+    return "\n".join(f"- {f.hardware}: {f.number()} {f.unit} ({f.gb_per_s:.2f} GB/s), about "
+                     f"{times(f.gb_per_s / disk.gb_per_s, 'the disk here', digits=1)}."
                      for f in figures)
 
 
