@@ -431,16 +431,20 @@ saved = results.save_lesson("lesson05", [*warm_ms, *cold_ms, stream, fetch], n_i
 #
 # With CUDA the cells above already send every batch to the GPU (pinned, `non_blocking`). Without
 # it, here is our committed reference from a machine that has one, or, where none is committed,
-# what FFCV's authors published for a raw-pixel and a JPEG dataset read from RAM.
+# what FFCV's authors published for raw-pixel and JPEG datasets read from RAM and from network
+# storage, on a GPU server with many cores.
 
 # %%
+from gpufeed.measure import published
 from gpufeed.measure.verdict import Verdict
 
 if S.cuda:
     print(f"Measured above on {S.machine.get('gpu')}, batches moved to the GPU whole.")
 else:
     ref = results.gpu_reference("lesson05")  # says where the numbers come from
-    if ref is not None:
+    if ref is None:
+        say(reading.published_formats({f.id: f.figure for f in published.for_lesson("lesson05")}))
+    else:
         ref_ms = [m for m in ref[0] if m.name.startswith(("JPEG folder", "memmap"))]
         fig, ax = plotting.bars(ref_ms, baseline="JPEG folder, warm", machine=ref[1]["machine"], title="reference")
         plt.show()
@@ -458,8 +462,10 @@ else:
 # `torch.tensor(a)` and `np.array(t)` copy; `torch.from_numpy(a)` and `t.numpy()` return the same
 # memory seen by the other library. The cell checks each one by writing through its result and
 # reading the source, counts the page faults of one call of each (section 2's `faults`), and times
-# the three that copy in turns; the third copies into a tensor that exists already
-# (`out.copy_(...)`): the same copy, into memory that has been touched before.
+# the ones that copy in turns: `out.copy_(...)` is the same copy into a tensor that exists already,
+# memory touched before; and NumPy asks the kernel for *huge pages* (2 MiB) for a large array, so
+# `np.array(t)` runs once more with that advice off, in 4 KiB pages as torch's memory comes: the
+# same copy with more faults, to see what the faults themselves cost.
 
 # %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 import warnings
@@ -472,6 +478,20 @@ ways = {  # name: (the call, its input): NumPy to torch, torch to NumPy, and a c
     "np.array(t)": (np.array, t_big), "t.numpy()": (torch.Tensor.numpy, t_big),
     "out.copy_(torch.from_numpy(a))": (lambda a: out.copy_(torch.from_numpy(a)), a_big),
 }
+# NumPy asks the kernel for huge pages (madvise) for large arrays; its private switch, where it has one
+advise = getattr((getattr(np, "_core", None) or np.core).multiarray, "_set_madvise_hugepage", None)
+
+
+def small_pages(t):  # np.array(t) with NumPy's huge-page advice off: 4 KiB pages, as torch's memory gets
+    was = advise(False)
+    try:
+        return np.array(t)
+    finally:
+        advise(was)
+
+
+if advise is not None:
+    ways["np.array(t), 4 KiB pages"] = (small_pages, t_big)
 
 
 def shares(call, source):
@@ -496,13 +516,17 @@ for name in ways:
 
 # %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 by_copy = {m.name: m for m in copy_ms}
-fresh, reused = by_copy["torch.tensor(a)"], by_copy["out.copy_(torch.from_numpy(a))"]
+fresh, reused, np_copy = (by_copy[n] for n in ("torch.tensor(a)", "out.copy_(torch.from_numpy(a))", "np.array(t)"))
+small = by_copy.get("np.array(t), 4 KiB pages")  # None where this NumPy has no huge-page switch
 say(f"{' and '.join(f'`{n}`' for n in ways if shared[n])} shared the source's memory: no byte moved, and a write "
     f"through one was seen by the other. {' and '.join(f'`{n}`' for n in list(ways)[:4] if not shared[n])} copied: "
-    f"`torch.tensor(a)` took {fresh.median * 1e3:.1f} ms, `np.array(t)` {by_copy['np.array(t)'].median * 1e3:.1f} ms. "
+    f"`torch.tensor(a)` took {fresh.median * 1e3:.1f} ms, `np.array(t)` {np_copy.median * 1e3:.1f} ms. "
     + reading.copies(compare(reused, fresh, paired=True), fresh_faults=paged["torch.tensor(a)"],
                      reused_faults=paged["out.copy_(torch.from_numpy(a))"], other_fresh="np.array(t)",
-                     other_faults=paged["np.array(t)"], nbytes=a_big.nbytes, l3=l3))
+                     other_faults=paged["np.array(t)"], nbytes=a_big.nbytes, l3=l3,
+                     other_vs_reused=compare(reused, np_copy, paired=True),
+                     small_faults=small and paged["np.array(t), 4 KiB pages"],
+                     huge_vs_small=small and compare(np_copy, small, paired=True)))
 
 # %% [markdown]
 # ### Deeper (optional): when written bytes reach the disk
@@ -619,7 +643,7 @@ def write(name, sync):
 arms = {name + (" + fsync" if sync else ""): lambda name=name, sync=sync: write(name, sync)
         for name in WRITES for sync in (False, True)}
 write_ms = interleave({**arms, "a.tobytes() alone": a_write.tobytes}, setup={name: fresh_file for name in arms},
-                      repeats=config.pick(quick=3, full=5, site=5), nbytes=a_write.nbytes)
+                      repeats=config.pick(quick=3, full=5, site=9), nbytes=a_write.nbytes)
 target.unlink()
 for m in write_ms:
     print(m)
@@ -707,9 +731,10 @@ def memmap_warm(path, batch):
     return lambda: [None for _ in loader]
 
 
+ex_repeats = config.pick(quick=5, full=9, site=11)  # rounds in turns for the exercises (at least 5)
 torch.set_num_threads(1)
 big_mm, small_mm = interleave({"memmap 224, warm": memmap_warm(mm_dir, batch_size),
-                               "memmap 112, warm": memmap_warm(small_dir, batch_size)}, repeats=max(5, repeats),
+                               "memmap 112, warm": memmap_warm(small_dir, batch_size)}, repeats=ex_repeats,
                               items=n_images, nbytes={"memmap 224, warm": epoch_bytes, "memmap 112, warm": epoch_bytes // 4})
 torch.set_num_threads(threads)
 print(big_mm, small_mm, sep="\n")
@@ -733,7 +758,7 @@ def folder_warm(batch):
 
 torch.set_num_threads(1)
 sides = {side: interleave({f"{side}, batch {b}": (folder_warm if side == "folder" else partial(memmap_warm, mm_dir))(b)
-                           for b in (batch_size, 256)}, repeats=max(5, repeats), items=n_images)
+                           for b in (batch_size, 256)}, repeats=ex_repeats, items=n_images)
          for side in ("folder", "memmap")}
 torch.set_num_threads(threads)
 for m in (m for pair in sides.values() for m in pair):

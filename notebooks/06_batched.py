@@ -69,7 +69,7 @@ from torch.utils.data import BatchSampler, DataLoader, RandomSampler, Sequential
 from gpufeed.data.gather import no_collate
 from gpufeed.data.loader import FastLoader
 
-n_epoch = config.pick(quick=30_000, full=N)
+n_epoch = config.pick(quick=30_000, full=N, site=N)
 per_sample, batched = TensorDataset(x[:n_epoch], y[:n_epoch]), BatchTensorDataset(x[:n_epoch], y[:n_epoch])
 loaders = {
     "per sample": DataLoader(per_sample, batch_size=B, shuffle=True),
@@ -233,7 +233,7 @@ def piece_speeds(n_images, threads, batch=64):
     try:  # in turns
         return interleave({names[0]: lambda: torch.index_select(pixels, 0, rows, out=buffer),
                            names[1]: lambda: gather_in_pieces(pixels, rows, buffer)}, nbytes=buffer.numel(),
-                          repeats=config.pick(quick=20, full=30, site=30), params={n: {"threads": threads} for n in names})
+                          repeats=config.pick(quick=20, full=30, site=90), params={n: {"threads": threads} for n in names})
     finally:
         torch.set_num_threads(before)
 
@@ -287,7 +287,7 @@ def ring_speeds(n_images, batch, rings):
     loaders = {f"ring of {k}": FastLoader(pixels, batch, seed=0, drop_last=True, reuse_buffers=k) for k in rings}
     images = len(next(iter(loaders.values()))) * batch  # per epoch
     return interleave({name: lambda ld=ld: [None for _ in ld] for name, ld in loaders.items()}, items=images,
-                      nbytes=images * pixels[0].numel(), repeats=config.pick(quick=5, full=7, site=7),
+                      nbytes=images * pixels[0].numel(), repeats=config.pick(quick=5, full=7, site=25),
                       params={f"ring of {k}": {"batch": batch, "ring": k, "l3_bytes": l3} for k in rings})
 
 
@@ -316,8 +316,8 @@ say(reading.ring(compare(small, large, paired=True), l3=l3, l3_known=l3_known, b
 from gpufeed.measure.ceilings import loader_bounds
 
 shuffle_pixels = torch.randint(0, 256, (config.pick(quick=512, full=4096), 3, 224, 224), dtype=torch.uint8)
-by_ring = {k: loader_bounds(shuffle_pixels, 64, repeats=config.pick(quick=3, full=7, site=5), buffers=k,
-                            min_bytes=config.pick(quick=64, full=256) << 20) for k in (2, 1)}
+by_ring = {k: loader_bounds(shuffle_pixels, 64, repeats=config.pick(quick=3, full=7, site=15), buffers=k,
+                            min_bytes=config.pick(quick=64, full=256, site=128) << 20) for k in (2, 1)}
 deeper += [m for pair in by_ring.values() for m in pair]  # saved with the lesson's results (section 4)
 (stream2, fetch2), (stream1, fetch1) = by_ring[2], by_ring[1]
 say(reading.order_or_footprint(compare(fetch2, stream2, paired=True), compare(fetch1, stream1, paired=True),
@@ -341,7 +341,7 @@ from gpufeed.data.orders import grouped_permutation
 sizes = config.pick(quick=[10**5, 10**6, 3 * 10**6], full=[10**5, 10**6, 10**7, 10**8], site=[10**5, 10**6, 10**7])
 group = 4096
 pairs = [interleave({f"randperm {n:.0e}": lambda n=n: permutation(n), f"grouped {n:.0e}": lambda n=n: grouped_permutation(n, group)},
-                    repeats=config.pick(quick=3, full=5, site=7), items=n) for n in sizes]
+                    repeats=config.pick(quick=3, full=5, site=15), items=n) for n in sizes]
 full, grouped = [p[0] for p in pairs], [p[1] for p in pairs]
 fig, ax = plt.subplots()
 ax.loglog(sizes, [m.median * 1e3 for m in full], "o-", color=plotting.COLORS["baseline"], label="torch.randperm")
@@ -357,7 +357,8 @@ epoch_s = by["FastLoader"].median * N / n_epoch  # section 1's fastest epoch, sc
 ns = {name: (ms[0].median / sizes[0] * 1e9, ms[-1].median / sizes[-1] * 1e9) for name, ms in (("randperm", full), ("grouped", grouped))}
 say(reading.shuffle_cost(compare(grouped[-1], full[-1], paired=True), n=sizes[-1], full_ms=full[-1].median * 1e3,
                          grouped_ms=grouped[-1].median * 1e3, ns=ns, at_n=N, at_n_ms=at_n.median * 1e3,
-                         epoch_ms=epoch_s * 1e3))
+                         epoch_ms=epoch_s * 1e3,
+                         by_size={n: compare(g, f, paired=True) for n, g, f in zip(sizes, grouped, full)}))
 
 # %% [markdown]
 # The price of the grouped shuffle is randomness. A batch of 300 now comes from one or two blocks
@@ -491,8 +492,9 @@ q = {m.name: m for m in quiz}
 rates = {m.name: [m.items / t for t in m.samples] for m in quiz}  # samples/s, call by call: the calls differ in size
 say(reading.quiz({name: compare(rates[name], rates[order[-1]], paired=True, higher=True) for name in order[:-1]},
                  order[-1]) + f" Your answer: {guess.value if guess.value != '-' else '(none given)'}.")
-if S.quick:
-    print("(Quick mode timed a fraction of an epoch for each and scaled up; full mode times more.)")
+if dl_batches * B < N:
+    print(f"(The DataLoader was timed over {dl_batches} batches a sample, not a whole epoch, and its 1000 epochs scaled "
+          "up from that rate; full mode times whole epochs.)")
 
 # %%
 fig, ax = plotting.bars(quiz, baseline=order[-1], unit="samples/s", machine=S.machine,
@@ -501,8 +503,7 @@ ax.set_xscale("log")
 plt.show()
 results.save_lesson("lesson06", [*ms, *gathers, *deeper, *full, *grouped, *quiz], batch_size=B, n=N,
                     batched_vs_per_sample=by["FastLoader"].items_per_s / by["per sample"].items_per_s)
-say(reading.workers(compare(rates["NumPy"], rates["DataLoader with workers"], paired=True, higher=True), cores=cores,
-                    dl_rate=q["DataLoader with workers"].items_per_s))
+say(reading.workers(cores=cores, dl_rate=q["DataLoader with workers"].items_per_s))
 
 # %% [markdown]
 # ### Deeper (optional): a dataset larger than the memory
@@ -579,7 +580,7 @@ if ooc["full shuffle"]["read_bytes"] == 0:
     say("Nothing was read from a disk: the course's cache folder is kept in memory by its file system (tmpfs), so no "
         "limit applies to it; point `GPUFEED_CACHE` at a folder on a disk (see the README) and re-run this section.")
 say(reading.out_of_core(ooc, held=held, first=first, used_mib=used, ahead_kb=ahead, group_rows=group_rows,
-                        own_memory=method != "fadvise", quick=S.quick))
+                        own_memory=method != "fadvise", quick=S.mode != "full"))
 
 # %% [markdown]
 # ## Key takeaways
@@ -630,11 +631,11 @@ if my_group is not None:
 # sample, so 32x more samples per batch divides its fixed cost by 32: its samples/s should climb.
 from functools import partial
 
-n_ex = config.pick(quick=10_240, full=n_epoch)  # quick: 320 batches of 32, 10 of 1024 (section 1's epoch: 30,000)
+n_ex = config.pick(quick=10_240, full=n_epoch, site=30_720)  # quick: 320 batches of 32, 10 of 1024
 makers = {"per sample": lambda b: DataLoader(TensorDataset(x[:n_ex], y[:n_ex]), batch_size=b, shuffle=True),
           "FastLoader": lambda b: FastLoader((x[:n_ex], y[:n_ex]), b, seed=0)}
 runs = {name: interleave({f"{name}, batch {b}": partial(epoch, make(b)) for b in (32, 1024)}, items=n_ex,
-                         repeats=config.pick(quick=3, full=5, site=5))  # each loader's two batch sizes in turns
+                         repeats=config.pick(quick=3, full=5, site=9))  # each loader's two batch sizes in turns
         for name, make in makers.items()}
 for pair in runs.values():
     print(*pair, sep="\n")
@@ -659,8 +660,8 @@ while classes_per_batch(labels, grouped_permutation(len(labels), my_group), B) <
 found = classes_per_batch(labels, grouped_permutation(len(labels), my_group), B)
 print(f"self-check: {found:.0f} classes per batch: " + ("yes, at least 100" if found >= 100 else "not yet"))
 say(f"A group of **{my_group:,}** indices ({my_group / 300:.0f} classes per block) gives {found:.0f} classes per "
-    f"batch; the formula predicted {predicted_g:,}. Blocks that large shuffle {my_group / group:.0f}x the 4,096 of "
-    "section 3: storing the data shuffled once is the cheaper fix.")
+    f"batch; the formula predicted {predicted_g:,}: blocks {my_group / group:.0f}x the {group:,} of section 3. Stored "
+    f"shuffled once, section 3's blocks of {group:,} already put {stored_grouped:.0f} classes in a batch.")
 
 # %% tags=["solution", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution to exercise 3: FastLoader in the quiz

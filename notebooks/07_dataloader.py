@@ -55,7 +55,7 @@ def stack_with(threads):  # 3 collates with this many torch threads
         torch.stack(samples)
 
 
-collate = in_turns(lambda: stack_with(default_threads), lambda: stack_with(1), repeats=config.pick(quick=20, full=50),
+collate = in_turns(lambda: stack_with(default_threads), lambda: stack_with(1), repeats=config.pick(quick=20, full=50, site=60),
                    names=(f"collate, {default_threads} torch threads", "collate, 1 torch thread"), warmup=3)
 threads_ms = [collate.b, collate.a] if default_threads > 1 else [collate.b]
 torch.set_num_threads(1)  # for the rest of this lesson: see below
@@ -112,7 +112,8 @@ kw = {"batch_size": batch_size, "repeats": config.pick(quick=3, full=5, site=9),
 configs = [{"num_workers": w, "persistent_workers": True, "prefetch_factor": 2} for w in counts]
 pinned = [{**c, "pin_memory": True} for c in configs  # with CUDA: at no workers, the cores and past them
           if c["num_workers"] in (0, cores, counts[-1])] if S.cuda else []  # (one pin thread serves them all)
-ms = sweep(datasets, configs + pinned, **kw)  # both datasets, every configuration, in turns
+rounds = config.pick(quick=3, full=5, site=15)  # for the sweep and the prefetch trial, whose verdicts 9 left undecided
+ms = sweep(datasets, configs + pinned, **{**kw, "repeats": rounds})  # all in turns
 for m in ms:
     m.params["dataset"] += ", pinned" if m.params.get("pin_memory") else ""  # a row of its own in the heatmap
 fig, ax = heatmap(ms, cores=cores, machine=S.machine, title=f"images/s, batch {batch_size}, {side}x{side}")
@@ -156,7 +157,7 @@ pf_batch, lo_hi = config.pick(quick=4, full=batch_size, site=8), (1, 4)
 pf_batches = 8 * cores * lo_hi[1]  # 8 x workers x the larger factor
 step_s = pf_batch / runs["JPEG folder", cores].items_per_s  # the folder's loading time per batch, at `cores` workers
 factors = prefetch_trial(datasets["JPEG folder"], lo_hi, num_workers=cores, batch_size=pf_batch, batches=pf_batches,
-                         step_s=step_s, repeats=kw["repeats"], device=kw["device"])
+                         step_s=step_s, repeats=rounds, device=kw["device"])
 persistence = sweep({"memmap": datasets["memmap"]}, [{"num_workers": cores, "persistent_workers": p} for p in (False, True)],
                     **{**kw, "budget_s": None})  # whole epochs, in turns: each one's start is the point
 for m in persistence:
@@ -260,8 +261,7 @@ else:
     print("Pageable against pinned instead from our ceilings reference, where there is one, and as NVIDIA published it:")
     if h100 is not None:
         at = ceilings.h2d_at(h100.measurements, max(m.params["nbytes"] for m in h100.measurements))
-        say(transfer.h2d_sentence(h100) + " " + reading.pin_caveat(
-            at["pin+copy"].gb_per_s if "pin+copy" in at else None, at["pageable"].gb_per_s))
+        say(transfer.h2d_sentence(h100) + " " + reading.pin_caveat(at["pin+copy"].gb_per_s if "pin+copy" in at else None))
     say(transfer.h2d_table([h100] if h100 else [], published.for_lesson("lesson07")))
 
 # %% [markdown]
@@ -394,7 +394,7 @@ print(f"all {len(ways)} ways give the same {len(leaves(batch))} tensors in the s
 
 # %%
 movers_ms = interleave({name: lambda way=way: [way() for _ in range(5)] for name, way in ways.items()},  # in turns
-                       items=5, repeats=config.pick(quick=10, full=30), warmup=2)  # 5 batches a sample
+                       items=5, repeats=config.pick(quick=10, full=30, site=30), warmup=2)  # 5 batches a sample
 fig, ax = plotting.bars(movers_ms, baseline="hand-written recursive", unit="batches/s", machine=S.machine,
                         title=f"moving a detection batch ({len(leaves(batch))} tensors) to {S.device}")
 plt.show()
@@ -517,8 +517,8 @@ except RuntimeError as e:  # no GPU here: the error's first line says why
 print("torch.load(f, map_location='cpu'):", {k: str(v.device) for k, v in torch.load(gpu_file, map_location="cpu", weights_only=True).items()})
 
 # %% [markdown]
-# Then the cost, on a file of the lesson's images (10 MB in quick mode, 300 MB in full mode), read
-# from the page cache: `torch.load(f, map_location=device)` against `torch.load(f)` then
+# Then the cost, on a file of the lesson's images (its size is printed below), read from the page
+# cache: `torch.load(f, map_location=device)` against `torch.load(f)` then
 # `.to(device)` over the nest, timed in turns (`gpufeed.course.lesson07.devicefiles.load_ways`, which first
 # checks that both give the same tensors).
 

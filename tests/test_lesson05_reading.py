@@ -2,6 +2,8 @@
 a win inside the spread, too few samples, not measured; the cache thresholds; and the numbers of a
 noisy run, where no question may get a verdict and "cannot tell" must read as such."""
 
+import re
+
 import pytest
 from verdicts import FEW, GRID, INSIDE, LOSS, MARKS, NOISY_A, NOISY_B, NONE, TIE, WIN, noisy
 
@@ -79,6 +81,19 @@ def test_cold_words_the_folder_and_the_sorting(name):
 
 
 @pytest.mark.parametrize("name", list(GRID))
+def test_cold_reads_sorting_against_its_promise(name):
+    """Sorting promises a forward read: a gain says what may have paid (as likely); a tie or a loss
+    says sorting did not help here; a run that cannot tell says neither."""
+    v = GRID[name]
+    text = reading.cold(WIN, LOSS, v, epoch_bytes=19_000_000, jpeg_bytes=1_900_000, can_drop=True)
+    assert ("reading forward through the file paid" in text) == (name == "win")
+    assert ("sorting did not speed the cold read up here" in text) == (name in ("loss", "tie"))
+    assert ("147 KiB" in text) == (name in ("loss", "tie"))  # one 224x224 image, the size the reason rests on
+    if name in ("win", "loss", "tie"):
+        assert "not measured here" in text
+
+
+@pytest.mark.parametrize("name", list(GRID))
 def test_ceiling_words_each_verdict(name):
     v = GRID[name]
     text = reading.ceiling(v, epoch_bytes=19_000_000, l3=L3)
@@ -88,6 +103,8 @@ def test_ceiling_words_each_verdict(name):
     assert f"{v.ratio:.0%}" in text and MARKS[v.kind] in text and "the cache's, not RAM's" in text
     assert "Less than half" not in text  # the loss is 0.5: at the threshold, not below it
     assert ("does not show why" in text) == (name == "win")  # a fetch faster than its bound
+    assert ("**" in text) == v.decided  # the share in bold only where the run carries it
+    assert ("so the bound stands" in text) == (name == "inside the spread")  # a median above 1, inside the noise
     below = reading.ceiling(reading.Verdict(0.4, 0.35, 0.45, 5, "slower", True), epoch_bytes=1, l3=L3)
     assert "Less than half" in below and "not measured here" in below
 
@@ -112,10 +129,41 @@ def test_copies_give_the_fault_count_as_the_measured_cause(name):
     assert "larger pages" in huge and "not measured here" in huge
 
 
+@pytest.mark.parametrize("name", list(GRID))
+def test_copies_read_huge_pages_as_measured(name):
+    """NumPy's huge pages, with the advice on and off in turns: what the fewer faults cost is read from
+    that verdict, and the copy into existing memory against NumPy's from the other."""
+    v = GRID[name]
+    text = reading.copies(WIN, fresh_faults=8193, reused_faults=0, other_fresh="np.array(t)", other_faults=17,
+                          nbytes=32 << 20, l3=None, other_vs_reused=WIN, small_faults=8193, huge_vs_small=v)
+    assert "with that advice off it took 8,193" in text and "larger pages" not in text  # measured, not likely
+    assert ("fewer faults, less time" in text) == (name == "win")
+    assert ("cost nothing measurable" in text) == (name == "tie")
+    assert ("fewer faults do not explain" in text) == (name == "loss")
+    assert "clears every new page" in text and "not measured here" in text  # WIN against NumPy's fresh memory
+    same_faults = reading.copies(WIN, fresh_faults=8193, reused_faults=0, other_fresh="np.array(t)", other_faults=17,
+                                 nbytes=32 << 20, l3=None, other_vs_reused=v, small_faults=20, huge_vs_small=WIN)
+    assert "not what kept its faults down" in same_faults and "less time" not in same_faults
+    assert ("clears every new page" in same_faults) == (name == "win")
+    tail = same_faults.partition("The copy into the existing tensor")[2]
+    assert (MARKS[v.kind] in tail) if name != "not measured" else not tail
+
+
 def test_copies_without_a_fault_difference_claim_no_faults():
     text = reading.copies(WIN, fresh_faults=10, reused_faults=10, other_fresh="x", other_faults=10, nbytes=1 << 30, l3=L3)
     assert "do not tell them apart" in text and "a fault on each first touch" not in text
     assert "still in the cache" not in text  # 1 GiB: more than the cache
+
+
+def test_published_formats_show_theirs_without_a_verdict():
+    rates = {"ffcv-load-ram-raw-256": 172801, "ffcv-load-ram-jpeg-512": 31278, "ffcv-load-ebs-raw-512": 1956,
+             "ffcv-load-ebs-jpeg-512": 16631}
+    text = reading.published_formats(rates)
+    assert "does not isolate the format" in text and "the order reverses" in text and "theirs" in text
+    assert "faster" not in text and not re.search(r"\dx ", text)  # one figure each: no ratio, no verdict
+    flipped = reading.published_formats({**rates, "ffcv-load-ebs-raw-512": 20000})
+    assert "reverses" not in flipped and "20,000" in flipped
+    assert reading.published_formats({k: v for k, v in rates.items() if "ebs" not in k}) == ""
 
 
 @pytest.mark.parametrize("save, tobytes, order", [
@@ -168,6 +216,8 @@ def test_a_noisy_run_gets_no_verdict_and_reads_cannot_tell():
         reading.cold(v, v, v, epoch_bytes=19_000_000, jpeg_bytes=1_900_000, can_drop=True),
         reading.ceiling(v, epoch_bytes=19_000_000, l3=L3),
         reading.copies(v, fresh_faults=8192, reused_faults=0, other_fresh="x", other_faults=8192, nbytes=1 << 20, l3=L3),
+        reading.copies(v, fresh_faults=8192, reused_faults=0, other_fresh="x", other_faults=17, nbytes=1 << 20, l3=L3,
+                       other_vs_reused=v, small_faults=8192, huge_vs_small=v),
         reading.writes(v, v, tobytes_ms=1, fsync_ms={"a": 1}, fs="ext4", on_disk=True, nbytes=1 << 20),
         reading.smaller_images(v, small_gb_s=1, big_gb_s=1),
         reading.larger_batch(v, v, batch=64, big=256, n_images=5000, cores=2, l3=L3),
@@ -177,3 +227,5 @@ def test_a_noisy_run_gets_no_verdict_and_reads_cannot_tell():
         assert " faster than" not in text and " slower than" not in text, text
         assert "Less than" not in text and "More than" not in text, text
         assert "decodes every JPEG" not in text and "does not show a slow disk" not in text, text
+        assert "less time" not in text and "did not speed" not in text and "paid" not in text, text
+        assert "**" not in text.split("images/s")[-1], text  # no verdict in bold (a rate may be)

@@ -19,7 +19,7 @@ RUNS = {"full shuffle": {"images_per_s": 300, "read_bytes": 400 << 20, "own_byte
 @pytest.mark.parametrize("name", list(GRID))
 def test_talk_and_epochs_word_each_verdict(name):
     v = GRID[name]
-    assert MARKS[v.kind] in reading.talk(v, calls_us=120, one_us=3.2) and "the talk's: 36x" in reading.talk(v, calls_us=1, one_us=1)
+    assert MARKS[v.kind] in reading.talk(v, calls_us=120, one_us=3.2)
     text = reading.epochs({"FastLoader": v, "__getitems__": v, "BatchSampler, batch_size=None": v},
                           {"FastLoader": 2e6, "per sample": 1e5})
     assert text.count(MARKS[v.kind]) == 3
@@ -35,13 +35,19 @@ def test_gathers_give_faults_as_the_measured_reason(name):
     assert "a fault on each first touch" in faulted and "RAM's" in faulted and "not RAM's" not in faulted
     assert "no fault to save" in reading.gathers(WIN, v, fresh_faults=1, buffer_faults=0, gb_s=1, source_bytes=1, l3=None)
     assert ("does not show why" in text) == (name == "loss")  # a loss the faults do not explain
+    assert ("is not the faults'" in text) == (name == "win")  # a gain they do not explain: a likely cause, so named
+    if name == "win":
+        assert "not measured here" in text and "not the faults'" not in faulted
 
 
 @pytest.mark.parametrize("name", list(GRID))
 def test_pieces_and_the_ring(name):
     v = GRID[name]
     text = reading.pieces({1: TIE, 2: v})
-    assert "on 1 thread," in text and "on 2 threads," in text and MARKS[v.kind] in text
+    assert "on 1 thread," in text and "on 2 threads," in text and MARKS[v.kind] in text and "as predicted" in text
+    assert ("no longer meet" in text) == (name == "win") and ("saved nothing" in text) == (name in ("loss", "tie"))
+    one = reading.pieces({1: v})
+    assert ("not the tie predicted" in one) == (name in ("win", "loss")) and ("as predicted" in one) == (name == "tie")
     ring = reading.ring(v, l3=32 << 20, l3_known=True, batch=53, big_ring=16, image_bytes=150_528, small_rate=1,
                         large_rate=1)
     assert MARKS[v.kind] in ring
@@ -68,20 +74,34 @@ def test_shuffle_cost_names_the_cache_only_as_likely(name):
 
 
 @pytest.mark.parametrize("name", list(GRID))
+def test_shuffle_cost_reads_every_size(name):
+    """Where the grouped shuffle starts to pay is read size by size, each verdict as it came out."""
+    v = GRID[name]
+    text = reading.shuffle_cost(WIN, n=10**7, full_ms=1, grouped_ms=1, ns=NS, at_n=1, at_n_ms=1, epoch_ms=1,
+                                by_size={10**5: LOSS, 10**6: v, 10**7: WIN})
+    assert "at 100,000 indices it ran 2.00x slower" in text and "at 10,000,000 it" not in text  # the largest: said once
+    assert f"at 1,000,000 it {'ran' if v.decided else 'was'} " in text and MARKS[v.kind] in text.split("1,000,000")[1]
+    assert ("Where this run cannot tell" in text) == (name in ("inside the spread", "few samples"))
+
+
+@pytest.mark.parametrize("name", list(GRID))
 def test_quiz_and_workers(name):
     v = GRID[name]
     text = reading.quiz({"NumPy": v, "DataLoader with workers": INSIDE}, "pure Python")
     assert text.startswith("Fastest: NumPy") and MARKS[v.kind] in text and "the slowest, pure Python" in text
     assert "Where this run cannot tell" in text  # the DataLoader's is inside the spread
-    w = reading.workers(v, cores=2, dl_rate=150_000)
-    assert MARKS[v.kind] in w and "150,000 samples/s" in w and "section 1" not in w  # no comparison across sections
+    w = reading.workers(cores=2, dl_rate=150_000)
+    assert "150,000 samples/s" in w and "section 1 timed them" in w  # the cost section 1 measured, not its numbers
+    assert " faster" not in w and " slower" not in w  # the quiz's verdicts are not said twice
 
 
 @pytest.mark.parametrize("name", list(GRID))
 def test_batch_sizes_read_the_cost_per_batch_only_from_a_decided_gain(name):
     v = GRID[name]
     text = reading.batch_sizes(TIE, v)
-    assert ("its cost is per batch" in text) == (name == "win")
+    assert ("cost is per batch" in text) == (name == "win")
+    assert ("part of its cost is per batch" in text) == (name == "win")  # 2x at 32x the batch: not wholly per batch
+    assert "its cost is per batch" in reading.batch_sizes(TIE, reading.Verdict(33.0, 32.5, 33.5, 5, "faster", True))
     assert ("against the prediction" in text) == (name in ("loss", "tie"))
     assert "its cost is per sample" in text
     gained = reading.batch_sizes(WIN, WIN)
@@ -98,6 +118,9 @@ def test_fast_vs_numpy_and_the_order_or_footprint(name):
     both = reading.order_or_footprint(v, TIE, stream_two=60_000, stream_one=90_000)
     assert "not taken in turns, so this page does not compare them" in both and "cost nothing measurable" in both
     assert "unmeasured share" in reading.order_or_footprint(NONE, LOSS, stream_two=1, stream_one=1)
+    assert ("what the shuffled order cost" in both) == (name == "loss")  # the one difference between the arms
+    assert ("not what the order predicts" in both) == (name == "win")
+    assert "the talk measured 36x" in reading.talk(v, calls_us=1, one_us=1)
 
 
 def test_out_of_core_compares_bytes_and_only_shows_rates():
@@ -105,7 +128,12 @@ def test_out_of_core_compares_bytes_and_only_shows_rates():
                                own_memory=True, quick=True)
     assert "20.0x** fewer bytes" in text and "read-ahead" in text and "not compared" in text
     assert " faster" not in text and " slower" not in text  # one run of each order: no speed verdict
-    assert "Quick mode reads only the start" in text and "less room for the page cache" in text
+    assert "reads only the start of an epoch" in text and "less room for the page cache" in text
+    assert "no more bytes than the grouped one" not in text  # 40 MiB without read-ahead, 20 grouped
+    fewer = {**RUNS, "full shuffle, MADV_RANDOM": {**RUNS["full shuffle, MADV_RANDOM"], "read_bytes": 3 << 20}}
+    said = reading.out_of_core(fewer, held="x", first=64, used_mib=3, ahead_kb=8192, group_rows=64, own_memory=True,
+                               quick=False)
+    assert "no more bytes than the grouped one" in said and "reads only the start" not in said
     no_ahead = reading.out_of_core(RUNS, held="x", first=1, used_mib=1, ahead_kb=None, group_rows=1, own_memory=False,
                                    quick=False)
     assert "Most of the full shuffle's bytes are read-ahead" not in no_ahead and "Its own memory" not in no_ahead
@@ -123,7 +151,6 @@ def test_a_noisy_run_gets_no_verdict_and_reads_cannot_tell():
         reading.ring(v, l3=1 << 20, l3_known=True, batch=1, big_ring=4, image_bytes=1, small_rate=1, large_rate=1),
         reading.shuffle_cost(v, n=10**7, full_ms=1, grouped_ms=1, ns=NS, at_n=1, at_n_ms=1, epoch_ms=1),
         reading.quiz({"NumPy": v, "DataLoader with workers": v}, "pure Python"),
-        reading.workers(v, cores=2, dl_rate=1),
         reading.batch_sizes(v, v),
         reading.fast_vs_numpy(v),
         reading.order_or_footprint(v, v, stream_two=1, stream_one=1),

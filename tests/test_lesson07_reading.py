@@ -61,11 +61,15 @@ def test_copies_pins_and_the_caveat(name):
     assert ("cannot say what the pin cost" in gap) == (name != "loss")
 
 
-def test_the_pin_caveat_says_the_block_was_cached_and_what_fresh_memory_may_do():
-    pays = reading.pin_caveat(24.0, 8.7)
-    assert "caching host allocator" in pays and "may reverse the result" in pays and reading.TUTORIAL in pays
-    assert "costs more still" in reading.pin_caveat(8.0, 8.7)  # pin+copy already slower than pageable
-    assert reading.pin_caveat(None, 8.7) == ""  # a reference without the series
+def test_the_pin_caveat_gives_the_tutorials_finding_without_repeating_the_sentence():
+    from gpufeed.course.transfer import h2d_sentence
+
+    pays = reading.pin_caveat(24.0)
+    assert pays.startswith("That tutorial") and "slower than the plain pageable copy" in pays and reading.TUTORIAL in pays
+    assert "as the PyTorch tutorial" in h2d_sentence.__doc__  # the sentence 'That tutorial' follows
+    assert "caching host allocator" not in pays  # h2d_sentence says it; the caveat follows it
+    assert "caching host allocator" in h2d_sentence.__doc__
+    assert reading.pin_caveat(None) == ""  # a reference without the series
 
 
 @pytest.mark.parametrize("name", list(GRID))
@@ -79,6 +83,7 @@ def test_movers_and_loading(name):
     load = reading.loading(v, mib=10, device="cpu", map_ms=12, move_ms=12, cuda=False, same=True)
     assert MARKS[v.kind] in load
     assert ("they agree" in load) == (name == "tie") and ("not measured here" in load) == (name in ("win", "loss"))
+    assert ("the little Python each adds" in load) == (name in ("win", "loss"))  # a decided gap: not a copy
     assert ("they agree" not in load and "yet they differ" not in load) == (name in UNDECIDED)
     assert "one tensor at a time" in reading.loading(v, mib=1, device="cuda", map_ms=1, move_ms=1, cuda=True, same=False)
 

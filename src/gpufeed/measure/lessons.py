@@ -242,15 +242,19 @@ LESSONS: tuple[Lesson, ...] = (
     Lesson("05", "05_memmap", "Memory-mapped datasets", True, (30, 90), _l05, claims=(
         Claim("A memmap of decoded uint8 images feeds batches many times faster than a folder of JPEGs.",
               here="the JPEG folder against the memmap, taken in turns, with a warm and with a cold page cache"),
-        Claim("On a many-core GPU machine too, decoded pixels in RAM load several times faster than JPEGs.", gpu=True,
-              published=("ffcv-load-ram-raw-256", "ffcv-load-ram-jpeg-512")),
+        Claim("On a many-core GPU server (FFCV's figures), raw pixels from RAM loaded several times more images/s than "
+              "JPEGs, though at half the JPEGs' resolution; from network storage, at one resolution, the JPEGs won.", gpu=True,
+              published=("ffcv-load-ram-raw-256", "ffcv-load-ram-jpeg-512", "ffcv-load-ebs-raw-512",
+                         "ffcv-load-ebs-jpeg-512")),
     )),
     Lesson("06", "06_batched", "Batched fetching", False, (25, 60), claims=(
         Claim("One call per batch costs far less than one Python call per sample.",
               here="per-sample __getitem__ against __getitems__, a BatchSampler and FastLoader, taken in turns"),
-        Claim("Past a few million indices, a grouped shuffle costs less than a full one (torch.randperm).",
-              here="both shuffles taken in turns, up to 10^7 indices (10^8 in full mode)"),
-        Claim("A grouped shuffle reads a dataset larger than the memory with far fewer bytes than a full shuffle.",
+        Claim("Past a few million indices, a grouped shuffle costs less than a full one (torch.randperm); near a "
+              "million it costs about as much, and below that more.",
+              here="both shuffles taken in turns at each size, up to 10^7 indices (10^8 in full mode)"),
+        Claim("A grouped shuffle reads a dataset larger than the memory with far fewer bytes than a full shuffle "
+              "over a plain mapping, whose read-ahead fetches pages that are evicted before they are used.",
               here="the bytes read from a file four times the memory allowed, in both orders (a deep dive)"),
     )),
     Lesson("07", "07_dataloader", "DataLoader knobs and moving structures", True, (35, 150), _l07, claims=(

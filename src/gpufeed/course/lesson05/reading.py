@@ -25,6 +25,7 @@ from gpufeed.measure.verdict import (
     CANNOT_TELL,
     FASTER,
     LIKELY,
+    LIKELY_START,
     NOT_MEASURED,
     SAME,
     SLOWER,
@@ -111,8 +112,8 @@ def pages(v: Verdict, faults: dict[str, dict[str, float]], n_pages: int, dropped
         text += (f"Warm, there were far fewer faults than pages, {per_fault:.1f} pages per fault: on a fault, the kernel "
                  "also maps the neighbouring pages that are already in the page cache (*fault-around*, up to "
                  "`fault_around_bytes`, 64 KiB = 16 pages by default"
-                 + ("; more than 16 per fault means the page cache holds this file in large folios, several pages "
-                    "each, and a fault maps a whole folio" if per_fault > 17 else "") + "). ")
+                 + (f"; for more than 16 per fault, {LIKELY} the page cache holds this file in large folios, several "
+                    "pages each, and a fault maps a whole folio" if per_fault > 17 else "") + "). ")
     else:
         text += ("Warm, there was about one fault per page: fault-around (mapping cached neighbours on a fault) did "
                  "not help on this system. ")
@@ -132,10 +133,11 @@ def pages(v: Verdict, faults: dict[str, dict[str, float]], n_pages: int, dropped
 
 
 def cold(v_folder: Verdict, v_disk: Verdict, v_sorted: Verdict, *, epoch_bytes: int, jpeg_bytes: int,
-         can_drop: bool) -> str:
+         can_drop: bool, image_bytes: int = 3 * 224 * 224) -> str:
     """Section 5: the cold memmap against the cold JPEG folder (``v_folder``), against the same epoch
     served by the page cache (``v_disk``: whether "cold" reached the disk), and sorted indices against
-    shuffled ones, cold (``v_sorted``); the bytes of the pixels and of the JPEGs.
+    shuffled ones, cold (``v_sorted``: what sorting promises, a forward read, read against what it
+    did); the bytes of the pixels and of the JPEGs, and of one stored image.
 
     Example:
         >>> win, loss = Verdict(4.4, 3.9, 5.0, 5, "faster", True), Verdict(0.2, 0.15, 0.25, 5, "slower", True)
@@ -159,7 +161,15 @@ def cold(v_folder: Verdict, v_disk: Verdict, v_sorted: Verdict, *, epoch_bytes: 
                  "system's own cache) kept up with the reads, so this 'cold' does not show a slow disk. ")
     else:
         text += f"This run cannot tell its cold epoch from the same epoch served by the page cache ({v_disk.why()}). "
-    text += f"The cold epoch with each batch's indices sorted {v_sorted.ran('the one with them shuffled')}."
+    text += f"The cold epoch with each batch's indices sorted {v_sorted.ran('the one with them shuffled')}"
+    if v_sorted.kind == FASTER:
+        text += (f": reading forward through the file paid; {LIKELY} the kernel's read-ahead, which serves a forward "
+                 "read from the pages it has already fetched.")
+    elif v_sorted.decided:
+        text += (f": sorting did not speed the cold read up here. {LIKELY_START} each image is already one forward run "
+                 f"of the file ({image_bytes / 1024:,.0f} KiB), so sorting reorders only the jumps between images.")
+    else:
+        text += "."
     return text + tell(v_folder, v_disk, v_sorted)
 
 
@@ -175,9 +185,12 @@ def ceiling(v: Verdict, *, epoch_bytes: int, l3: int | None) -> str:
     """
     if v.ratio is None:
         return "The loader's fetch and the copy of the same images were not both measured."
-    text = (f"The shuffled fetch ran at **{v.ratio:.0%}** of the speed of a copy of the same images in file order "
-            f"into the same buffers: it {v.ran('that copy')}. The epoch's {epoch_bytes / 1e6:,.0f} MB "
-            f"{cache_fit(epoch_bytes, l3)}.")
+    share = f"**{v.ratio:.0%}**" if v.decided else f"{v.ratio:.0%}"  # no bold for a number the run cannot carry
+    text = (f"The shuffled fetch ran at {share} of the speed of a copy of the same images in file order into the "
+            f"same buffers: it {v.ran('that copy')}")
+    if v.kind == CANNOT_TELL and v.ratio > 1 and v.low < 1:
+        text += ": its median is above the bound, but by less than this run's noise, so the bound stands"
+    text += f". The epoch's {epoch_bytes / 1e6:,.0f} MB {cache_fit(epoch_bytes, l3)}."
     if v.kind == SLOWER and v.ratio < 0.5:
         text += (f" Less than half: {LIKELY} a shuffled gather reads rows from places spread over the file, and each "
                  "batch pays for the loader's Python.")
@@ -187,39 +200,71 @@ def ceiling(v: Verdict, *, epoch_bytes: int, l3: int | None) -> str:
 
 
 def copies(v: Verdict, *, fresh_faults: float, reused_faults: float, other_fresh: str, other_faults: float,
-           nbytes: int, l3: int | None) -> str:
+           nbytes: int, l3: int | None, other_vs_reused: Verdict | None = None, small_faults: float | None = None,
+           huge_vs_small: Verdict | None = None) -> str:
     """Deep dive: the same copy into a tensor that exists (A) against into fresh memory (B:
-    ``torch.tensor(a)``), with the page faults per call of each (medians) and of the other call that
-    copies into fresh memory (``other_fresh``, e.g. ``np.array(t)``).
+    ``torch.tensor(a)``), with the page faults per call of each (medians); then the other call that
+    copies into fresh memory (``other_fresh``, e.g. ``np.array(t)``): its faults, the copy into the
+    existing tensor against it (``other_vs_reused``), and, where NumPy's huge-page advice was turned
+    off for a second arm, that arm's faults (``small_faults``) and the call with the advice against
+    it (``huge_vs_small``): whether fewer faults took less time. All arms in turns.
 
     Example:
         >>> print(copies(Verdict(6.5, 5.8, 7.1, 5, "faster", True), fresh_faults=8192, reused_faults=0,
         ...              other_fresh="np.array(t)", other_faults=8192, nbytes=32 << 20, l3=260 << 20))  # doctest: +NORMALIZE_WHITESPACE
         Into a tensor that already existed the same copy ran **6.50x faster** than into fresh memory (5.80x to 7.10x).
-        Counted: a copy into fresh memory took 8,192 page faults a call (`np.array(t)`, into fresh memory too, took
-        8,192), into the existing tensor 0: fresh memory comes page by page, a fault on each first touch. The buffers'
+        Counted: into fresh memory it took 8,192 page faults a call, into the existing tensor 0: fresh memory comes
+        page by page, a fault on each first touch. `np.array(t)`, into fresh memory too, took 8,192. The buffers'
         32 MiB also fit in this CPU's last-level cache (260 MiB): a rate measured on them is the cache's, not RAM's;
         for part of the gap, one likely cause, not measured here: the reused tensor is still in the cache when the
         copy comes round.
+        >>> win, tie = Verdict(1.8, 1.6, 2.0, 5, "faster", True), Verdict(1.0, 0.97, 1.03, 5, "the same", True)
+        >>> print(copies(win, fresh_faults=8193, reused_faults=0, other_fresh="np.array(t)", other_faults=17,
+        ...              nbytes=32 << 20, l3=None, other_vs_reused=win, small_faults=8193,
+        ...              huge_vs_small=tie).split("first touch. ")[1])  # doctest: +NORMALIZE_WHITESPACE
+        `np.array(t)`, into fresh memory too, took 17: NumPy asks the kernel for huge pages for a large array (about
+        1.9 MiB a fault); with that advice off it took 8,193, and with it the call ran as fast as with 4 KiB pages
+        (within 4%): here the number of faults cost nothing measurable. The copy into the existing tensor ran 1.80x
+        faster than `np.array(t)` (1.60x to 2.00x): fresh memory costs even in a few large pages; one likely cause,
+        not measured here: the kernel clears every new page before handing it over, whatever its size.
     """
     text = f"Into a tensor that already existed the same copy {v.ran('into fresh memory', bold=True)}."
-    faulted = fresh_faults > reused_faults
-    if faulted:
-        text += (f" Counted: a copy into fresh memory took {fresh_faults:,.0f} page faults a call (`{other_fresh}`, "
-                 f"into fresh memory too, took {other_faults:,.0f}"
-                 + (f": fewer; {LIKELY} its allocator got larger pages from the kernel"
-                    if other_faults < fresh_faults / 2 else "")
-                 + f"), into the existing tensor {reused_faults:,.0f}: fresh memory comes page by page, a fault on "
-                 "each first touch.")
+    fewer = other_faults < fresh_faults / 2  # the other call's memory came in larger pages
+    if fresh_faults > reused_faults:
+        text += (f" Counted: into fresh memory it took {fresh_faults:,.0f} page faults a call, into the existing tensor "
+                 f"{reused_faults:,.0f}: fresh memory comes page by page, a fault on each first touch.")
     else:
         text += (f" Both took about as many page faults a call ({fresh_faults:,.0f} and {reused_faults:,.0f}): this "
                  "allocator hands back memory already touched, so the faults do not tell them apart here.")
+    text += f" `{other_fresh}`, into fresh memory too, took {other_faults:,.0f}"
+    if fewer and small_faults is not None and huge_vs_small is not None:
+        text += (f": NumPy asks the kernel for huge pages for a large array (about {nbytes / max(1, other_faults) / 2**20:.1f} "
+                 f"MiB a fault); with that advice off it took {small_faults:,.0f}, and with it the call "
+                 f"{huge_vs_small.ran('with 4 KiB pages')}")
+        if small_faults < 2 * other_faults:
+            text += ": the advice is not what kept its faults down."
+        elif huge_vs_small.kind == FASTER:
+            text += ": fewer faults, less time."
+        elif huge_vs_small.kind == SAME:
+            text += ": here the number of faults cost nothing measurable."
+        elif huge_vs_small.kind == SLOWER:
+            text += ", which its fewer faults do not explain: this run does not show why."
+        else:
+            text += "."
+    elif fewer:
+        text += f": fewer; {LIKELY} its allocator got larger pages from the kernel."
+    else:
+        text += "."
+    if other_vs_reused is not None and other_vs_reused.kind != NOT_MEASURED:
+        text += f" The copy into the existing tensor {other_vs_reused.ran(f'`{other_fresh}`')}"
+        text += (f": fresh memory costs even in a few large pages; {LIKELY} the kernel clears every new page before "
+                 "handing it over, whatever its size." if fewer and other_vs_reused.kind == FASTER else ".")
     if l3 and nbytes <= l3 and v.kind == FASTER:
         text += (f" The buffers' {mib(nbytes)} also {cache_fit(nbytes, l3)}; for part of the gap, {LIKELY} the "
                  "reused tensor is still in the cache when the copy comes round.")
     elif v.kind == SLOWER:
         text += " Slower than fresh memory: this run does not show why; re-run to see whether it holds."
-    return text + (f" {v.advice}" if v.kind == CANNOT_TELL else "")
+    return text + tell(*(x for x in (v, other_vs_reused, huge_vs_small) if x is not None))
 
 
 def writes(v_save: Verdict, v_bytes: Verdict, *, tobytes_ms: float, fsync_ms: dict[str, float], fs: str,
@@ -310,3 +355,36 @@ def larger_batch(v_folder: Verdict, v_memmap: Verdict, *, batch: int, big: int, 
         else:
             text += f"; {LIKELY} once its buffers outgrow the cache, every write goes to RAM."
     return text + tell(v_folder, v_memmap)
+
+
+#: FFCV's published loading rates (``results/published.json``) that the GPU cell reads, by what each is.
+FFCV = {"ram raw 256": "ffcv-load-ram-raw-256", "ram jpeg 512": "ffcv-load-ram-jpeg-512",
+        "ebs raw 512": "ffcv-load-ebs-raw-512", "ebs jpeg 512": "ffcv-load-ebs-jpeg-512"}
+
+
+def published_formats(rates: dict[str, float]) -> str:
+    """The GPU cell without CUDA: FFCV's published rates (images/s, by figure id: :data:`FFCV`), read
+    for what they show and what they cannot: from RAM the raw and the JPEG rows differ in size as
+    well as in format; from network storage they share one size. One figure each, no spread: the
+    figures are shown side by side, not as a verdict. "" where a figure is missing.
+
+    Example:
+        >>> print(published_formats({"ffcv-load-ram-raw-256": 172801, "ffcv-load-ram-jpeg-512": 31278,
+        ...                          "ffcv-load-ebs-raw-512": 1956, "ffcv-load-ebs-jpeg-512": 16631}))  # doctest: +NORMALIZE_WHITESPACE
+        Read as theirs, one figure each: from RAM, raw pixels at 256 px loaded 172,801 images/s and JPEGs at 512 px
+        31,278, but a 512-px image has four times the pixels of a 256-px one, so this pair does not isolate the
+        format. From network storage (EBS), at 512 px both, the order reverses: JPEGs 16,631 images/s, raw pixels
+        1,956: where reads are slow, the fewer bytes of the JPEGs win.
+        >>> published_formats({})
+        ''
+    """
+    if not all(fid in rates for fid in FFCV.values()):
+        return ""
+    ram_raw, ram_jpeg, ebs_raw, ebs_jpeg = (rates[FFCV[k]] for k in FFCV)
+    text = (f"Read as theirs, one figure each: from RAM, raw pixels at 256 px loaded {ram_raw:,.0f} images/s and JPEGs "
+            f"at 512 px {ram_jpeg:,.0f}, but a 512-px image has four times the pixels of a 256-px one, so this pair "
+            "does not isolate the format. From network storage (EBS), at 512 px both, ")
+    if ebs_jpeg > ebs_raw:
+        return text + (f"the order reverses: JPEGs {ebs_jpeg:,.0f} images/s, raw pixels {ebs_raw:,.0f}: where reads are "
+                       "slow, the fewer bytes of the JPEGs win.")
+    return text + f"raw pixels loaded {ebs_raw:,.0f} images/s and JPEGs {ebs_jpeg:,.0f}."

@@ -136,32 +136,23 @@ def copies(v: Verdict, *, returns_us: float, pinned_ms: float, pageable_returns_
             f"{pageable_ms:.2f} ms. The pinned copy {v.ran('the pageable one')}." + tell(v))
 
 
-def pin_caveat(pin_then_copy_gb_s: float | None, pageable_gb_s: float) -> str:
-    """What a reference's "pin, then copy" series does not show: it pinned into a block PyTorch's
-    caching host allocator kept, where pinning fresh memory also locks new pages; with the PyTorch
-    tutorial's finding, which went the other way. "" where the reference has no such series.
+def pin_caveat(pin_then_copy_gb_s: float | None) -> str:
+    """What follows :func:`gpufeed.course.transfer.h2d_sentence` (which says the reference's "pin,
+    then copy" series pinned into a block PyTorch's caching host allocator kept): the PyTorch
+    tutorial's finding for fresh memory, which went the other way, and where this page times both.
+    "" where the reference has no such series (the sentence then says so itself).
 
     Example:
-        >>> print(pin_caveat(24.0, 8.7))  # doctest: +NORMALIZE_WHITESPACE +ELLIPSIS
-        That "pin, then copy" series pinned into a block PyTorch's caching host allocator kept from the warm-up:
-        the pin was a copy in RAM, no page locked. Pinning fresh memory, pages locked anew for each batch, costs
-        more, and may reverse the result: the PyTorch tutorial on pinned memory, timing
-        `pageable_tensor.pin_memory().to("cuda:0")` on its own GPU, found it slower than the plain pageable copy
-        ([A guide on good usage of non_blocking and pin_memory()](https://docs.pytorch.org/...)). The deep dive
-        below times a fresh block and a cached one where there is a GPU.
+        >>> print(pin_caveat(24.0))  # doctest: +NORMALIZE_WHITESPACE +ELLIPSIS
+        That tutorial ([A guide on good usage of non_blocking and pin_memory()](https://docs.pytorch.org/...)),
+        timing `pageable_tensor.pin_memory().to("cuda:0")` on its own GPU, found it slower than the plain pageable
+        copy. The deep dive below times a fresh block and a cached one where there is a GPU.
     """
     if pin_then_copy_gb_s is None:
         return ""
-    text = ('That "pin, then copy" series pinned into a block PyTorch\'s caching host allocator kept from the '
-            "warm-up: the pin was a copy in RAM, no page locked. ")
-    if pin_then_copy_gb_s > pageable_gb_s:
-        text += ("Pinning fresh memory, pages locked anew for each batch, costs more, and may reverse the result: ")
-    else:
-        text += "Pinning fresh memory, pages locked anew for each batch, costs more still: "
-    return text + ("the PyTorch tutorial on pinned memory, timing `pageable_tensor.pin_memory().to(\"cuda:0\")` on its "
-                   "own GPU, found it slower than the plain pageable copy ([A guide on good usage of non_blocking and "
-                   f"pin_memory()]({TUTORIAL})). The deep dive below times a fresh block and a cached one where there "
-                   "is a GPU.")
+    return (f"That tutorial ([A guide on good usage of non_blocking and pin_memory()]({TUTORIAL})), timing "
+            "`pageable_tensor.pin_memory().to(\"cuda:0\")` on its own GPU, found it slower than the plain pageable copy. "
+            "The deep dive below times a fresh block and a cached one where there is a GPU.")
 
 
 def pins(vs: dict[str, Verdict], ms: dict[str, float], blocks: dict[str, int]) -> str:
@@ -202,8 +193,8 @@ def loading(v: Verdict, *, mib: float, device: str, map_ms: float, move_ms: floa
         >>> print(loading(Verdict(1.0, 0.96, 1.05, 15, "the same", True), mib=10, device="cpu", map_ms=12.0,
         ...               move_ms=12.1, cuda=False, same=True))  # doctest: +NORMALIZE_WHITESPACE
         Loading 10 MiB to cpu: `map_location` took 12.0 ms, loading then moving 12.1 ms: `map_location` ran as fast
-        as load-then-move (within 5%). On the CPU both run the same code (`.to('cpu')` returned the very tensors it
-        was given: True), and they agree. Where they differ is the copy to a GPU, which needs one to time.
+        as load-then-move (within 5%). On the CPU neither copies (`.to('cpu')` returned the very tensors it was
+        given: True), and they agree. Where they differ is the copy to a GPU, which needs one to time.
     """
     text = (f"Loading {mib:,.0f} MiB to {device}: `map_location` took {map_ms:.1f} ms, loading then moving "
             f"{move_ms:.1f} ms: `map_location` {v.ran('load-then-move')}. ")
@@ -211,11 +202,12 @@ def loading(v: Verdict, *, mib: float, device: str, map_ms: float, move_ms: floa
         return text + ("Both read the file into pageable host memory and make blocking copies; `map_location` copies "
                        "each tensor as it is read, so the host holds one tensor at a time rather than the whole file."
                        + tell(v))
-    text += f"On the CPU both run the same code (`.to('cpu')` returned the very tensors it was given: {same})"
+    text += f"On the CPU neither copies (`.to('cpu')` returned the very tensors it was given: {same})"
     if v.kind == SAME:
         text += ", and they agree. "
     elif v.decided:
-        text += f", yet they differ: {LIKELY} the machine's load changed between turns, not the code. "
+        text += (f", yet they differ: {LIKELY} the little Python each adds to the same read (mapping each "
+                 "storage's location, or walking the nest to call `.to`). ")
     else:
         text += ". "
     return text + "Where they differ is the copy to a GPU, which needs one to time."
@@ -228,11 +220,12 @@ def main_threads(vs: dict[tuple[str, int], Verdict], default_threads: int) -> st
     Example:
         >>> vs = {("memmap", 0): Verdict(1.6, 1.4, 1.8, 5, "faster", True), ("JPEG folder", 2): Verdict(1.0, 0.97, 1.03, 5, "the same", True)}
         >>> print(main_threads(vs, 2))  # doctest: +NORMALIZE_WHITESPACE
-        memmap, num_workers=0: ran 1.60x faster than with 1 thread (1.40x to 1.80x); JPEG folder, num_workers=2: ran
-        as fast as with 1 thread (within 4%). The row that moves is memmap at num_workers=0, where the main process
+        at num_workers=0, the memmap with 2 threads ran 1.60x faster than with 1 (1.40x to 1.80x); at num_workers=2,
+        the JPEG folder with 2 threads ran as fast as with 1 (within 4%). The row that moves is memmap at num_workers=0, where the main process
         loads the batches itself: one likely cause, not measured here: its torch copies split over free cores.
     """
-    parts = [f"{name}, num_workers={w}: {v.ran('with 1 thread')}" for (name, w), v in vs.items()]
+    parts = [f"at num_workers={w}, the {name} with {default_threads} threads {v.ran('with 1')}"
+             for (name, w), v in vs.items()]
     text = "; ".join(parts) + ". "
     if default_threads <= 1:
         return text + "torch runs one thread by default here: both runs are the same configuration."
