@@ -5,17 +5,9 @@ import pytest
 from verdict_grid import CANT, FEW, LOSS, NONE, QUIET, TIE, WIDE, WIN, reads_as_cannot_tell
 
 from gpufeed.course.lesson01 import reading
+from gpufeed.measure import verdict
 from gpufeed.measure.harness import Measurement
-from gpufeed.measure.verdict import (
-    CANNOT_TELL,
-    FASTER,
-    NARROW,
-    NOT_MEASURED,
-    SAME,
-    SLOWER,
-    Verdict,
-    compare,
-)
+from gpufeed.measure.verdict import Verdict, compare
 
 
 def per_batch(factor, base=QUIET, items=8):
@@ -26,13 +18,13 @@ def per_batch(factor, base=QUIET, items=8):
 
 
 @pytest.mark.parametrize("samples, figure, kind", [
-    ([100.0 * x for x in QUIET], 100.0, SAME),       # a tie
-    ([100.0 * x for x in QUIET], 50.0, FASTER),      # well above the figure
-    ([100.0 * x for x in QUIET], 200.0, SLOWER),     # well below
-    ([100.0 * x for x in WIDE], 95.0, CANNOT_TELL),  # a win inside the spread
-    ([100.0, 101.0, 99.0], 50.0, CANNOT_TELL),       # too few samples, however large the gap
-    ([], 50.0, NOT_MEASURED),
-    ([100.0] * 5, None, NOT_MEASURED),
+    ([100.0 * x for x in QUIET], 100.0, verdict.SAME),       # a tie
+    ([100.0 * x for x in QUIET], 50.0, verdict.FASTER),      # well above the figure
+    ([100.0 * x for x in QUIET], 200.0, verdict.SLOWER),     # well below
+    ([100.0 * x for x in WIDE], 95.0, verdict.CANNOT_TELL),  # a win inside the spread
+    ([100.0, 101.0, 99.0], 50.0, verdict.CANNOT_TELL),       # too few samples, however large the gap
+    ([], 50.0, verdict.NOT_MEASURED),
+    ([100.0] * 5, None, verdict.NOT_MEASURED),
 ])
 def test_against_a_figure_on_a_grid(samples, figure, kind):
     v = reading.against(samples, figure)
@@ -43,10 +35,10 @@ def test_against_a_figure_on_a_grid(samples, figure, kind):
 
 def test_against_a_figure_at_the_narrow_threshold():
     just_inside = [100.0 * x for x in QUIET]
-    assert reading.against(just_inside, 100.0 * (1 + NARROW / 2)).kind == SLOWER  # quiet: 5% is decided
+    assert reading.against(just_inside, 100.0 * (1 + verdict.NARROW / 2)).kind == verdict.SLOWER  # quiet: 5% is decided
     spread = [100.0, 106.0, 94.0, 103.0, 97.0, 105.0, 95.0]
-    assert reading.against(spread, 100.0).kind == SAME                              # within 10% of 1
-    assert reading.against([100.0 + 3 * (x - 100.0) for x in spread], 100.0).kind == CANNOT_TELL  # wider
+    assert reading.against(spread, 100.0).kind == verdict.SAME                              # within 10% of 1
+    assert reading.against([100.0 + 3 * (x - 100.0) for x in spread], 100.0).kind == verdict.CANNOT_TELL  # wider
 
 
 @pytest.mark.parametrize("measured, words", [
@@ -121,7 +113,7 @@ def test_a_noisy_run_reads_cannot_tell_and_never_both_ways():
     loop = compare(threads, naive, paired=True)
     decode = compare([0.7 * x for x in WIDE], [0.6 * x for x in WIDE[::-1]], paired=True)
     dec = compare([0.5 * x for x in WIDE], [0.55 * x for x in WIDE[2:] + WIDE[:2]], paired=True)
-    assert {v.kind for v in (loop, decode, dec)} == {CANNOT_TELL}
+    assert {v.kind for v in (loop, decode, dec)} == {verdict.CANNOT_TELL}
     page = {
         "workers": reading.workers_gain(loop, decode, threads=2),
         "naive prediction": reading.prediction(naive.items_per_s * 1.05, naive, "the naive loop"),
@@ -134,7 +126,7 @@ def test_a_noisy_run_reads_cannot_tell_and_never_both_ways():
 
 
 def test_one_round_reads_in_the_singular():
-    one = Verdict(1.2, None, None, 1, CANNOT_TELL, True)
+    one = Verdict(1.2, None, None, 1, verdict.CANNOT_TELL, True)
     assert "(1 round of each, in turns)" in reading.workers_gain(one, one, threads=2)
     text = reading.prediction(800.0, Measurement("naive", [0.01], items=8), "the naive loop")
     assert "it measured 800 (one sample)" in text and "This run cannot tell the loop from the prediction" in text

@@ -20,18 +20,9 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
+from gpufeed.measure import verdict
 from gpufeed.measure.harness import Measurement
-from gpufeed.measure.verdict import (
-    CANNOT_TELL,
-    FASTER,
-    LIKELY_START,
-    NOT_MEASURED,
-    SAME,
-    SLOWER,
-    Verdict,
-    advice,
-    compare,
-)
+from gpufeed.measure.verdict import LIKELY_START, Verdict, advice, compare
 from gpufeed.measure.wording import sentences, times
 
 
@@ -82,21 +73,21 @@ def workers_gain(loop: Verdict, decode: Verdict, threads: int) -> str:
         decode: the verdict on one image's decode on a thread against on the loop's own thread.
         threads: the loading threads.
     """
-    if loop.kind == NOT_MEASURED:
+    if loop.kind == verdict.NOT_MEASURED:
         return f"The loop with {threads} loading threads was not measured here."
     rounds = f"{loop.samples} round{'s' if loop.samples != 1 else ''} of each, in turns"
-    if loop.kind == CANNOT_TELL:
+    if loop.kind == verdict.CANNOT_TELL:
         return loop.advice_on(f"the loop with {threads} loading threads from the naive loop ({rounds})")
     said = [f"Timed in turns, {loop.samples} rounds of each, the loop with {threads} loading threads "
             f"{loop.ran('the naive loop', bold=True)}."]
-    if loop.kind == FASTER:
+    if loop.kind == verdict.FASTER:
         said.append("Loading in parallel pays here.")
     on_threads = decode.words("on the loop's own thread")
-    if decode.kind == SLOWER:  # measured: each decode took longer on a thread
+    if decode.kind == verdict.SLOWER:  # measured: each decode took longer on a thread
         said.append(f"Decoding an image on a thread was {on_threads}, so the threads gained less than their number.")
-    elif decode.decided and loop.kind != FASTER:
+    elif decode.decided and loop.kind != verdict.FASTER:
         said.append(f"Decoding an image on a thread was {on_threads}.")
-    if loop.kind != FASTER or decode.kind == SLOWER:
+    if loop.kind != verdict.FASTER or decode.kind == verdict.SLOWER:
         said.append(f"{LIKELY_START} the threads share this machine's cores with each other "
                     "and with whatever else runs on it, and take turns holding Python's lock between decodes.")
     return sentences(*said)
@@ -116,13 +107,13 @@ def keeps_up(loading: Sequence[float], figures: Sequence[tuple[float, str]]) -> 
     said, open_ = [], {}
     for rate, label in figures:
         v = against(loading, rate)
-        if v.kind == FASTER:
+        if v.kind == verdict.FASTER:
             said.append(f"It would keep up with a GPU training at {rate:,.0f} images/s ({label}): "
                         f"{v.words('that GPU consumes', digits=1)}.")
-        elif v.kind == SLOWER:
+        elif v.kind == verdict.SLOWER:
             said.append(f"It would keep a GPU training at {rate:,.0f} images/s ({label}) waiting: "
                         f"{v.words('that GPU consumes', digits=1)}.")
-        elif v.kind == SAME:
+        elif v.kind == verdict.SAME:
             said.append(f"It delivers about what a GPU training at {rate:,.0f} images/s ({label}) consumes: "
                         f"{v.words('that GPU', same='as fast')}, with nothing to spare.")
         else:
@@ -141,7 +132,7 @@ def decoders(decode: Verdict, gains: dict[str, float], slowest: str) -> str:
         return (f"{decode.advice_on(what)} The predictions above "
                 "rest on the two medians, which this run does not tell apart.")
     measured = f"torchvision's decoder was {decode.words('Pillow')} per image, timed in turns"
-    if decode.kind == SAME:
+    if decode.kind == verdict.SAME:
         return f"{measured}: fed to the simulator, the two medians change its predictions by no more than that."
     predicted = ", ".join(f"the '{name}' preset's predicted rate {times(g, 'with Pillow')}" for name, g in gains.items())
     where = ("compute is the slowest stage here, so a faster decoder pays only where loading is not overlapped"

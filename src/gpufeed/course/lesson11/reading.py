@@ -21,17 +21,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from gpufeed.measure import verdict
 from gpufeed.measure.findings import efficiency_bounds
-from gpufeed.measure.verdict import (
-    CANNOT_TELL,
-    FASTER,
-    NOT_MEASURED,
-    SAME,
-    SLOWER,
-    Verdict,
-    advice,
-    compare,
-)
+from gpufeed.measure.verdict import Verdict, advice, compare
 
 
 def rates(m) -> list[float]:
@@ -76,17 +68,17 @@ def read_training(course: Verdict, prefetch: Verdict, alone: Verdict | None, rat
     """
     text = (f"Same model, data and augmentation, {rates_['course']:,.0f} against {rates_['naive']:,.0f} images/s: the "
             f"course's loop {course.ran('the naive loop', 'trained', bold=True)}.")
-    if course.kind == CANNOT_TELL:
+    if course.kind == verdict.CANNOT_TELL:
         text += " " + course.advice
     text += (" Prefetching alone, a thread that makes the naive loop's next batch while the model computes, "
              f"{prefetch.ran('the same loop without it', 'trained')}")
-    text += {FASTER: ": with a model step to overlap with, prefetching pays",
-             SAME: ": the thread hid nothing this run could see",
-             SLOWER: ": the thread cost more than it hid here",
-             CANNOT_TELL: "", NOT_MEASURED: ""}[prefetch.kind]
-    if alone is not None and alone.kind != NOT_MEASURED:
+    text += {verdict.FASTER: ": with a model step to overlap with, prefetching pays",
+             verdict.SAME: ": the thread hid nothing this run could see",
+             verdict.SLOWER: ": the thread cost more than it hid here",
+             verdict.CANNOT_TELL: "", verdict.NOT_MEASURED: ""}[prefetch.kind]
+    if alone is not None and alone.kind != verdict.NOT_MEASURED:
         text += f". Timed alone, with no model step to overlap with (section 4), the prefetch rung {alone.ran('the rung above')}"
-    return text + "." + (" " + prefetch.advice if prefetch.kind == CANNOT_TELL and course.kind != CANNOT_TELL else "")
+    return text + "." + (" " + prefetch.advice if prefetch.kind == verdict.CANNOT_TELL and course.kind != verdict.CANNOT_TELL else "")
 
 
 @dataclass(frozen=True)
@@ -120,9 +112,9 @@ def check(name: str, trained, resident, alone=None, *, overlaps: bool = True) ->
 
 
 #: What each verdict on the efficiency says about the model's waiting (``{run}``: "this run").
-_FED = {SAME: "the model waited for data no more than {run} can see (within {pct} of 1.0)",
-        SLOWER: "the model waited for data",
-        CANNOT_TELL: "{run} cannot tell whether the model waited for data"}
+_FED = {verdict.SAME: "the model waited for data no more than {run} can see (within {pct} of 1.0)",
+        verdict.SLOWER: "the model waited for data",
+        verdict.CANNOT_TELL: "{run} cannot tell whether the model waited for data"}
 
 
 def read_check(c: Check, run: str = "this run") -> str:
@@ -131,34 +123,34 @@ def read_check(c: Check, run: str = "this run") -> str:
     numbers break a bound (above 1.0, or a loop that cannot overlap above its serial rate).
     ``run``: the run the numbers come from, as the sentence names it ("that run": a committed one)."""
     v, s = c.efficiency, c.serial
-    if v.kind == NOT_MEASURED:
+    if v.kind == verdict.NOT_MEASURED:
         return f"{c.name}: not measured."
     head = f"{c.name}: {_interval(v)}"
-    if v.kind == FASTER:
+    if v.kind == verdict.FASTER:
         return (f"{head}, above 1.0, which **cannot be right**: no loader trains faster than the model on batches "
                 "already there, so these numbers did not all see the same machine; re-run on an idle one.")
     text = f"{head}: " + _FED[v.kind].format(pct=_pct(v), run=run)
-    if s.kind == NOT_MEASURED or c.bound is None:
+    if s.kind == verdict.NOT_MEASURED or c.bound is None:
         return text + "."
     at = f"{c.bound:.2f}, its efficiency if nothing overlapped"
-    if v.kind == CANNOT_TELL and s.kind == CANNOT_TELL:
+    if v.kind == verdict.CANNOT_TELL and s.kind == verdict.CANNOT_TELL:
         return text + f", nor tell it from {at}."
     if not c.overlaps:
         return text + {
-            FASTER: f"; yet it ran above {at}, which **cannot be right** for a loop that makes each batch and then "
+            verdict.FASTER: f"; yet it ran above {at}, which **cannot be right** for a loop that makes each batch and then "
                     "trains on it: the loader alone (section 4) and training ran at different times, and one of them "
                     "saw a busier machine; re-run on an idle one.",
-            SAME: f"; it ran at {at}, as a loop that makes each batch and then trains on it must.",
-            SLOWER: f"; it ran below even {at}: beside the model its loading cost more than alone (one likely cause, "
+            verdict.SAME: f"; it ran at {at}, as a loop that makes each batch and then trains on it must.",
+            verdict.SLOWER: f"; it ran below even {at}: beside the model its loading cost more than alone (one likely cause, "
                     "not measured here: other work on the machine while it trained).",
-            CANNOT_TELL: f"; this run cannot tell it from {at}.",
+            verdict.CANNOT_TELL: f"; this run cannot tell it from {at}.",
         }[s.kind]
     return text + {
-        FASTER: f"; above {at}: part of its loading ran beside the model.",
-        SAME: _at_serial(at, c.bound, s),
-        SLOWER: f"; below even {at}: beside the model its loading cost more than alone (one likely cause, not "
+        verdict.FASTER: f"; above {at}: part of its loading ran beside the model.",
+        verdict.SAME: _at_serial(at, c.bound, s),
+        verdict.SLOWER: f"; below even {at}: beside the model its loading cost more than alone (one likely cause, not "
                 "measured here: its workers and threads compete with the model for the same cores or device).",
-        CANNOT_TELL: f"; this run cannot tell it from {at}.",
+        verdict.CANNOT_TELL: f"; this run cannot tell it from {at}.",
     }[s.kind]
 
 
@@ -168,7 +160,7 @@ def _at_serial(at: str, bound: float, s: Verdict) -> str:
     a loader many times faster than the model), which this run then cannot see.
 
     Example:
-        >>> tie = Verdict(1.0, 0.97, 1.03, 5, SAME)
+        >>> tie = Verdict(1.0, 0.97, 1.03, 5, verdict.SAME)
         >>> _at_serial("0.60, its efficiency if nothing overlapped", 0.6, tie)
         '; at 0.60, its efficiency if nothing overlapped (within 4%): this run sees none of its loading hide behind the model.'
         >>> _at_serial("0.98, its efficiency if nothing overlapped", 0.98, tie)
@@ -207,7 +199,7 @@ def read_bench_training(doc: dict) -> str:
     if "resident train" not in ms or not names:
         return "Its training rows have no run on batches already on the device to read them against."
     checks = [check(n, ms.get(f"{n} train"), ms["resident train"]) for n in names]
-    unsure = any(c.efficiency.kind == CANNOT_TELL for c in checks)
+    unsure = any(c.efficiency.kind == verdict.CANNOT_TELL for c in checks)
     return ("Its training rows, read as section 6 reads this page's (each against `resident` in turns, in that run):\n\n"
             + "\n".join(f"- {read_check(c, 'that run')}" for c in checks)
             + ("\n\nWhere that run cannot tell, more passes (`gpufeed bench --repeats`) or an idle machine would tell."
@@ -217,26 +209,26 @@ def read_bench_training(doc: dict) -> str:
 def read_target(v: Verdict, target: float) -> str:
     """Whether the course pipeline's efficiency reaches ``target``, from ``v``: its training images/s
     against ``target`` times the model's (:func:`against` with ``scale=target``)."""
-    return {FASTER: f"The course pipeline's efficiency is above the {target:.2f} target ({v.interval()} of it).",
-            SAME: f"The course pipeline's efficiency is at the {target:.2f} target (within {_pct(v)}).",
-            SLOWER: f"The course pipeline's efficiency is below the {target:.2f} target ({v.interval()} below it).",
-            CANNOT_TELL: f"This run cannot tell whether the course pipeline reaches the {target:.2f} target. {v.advice}",
-            NOT_MEASURED: f"The {target:.2f} target was not measured here."}[v.kind]
+    return {verdict.FASTER: f"The course pipeline's efficiency is above the {target:.2f} target ({v.interval()} of it).",
+            verdict.SAME: f"The course pipeline's efficiency is at the {target:.2f} target (within {_pct(v)}).",
+            verdict.SLOWER: f"The course pipeline's efficiency is below the {target:.2f} target ({v.interval()} below it).",
+            verdict.CANNOT_TELL: f"This run cannot tell whether the course pipeline reaches the {target:.2f} target. {v.advice}",
+            verdict.NOT_MEASURED: f"The {target:.2f} target was not measured here."}[v.kind]
 
 
 def read_all_cores(v: Verdict, cores: int, course: Verdict | None = None) -> str:
     """The model alone on every core against on one thread (``v``, in turns), and, where it gained,
     the course pipeline's efficiency against it (``course``): what sharing the cores costs."""
     text = f"The model alone on all {cores} cores {v.ran('on one thread', 'trained')}."
-    if v.kind == FASTER and course is not None and course.kind != NOT_MEASURED:
+    if v.kind == verdict.FASTER and course is not None and course.kind != verdict.NOT_MEASURED:
         return text + (f" Against it, the course pipeline's efficiency is {_interval(course)}: what leaving the cores to "
                        "the loader costs on a CPU-only machine.")
-    if v.kind == SAME:
+    if v.kind == verdict.SAME:
         return text + " More threads did not speed the model up: leaving cores to the loader cost it nothing this run can see."
-    return text + (" " + advice([v]) if v.kind == CANNOT_TELL else "")  # the interval is said once, above
+    return text + (" " + advice([v]) if v.kind == verdict.CANNOT_TELL else "")  # the interval is said once, above
 
 
-_RANK = {FASTER: 2, SAME: 1, SLOWER: 0}
+_RANK = {verdict.FASTER: 2, verdict.SAME: 1, verdict.SLOWER: 0}
 
 
 def read_order(verdicts: dict[str, Verdict], what: str) -> str:
@@ -246,7 +238,7 @@ def read_order(verdicts: dict[str, Verdict], what: str) -> str:
     not ordered (that would compare two ratios, which the verdict method does not).
 
     Example:
-        >>> win, loss = Verdict(1.4, 1.2, 1.6, 5, FASTER), Verdict(0.8, 0.7, 0.9, 5, SLOWER)
+        >>> win, loss = Verdict(1.4, 1.2, 1.6, 5, verdict.FASTER), Verdict(0.8, 0.7, 0.9, 5, verdict.SLOWER)
         >>> print(read_order({"before": loss, "after": win}, "prefetching"))
         Prefetching: before, it ran 1.25x slower than the same loader without it (1.11x to 1.43x); after, it ran 1.40x faster than the same loader without it (1.20x to 1.60x). It does better after.
     """
@@ -264,22 +256,22 @@ def read_payback(against_what: str, build_s: float, before_s: float, v: Verdict)
     An epoch saves ``before_s * (1 - 1 / ratio)``; the interval of the ratio gives the epochs' range.
 
     Example:
-        >>> print(read_payback("the naive loop", 3.0, 2.0, Verdict(2.0, 1.6, 2.5, 5, FASTER)))
+        >>> print(read_payback("the naive loop", 3.0, 2.0, Verdict(2.0, 1.6, 2.5, 5, verdict.FASTER)))
         against the naive loop: 1.00 s saved per epoch, so the 3.00 s build is paid back after 3.0 epochs (2.5 to 4.0).
     """
     head = f"against {against_what}: "
-    if v.kind == FASTER:
+    if v.kind == verdict.FASTER:
         def epochs(x: float) -> float:
             return build_s / (before_s * (1 - 1 / x))
 
         saved = before_s * (1 - 1 / v.ratio)
         return (f"{head}{saved:.2f} s saved per epoch, so the {build_s:.2f} s build is paid back after "
                 f"{epochs(v.ratio):.1f} epochs ({epochs(v.high):.1f} to {epochs(v.low):.1f}).")
-    if v.kind == SAME:
+    if v.kind == verdict.SAME:
         return f"{head}the course pipeline {v.ran('it')}: no saving this run can see, so no payback to read."
-    if v.kind == SLOWER:
+    if v.kind == verdict.SLOWER:
         return f"{head}the course pipeline {v.ran('it')}: the build never pays back on this machine."
-    if v.kind == CANNOT_TELL:
+    if v.kind == verdict.CANNOT_TELL:
         return f"{head}this run cannot tell whether an epoch gets shorter ({v.interval()}), so not when the build pays back."
     return f"{head}not measured."
 
@@ -295,7 +287,7 @@ def read_watched(naive, course, first: Verdict | None = None, where: str = "sect
         >>> from gpufeed.measure.report import Report
         >>> naive = Report(items=32, batches=5, device="cpu", period_s=0.2, host_wait_s=0.1, loop_s=[0.2] * 5)
         >>> course = Report(items=32, batches=5, device="cpu", period_s=0.1, host_wait_s=0.0, loop_s=[0.1] * 5)
-        >>> print(read_watched(naive, course, Verdict(1.8, 1.5, 2.1, 5, FASTER, True)).splitlines()[0])
+        >>> print(read_watched(naive, course, Verdict(1.8, 1.5, 2.1, 5, verdict.FASTER, True)).splitlines()[0])
         The naive loop waited for data 50% of its period (data bound), the course's 0% (compute bound). Watched as they ran, one after the other (not in turns), the course's loop ran 2.00x faster than the naive one (2.00x to 2.00x). This agrees with section 5 (1.80x faster there, 2.00x faster here).
     """
     from gpufeed.measure.findings import say_all
@@ -305,8 +297,8 @@ def read_watched(naive, course, first: Verdict | None = None, where: str = "sect
     text = (f"The naive loop waited for data {naive.wait_fraction:.0%} of its period ({BOUND_WORDS[naive.bound]}), the "
             f"course's {course.wait_fraction:.0%} ({BOUND_WORDS[course.bound]}). Watched as they ran, one after the other "
             f"(not in turns), the course's loop {v.ran('the naive one')}.")
-    if first is not None and first.kind != NOT_MEASURED and v.kind != NOT_MEASURED:
+    if first is not None and first.kind != verdict.NOT_MEASURED and v.kind != verdict.NOT_MEASURED:
         text += " " + v.reads(first, where)
-    elif v.kind == CANNOT_TELL:
+    elif v.kind == verdict.CANNOT_TELL:
         text += " " + v.advice
     return text + "\nWhat the report tells the naive loop:\n\n" + say_all(naive.findings)
