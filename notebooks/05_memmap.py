@@ -503,6 +503,7 @@ def shares(call, source):
     return shared
 
 
+# %% tags=["deeper", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 with warnings.catch_warnings():  # NumPy 2 asks torch's Tensor.__array__ for a `copy` keyword it
     warnings.simplefilter("ignore", DeprecationWarning)  # lacks, warns, and copies anyway
     shared = {name: shares(call, source) for name, (call, source) in ways.items()}
