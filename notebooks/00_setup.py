@@ -377,7 +377,7 @@ say(sentence)
 import tempfile
 from pathlib import Path
 
-from gpufeed.course.prose import compare
+from gpufeed.measure.verdict import compare
 from gpufeed.measure.machine import file_system
 
 other_disk = None  # your folder on another disk, e.g. "/media/usb"; None: this machine's temporary folder

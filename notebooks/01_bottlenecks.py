@@ -108,7 +108,8 @@ sim_ms = [Measurement(name, [r.ms_per_batch / 1000], items=r.pipeline.batch_size
 fig, ax = plotting.bars(sim_ms, baseline="naive", title="simulated steady state, default costs")
 ax.set_xlabel("images/s (simulated)")
 plt.show()
-from gpufeed.course.prose import say, times
+from gpufeed.course.prose import say
+from gpufeed.measure.wording import times
 
 names = list(runs)
 for before, after in zip(names, names[1:]):

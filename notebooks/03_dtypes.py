@@ -127,7 +127,8 @@ fig, axes = transfer.plot_sweep(order_ms, baseline=baseline, machine=S.machine,
 
 # %%
 from gpufeed.course.lesson03 import reading
-from gpufeed.course.prose import compare, say
+from gpufeed.course.prose import say
+from gpufeed.measure.verdict import compare
 
 last = transfer.at_largest(order_ms)  # name -> measurement at 1280x960 and the largest batch
 where = f"a batch of {max(batches)} at {transfer.size_name(big)}"

@@ -122,7 +122,8 @@ plt.show()
 
 # %%
 from gpufeed.course.lesson04 import reading
-from gpufeed.course.prose import say, times
+from gpufeed.course.prose import say
+from gpufeed.measure.wording import times
 
 
 def row(size, q, sub="4:2:0"):

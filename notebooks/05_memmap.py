@@ -38,7 +38,8 @@ from torch.utils.data import DataLoader
 
 from gpufeed import config
 from gpufeed.course.lesson05 import reading
-from gpufeed.course.prose import compare, say
+from gpufeed.course.prose import say
+from gpufeed.measure.verdict import compare
 from gpufeed.data.folder import ImageFolderDataset, drop_cached
 from gpufeed.data.loader import FastLoader
 from gpufeed.data.memmap import build_memmap, load_memmap

@@ -31,7 +31,8 @@ from torch.utils.data import TensorDataset
 
 from gpufeed import config
 from gpufeed.course.lesson06 import reading
-from gpufeed.course.prose import compare, in_turns, say
+from gpufeed.course.prose import say
+from gpufeed.measure.verdict import compare, in_turns
 from gpufeed.data.gather import BatchTensorDataset
 from gpufeed.measure.harness import benchmark, interleave
 

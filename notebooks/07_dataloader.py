@@ -42,7 +42,8 @@ import torch
 
 from gpufeed import config
 from gpufeed.course.lesson07 import reading
-from gpufeed.course.prose import compare, in_turns, say
+from gpufeed.course.prose import say
+from gpufeed.measure.verdict import compare, in_turns
 from gpufeed.measure.harness import interleave
 
 default_threads = torch.get_num_threads()

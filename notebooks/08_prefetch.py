@@ -397,7 +397,8 @@ plt.show()
 import statistics
 
 from gpufeed.course.lesson08 import reading
-from gpufeed.course.prose import compare, say
+from gpufeed.course.prose import say
+from gpufeed.measure.verdict import compare
 
 ms = {m.name: m for m in thread_ms}  # seconds an epoch, one sample a round of the turns
 rate = {name: m.items_per_s for name, m in ms.items()}
@@ -605,7 +606,7 @@ if my_speedup is not None:
 # average) against a 5 ms step. Sleeps, so that the costs are exact even on a busy machine.
 
 
-from gpufeed.course.prose import in_turns
+from gpufeed.measure.verdict import in_turns
 
 
 def epoch(source, step_s, depth):

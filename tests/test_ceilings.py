@@ -2,11 +2,11 @@ import pytest
 import torch
 
 from gpufeed.course import transfer
-from gpufeed.course.prose import versus
 from gpufeed.measure import ceilings
 from gpufeed.measure.results import Reference
 from gpufeed.measure.synth import synth_folder
 from gpufeed.measure.units import MB
+from gpufeed.measure.wording import versus
 
 
 def test_memcpy_reports_bytes_and_keeps_threads():

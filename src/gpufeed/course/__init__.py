@@ -13,8 +13,7 @@ prints; beside them, flat, the plumbing several lessons share:
   experiment and the sentences that read it; ``lesson09/`` and ``lesson10/``: the sentences that
   read their measurements; ``lesson11/``: the ladder, loader efficiency, the
   engines; ``lesson12/``: the distributed script, its launcher, shards, the page cache, ports.
-* shared: :mod:`~gpufeed.course.prose` (``say``: a sentence shown as Markdown in a notebook, beside the
-  wording and verdict names lessons import with it),
+* shared: :mod:`~gpufeed.course.prose` (``say``: a sentence shown as Markdown in a notebook),
   :mod:`~gpufeed.course.timeline` and :mod:`~gpufeed.course.simulator` (the pipeline simulator and
   its Gantt charts, lessons 01 and 08), :mod:`~gpufeed.course.instrument` and
   :mod:`~gpufeed.course.trace` (a real loop's timings, a profiler trace: 01, 02, 08),

@@ -1,8 +1,8 @@
 """Ratios in words: "2.00x faster", "1.25x slower", "as fast", never "0.80x faster".
 
 Every sentence that compares two measurements words their ratio here, so that it reads right
-whichever way the ratio goes: the course's lessons (through :mod:`gpufeed.course.prose`, which
-re-exports these) and :mod:`~gpufeed.measure.diagnosis`'s report on a learner's own loop.
+whichever way the ratio goes: the course's lessons (each lesson's ``reading.py``) and
+:mod:`~gpufeed.measure.diagnosis`'s report on a learner's own loop.
 
 Example:
     >>> times(2.0), times(0.8), times(0.999)

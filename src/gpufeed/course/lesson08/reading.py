@@ -1,7 +1,7 @@
 """Sentences that read lesson 08's measurements (:mod:`gpufeed.course.lesson08.overlap` and section 4's
 thread prefetcher), whichever way their numbers point.
 
-Every comparison is worded through the course's one verdict method (:func:`gpufeed.course.prose.compare`:
+Every comparison is worded through the course's one verdict method (:func:`gpufeed.measure.verdict.compare`:
 faster, slower, the same within X%, or "this run cannot tell", with its interval): the arms' runs,
 taken in turns, are compared as pairs; two traces' host time between steps, step by step. A cause
 is given where the page measured it (the arms differ only in where the host work runs; a trace's
@@ -28,17 +28,9 @@ import statistics
 from gpufeed.course.lesson08.feeds import IN_LOOP, PLAIN
 from gpufeed.course.lesson08.overlap import REGIMES, SYNCED, bound
 from gpufeed.course.lesson08.traced import between_steps
-from gpufeed.course.prose import Verdict, compare, times
-from gpufeed.measure import harness, results
-from gpufeed.measure.verdict import (
-    CANNOT_TELL,
-    FASTER,
-    LIKELY,
-    LIKELY_START,
-    MIN_SAMPLES,
-    SLOWER,
-    advice,
-)
+from gpufeed.measure import harness, results, verdict
+from gpufeed.measure.verdict import LIKELY, LIKELY_START, MIN_SAMPLES, Verdict, advice, compare
+from gpufeed.measure.wording import times
 
 #: What the committed reference of the old format ran: not today's CudaPrefetcher.
 OLD_DESIGN = ("an earlier CudaPrefetcher that did its host work in your loop, between two steps, "
@@ -75,12 +67,12 @@ def share_of_bound(v: Verdict, top: float, lead: str = "That is") -> str:
     "" otherwise (no gain, cannot tell, or above the bound, which its caller explains from the costs).
 
     Example:
-        >>> share_of_bound(Verdict(1.36, 1.33, 1.42, 15, FASTER, True), 1.41)
+        >>> share_of_bound(Verdict(1.36, 1.33, 1.42, 15, verdict.FASTER, True), 1.41)
         ' Its interval holds the bound: the overlap hid all it could.'
-        >>> share_of_bound(Verdict(1.2, 1.1, 1.3, 9, FASTER, True), 1.5)
+        >>> share_of_bound(Verdict(1.2, 1.1, 1.3, 9, verdict.FASTER, True), 1.5)
         ' That is 40% of the gain the bound allows.'
     """
-    if v.kind != FASTER or top <= 1 or v.low > top:
+    if v.kind != verdict.FASTER or top <= 1 or v.low > top:
         return ""
     if v.high >= top:
         return " Its interval holds the bound: the overlap hid all it could."
@@ -90,7 +82,7 @@ def share_of_bound(v: Verdict, top: float, lead: str = "That is") -> str:
 def took(v: Verdict, than: str) -> str:
     """A duration's verdict: ``"took 1.15x longer than alone (1.05x to 1.25x)"``, ``"took as long
     as alone (within 3%)"``, or ``"took a time not told apart from its time alone by this run (...)"``."""
-    if v.kind == CANNOT_TELL:
+    if v.kind == verdict.CANNOT_TELL:
         return "took a time " + v.words(f"its time {than}")
     return v.ran(than, "took", more="less time", less="longer", same="as long")
 
@@ -126,7 +118,7 @@ def trace_reading(summaries: dict, other: str, syncs: bool = True, lead: str = "
         ga, gb = (statistics.median(result_gaps[n]) for n in (PLAIN, other))
         text += (f"; between two steps it spent a median of {ga:.2f} ms and {gb:.2f} ms: with {other} it "
                  f"{took(v, 'with the copy on the default stream')}")
-        if v.kind == SLOWER and syncs:  # a loop that never syncs need not lose by it: no cause there
+        if v.kind == verdict.SLOWER and syncs:  # a loop that never syncs need not lose by it: no cause there
             reasons.append(f"between two steps the host took {v.words(more='less time', less='longer')} with "
                            f"{other}, time in which a step that syncs gives the GPU no step to run")
     if a["gpu_busy_ms"] is not None:
@@ -142,12 +134,12 @@ def against_bound(result: dict, regime: str) -> str:
     other, runs = result["prefetcher"], result["regimes"][regime]
     v = arms(runs[other]["runs_ms"], runs[PLAIN]["runs_ms"])
     top = result.get("bounds", {}).get(regime, result["bound"])
-    if v.kind == CANNOT_TELL:
+    if v.kind == verdict.CANNOT_TELL:
         return v.advice
     plain_ms, pre_ms = runs[PLAIN]["median_ms"], runs[other]["median_ms"]
     feed, work = result["feed_ms"], result["work_ms"]
     longest = max(result.get("stages_ms") or (feed, work))
-    if v.kind == FASTER and v.low > top:
+    if v.kind == verdict.FASTER and v.low > top:
         parts = []
         if plain_ms > feed + work:
             parts.append(f"the plain loop took {plain_ms - feed - work:.2f} ms a step more than its stages alone "
@@ -159,12 +151,12 @@ def against_bound(result: dict, regime: str) -> str:
                          f"alone ({longest:.2f} ms): the costs timed alone were higher than in the loop")
         return ("Above the bound, its whole interval: " + ("; ".join(parts) or
                 "the costs timed alone were not the runs' costs, and these runs cannot say which") + ".")
-    if v.kind == FASTER and v.high >= top:
+    if v.kind == verdict.FASTER and v.high >= top:
         return "At the bound (its interval holds it): the prefetcher hid all it could."
     summaries = result.get("traces", {}).get(regime)
     reasons = (trace_reading(summaries, other, REGIMES[regime], result_gaps=result.get("gaps", {}).get(regime))[1]
                if summaries else [])
-    if v.kind == FASTER:
+    if v.kind == verdict.FASTER:
         text = f"That is {(v.ratio - 1) / (top - 1):.0%} of the gain the bound allows."
         return text + (f" Where the rest went, in the trace: {'; '.join(reasons)}." if reasons else "")
     why = "; ".join(reasons) if reasons else (
@@ -317,7 +309,7 @@ def thread_reading(real: Verdict, waiting: Verdict, best: float, decode: Verdict
             f"most {best:.2f}x (the epoch's first decode, which nothing hides, included)."
             + share_of_bound(real, best, lead="With the real step, that is")
             + f" Beside the real step, decoding {took(decode, 'alone in the plain loop')}.")
-    if waiting.kind == FASTER and waiting.low > best and waiting_bound is not None:
+    if waiting.kind == verdict.FASTER and waiting.low > best and waiting_bound is not None:
         text += (f" The waiting step beat that bound, which used the costs timed before the runs: with the "
                  f"costs its runs had, the bound is {waiting_bound:.2f}x"
                  + ("; its interval lies above that too, and these runs cannot say why." if waiting.low > waiting_bound
@@ -325,17 +317,17 @@ def thread_reading(real: Verdict, waiting: Verdict, best: float, decode: Verdict
     told = advice({"the real step's loop from its plain loop": real,
                    "the waiting step's loop from its plain loop": waiting})
     text += f" {told}" if told else ""
-    if FASTER in (real.kind, waiting.kind):
+    if verdict.FASTER in (real.kind, waiting.kind):
         text += (" The waiting step's gain " + more.ran("the real step's", "was", more="larger", less="smaller",
                                                       same="as large") + ".")
-        if more.kind == FASTER:
+        if more.kind == verdict.FASTER:
             machine = f" (one torch thread, beside the decoding thread, on {cores} cores)" if cores else ""
             why = (f"the real step computes on the CPU{machine} and holds the GIL between its native calls"
                    if device_type == "cpu" else
                    "the real step's host side (kernel launches, autograd, the optimiser) holds the GIL between its "
                    "native calls, and the decoding thread waits for it")
             text += (" Decoding slowed beside the real step (measured above); one likely cause of that and of the "
-                     f"rest, not measured here: {why}." if decode.kind == SLOWER else
+                     f"rest, not measured here: {why}." if decode.kind == verdict.SLOWER else
                      f" {LIKELY_START} {why}.")
     elif real.decided and waiting.decided:
         text += " Neither step gained from the thread here."
