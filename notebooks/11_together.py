@@ -474,9 +474,10 @@ say(engines.read_model_side(**model_side))
 lesson_ref = results.reference("lesson11")  # the GPU reference, where committed
 if not S.cuda and lesson_ref is not None and "model_side" in lesson_ref[1]:
     say(f"On {lesson_ref[1]['machine'].get('gpu')}: " + engines.read_model_side(**lesson_ref[1]["model_side"]))
-results.save_lesson("lesson11", loader_ms + train_ms + fwd_ms, workload=w.to_dict(), cores=cores,
-                    threads=torch.get_num_threads(), ladder=steps, busy=busy.cores(), efficiency=eff, build_seconds=build_s,
-                    dali=gdali.version() if HAVE_DALI else None, model_side=model_side, tensorrt=trt_note)
+saved = results.save_lesson("lesson11", loader_ms + train_ms + fwd_ms, workload=w.to_dict(), cores=cores,
+                            threads=torch.get_num_threads(), ladder=steps, busy=busy.cores(), efficiency=eff,
+                            build_seconds=build_s, dali=gdali.version() if HAVE_DALI else None, model_side=model_side,
+                            tensorrt=trt_note)
 
 # %% [markdown]
 # ## 10. Diagnosing the two loops, as they run
