@@ -184,11 +184,10 @@ means = loops.stage_ms("naive")  # medians over the timed batches, as the loop's
 total = sum(means.values())
 for stage, ms in means.items():
     print(f"{stage:>8}: {ms:8.2f} ms per batch ({ms / total:5.1%}), naive loop, median")
-fig, axes = plt.subplots(2, 1, figsize=(9, 5), sharex=True)
+fig, axes = plt.subplots(2, 1, figsize=(9, 5), sharex=True, layout="constrained")  # room for the legend
 for ax, rec, name in zip(axes, (loops.naive[-1], loops.workers[-1]), ("naive", f"{threads} loading threads")):
     gantt(rec.intervals, ax=ax, until=rec.step_end[min(3, batches)], legend=ax is axes[0],
           title=f"{name}, measured: batches of {B} 224x224 JPEGs")
-fig.tight_layout()
 plotting.caption(fig, S.machine)
 plt.show()
 say(reading.workers_gain(loops.verdict(), compare(loops.decode_ms("workers"), loops.decode_ms("naive"), paired=True),

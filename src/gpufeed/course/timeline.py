@@ -137,9 +137,11 @@ def gantt(
         ax.broken_barh(spans, (y_of[row] - 0.4, 0.8), facecolors=COLORS.get(stage, COLORS["other"]),
                        edgecolor="white", linewidths=edges)
     for i in intervals:  # batch numbers inside the bars that have room for them
-        if i.batch is not None and i.resource in y_of and i.end <= right and i.duration > 0.025 * right:
+        if (i.batch is not None and i.resource in y_of and i.start >= 0 and i.end <= right
+                and i.duration > 0.025 * right):  # clipped: a label never widens the figure's layout
             ax.text((i.start + i.end) / 2, y_of[i.resource], str(i.batch), ha="center", va="center",
-                    fontsize=7, color="white" if i.stage in ("copy", "compute", "decode") else "black")
+                    fontsize=7, color="white" if i.stage in ("copy", "compute", "decode") else "black",
+                    clip_on=True)
     ax.set_yticks(range(len(rows)), rows)
     ax.set_ylim(len(rows) - 0.5, -0.5)  # first row on top
     ax.set_xlim(0, right)
