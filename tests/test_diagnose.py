@@ -16,7 +16,7 @@ from collections import OrderedDict, UserDict, namedtuple
 import numpy as np
 import pytest
 import torch
-from devicequeue import DeviceQueue, PerSample, Sleepy
+from devicequeue import DeviceQueue, PerSample, Sleepy, when_quiet
 from torch.utils.data import DataLoader
 
 from gpufeed.measure import diagnose, findings, watch
@@ -37,6 +37,7 @@ def assert_evidenced(report):
         assert set(f.lessons) <= set(findings.LESSONS)
 
 
+@when_quiet
 def test_a_slow_loader_is_data_bound_and_its_wait_is_most_of_the_period():
     r = diagnose(Sleepy(20), sleeper(5), batches=8, warmup=1, probe=1)
     assert r.bound == "data" and r.clock == "host" and not r.busy
@@ -50,6 +51,7 @@ def test_a_slow_loader_is_data_bound_and_its_wait_is_most_of_the_period():
     assert "data bound" in text and "waiting for the next batch (the host, in next())" in text
 
 
+@when_quiet
 def test_a_slow_step_is_compute_bound_and_the_loader_is_not_the_bottleneck():
     r = diagnose(Sleepy(2), sleeper(40), batches=6, warmup=1, probe=1)  # the loader's 2 ms well under a fifth of the step, even on a busy machine
     assert r.bound == "compute"
@@ -67,6 +69,7 @@ def device_queue():
     q.close()
 
 
+@when_quiet
 def test_a_step_that_queues_its_work_is_data_bound_within_the_what_ifs_cap(device_queue):
     """Issue 48's stand-in: the loader takes 50 ms on the host, the step queues 20 ms of device work and
     returns. The host waits in next() the whole period; the device idles 30 ms of the 50."""
@@ -84,6 +87,7 @@ def test_a_step_that_queues_its_work_is_data_bound_within_the_what_ifs_cap(devic
     assert "the device idle meanwhile" in on_device.table() and "the device's clock" in on_device.sentences()
 
 
+@when_quiet
 def test_a_step_that_queues_more_than_the_loader_takes_is_compute_bound_though_the_host_waits(device_queue):
     """The loader takes 15 ms, the step queues 20 ms: the host spends most of the period in next() while
     the device works; the device never waits for data."""

@@ -7,7 +7,7 @@ import time
 
 import pytest
 import torch
-from devicequeue import DeviceQueue, Sleepy
+from devicequeue import DeviceQueue, Sleepy, when_quiet
 
 import gpufeed.measure
 from gpufeed.measure.batches import DiagnoseError
@@ -15,6 +15,7 @@ from gpufeed.measure.inplace import IN_PLACE, watch
 from gpufeed.simcuda import simulated_cuda
 
 
+@when_quiet
 def test_an_unmodified_loop_is_measured_as_it_runs():
     loader, steps = Sleepy(20, n=8), []
     with gpufeed.measure.watch(loader) as feed:
@@ -45,6 +46,7 @@ def test_epochs_in_one_block_are_one_window():
     assert feed.report().batches == 7 and len(feed.starts) == 2
 
 
+@when_quiet
 def test_the_what_ifs_are_an_explicit_second_step():
     loader = Sleepy(2, n=30)
     step = lambda batch: time.sleep(0.040)  # noqa: E731  (the loader's 2 ms stays under a fifth of it on a busy machine)
@@ -56,6 +58,7 @@ def test_the_what_ifs_are_an_explicit_second_step():
     assert r.clock == "host" and [f.key for f in r.findings] == ["loader-fine"]
 
 
+@when_quiet
 def test_in_place_the_device_clock_sees_what_the_host_cannot():
     q = DeviceQueue()
     try:
