@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from devicequeue import PerSample
+from devicequeue import PerSample, when_quiet
 from torch.utils.data import DataLoader, IterableDataset
 
 from gpufeed.measure import dataloaders, diagnose, findings
@@ -90,6 +90,7 @@ def test_the_words_of_a_retimed_setting():
 
 
 @pytest.mark.skipif(usable_cores() < 2, reason="workers can only beat the main process with a core to run on")
+@when_quiet
 def test_workers_that_measure_faster_are_suggested_with_their_rate():
     loader = DataLoader(PerSample(64, ms=20), batch_size=4, num_workers=0)  # 80 ms a batch, asleep: workers help
     r = diagnose(loader, lambda batch: None, batches=5, warmup=1, probe=1, fixes=8)
@@ -100,6 +101,7 @@ def test_workers_that_measure_faster_are_suggested_with_their_rate():
     assert "re-timed: num_workers=2" in r.table()
 
 
+@when_quiet
 def test_workers_that_measure_no_gain_are_not_suggested():
     loader = DataLoader(PerSample(256, ms=0), batch_size=4, num_workers=0)  # nothing to do per sample: workers only add IPC
     r = diagnose(loader, lambda batch: None, batches=5, warmup=1, probe=1, fixes=6)
@@ -109,6 +111,7 @@ def test_workers_that_measure_no_gain_are_not_suggested():
     assert not t.gain and "workers" not in [f.key for f in r.findings], t.words()
 
 
+@when_quiet
 def test_persistent_workers_are_timed_on_an_epoch_start():
     loader = DataLoader(PerSample(16, ms=0), batch_size=4, num_workers=1)
     base = Batches(loader, needed=100)
