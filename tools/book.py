@@ -581,12 +581,33 @@ def _doctree_read(app, doctree) -> None:
     if setup and docname.removeprefix("notebooks/") in registered:
         note += evidence_nodes(registered[docname.removeprefix("notebooks/")], cuda=setup.group(1).startswith("cuda"))
     section = doctree.next_node(nodes.section)
-    section.insert(1, note)
+    section.insert(_after_introduction(section), note)  # the reader meets the lesson first, then its evidence
     # The setup cell folds (tools/notebooks.py tags it): the page opens on the lesson.
     for cell in doctree.findall(nodes.container):
         if cell.get("nb_element") == "cell_code" and f"tag_{SETUP_TAGS[0]}" in cell["classes"] and cell.get("hide_mode"):
             cell["prompt_show"], cell["prompt_hide"] = SETUP_PROMPTS
     fold_deep_dives(doctree)
+
+
+def _after_introduction(section) -> int:
+    """Where the "Measured on" box goes in a lesson's first section: after its introduction (the
+    "What you will learn" paragraph and the "Time:" line that follows it), so that the first screen
+    opens on the lesson; right under the title where a page has no introduction.
+
+    Example:
+        >>> from docutils import nodes
+        >>> s = nodes.section("", nodes.title(text="00 · Setup"), nodes.paragraph(text="What you will learn: x"),
+        ...                   nodes.paragraph(text="Time: 10 minutes."), nodes.paragraph(text="The idea."))
+        >>> _after_introduction(s), _after_introduction(nodes.section("", nodes.title(text="t")))
+        (3, 1)
+    """
+    from docutils import nodes
+
+    at = 1
+    for i, child in enumerate(section.children[1:4], start=1):
+        if isinstance(child, nodes.paragraph) and child.astext().startswith(("What you will learn", "Time:")):
+            at = i + 1
+    return at
 
 
 def setup(app) -> None:
